@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The test command behind `make test` and `.ci/run`.
+# 1. Installs Debian's Chromium for the browser tests when it is missing and we may (root + apt).
+# 2. Runs the whole suite on SQLite.
+# 3. Runs the web tests again on PostgreSQL when a server answers on 127.0.0.1:5432.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+
+if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "== installing Debian chromium for browser tests"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/tmp/troupe-apt.log 2>&1 \
+    || echo "   (chromium install failed; browser tests will be skipped, see /tmp/troupe-apt.log)"
+fi
+
+export TROUPE_TEST=1
+echo "== test suite (SQLite)"
+$PY -m pytest "$@"
+status=$?
+[ $status -eq 5 ] && status=0
+
+if $PY - <<'PYEOF' 2>/dev/null
+import socket, sys
+s = socket.socket(); s.settimeout(1)
+sys.exit(0 if s.connect_ex(("127.0.0.1", 5432)) == 0 else 1)
+PYEOF
+then
+  echo "== web tests (PostgreSQL at 127.0.0.1:5432)"
+  DATABASE_URL=${TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres} \
+    $PY -m pytest tests/webapp -m "not browser" -q -p no:cacheprovider
+  pg=$?
+  [ $pg -eq 5 ] && pg=0
+  [ $pg -ne 0 ] && status=$pg
+else
+  echo "== PostgreSQL not reachable: skipping the PostgreSQL pass"
+fi
+exit $status

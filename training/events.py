@@ -1,0 +1,194 @@
+"""How the trainer reports: an EventSink receives metrics, rollouts, logs, checkpoints and
+evaluations, and is asked `should_stop()` once per step.
+
+The CLI uses `JsonlSink` (metrics.jsonl, rollouts.jsonl, events.jsonl in the output folder) plus
+`ProgressSink` (a progress bar with ETA on stderr). The web's sink (webapp) writes the database
+and publishes small deltas to the channel layer. Payloads are plain JSON-ready dicts.
+
+Payload shapes (the web and the CLI rely on them):
+
+- metrics: `StepMetrics(step, total_steps, values, agents, time)`; `values` holds run-wide
+  numbers (`reward/total`, `reward/team`, `success`, `step_time`, `tokens_per_s`, ...), `agents`
+  maps agent name -> the same kind of dict for that agent (`reward/total`, `reward/local`,
+  `loss`, `kl`, `entropy`, `clip_ratio`, `completion_len`, `grad_norm`, `lr`, ...).
+- rollouts: a list of episode dicts:
+  `{"task_id", "step", "success", "team_reward", "turns": [{"index", "agent", "role", "prompt",
+  "chosen", "candidates": [{"text", "reward", "team", "local", "advantage", "tool_output",
+  "tokens", "truncated"}]}]}`
+- evaluation: `{"step", "split", "temperature", "n", "team": {"success"}, "agents":
+  {name: {"success", "reward"}}}`
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    step: int
+    """1-based index of the step just finished."""
+    total_steps: int
+    values: dict[str, float]
+    """Run-wide metrics for this step."""
+    agents: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per-agent metrics for this step."""
+    time: float = field(default_factory=time.time)
+    """Wall-clock time (epoch seconds) when the step ended."""
+
+
+class EventSink(Protocol):
+    def run_started(self, *, total_steps: int, start_step: int) -> None: ...
+
+    def metrics(self, m: StepMetrics) -> None: ...
+
+    def rollouts(self, step: int, episodes: list[dict[str, Any]]) -> None: ...
+
+    def log(self, message: str, *, level: str = "info") -> None: ...
+
+    def checkpoint(self, step: int, path: str) -> None: ...
+
+    def evaluation(self, result: dict[str, Any]) -> None: ...
+
+    def should_stop(self) -> bool: ...
+
+
+class NullSink:
+    """Ignores everything; never asks to stop. A base for sinks that care about a few events."""
+
+    def run_started(self, *, total_steps: int, start_step: int) -> None:
+        pass
+
+    def metrics(self, m: StepMetrics) -> None:
+        pass
+
+    def rollouts(self, step: int, episodes: list[dict[str, Any]]) -> None:
+        pass
+
+    def log(self, message: str, *, level: str = "info") -> None:
+        pass
+
+    def checkpoint(self, step: int, path: str) -> None:
+        pass
+
+    def evaluation(self, result: dict[str, Any]) -> None:
+        pass
+
+    def should_stop(self) -> bool:
+        return False
+
+
+class MultiSink:
+    """Fans every event out to several sinks; stops when any of them asks to."""
+
+    def __init__(self, *sinks: EventSink):
+        self.sinks = sinks
+
+    def run_started(self, *, total_steps: int, start_step: int) -> None:
+        for s in self.sinks:
+            s.run_started(total_steps=total_steps, start_step=start_step)
+
+    def metrics(self, m: StepMetrics) -> None:
+        for s in self.sinks:
+            s.metrics(m)
+
+    def rollouts(self, step: int, episodes: list[dict[str, Any]]) -> None:
+        for s in self.sinks:
+            s.rollouts(step, episodes)
+
+    def log(self, message: str, *, level: str = "info") -> None:
+        for s in self.sinks:
+            s.log(message, level=level)
+
+    def checkpoint(self, step: int, path: str) -> None:
+        for s in self.sinks:
+            s.checkpoint(step, path)
+
+    def evaluation(self, result: dict[str, Any]) -> None:
+        for s in self.sinks:
+            s.evaluation(result)
+
+    def should_stop(self) -> bool:
+        return any(s.should_stop() for s in self.sinks)
+
+
+class JsonlSink(NullSink):
+    """Appends metrics, rollouts and other events as JSON lines under `out_dir`."""
+
+    def __init__(self, out_dir: str | Path):
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+
+    def _append(self, name: str, record: dict[str, Any]) -> None:
+        with open(self.out_dir / name, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    def metrics(self, m: StepMetrics) -> None:
+        self._append("metrics.jsonl", asdict(m))
+
+    def rollouts(self, step: int, episodes: list[dict[str, Any]]) -> None:
+        for ep in episodes:
+            self._append("rollouts.jsonl", ep)
+
+    def log(self, message: str, *, level: str = "info") -> None:
+        self._append("events.jsonl", {"type": "log", "level": level, "message": message, "time": time.time()})
+
+    def checkpoint(self, step: int, path: str) -> None:
+        self._append("events.jsonl", {"type": "checkpoint", "step": step, "path": path, "time": time.time()})
+
+    def evaluation(self, result: dict[str, Any]) -> None:
+        self._append("evaluations.jsonl", result)
+
+
+class ProgressSink(NullSink):
+    """A one-line progress bar with ETA and the latest reward on a terminal stream."""
+
+    def __init__(self, stream: TextIO | None = None, width: int = 28):
+        self.stream = stream or sys.stderr
+        self.width = width
+        self.start_step = 0
+        self.total = 0
+        self.t0 = time.monotonic()
+
+    def run_started(self, *, total_steps: int, start_step: int) -> None:
+        self.start_step, self.total, self.t0 = start_step, total_steps, time.monotonic()
+
+    def metrics(self, m: StepMetrics) -> None:
+        done = m.step - self.start_step
+        elapsed = time.monotonic() - self.t0
+        eta = elapsed / max(done, 1) * (self.total - m.step)
+        filled = int(self.width * m.step / max(self.total, 1))
+        bar = "#" * filled + "-" * (self.width - filled)
+        reward = m.values.get("reward/total", float("nan"))
+        success = m.values.get("success", float("nan"))
+        self.stream.write(
+            f"\rstep {m.step}/{self.total} [{bar}] reward {reward:+.3f} success {success:.2f} "
+            f"{m.values.get('step_time', 0):.1f}s/step ETA {_fmt_duration(eta)}   "
+        )
+        self.stream.flush()
+        if m.step >= self.total:
+            self.stream.write("\n")
+
+    def log(self, message: str, *, level: str = "info") -> None:
+        self.stream.write(f"\r[{level}] {message}\n")
+        self.stream.flush()
+
+    def evaluation(self, result: dict[str, Any]) -> None:
+        agents = " ".join(f"{name}={v['success']:.2f}" for name, v in result.get("agents", {}).items())
+        self.stream.write(
+            f"\r[eval] step {result['step']} T={result['temperature']:g} n={result['n']} "
+            f"team success {result['team']['success']:.3f} | {agents}\n"
+        )
+        self.stream.flush()
+
+
+def _fmt_duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
