@@ -1,0 +1,145 @@
+"""Batched sampling with the prompt prefill shared by the K candidates of a group.
+
+`generate` takes B distinct prompts and returns n samples for each. The prompts are prefilled
+once (B rows, not B*n); the KV cache is then repeated n times and decoding runs over all B*n
+rows together, in inference mode. Temperature 0 is greedy. This is the HF backend; vLLM
+(GPU only) plugs in behind the same function in `training.vllm_backend`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+@dataclass(frozen=True)
+class Generation:
+    token_ids: tuple[int, ...]
+    """Completion tokens, including the end-of-turn token when the model produced one."""
+    text: str
+    """Decoded completion without special tokens."""
+    truncated: bool
+    """True when the completion hit max_new_tokens before an end-of-turn token."""
+
+
+@dataclass
+class GenerationStats:
+    tokens: int = 0
+    seconds: float = 0.0
+
+
+def stop_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    ids: set[int] = set()
+    for source in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+        if isinstance(source, int):
+            ids.add(source)
+        elif isinstance(source, (list, tuple)):
+            ids.update(int(i) for i in source)
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
+    if isinstance(im_end, int):
+        ids.add(im_end)
+    return sorted(ids)
+
+
+@torch.inference_mode()
+def generate(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[list[int]],
+    *,
+    n: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    stats: GenerationStats | None = None,
+) -> list[list[Generation]]:
+    """Sample `n` completions for each prompt (token ids). Returns one list of n per prompt."""
+    if not prompts:
+        return []
+    t0 = time.perf_counter()
+    device = next(model.parameters()).device
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    stops = torch.tensor(stop_token_ids(model, tokenizer), device=device)
+    was_training = model.training
+    model.eval()
+
+    # -- prefill the B distinct prompts once (left padded) --------------------------------------
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)  # (B, P)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long, device=device)  # (B, P)
+    for i, p in enumerate(prompts):
+        input_ids[i, width - len(p):] = torch.tensor(p, device=device)
+        mask[i, width - len(p):] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P)
+    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True)
+    cache = out.past_key_values
+    logits = out.logits[:, -1, :].float()  # (B, V)
+
+    # -- share the prefill across the n candidates -----------------------------------------------
+    if n > 1:
+        cache.batch_repeat_interleave(n)
+        logits = logits.repeat_interleave(n, dim=0)  # (B*n, V)
+        mask = mask.repeat_interleave(n, dim=0)  # (B*n, P)
+    rows = logits.shape[0]
+    next_pos = mask.sum(-1, keepdim=True)  # (B*n, 1)
+    tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long, device=device)  # (B*n, T)
+    finished = torch.zeros(rows, dtype=torch.bool, device=device)  # (B*n,)
+    lengths = torch.full((rows,), max_new_tokens, dtype=torch.long, device=device)  # (B*n,)
+
+    for t in range(max_new_tokens):
+        nxt = _sample(logits, temperature, top_p, generator)  # (B*n,)
+        nxt = torch.where(finished, torch.full_like(nxt, pad_id), nxt)
+        tokens[:, t] = nxt
+        hit_stop = torch.isin(nxt, stops) & ~finished  # (B*n,)
+        lengths = torch.where(hit_stop, torch.full_like(lengths, t + 1), lengths)
+        finished |= hit_stop
+        if bool(finished.all()) or t == max_new_tokens - 1:
+            break
+        mask = torch.cat([mask, (~finished).long().unsqueeze(1)], dim=1)  # (B*n, P+t+1)
+        out = model(
+            input_ids=nxt.unsqueeze(1), attention_mask=mask, position_ids=next_pos, past_key_values=cache, use_cache=True
+        )
+        cache = out.past_key_values
+        logits = out.logits[:, -1, :].float()  # (B*n, V)
+        next_pos = next_pos + 1
+
+    if was_training:
+        model.train()
+    results: list[list[Generation]] = []
+    total = 0
+    for b in range(len(prompts)):
+        group = []
+        for j in range(n):
+            r = b * n + j
+            length = int(lengths[r])
+            ids = tuple(int(x) for x in tokens[r, :length].tolist())
+            total += length
+            group.append(
+                Generation(
+                    token_ids=ids,
+                    text=tokenizer.decode(ids, skip_special_tokens=True),
+                    truncated=not bool(finished[r]),
+                )
+            )
+        results.append(group)
+    if stats is not None:
+        stats.tokens += total
+        stats.seconds += time.perf_counter() - t0
+    return results
+
+
+def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
+    """Next token per row from (R, V) logits: greedy at temperature 0, else nucleus sampling."""
+    if temperature <= 0:
+        return logits.argmax(dim=-1)  # (R,)
+    probs = torch.softmax(logits / temperature, dim=-1)  # (R, V)
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)  # (R, V)
+        keep = sorted_p.cumsum(-1) - sorted_p < top_p  # (R, V) always keeps the top token
+        sorted_p = sorted_p * keep
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)  # (R, V)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (R,)

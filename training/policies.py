@@ -1,0 +1,231 @@
+"""Policies: which weights each agent acts with and which weights its samples update.
+
+The four specializations (PettingLLMs' levels) differ only here:
+
+- `single` (L0) and `prompt` (L1): one model, one optimizer; every acting agent uses it and
+  roles differ only by their instructions. A non-trainable agent's samples are left out.
+- `lora` (L2): one frozen base wrapped by PEFT with one adapter per agent, named after the
+  agent; each adapter has its own optimizer and is updated only by its own agent's samples.
+  The reference policy for KL is the base with adapters disabled.
+- `full` (L3): one model and optimizer per agent; agents may name different base models.
+
+Multi-agent is a batch dimension: the trainer groups samples by policy and calls the same
+update for each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from peft import LoraConfig as PeftLoraConfig
+from peft import PeftModel, get_peft_model, set_peft_model_state_dict
+from safetensors.torch import load_file
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from training.config import RunConfig
+from training.models import load_model
+
+SHARED = "shared"
+
+
+@dataclass
+class Policy:
+    """One set of trainable weights (a whole model, or one LoRA adapter on a shared base)."""
+
+    name: str
+    """`shared` for single/prompt, else the agent's name (its adapter or model is named after it)."""
+    model: PreTrainedModel
+    """The module to call; for `lora` the PeftModel shared by every adapter policy."""
+    tokenizer: PreTrainedTokenizerBase
+    agents: tuple[str, ...]
+    """Agents acting with this policy."""
+    trainable: bool
+    adapter: str | None = None
+    """PEFT adapter to activate before using `model` (lora only)."""
+    optimizer: torch.optim.Optimizer | None = None
+    params: list[torch.nn.Parameter] = field(default_factory=list)
+    ref_model: PreTrainedModel | None = None
+    """Frozen reference copy for the KL term (single/prompt/full with beta > 0)."""
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[PreTrainedModel]:
+        """Use this policy's weights: activates its adapter on a shared PEFT model."""
+        if self.adapter is not None:
+            assert isinstance(self.model, PeftModel)
+            self.model.set_adapter(self.adapter)
+            # PEFT's set_adapter marks the active adapter trainable; frozen agents stay frozen.
+            if not self.trainable:
+                self.model.set_requires_grad(self.adapter, requires_grad=False)
+        yield self.model
+
+    @contextlib.contextmanager
+    def reference(self) -> Iterator[PreTrainedModel]:
+        """The frozen reference policy for the KL penalty."""
+        if self.adapter is not None:
+            assert isinstance(self.model, PeftModel)
+            with self.model.disable_adapter():
+                yield self.model
+        else:
+            assert self.ref_model is not None, "reference model is only built when grpo.beta > 0"
+            yield self.ref_model
+
+
+@dataclass
+class PolicySet:
+    policies: dict[str, Policy]
+    agent_policy: dict[str, str]
+    """Agent name -> policy name."""
+    specialization: str
+
+    def for_agent(self, agent: str) -> Policy:
+        return self.policies[self.agent_policy[agent]]
+
+    def trainable(self) -> list[Policy]:
+        return [p for p in self.policies.values() if p.trainable]
+
+
+def resolve_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def build_policies(config: RunConfig, *, device: torch.device | None = None) -> PolicySet:
+    """Load the models a run needs and attach adapters and optimizers per its specialization."""
+    device = device or resolve_device()
+    topo = config.topology
+    acting = list(dict.fromkeys(topo.order()))
+    agents = [config.agent(name) for name in acting]
+    need_ref = config.grpo.beta > 0
+
+    if topo.specialization in ("single", "prompt"):
+        model, tok = load_model(config.model.source, dtype=config.model.dtype, device=device)
+        trainable = any(a.trainable for a in agents)
+        policy = Policy(SHARED, model, tok, tuple(acting), trainable)
+        if need_ref and trainable:
+            policy.ref_model = _frozen_copy(model)
+        _prepare(policy, config)
+        return PolicySet({SHARED: policy}, {a: SHARED for a in acting}, topo.specialization)
+
+    if topo.specialization == "lora":
+        base, tok = load_model(config.model.source, dtype=config.model.dtype, device=device)
+        for p in base.parameters():
+            p.requires_grad_(False)
+        lcfg = config.lora
+        peft_cfg = PeftLoraConfig(
+            r=lcfg.r,
+            lora_alpha=lcfg.alpha,
+            lora_dropout=lcfg.dropout,
+            target_modules=list(lcfg.target_modules),
+            task_type="CAUSAL_LM",
+        )
+        torch.manual_seed(config.seed)  # adapter init (B is zero, A is seeded) is reproducible
+        peft_model = get_peft_model(base, peft_cfg, adapter_name=agents[0].name)
+        for a in agents[1:]:
+            peft_model.add_adapter(a.name, peft_cfg)
+        policies = {}
+        for a in agents:
+            pol = Policy(a.name, peft_model, tok, (a.name,), a.trainable, adapter=a.name)  # type: ignore[arg-type]
+            _prepare(pol, config)
+            policies[a.name] = pol
+        return PolicySet(policies, {a.name: a.name for a in agents}, "lora")
+
+    if topo.specialization == "full":
+        policies = {}
+        for a in agents:
+            model, tok = load_model(config.agent_model(a), dtype=config.model.dtype, device=device)
+            pol = Policy(a.name, model, tok, (a.name,), a.trainable)
+            if need_ref and a.trainable:
+                pol.ref_model = _frozen_copy(model)
+            _prepare(pol, config)
+            policies[a.name] = pol
+        return PolicySet(policies, {a.name: a.name for a in agents}, "full")
+
+    raise ValueError(f"unknown specialization {topo.specialization!r}")
+
+
+def _frozen_copy(model: PreTrainedModel) -> PreTrainedModel:
+    ref = copy.deepcopy(model)
+    ref.eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
+
+
+def _prepare(policy: Policy, config: RunConfig) -> None:
+    """Collect the policy's trainable parameters and give it an AdamW optimizer."""
+    model = policy.model
+    if config.model.gradient_checkpointing and policy.trainable:
+        model.gradient_checkpointing_enable()
+    if policy.adapter is not None:
+        suffix = f".{policy.adapter}.weight"
+        params = [p for n, p in model.named_parameters() if "lora_" in n and n.endswith(suffix)]
+        for p in params:
+            p.requires_grad_(policy.trainable)
+    else:
+        params = list(model.parameters())
+        for p in params:
+            p.requires_grad_(policy.trainable)
+    policy.params = params if policy.trainable else []
+    if policy.trainable:
+        policy.optimizer = torch.optim.AdamW(
+            policy.params, lr=config.optim.lr, weight_decay=config.optim.weight_decay, betas=(0.9, 0.99)
+        )
+
+
+# -- checkpoints ----------------------------------------------------------------------------------
+
+
+def save_policies(policies: PolicySet, folder: Path) -> None:
+    """Save each policy in HF/PEFT format: `folder/<agent>/` (an adapter or a full model);
+    `folder/shared/` for single/prompt."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for pol in policies.policies.values():
+        target = folder / pol.name
+        if pol.adapter is not None:
+            assert isinstance(pol.model, PeftModel)
+            tmp = folder / f".{pol.name}.tmp"
+            pol.model.save_pretrained(str(tmp), selected_adapters=[pol.adapter])
+            # PEFT writes non-default adapters into a subfolder named after the adapter.
+            src = tmp / pol.adapter if (tmp / pol.adapter).is_dir() else tmp
+            src.rename(target)
+            _rmtree(tmp)
+        else:
+            pol.model.save_pretrained(str(target), safe_serialization=True)
+        pol.tokenizer.save_pretrained(str(target))
+
+
+def load_policy_weights(policies: PolicySet, folder: Path) -> None:
+    """Load weights saved by `save_policies` into already-built policies (for resume/eval)."""
+    for pol in policies.policies.values():
+        src = folder / pol.name
+        if not src.is_dir():
+            raise FileNotFoundError(f"checkpoint {folder} has no folder for policy {pol.name!r}")
+        if pol.adapter is not None:
+            assert isinstance(pol.model, PeftModel)
+            state = load_file(str(src / "adapter_model.safetensors"))
+            result = set_peft_model_state_dict(pol.model, state, adapter_name=pol.adapter)
+            unexpected = getattr(result, "unexpected_keys", [])
+            if unexpected:
+                raise RuntimeError(f"adapter {pol.adapter}: unexpected keys in checkpoint: {unexpected[:3]}")
+        else:
+            files = sorted(src.glob("*.safetensors"))
+            if not files:
+                raise FileNotFoundError(f"no safetensors weights in {src}")
+            state = {}
+            for f in files:
+                state.update(load_file(str(f)))
+            missing, unexpected = pol.model.load_state_dict(state, strict=False)
+            # tied embeddings are saved once; anything else missing is an error
+            real_missing = [k for k in missing if "lm_head" not in k]
+            if real_missing or unexpected:
+                raise RuntimeError(f"policy {pol.name}: checkpoint mismatch (missing {real_missing[:3]}, unexpected {unexpected[:3]})")
+
+
+def _rmtree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

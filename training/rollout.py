@@ -1,0 +1,249 @@
+"""Rollouts: agents act in an environment; every sampled action is scored.
+
+AT-GRPO tree sampling (`rollout_tree`): for each task, at each turn, the acting agent samples
+K candidate actions from the same state; the environment scores every candidate; the K form one
+GRPO group keyed by (task, turn, agent); the episode continues from the best-scoring candidate.
+All tasks' candidates for one agent are generated in one batch, the prompt prefill shared.
+
+Plain GRPO (`rollout_independent`): K independent trajectories per task; each agent's samples
+in a trajectory share that trajectory's reward; groups are keyed by (task, agent).
+
+Candidate reward = alpha * team reward + local reward (+ an optional TRL-style reward function).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from agents.base import Environment, State, StepResult
+from training.config import RunConfig
+from training.generation import Generation, GenerationStats, generate
+from training.policies import PolicySet
+
+RewardFn = Callable[..., list[float]]
+GroupKey = tuple[Any, ...]
+
+
+@dataclass
+class Candidate:
+    text: str
+    token_ids: tuple[int, ...]
+    truncated: bool
+    team: float
+    local: float
+    reward: float
+    tool_output: str | None = None
+    advantage: float = 0.0
+    next_state: State | None = field(default=None, repr=False)
+
+
+@dataclass
+class Turn:
+    index: int
+    agent: str
+    role: str
+    prompt: str
+    prompt_ids: tuple[int, ...]
+    candidates: list[Candidate]
+    chosen: int
+    group: GroupKey
+    """The GRPO group this turn's candidates belong to."""
+
+
+@dataclass
+class Episode:
+    task_id: str
+    row: dict[str, Any]
+    turns: list[Turn]
+    state: State
+
+    @property
+    def success(self) -> bool:
+        return bool(self.state.success)
+
+    @property
+    def team_reward(self) -> float:
+        chosen = [t.candidates[t.chosen] for t in self.turns]
+        return chosen[-1].team if chosen else 0.0
+
+    def to_dict(self, step: int) -> dict[str, Any]:
+        """The JSON payload sinks receive (see training.events)."""
+        return {
+            "task_id": self.task_id,
+            "step": step,
+            "success": self.success,
+            "team_reward": self.team_reward,
+            "question": str(self.row.get("question") or self.row.get("prompt") or ""),
+            "turns": [
+                {
+                    "index": t.index,
+                    "agent": t.agent,
+                    "role": t.role,
+                    "prompt": t.prompt,
+                    "chosen": t.chosen,
+                    "candidates": [
+                        {
+                            "text": c.text,
+                            "reward": c.reward,
+                            "team": c.team,
+                            "local": c.local,
+                            "advantage": c.advantage,
+                            "tool_output": c.tool_output,
+                            "tokens": len(c.token_ids),
+                            "truncated": c.truncated,
+                        }
+                        for c in t.candidates
+                    ],
+                }
+                for t in self.turns
+            ],
+        }
+
+
+@dataclass
+class Sampler:
+    """What a rollout needs besides the tasks: the world, the policies and the knobs."""
+
+    env: Environment
+    policies: PolicySet
+    config: RunConfig
+    generator: torch.Generator
+    reward_fn: RewardFn | None = None
+    stats: GenerationStats = field(default_factory=GenerationStats)
+    pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=4))
+
+    def roles(self) -> tuple[str, ...]:
+        order = self.config.topology.order()
+        return tuple(dict.fromkeys(self.config.agent(n).role for n in order))
+
+    def prompt(self, agent: str, state: State) -> tuple[str, tuple[int, ...]]:
+        """Chat-formatted prompt for an agent: its role instructions, then what it observes."""
+        acfg = self.config.agent(agent)
+        tok = self.policies.for_agent(agent).tokenizer
+        instructions = acfg.instructions or getattr(self.env, "default_instructions", {}).get(acfg.role, "")
+        messages = []
+        if instructions:
+            messages.append({"role": "system", "content": instructions})
+        messages.append({"role": "user", "content": self.env.observe(state, acfg.role)})
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        assert isinstance(text, str)
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        return text, tuple(ids)
+
+    def sample(self, agent: str, prompt_ids: Sequence[tuple[int, ...]], n: int, temperature: float) -> list[list[Generation]]:
+        acfg = self.config.agent(agent)
+        policy = self.policies.for_agent(agent)
+        gen = self.config.generation
+        with policy.active() as model:
+            return generate(
+                model,
+                policy.tokenizer,
+                [list(p) for p in prompt_ids],
+                n=n,
+                max_new_tokens=acfg.max_new_tokens or gen.max_new_tokens,
+                temperature=temperature,
+                top_p=gen.top_p,
+                generator=self.generator,
+                stats=self.stats,
+            )
+
+    def train_temperature(self, agent: str) -> float:
+        t = self.config.agent(agent).temperature
+        return self.config.generation.temperature if t is None else t
+
+    def score(self, state: State, agent: str, prompt: str, generations: list[Generation]) -> list[Candidate]:
+        """Apply each generation to the same state (pure steps, run in parallel) and score it."""
+        role = self.config.agent(agent).role
+        results: list[StepResult] = list(
+            self.pool.map(lambda g: self.env.step(state, agent=agent, role=role, action=g.text), generations)
+        )
+        extra = [0.0] * len(generations)
+        if self.reward_fn is not None:
+            columns = {k: [v] * len(generations) for k, v in state.row.items()}
+            extra = [float(x) for x in self.reward_fn(prompts=[prompt] * len(generations), completions=[g.text for g in generations], **columns)]
+        alpha = self.config.grpo.alpha
+        return [
+            Candidate(
+                text=g.text,
+                token_ids=g.token_ids,
+                truncated=g.truncated,
+                team=r.team_reward,
+                local=r.local_reward + x,
+                reward=alpha * r.team_reward + r.local_reward + x,
+                tool_output=r.tool_output,
+                next_state=r.state,
+            )
+            for g, r, x in zip(generations, results, extra)
+        ]
+
+
+def start_episodes(sampler: Sampler, tasks: Sequence[tuple[str, dict[str, Any]]]) -> list[Episode]:
+    roles = sampler.roles()
+    return [Episode(tid, row, [], sampler.env.reset(row, task_id=tid, roles=roles)) for tid, row in tasks]
+
+
+def rollout_tree(sampler: Sampler, tasks: Sequence[tuple[str, dict[str, Any]]]) -> list[Episode]:
+    """AT-GRPO tree sampling over a batch of (task_id, row) pairs."""
+    cfg = sampler.config
+    order = cfg.topology.order()
+    episodes = start_episodes(sampler, tasks)
+    for turn in range(cfg.topology.max_turns):
+        agent = order[turn % len(order)]
+        active = [ep for ep in episodes if not ep.state.done]
+        if not active:
+            break
+        prompts = [sampler.prompt(agent, ep.state) for ep in active]
+        groups = sampler.sample(agent, [ids for _, ids in prompts], cfg.grpo.k, sampler.train_temperature(agent))
+        for ep, (text, ids), gens in zip(active, prompts, groups):
+            cands = sampler.score(ep.state, agent, text, gens)
+            best = max(range(len(cands)), key=lambda i: cands[i].reward)  # ties: first sampled
+            ep.turns.append(Turn(turn, agent, cfg.agent(agent).role, text, ids, cands, best, (ep.task_id, turn, agent)))
+            next_state = cands[best].next_state
+            assert next_state is not None
+            ep.state = next_state
+    return episodes
+
+
+def rollout_independent(
+    sampler: Sampler, tasks: Sequence[tuple[str, dict[str, Any]]], *, k: int, temperature: float | None = None
+) -> list[Episode]:
+    """K independent trajectories per task (plain GRPO; K=1 at eval temperature for evaluation).
+
+    Each turn samples one action per trajectory. Trajectories of one task share their first
+    prompt, so turn 0 is generated as n=k samples of each distinct prompt.
+    """
+    cfg = sampler.config
+    order = cfg.topology.order()
+    episodes = start_episodes(sampler, [task for task in tasks for _ in range(k)])
+    for turn in range(cfg.topology.max_turns):
+        agent = order[turn % len(order)]
+        active = [ep for ep in episodes if not ep.state.done]
+        if not active:
+            break
+        temp = sampler.train_temperature(agent) if temperature is None else temperature
+        prompts = [sampler.prompt(agent, ep.state) for ep in active]
+        if turn == 0 and k > 1:
+            firsts = prompts[::k]
+            gens = [g for group in sampler.sample(agent, [ids for _, ids in firsts], k, temp) for g in group]
+        else:
+            gens = [group[0] for group in sampler.sample(agent, [ids for _, ids in prompts], 1, temp)]
+        for ep, (text, ids), g in zip(active, prompts, gens):
+            (cand,) = sampler.score(ep.state, agent, text, [g])
+            ep.turns.append(Turn(turn, agent, cfg.agent(agent).role, text, ids, [cand], 0, (ep.task_id, agent)))
+            assert cand.next_state is not None
+            ep.state = cand.next_state
+    # plain GRPO credit: each agent's samples in a trajectory share alpha * final team + its locals
+    alpha = cfg.grpo.alpha
+    for ep in episodes:
+        final_team = ep.turns[-1].candidates[0].team if ep.turns else 0.0
+        for agent in {t.agent for t in ep.turns}:
+            mine = [t.candidates[0] for t in ep.turns if t.agent == agent]
+            ret = alpha * final_team + sum(c.local for c in mine)
+            for c in mine:
+                c.reward = ret
+    return episodes

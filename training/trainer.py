@@ -1,0 +1,422 @@
+"""The AT-GRPO training loop. Reads top to bottom, one step at a time:
+
+    rollout (tree sampling) -> score -> advantages per (task, turn, agent) -> update each policy
+    with its own agents' samples -> report (metrics, rollouts) -> evaluate / checkpoint
+
+Deviations worth knowing:
+- Groups whose rewards are all equal carry no signal; their samples are skipped in the update
+  (DAPO's dynamic-sampling filter), which saves the forward/backward on CPU. Their count is
+  reported as `zero_std_frac`.
+- With `num_iterations == 1` the old log-probs equal the new ones (ratio 1), so no extra forward
+  pass is spent on them (as TRL does); the reference pass runs only when `beta > 0`.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agents.envs import load_environment
+from agents.verifiers import load_reward_fn
+from training.config import RunConfig
+from training.data import Task, batch_indices, load_tasks
+from training.events import EventSink, StepMetrics
+from training.grpo import group_advantages, loss_stats, policy_loss, token_logprobs, zero_std_fraction
+from training.policies import Policy, PolicySet, build_policies, load_policy_weights, save_policies
+from training.rollout import Episode, Sampler, rollout_independent, rollout_tree
+
+STATE_FILE = "trainer_state.pt"
+
+
+@dataclass
+class TrainResult:
+    status: str
+    """`succeeded` or `cancelled`."""
+    step: int
+    final_metrics: dict[str, float] = field(default_factory=dict)
+    checkpoint: str | None = None
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Sample:
+    """One candidate completion as the update sees it."""
+
+    agent: str
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    advantage: float
+
+
+def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink) -> TrainResult:
+    """Run a whole training run. Raises on failure; returns `cancelled` when the sink asks to stop."""
+    config.validate()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
+    seed_everything(config.seed)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+
+    env = load_environment(config.topology.environment, **config.topology.env_args)
+    train_tasks, eval_tasks = load_tasks(config, env)
+    sink.log(f"{len(train_tasks)} training tasks, {len(eval_tasks)} held-out tasks ({env.name})")
+    t_load = time.perf_counter()
+    policies = build_policies(config)
+    sink.log(f"loaded {config.topology.specialization} policies {sorted(policies.policies)} in {time.perf_counter() - t_load:.1f}s")
+    generator = torch.Generator().manual_seed(config.seed)
+    reward_fn = load_reward_fn(config.data.reward_fn) if config.data.reward_fn else None
+    sampler = Sampler(env, policies, config, generator, reward_fn)
+
+    start_step = 0
+    if config.checkpoint.resume_from:
+        start_step = restore(Path(config.checkpoint.resume_from), policies, generator)
+        sink.log(f"resumed from {config.checkpoint.resume_from} at step {start_step}")
+
+    total = config.optim.steps
+    sink.run_started(total_steps=total, start_step=start_step)
+    result = TrainResult(status="succeeded", step=start_step)
+    if start_step == 0 and config.eval.every and eval_tasks:
+        result.evaluations += evaluate(sampler, eval_tasks, step=0, sink=sink)
+
+    step = start_step
+    last_ckpt: str | None = None
+    while step < total:
+        if sink.should_stop():
+            result.status = "cancelled"
+            sink.log(f"stop requested: saving a checkpoint at step {step}")
+            break
+        step += 1
+        metrics = train_step(sampler, train_tasks, step, sink)
+        result.final_metrics = metrics.values
+        if config.eval.every and eval_tasks and step % config.eval.every == 0 and step < total:
+            result.evaluations += evaluate(sampler, eval_tasks, step=step, sink=sink)
+        if config.checkpoint.every and step % config.checkpoint.every == 0 and step < total:
+            last_ckpt = save_checkpoint(out, step, policies, generator, config, sink)
+
+    if result.status == "succeeded" and config.eval.every and eval_tasks:
+        result.evaluations += evaluate(sampler, eval_tasks, step=step, sink=sink)
+    if step > start_step or last_ckpt is None:
+        last_ckpt = save_checkpoint(out, step, policies, generator, config, sink)
+    result.step, result.checkpoint = step, last_ckpt
+    sampler.pool.shutdown()
+    return result
+
+
+# == one training step =============================================================================
+
+
+def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) -> StepMetrics:
+    cfg = sampler.config
+    t0 = time.perf_counter()
+    gen_tokens0, gen_secs0 = sampler.stats.tokens, sampler.stats.seconds
+
+    # -- 1. rollout ------------------------------------------------------------------------------
+    batch = [tasks[i] for i in batch_indices(len(tasks), cfg.optim.tasks_per_step, step, cfg.seed)]
+    batch = [(f"{tid}@{step}", row) for tid, row in batch]
+    if cfg.grpo.sampling == "tree":
+        episodes = rollout_tree(sampler, batch)
+    else:
+        episodes = rollout_independent(sampler, batch, k=cfg.grpo.k)
+    t_rollout = time.perf_counter() - t0
+
+    # -- 2. advantages per group key -------------------------------------------------------------
+    cands = [(turn, c) for ep in episodes for turn in ep.turns for c in turn.candidates]
+    rewards = torch.tensor([c.reward for _, c in cands], dtype=torch.float32)  # (N,)
+    keys = [turn.group for turn, _ in cands]
+    adv = group_advantages(rewards, keys, scale=cfg.grpo.scale_rewards, eps=cfg.grpo.adv_eps)  # (N,)
+    for (_, c), a in zip(cands, adv.tolist()):
+        c.advantage = a
+    informative = _informative_groups(cands)
+
+    # -- 3. update each trainable policy with its own agents' samples -------------------------------
+    t1 = time.perf_counter()
+    per_agent: dict[str, dict[str, float]] = defaultdict(dict)
+    for policy in sampler.policies.trainable():
+        samples = [
+            Sample(turn.agent, turn.prompt_ids, c.token_ids, c.advantage)
+            for turn, c in cands
+            if turn.agent in policy.agents and cfg.agent(turn.agent).trainable and turn.group in informative and c.token_ids
+        ]
+        stats = update_policy(policy, samples, cfg, step)
+        for agent in policy.agents:
+            per_agent[agent].update(stats)
+    t_update = time.perf_counter() - t1
+
+    # -- 4. report -------------------------------------------------------------------------------
+    gen_tokens = sampler.stats.tokens - gen_tokens0
+    gen_secs = sampler.stats.seconds - gen_secs0
+    values = _rollout_metrics(episodes, cands, rewards, keys, per_agent)
+    values.update(
+        step_time=time.perf_counter() - t0,
+        rollout_time=t_rollout,
+        update_time=t_update,
+        tokens_per_s=gen_tokens / gen_secs if gen_secs else 0.0,
+        generated_tokens=float(gen_tokens),
+    )
+    metrics = StepMetrics(step=step, total_steps=cfg.optim.steps, values=values, agents=dict(per_agent))
+    sink.metrics(metrics)
+    sink.rollouts(step, [ep.to_dict(step) for ep in episodes])
+    return metrics
+
+
+def _informative_groups(cands: list[tuple[Any, Any]]) -> set[Any]:
+    by_group: dict[Any, list[float]] = defaultdict(list)
+    for turn, c in cands:
+        by_group[turn.group].append(c.reward)
+    return {g for g, rs in by_group.items() if len(rs) > 1 and max(rs) - min(rs) > 1e-9}
+
+
+def _rollout_metrics(
+    episodes: list[Episode], cands: list[tuple[Any, Any]], rewards: torch.Tensor, keys: list[Any], per_agent: dict[str, dict[str, float]]
+) -> dict[str, float]:
+    values = {
+        "reward/total": float(rewards.mean()),
+        "reward/team": float(np.mean([c.team for _, c in cands])),
+        "reward/local": float(np.mean([c.local for _, c in cands])),
+        "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+        "success": float(np.mean([ep.success for ep in episodes])),
+        "zero_std_frac": zero_std_fraction(rewards, keys),
+        "completion_len": float(np.mean([len(c.token_ids) for _, c in cands])),
+        "truncated": float(np.mean([c.truncated for _, c in cands])),
+        "turns": float(np.mean([len(ep.turns) for ep in episodes])),
+    }
+    by_agent: dict[str, list[tuple[Any, Any]]] = defaultdict(list)
+    for turn, c in cands:
+        by_agent[turn.agent].append((turn, c))
+    for agent, items in by_agent.items():
+        r = torch.tensor([c.reward for _, c in items])
+        per_agent[agent].update(
+            {
+                "reward/total": float(r.mean()),
+                "reward/team": float(np.mean([c.team for _, c in items])),
+                "reward/local": float(np.mean([c.local for _, c in items])),
+                "reward/std": float(r.std()) if len(r) > 1 else 0.0,
+                "success": float(np.mean([c.local > 0 for _, c in items])),
+                "completion_len": float(np.mean([len(c.token_ids) for _, c in items])),
+                "truncated": float(np.mean([c.truncated for _, c in items])),
+                "zero_std_frac": zero_std_fraction(r, [t.group for t, _ in items]),
+            }
+        )
+    return values
+
+
+# == the update ====================================================================================
+
+
+def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: int) -> dict[str, float]:
+    """GRPO update of one policy: `num_iterations` passes, micro-batched, clipped, one optimizer step each."""
+    assert policy.optimizer is not None
+    lr = _lr_at(cfg, step)
+    for group in policy.optimizer.param_groups:
+        group["lr"] = lr
+    if not samples:
+        return {"lr": lr, "samples": 0.0}
+    g = cfg.grpo
+    pad = policy.tokenizer.pad_token_id or 0
+    samples = sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
+    micro = [samples[i : i + cfg.optim.micro_batch_size] for i in range(0, len(samples), cfg.optim.micro_batch_size)]
+    batches = [_collate(mb, pad) for mb in micro]
+    total_tokens = sum(len(s.completion_ids) for s in samples)
+    max_len = max(len(s.completion_ids) for s in samples)
+    temperature = cfg.generation.temperature or 1.0
+
+    with policy.active() as model:
+        model.train()
+        old: list[torch.Tensor | None] = [None] * len(batches)
+        ref: list[torch.Tensor | None] = [None] * len(batches)
+        with torch.no_grad():
+            for i, b in enumerate(batches):
+                if g.num_iterations > 1:
+                    old[i] = token_logprobs(model, b["input_ids"], b["attention_mask"], b["completion_mask"], temperature=temperature)[0]
+                if g.beta > 0:
+                    with policy.reference() as ref_model:
+                        ref[i] = token_logprobs(ref_model, b["input_ids"], b["attention_mask"], b["completion_mask"], temperature=temperature)[0]
+
+        sums: dict[str, float] = defaultdict(float)
+        grad_norm = 0.0
+        for _ in range(g.num_iterations):
+            policy.optimizer.zero_grad(set_to_none=True)
+            for i, b in enumerate(batches):
+                logp, entropy = token_logprobs(model, b["input_ids"], b["attention_mask"], b["completion_mask"], temperature=temperature)  # (B, T)
+                old_i = old[i]
+                old_logp = old_i if old_i is not None else logp.detach()  # (B, T)
+                mask = b["loss_mask"]  # (B, T)
+                loss = policy_loss(
+                    logp, old_logp, b["advantages"], mask,
+                    eps_low=g.eps_low, eps_high=g.eps_high, loss_type=g.loss_type,
+                    ref_logp=ref[i], beta=g.beta, max_completion_length=max_len,
+                )
+                weight = _micro_weight(g.loss_type, mask, len(samples), total_tokens)
+                (loss * weight).backward()
+                n_tok = float(mask.sum())
+                sums["loss"] += float(loss) * weight
+                sums["entropy"] += float((entropy.detach() * mask).sum())
+                for name, value in loss_stats(logp.detach(), old_logp, b["advantages"], mask, g.eps_low, g.eps_high, ref_logp=ref[i]).items():
+                    sums[name] += value * n_tok
+                sums["_tokens"] += n_tok
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.params, cfg.optim.max_grad_norm))
+            policy.optimizer.step()
+        model.eval()
+
+    tok = max(sums.pop("_tokens"), 1.0)
+    out = {k: v / (tok if k != "loss" else g.num_iterations) for k, v in sums.items()}
+    out.update(grad_norm=grad_norm, lr=lr, samples=float(len(samples)))
+    return out
+
+
+def _collate(samples: list[Sample], pad: int) -> dict[str, torch.Tensor]:
+    """Prompts left-padded to P, completions right-padded to Tc: rows are [pad* prompt | completion pad*]."""
+    p_width = max(len(s.prompt_ids) for s in samples)
+    c_width = max(len(s.completion_ids) for s in samples)
+    ids = torch.full((len(samples), p_width + c_width), pad, dtype=torch.long)  # (B, P+Tc)
+    attn = torch.zeros_like(ids)  # (B, P+Tc)
+    comp = torch.zeros((len(samples), c_width), dtype=torch.long)  # (B, Tc)
+    for i, s in enumerate(samples):
+        p, c = len(s.prompt_ids), len(s.completion_ids)
+        ids[i, p_width - p : p_width] = torch.tensor(s.prompt_ids)
+        ids[i, p_width : p_width + c] = torch.tensor(s.completion_ids)
+        attn[i, p_width - p : p_width + c] = 1
+        comp[i, :c] = 1
+    return {
+        "input_ids": ids,
+        "attention_mask": attn,
+        "completion_mask": comp,
+        "loss_mask": comp.float(),  # (B, Tc)
+        "advantages": torch.tensor([s.advantage for s in samples], dtype=torch.float32),  # (B,)
+    }
+
+
+def _micro_weight(loss_type: str, mask: torch.Tensor, n_samples: int, n_tokens: int) -> float:
+    """Scale a micro-batch's loss so the accumulated gradient equals the full-batch loss's."""
+    if loss_type in ("dapo", "bnpo"):
+        return float(mask.sum()) / max(n_tokens, 1)
+    return mask.shape[0] / max(n_samples, 1)
+
+
+def _lr_at(cfg: RunConfig, step: int) -> float:
+    warm = cfg.optim.warmup_steps
+    return cfg.optim.lr * (min(1.0, step / warm) if warm else 1.0)
+
+
+# == evaluation =====================================================================================
+
+
+def evaluate(sampler: Sampler, tasks: list[Task], *, step: int, sink: EventSink | None = None) -> list[dict[str, Any]]:
+    """Held-out success for the team and per agent: greedy (eval_temperature), and sampled at the
+    training temperature when `eval.sampled`. Uses its own RNG so training draws are unchanged."""
+    cfg = sampler.config
+    tasks = tasks[: cfg.eval.size]
+    temps = [cfg.generation.eval_temperature]
+    if cfg.eval.sampled:
+        temps.append(cfg.generation.temperature)
+    saved = sampler.generator.get_state()
+    results = []
+    for temp in temps:
+        sampler.generator.manual_seed(cfg.seed + 99_991 * (step + 1))
+        episodes = rollout_independent(sampler, tasks, k=1, temperature=temp)
+        agents: dict[str, dict[str, float]] = {}
+        for name in dict.fromkeys(cfg.topology.order()):
+            mine = [t.candidates[0] for ep in episodes for t in ep.turns if t.agent == name]
+            agents[name] = {
+                "success": float(np.mean([c.local > 0 for c in mine])) if mine else 0.0,
+                "reward": float(np.mean([c.local for c in mine])) if mine else 0.0,
+            }
+        result = {
+            "step": step,
+            "split": "eval",
+            "temperature": temp,
+            "n": len(episodes),
+            "team": {"success": float(np.mean([ep.success for ep in episodes])) if episodes else 0.0},
+            "agents": agents,
+            "examples": [ep.to_dict(step) for ep in episodes[:3]],
+        }
+        results.append(result)
+        if sink is not None:
+            sink.evaluation(result)
+    sampler.generator.set_state(saved)
+    return results
+
+
+def evaluate_checkpoint(config: RunConfig, checkpoint: str | Path | None, *, sink: EventSink | None = None) -> list[dict[str, Any]]:
+    """Evaluate base models (checkpoint None) or a saved checkpoint on the run's held-out tasks."""
+    env = load_environment(config.topology.environment, **config.topology.env_args)
+    _, eval_tasks = load_tasks(config, env)
+    policies = build_policies(config)
+    step = 0
+    if checkpoint is not None:
+        load_policy_weights(policies, Path(checkpoint))
+        state_file = Path(checkpoint) / STATE_FILE
+        if state_file.exists():
+            step = int(torch.load(state_file, weights_only=False)["step"])
+    sampler = Sampler(env, policies, config, torch.Generator().manual_seed(config.seed))
+    try:
+        return evaluate(sampler, eval_tasks, step=step, sink=sink)
+    finally:
+        sampler.pool.shutdown()
+
+
+# == checkpoints =====================================================================================
+
+
+def save_checkpoint(out: Path, step: int, policies: PolicySet, generator: torch.Generator, cfg: RunConfig, sink: EventSink) -> str:
+    """`out/checkpoints/step-NNNNNN/`: one HF/PEFT folder per policy plus optimizer, RNG and step
+    state. Written to a temp folder and renamed, so a crash never leaves half a checkpoint."""
+    root = out / "checkpoints"
+    final = root / f"step-{step:06d}"
+    tmp = root / f".step-{step:06d}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_policies(policies, tmp)
+    torch.save(
+        {
+            "step": step,
+            "optimizers": {name: p.optimizer.state_dict() for name, p in policies.policies.items() if p.optimizer},
+            "generator": generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "python_rng": random.getstate(),
+            "numpy_rng": np.random.get_state(),
+            "config": cfg.to_yaml(),
+        },
+        tmp / STATE_FILE,
+    )
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    if cfg.checkpoint.keep:
+        kept = sorted(p for p in root.glob("step-*") if p.is_dir())
+        for old in kept[: -cfg.checkpoint.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    sink.checkpoint(step, str(final))
+    return str(final)
+
+
+def restore(folder: Path, policies: PolicySet, generator: torch.Generator) -> int:
+    """Load weights, optimizer and RNG state from a checkpoint; return its step."""
+    state_file = folder / STATE_FILE
+    if not state_file.is_file():
+        raise FileNotFoundError(f"{folder} is not a Troupe checkpoint (no {STATE_FILE})")
+    load_policy_weights(policies, folder)
+    state = torch.load(state_file, weights_only=False)
+    for name, opt_state in state["optimizers"].items():
+        opt = policies.policies[name].optimizer
+        if opt is not None:
+            opt.load_state_dict(opt_state)
+    generator.set_state(state["generator"])
+    torch.set_rng_state(state["torch_rng"])
+    random.setstate(state["python_rng"])
+    np.random.set_state(state["numpy_rng"])
+    return int(state["step"])
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
