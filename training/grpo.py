@@ -1,0 +1,225 @@
+"""The GRPO math: group advantages, the clipped policy loss, its metrics, per-token log-probs.
+
+Small pure functions, tested against naive Python-loop references (tests/training/test_grpo.py).
+Shapes: B sequences, T completion tokens, V vocabulary, N samples, G groups.
+
+    advantage   A_i = (r_i - mean(r_group)) / (std(r_group) + eps)
+    ratio       rho_t = exp(logp_t - old_logp_t)
+    token loss  l_t = -min(rho_t * A, clip(rho_t, 1 - eps_low, 1 + eps_high) * A) + beta * KL_t
+    KL (k3)     KL_t = exp(ref_t - logp_t) - (ref_t - logp_t) - 1
+
+References: GRPO (Shao et al. 2024, DeepSeekMath), DAPO (Yu et al. 2025: clip-higher, token-level
+mean), Dr. GRPO (Liu et al. 2025: no length or std normalisation), k3 KL estimator (Schulman 2020).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+# -- advantages ----------------------------------------------------------------------------------
+
+
+def _group_members(group_ids: Sequence[Hashable]) -> list[list[int]]:
+    """Indices of each group's members, groups in order of first appearance."""
+    members: dict[Hashable, list[int]] = {}
+    for i, key in enumerate(group_ids):
+        members.setdefault(key, []).append(i)
+    return list(members.values())
+
+
+def group_advantages(
+    rewards: Tensor, group_ids: Sequence[Hashable], scale: str = "group", eps: float = 1e-4
+) -> Tensor:
+    """Group-relative advantages: A = r - mean(group), divided by a std per `scale`.
+
+    `rewards` is (N,); `group_ids[i]` is sample i's group key (Troupe: (task, turn, agent)).
+    `scale`: "group" divides by (std(group) + eps) (GRPO), "batch" by (std(all rewards) + eps)
+    (as TRL's scale_rewards="batch"), "none" does not divide (Dr. GRPO). std is the unbiased
+    sample std. A group whose rewards are all equal, one-member groups included, gets exactly
+    0 (its mean is not computed in floating point, so no 1e-17 residue is amplified by 1/eps).
+    """
+    if rewards.dim() != 1 or rewards.numel() != len(group_ids):
+        raise ValueError(f"rewards must be (N,) with one group id each; got {tuple(rewards.shape)} and {len(group_ids)} ids")
+    if scale not in ("group", "batch", "none"):
+        raise ValueError(f"unknown scale {scale!r}; allowed: group, batch, none")
+    rewards = rewards.detach().float() if not rewards.is_floating_point() else rewards.detach()  # (N,)
+    centered = torch.zeros_like(rewards)  # (N,)
+    group_std = torch.zeros_like(rewards)  # (N,) std of each sample's group
+    for idx in _group_members(group_ids):
+        r = rewards[idx]  # (n,)
+        if bool((r == r[0]).all()):
+            continue  # zero-std group (or a single member): advantage 0
+        centered[idx] = r - r.mean()  # (n,)
+        group_std[idx] = r.std()  # (n,) unbiased
+    if scale == "group":
+        return centered / (group_std + eps)  # (N,)
+    if scale == "batch":
+        batch_std = rewards.std() if rewards.numel() > 1 else rewards.new_zeros(())  # ()
+        return centered / (batch_std + eps)  # (N,)
+    return centered  # (N,)
+
+
+def zero_std_fraction(rewards: Tensor, group_ids: Sequence[Hashable]) -> float:
+    """Fraction of groups whose rewards are all equal (one-member groups count): they carry no signal."""
+    groups = _group_members(group_ids)
+    if not groups:
+        return 0.0
+    flat = rewards.detach()  # (N,)
+    zero = sum(1 for idx in groups if bool((flat[idx] == flat[idx[0]]).all()))
+    return zero / len(groups)
+
+
+# -- the policy loss -----------------------------------------------------------------------------
+
+
+def policy_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    loss_type: str = "dapo",
+    ref_logp: Tensor | None = None,
+    beta: float = 0.0,
+    max_completion_length: int | None = None,
+) -> Tensor:
+    """Clipped surrogate loss l_t = -min(rho*A, clip(rho, 1-eps_low, 1+eps_high)*A) + beta*KL_t.
+
+    logp, old_logp, ref_logp, mask: (B, T); advantages: (B,). Gradients flow only through `logp`
+    (old_logp, ref_logp and advantages are detached). Aggregation by `loss_type`:
+      grpo     mean over each sequence's tokens, then over sequences (the GRPO paper)
+      bnpo     sum over tokens / number of tokens in the batch
+      dapo     the same here; DAPO divides by the tokens of the whole accumulated batch, so a
+               trainer accumulating micro-batches must weight each call by its token share
+      dr_grpo  sum over tokens / (B * max_completion_length)  (max_completion_length defaults to T)
+    Deviations from the papers: token counts are clamped to >= 1 so a fully masked row adds 0;
+    the KL term is added per token before aggregation (as in GRPO), not to the reward.
+    """
+    adv = advantages.detach()[:, None]  # (B, 1)
+    ratio = torch.exp(logp - old_logp.detach())  # (B, T)
+    clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)  # (B, T)
+    per_token = -torch.min(ratio * adv, clipped * adv)  # (B, T)
+    if beta > 0.0:
+        if ref_logp is None:
+            raise ValueError("beta > 0 needs ref_logp (the reference policy's log-probs)")
+        per_token = per_token + beta * k3_kl(logp, ref_logp.detach())  # (B, T)
+    mask = mask.to(per_token.dtype)  # (B, T)
+    if loss_type == "grpo":
+        return sequence_mean_loss(per_token, mask)
+    if loss_type in ("bnpo", "dapo"):
+        return token_mean_loss(per_token, mask)
+    if loss_type == "dr_grpo":
+        return constant_length_loss(per_token, mask, max_completion_length or mask.shape[1])
+    raise ValueError(f"unknown loss_type {loss_type!r}; allowed: grpo, bnpo, dr_grpo, dapo")
+
+
+def k3_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """Per-token k3 estimate of KL(policy || reference): exp(d) - d - 1 with d = ref - logp. (B, T)"""
+    d = ref_logp - logp  # (B, T)
+    return torch.exp(d) - d - 1.0  # (B, T)
+
+
+def sequence_mean_loss(per_token: Tensor, mask: Tensor) -> Tensor:
+    """`grpo`: mean over each sequence's masked tokens, then mean over sequences."""
+    per_seq = (per_token * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B,)
+    return per_seq.mean()  # ()
+
+
+def token_mean_loss(per_token: Tensor, mask: Tensor) -> Tensor:
+    """`bnpo` / `dapo`: sum over all masked tokens / number of masked tokens."""
+    return (per_token * mask).sum() / mask.sum().clamp(min=1.0)  # ()
+
+
+def constant_length_loss(per_token: Tensor, mask: Tensor, max_completion_length: int) -> Tensor:
+    """`dr_grpo`: sum over masked tokens / (B * max_completion_length), a length-independent constant."""
+    return (per_token * mask).sum() / (mask.shape[0] * max_completion_length)  # ()
+
+
+@torch.no_grad()
+def loss_stats(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    eps_low: float,
+    eps_high: float,
+    ref_logp: Tensor | None = None,
+) -> dict[str, float]:
+    """Dashboard metrics over the masked tokens: clip fractions and the mean k3 KL.
+
+    clip_low: ratio < 1 - eps_low with A < 0 (the clip binds); clip_high: ratio > 1 + eps_high
+    with A > 0; clip_region: either. `kl` only when `ref_logp` is given.
+    """
+    mask = mask.to(torch.bool)  # (B, T)
+    n = mask.sum().clamp(min=1).float()  # ()
+    ratio = torch.exp(logp - old_logp)  # (B, T)
+    adv = advantages[:, None]  # (B, 1)
+    low = (ratio < 1.0 - eps_low) & (adv < 0) & mask  # (B, T)
+    high = (ratio > 1.0 + eps_high) & (adv > 0) & mask  # (B, T)
+    stats = {
+        "clip_low": float(low.sum() / n),
+        "clip_high": float(high.sum() / n),
+        "clip_region": float((low | high).sum() / n),
+    }
+    if ref_logp is not None:
+        stats["kl"] = float((k3_kl(logp, ref_logp) * mask).sum() / n)
+    return stats
+
+
+# -- per-token log-probs -------------------------------------------------------------------------
+
+
+def token_logprobs(
+    model: Any,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    completion_mask: Tensor,
+    *,
+    temperature: float = 1.0,
+    chunk: int = 1024,
+) -> tuple[Tensor, Tensor]:
+    """Log-probs and entropies of the completion tokens, each (B, Tc).
+
+    `input_ids`/`attention_mask` are (B, L) prompt+completion (prompts left-padded, completions
+    right-padded); the completion is the last Tc = completion_mask.shape[1] positions. Logits are
+    divided by `temperature` (the sampling distribution; 0, greedy, scores the untempered one).
+    Entropy is a metric: computed without grad. Only the last Tc+1 logits are computed
+    (`logits_to_keep`), and log-softmax is never materialised for the whole batch: for `chunk`
+    token rows at a time, log p = logit[target] - logsumexp(logits), in float32. Positions outside
+    `completion_mask` are 0. Position ids follow the attention mask, as in `generate`.
+    Works for any HF causal LM, PEFT-wrapped too; gradients flow when grad is enabled.
+    """
+    tc = completion_mask.shape[1]
+    temperature = temperature if temperature > 0 else 1.0
+    position_ids = (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)  # (B, L)
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        logits_to_keep=tc + 1,
+        use_cache=False,
+    )
+    logits = out.logits[:, -(tc + 1) : -1, :]  # (B, Tc, V) position t predicts token t+1
+    targets = input_ids[:, -tc:]  # (B, Tc)
+    b, _, v = logits.shape
+    flat_logits = logits.reshape(b * tc, v)  # (B*Tc, V)
+    flat_targets = targets.reshape(b * tc)  # (B*Tc,)
+    logps, entropies = [], []
+    for start in range(0, b * tc, chunk):
+        rows = flat_logits[start : start + chunk].float() / temperature  # (C, V)
+        lse = torch.logsumexp(rows, dim=-1)  # (C,)
+        picked = rows.gather(1, flat_targets[start : start + chunk, None]).squeeze(1)  # (C,)
+        logps.append(picked - lse)  # (C,)
+        with torch.no_grad():
+            probs = torch.softmax(rows, dim=-1)  # (C, V)
+            entropies.append(lse.detach() - (probs * rows).sum(dim=-1))  # (C,) H = lse - E_p[logit]
+    keep = completion_mask.bool()  # (B, Tc)
+    logp = torch.cat(logps).reshape(b, tc)  # (B, Tc)
+    entropy = torch.cat(entropies).reshape(b, tc)  # (B, Tc)
+    return torch.where(keep, logp, 0.0), torch.where(keep, entropy, 0.0)  # (B, Tc), (B, Tc)
