@@ -1,0 +1,269 @@
+"""Run model-written Python in a locked-down child process.
+
+`run_python` starts a fresh interpreter (standard library only: `-s -S -B -P`, a clean
+environment, `PYTHONHASHSEED=0` so set ordering is reproducible) in a throwaway working
+directory, feeds it `stdin` from a file, reads its stdout and stderr incrementally with a
+byte cap, and kills its whole process group at the wall-clock timeout or when the output
+cap is hit. Inside, `agents/_sandbox_child.py` locks the process down before the model's
+code runs. The layers, each best-effort so that the sandbox works as root and as a normal
+user, with or without namespaces (the ones that took hold are in `SandboxResult.isolation`):
+
+- kernel: a new network namespace (no network at all); a private mount namespace where every
+  mount is read-only, the project, /home, /root, /run, /mnt, /srv and the temp directories
+  are hidden under empty tmpfs mounts, and the working directory is a fresh noexec tmpfs;
+- identity: root switches to uid/gid 65534 (nobody), all capabilities are dropped,
+  no-new-privs is set;
+- rlimits: CPU seconds, address space, file size, no new processes or threads, 32 open files;
+- Python: an audit hook that refuses sockets, fork/exec/subprocess, ctypes, and file access
+  outside the working directory (reading the standard library is allowed).
+
+Extra directories to hide can be listed, separated by `:`, in `TROUPE_SANDBOX_HIDE`
+(for example a data directory outside the project).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+"""The repository (or install) this package lives in; hidden from sandboxed code."""
+SANDBOX_UID = 65534
+"""The uid/gid a root parent switches the child to (nobody/nogroup on Debian)."""
+FILE_BYTES = 8 * 1024 * 1024
+"""The largest file the child may write (RLIMIT_FSIZE)."""
+DISK_MB = 64
+"""The size of the child's private tmpfs working directory, where one is available."""
+
+_CHILD = Path(__file__).with_name("_sandbox_child.py")
+_READ_CHUNK = 65536
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """What one sandboxed run produced."""
+
+    stdout: str
+    stderr: str
+    exit_code: int
+    """The process exit status; negative for a signal (as in `subprocess`)."""
+    timed_out: bool
+    output_truncated: bool
+    """stdout or stderr went over `max_output_bytes`; the process was stopped there."""
+    error: str | None
+    """Why the run failed at the sandbox level: "timeout", "memory limit", "cpu limit",
+    "output limit", "file size limit", "killed by SIGSEGV", "sandbox setup failed"; None
+    otherwise (a Python exception in the code shows as a non-zero exit code and a traceback)."""
+    duration_s: float
+    isolation: tuple[str, ...] = ()
+    """The protection layers that took hold (see the module docstring)."""
+
+    @property
+    def ok(self) -> bool:
+        """The code ran to completion with exit status 0 and hit no limit."""
+        return self.exit_code == 0 and self.error is None
+
+
+def run_python(
+    code: str,
+    *,
+    timeout_s: float = 5.0,
+    memory_mb: int = 256,
+    max_output_bytes: int = 16_384,
+    files: dict[str, str] | None = None,
+    stdin: str = "",
+) -> SandboxResult:
+    """Run `code` as a script in the sandbox; `files` are written to its working directory first."""
+    return _run(
+        code,
+        timeout_s=timeout_s,
+        memory_mb=memory_mb,
+        max_output_bytes=max_output_bytes,
+        files=files or {},
+        stdin=stdin,
+        audit_hook=True,
+    )
+
+
+def _hidden_paths() -> list[str]:
+    extra = [p for p in os.environ.get("TROUPE_SANDBOX_HIDE", "").split(":") if p]
+    temp = [tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"]
+    return [str(PROJECT_ROOT), *extra, "/home", "/root", "/run", "/var/run", "/mnt", "/media", "/srv", *temp]
+
+
+def _check_file_names(files: dict[str, str]) -> None:
+    for name in files:
+        p = PurePosixPath(name)
+        if not name or p.is_absolute() or ".." in p.parts or p.parts[:1] == (".",):
+            raise ValueError(f"sandbox file name {name!r} must be a relative path inside the working directory")
+
+
+def _run(
+    code: str,
+    *,
+    timeout_s: float,
+    memory_mb: int,
+    max_output_bytes: int,
+    files: dict[str, str],
+    stdin: str,
+    audit_hook: bool,
+) -> SandboxResult:
+    """`run_python` with the audit hook switchable, so tests can check the kernel layers alone."""
+    _check_file_names(files)
+    start = time.monotonic()
+    root = os.geteuid() == 0
+    workdir = tempfile.mkdtemp(prefix="troupe-sandbox-")
+    status_r, status_w = os.pipe()
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        with tempfile.TemporaryFile() as payload, tempfile.TemporaryFile() as stdin_file:
+            payload.write(json.dumps({"code": code, "files": files}).encode())
+            payload.seek(0)
+            stdin_file.write(stdin.encode())
+            stdin_file.seek(0)
+            config = {
+                "workdir": workdir,
+                "uid": SANDBOX_UID if root else None,
+                "gid": SANDBOX_UID if root else None,
+                "mask_paths": _hidden_paths(),
+                "memory_mb": memory_mb,
+                "cpu_s": math.ceil(timeout_s) + 1,
+                "file_bytes": FILE_BYTES,
+                "disk_mb": DISK_MB,
+                "payload_fd": payload.fileno(),
+                "status_fd": status_w,
+                "audit_hook": audit_hook,
+            }
+            env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}
+            cmd = [
+                os.path.realpath(sys.executable),  # the base interpreter, not the project's venv
+                "-s", "-S", "-B", "-P", "-u", "-X", "utf8",
+                str(_CHILD), json.dumps(config),
+            ]
+            proc = subprocess.Popen(
+                cmd,
+                stdin=stdin_file,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(payload.fileno(), status_w),
+                cwd=workdir,
+                env=env,
+                start_new_session=True,  # its own process group, killed as a whole
+            )
+        os.close(status_w)
+        status_w = -1
+        out, err, timed_out, truncated = _collect(proc, deadline=start + timeout_s, cap=max_output_bytes)
+        exit_code = proc.wait()
+        layers = _read_status(status_r)
+    finally:
+        if proc is not None and proc.poll() is None:
+            _kill(proc)
+            proc.wait()
+        for fd in (status_r, status_w):
+            if fd >= 0:
+                os.close(fd)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    stdout = out.decode("utf-8", errors="replace")
+    stderr = err.decode("utf-8", errors="replace")
+    return SandboxResult(
+        stdout=stdout,
+        stderr=stderr,
+        exit_code=exit_code,
+        timed_out=timed_out,
+        output_truncated=truncated,
+        error=_classify(exit_code, stderr, timed_out=timed_out, truncated=truncated, started=bool(layers)),
+        duration_s=time.monotonic() - start,
+        isolation=tuple(layers),
+    )
+
+
+def _collect(proc: subprocess.Popen[bytes], *, deadline: float, cap: int) -> tuple[bytes, bytes, bool, bool]:
+    """Read stdout and stderr until EOF, the deadline, or `cap` bytes on either; never more than cap each."""
+    assert proc.stdout is not None and proc.stderr is not None
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    bufs = {out_fd: bytearray(), err_fd: bytearray()}
+    timed_out = truncated = False
+    with selectors.DefaultSelector() as sel:
+        for fd in bufs:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(timeout=remaining):
+                fd = int(key.fd)
+                chunk = os.read(fd, _READ_CHUNK)
+                if not chunk:
+                    sel.unregister(fd)
+                    continue
+                buf = bufs[fd]
+                room = cap - len(buf)
+                buf += chunk[:room]
+                if len(chunk) > room:
+                    truncated = True
+            if truncated:
+                break
+    if timed_out or truncated:
+        _kill(proc)
+    else:
+        # Both pipes closed; the process should be exiting. Hold it to the same deadline.
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill(proc)
+    proc.stdout.close()
+    proc.stderr.close()
+    return bytes(bufs[out_fd]), bytes(bufs[err_fd]), timed_out, truncated
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        proc.kill()
+
+
+def _read_status(fd: int) -> list[str]:
+    os.set_blocking(fd, False)
+    try:
+        data = os.read(fd, 65536)
+    except BlockingIOError:
+        return []
+    try:
+        layers = json.loads(data) if data else []
+    except ValueError:
+        return []
+    return [str(x) for x in layers] if isinstance(layers, list) else []
+
+
+def _classify(exit_code: int, stderr: str, *, timed_out: bool, truncated: bool, started: bool) -> str | None:
+    if timed_out:
+        return "timeout"
+    if truncated:
+        return "output limit"
+    if exit_code == -signal.SIGXCPU:
+        return "cpu limit"
+    if exit_code == -signal.SIGXFSZ:
+        return "file size limit"
+    if exit_code < 0:
+        return f"killed by {signal.Signals(-exit_code).name}"
+    if not started:
+        return "sandbox setup failed" if exit_code != 0 else None
+    if exit_code != 0 and stderr.rstrip().rsplit("\n", 1)[-1].startswith("MemoryError"):
+        return "memory limit"
+    return None
