@@ -1,0 +1,330 @@
+"""vLLM generation backend (GPU only), colocated with training in the same process.
+
+The HF backend (`training.generation.generate`) runs everywhere; this one samples faster on a
+GPU. Both return the same `Generation`s, so the rollout code does not care which one ran.
+
+Which backend a run uses: `resolve_backend(config)` reads `generation.backend`:
+- `hf`: always the HF backend.
+- `auto`: vLLM when it can serve the run (`unavailable_reason` is None), else HF.
+- `vllm`: vLLM; when it cannot serve the run (vLLM not installed, no CUDA, a `full` topology
+  whose agents use different base models), a warning is logged and the run falls back to HF.
+
+How the trainer drives a `VLLMGenerator` (one per run, built after `build_policies`):
+- `generate(policy, prompts, n=..., ...)` instead of `training.generation.generate`.
+- `weights_changed(policy)` after every optimizer step of that policy, and after loading a
+  checkpoint into the policies. The new weights reach vLLM lazily, on the policy's next
+  `generate`:
+  - `lora`: the agent's adapter is saved to a fresh folder and served through a new
+    `LoRARequest` (new integer id), so vLLM loads it next to the frozen base without merging;
+    the previous request is removed from the engine.
+  - `single` / `prompt` / `full`: the policy's state dict is loaded into the vLLM model
+    (`model.load_weights`, HF parameter names). `full` agents share one engine when they share
+    a base model: the acting agent's weights are swapped in when the agent changes.
+- `sleep()` before the update phase: frees the KV cache and offloads vLLM's weights to CPU
+  memory (sleep level 1) so the optimizer has the GPU; the next `generate` wakes it up.
+- `close()` at the end of the run.
+
+vLLM version assumptions (written against vLLM 0.30.0, the release that pins torch==2.13.0
+like requirements.txt; TRL's colocate mode relies on the same calls):
+- `vllm.LLM(model=<HF folder>, distributed_executor_backend="external_launcher", ...)` keeps
+  the engine in this process (TRL "colocate"), so `LLM.apply_model(fn)` calls `fn(model)` on
+  the live `nn.Module` with no serialisation. It initialises torch.distributed from RANK,
+  LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (set here for a single process when
+  unset; torchrun sets them for multi-GPU runs). VLLM_ENABLE_V1_MULTIPROCESSING=0 is set too.
+- the model's `load_weights(iterable of (hf_name, tensor))` accepts Hugging Face checkpoint
+  names (it packs q/k/v and gate/up itself).
+- `LLM.generate(prompts, sampling_params, lora_request=..., use_tqdm=False)` takes
+  `TokensPrompt(prompt_token_ids=...)` prompts and one `SamplingParams` per prompt; with
+  `n > 1` and a seed, vLLM gives the i-th sample of a prompt the seed `seed + i`.
+- `CompletionOutput.token_ids` includes the stop token; `finish_reason` is "stop" or "length".
+- `LLM.sleep(level=1)` / `LLM.wake_up()` need `enable_sleep_mode=True` (CUDA only).
+- `LLM.llm_engine.remove_lora(lora_int_id)` unloads an adapter.
+- LoRA ranks must be one of `VLLM_LORA_RANKS`.
+If a later vLLM moves one of these, this module is the only place to change.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from training.config import RunConfig
+from training.generation import Generation, GenerationStats, stop_token_ids
+from training.models import data_dir, resolve_model_dir
+from training.policies import Policy, PolicySet
+
+log = logging.getLogger(__name__)
+
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+"""LoRA ranks vLLM accepts for `max_lora_rank`; the run's rank is rounded up to one of these."""
+
+
+# -- choosing a backend ---------------------------------------------------------------------------
+
+
+def installed() -> bool:
+    """True when the vllm package is installed (it is not imported: that takes seconds)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+def available() -> bool:
+    """True when vLLM is installed and CUDA is usable."""
+    if not installed():
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def unavailable_reason(config: RunConfig) -> str | None:
+    """Why vLLM cannot serve this run, or None when it can."""
+    if not installed():
+        return "vLLM is not installed (it ships in the GPU image: requirements-gpu.txt)"
+    if not available():
+        return "CUDA is not available"
+    if config.topology.specialization == "full":
+        sources = {config.agent_model(config.agent(name)) for name in config.topology.order()}
+        if len(sources) > 1:
+            return f"the agents use {len(sources)} different base models and one process runs one vLLM engine"
+    return None
+
+
+def resolve_backend(config: RunConfig) -> str:
+    """`hf` or `vllm` for this run, from `generation.backend` (see the module docstring)."""
+    requested = config.generation.backend
+    if requested == "hf":
+        return "hf"
+    reason = unavailable_reason(config)
+    if reason is None:
+        return "vllm"
+    if requested == "vllm":
+        log.warning("generation.backend is vllm but %s: falling back to the HF backend", reason)
+    else:
+        log.info("generation.backend auto: using the HF backend (%s)", reason)
+    return "hf"
+
+
+# -- the generator --------------------------------------------------------------------------------
+
+
+class VLLMGenerator:
+    """One in-process vLLM engine serving every policy of a run (see the module docstring)."""
+
+    def __init__(self, config: RunConfig, policies: PolicySet, *, engine_kwargs: dict[str, Any] | None = None):
+        try:
+            from vllm import LLM  # type: ignore[import-not-found, unused-ignore]
+        except ImportError as exc:
+            raise RuntimeError(
+                f"the vLLM backend needs vllm, which cannot be imported ({exc}); "
+                "use generation.backend: hf or auto, or run on the GPU image"
+            ) from exc
+        self.policies = policies
+        self.specialization = policies.specialization
+        sources = {config.agent_model(config.agent(name)) for name in policies.agent_policy}
+        if len(sources) != 1:
+            raise ValueError(f"one vLLM engine serves one base model; this run uses {sorted(sources)}")
+        self.model_dir = resolve_model_dir(sources.pop())
+        self.adapter_root = Path(tempfile.mkdtemp(prefix="vllm-adapters-", dir=data_dir()))
+
+        adapters = [p for p in policies.policies.values() if p.adapter is not None]
+        lora: dict[str, Any] = {}
+        if adapters:
+            lora = {
+                "enable_lora": True,
+                "max_loras": len(adapters),
+                "max_cpu_loras": 2 * len(adapters),
+                "max_lora_rank": lora_rank_for_vllm(config.lora.r),
+            }
+        _single_process_distributed_env()
+        self.llm = LLM(
+            model=str(self.model_dir),
+            dtype=vllm_dtype(config.model.dtype),
+            seed=config.seed,
+            gpu_memory_utilization=config.generation.vllm_gpu_memory_utilization,
+            enable_sleep_mode=True,
+            distributed_executor_backend="external_launcher",
+            **lora,
+            **(engine_kwargs or {}),
+        )
+        self.asleep = False
+        self._lora_requests: dict[str, Any] = {}
+        """Policy name -> the LoRARequest serving its newest adapter (lora only)."""
+        self._next_lora_id = 1
+        self._loaded: str | None = None
+        """The policy whose weights the engine holds (single/prompt/full); None: the base's."""
+        self._stale: set[str] = set(policies.policies)
+        """Policies whose weights changed since vLLM last saw them; all of them at the start,
+        since the policies may already have been loaded from a checkpoint."""
+
+    # -- the trainer's calls ------------------------------------------------------------------
+
+    def generate(
+        self,
+        policy: Policy,
+        prompts: list[list[int]],
+        *,
+        n: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stats: GenerationStats | None = None,
+    ) -> list[list[Generation]]:
+        """Sample `n` completions for each prompt (token ids) with `policy`'s current weights.
+
+        Same result as `training.generation.generate`. `seed` makes sampling reproducible: the
+        j-th sample of prompt b uses seed `seed + b * n + j`.
+        """
+        from vllm import SamplingParams  # type: ignore[import-not-found, unused-ignore]
+        from vllm.inputs import TokensPrompt  # type: ignore[import-not-found, unused-ignore]
+
+        if not prompts:
+            return []
+        t0 = time.perf_counter()
+        self._wake_up()
+        lora_request = self._sync(policy)
+        stops = stop_token_ids(policy.model, policy.tokenizer)
+        params = [
+            SamplingParams(
+                n=n,
+                temperature=temperature,
+                top_p=top_p,
+                max_tokens=max_new_tokens,
+                seed=None if seed is None else seed + b * n,
+                stop_token_ids=stops,
+                detokenize=False,  # text is decoded below with the policy's tokenizer, as in the HF backend
+            )
+            for b in range(len(prompts))
+        ]
+        outputs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
+            params,
+            lora_request=lora_request,
+            use_tqdm=False,
+        )
+        results = to_generations(outputs, policy.tokenizer)
+        if stats is not None:
+            stats.tokens += sum(len(g.token_ids) for group in results for g in group)
+            stats.seconds += time.perf_counter() - t0
+        return results
+
+    def weights_changed(self, policy: Policy | None = None) -> None:
+        """Tell the engine a policy's weights changed (None: every policy). Call it after each
+        optimizer step and after loading a checkpoint; the weights are pushed on the next generate."""
+        self._stale.update([policy.name] if policy is not None else self.policies.policies)
+
+    def sleep(self) -> None:
+        """Free the KV cache and move vLLM's weights to CPU memory until the next `generate`."""
+        if not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def close(self) -> None:
+        """Drop the engine and the adapter folders. The GPU memory is fully released when the
+        process exits (the Celery worker runs one run per process)."""
+        del self.llm
+        shutil.rmtree(self.adapter_root, ignore_errors=True)
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _wake_up(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+
+    def _sync(self, policy: Policy) -> Any:
+        """Make the engine generate with `policy`'s current weights; returns its LoRARequest or None."""
+        if policy.adapter is not None:
+            if policy.name in self._stale or policy.name not in self._lora_requests:
+                self._refresh_adapter(policy)
+            return self._lora_requests[policy.name]
+        if policy.name in self._stale or self._loaded != policy.name:
+            self._load_weights(policy)
+        return None
+
+    def _refresh_adapter(self, policy: Policy) -> None:
+        """Save the agent's adapter to a fresh folder and serve it under a new LoRA id."""
+        from vllm.lora.request import LoRARequest  # type: ignore[import-not-found, unused-ignore]
+
+        lora_id = self._next_lora_id
+        self._next_lora_id += 1
+        folder = save_adapter(policy, self.adapter_root / f"{policy.name}-{lora_id}")
+        old = self._lora_requests.get(policy.name)
+        self._lora_requests[policy.name] = LoRARequest(
+            lora_name=f"{policy.name}-{lora_id}", lora_int_id=lora_id, lora_path=str(folder)
+        )
+        if old is not None:
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(Path(old.lora_path), ignore_errors=True)
+        self._stale.discard(policy.name)
+
+    def _load_weights(self, policy: Policy) -> None:
+        """Copy the policy's full weights into the vLLM model (no disk round trip)."""
+        weights = [(name, tensor.detach()) for name, tensor in policy.model.state_dict().items()]
+        self.llm.apply_model(lambda model: model.load_weights(weights))
+        self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+        self._loaded = policy.name
+        self._stale.discard(policy.name)
+
+
+# -- small pure helpers (tested on CPU) -----------------------------------------------------------
+
+
+def save_adapter(policy: Policy, folder: Path) -> Path:
+    """Write one agent's PEFT adapter (adapter_config.json + safetensors) and return the folder
+    that holds it (PEFT puts a non-default adapter in a subfolder named after it)."""
+    assert policy.adapter is not None
+    policy.model.save_pretrained(str(folder), selected_adapters=[policy.adapter])
+    nested = folder / policy.adapter
+    return nested if (nested / "adapter_config.json").is_file() else folder
+
+
+def to_generations(outputs: list[Any], tokenizer: Any) -> list[list[Generation]]:
+    """vLLM `RequestOutput`s (one per prompt, in prompt order) -> lists of `Generation`s."""
+    results = []
+    for out in outputs:
+        group = []
+        for completion in sorted(out.outputs, key=lambda c: c.index):
+            ids = tuple(int(t) for t in completion.token_ids)
+            group.append(
+                Generation(
+                    token_ids=ids,
+                    text=tokenizer.decode(ids, skip_special_tokens=True),
+                    truncated=completion.finish_reason == "length",
+                )
+            )
+        results.append(group)
+    return results
+
+
+def lora_rank_for_vllm(r: int) -> int:
+    """The smallest rank vLLM accepts for `max_lora_rank` that fits a rank-`r` adapter."""
+    for rank in VLLM_LORA_RANKS:
+        if r <= rank:
+            return rank
+    raise ValueError(f"lora.r={r} is above vLLM's largest LoRA rank {VLLM_LORA_RANKS[-1]}")
+
+
+def vllm_dtype(dtype: str) -> str:
+    """`model.dtype` for vLLM: `auto` means bfloat16 on GPU, as in `training.models.load_model`
+    (vLLM's own `auto` would follow the checkpoint, float32 for the bundled model)."""
+    return "bfloat16" if dtype == "auto" else dtype
+
+
+def _single_process_distributed_env() -> None:
+    """`external_launcher` initialises torch.distributed from the environment; outside torchrun
+    this process is rank 0 of 1. The engine core must run in this process (apply_model)."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
+        os.environ.setdefault(key, value)
+    if "MASTER_PORT" not in os.environ:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
