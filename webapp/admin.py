@@ -1,0 +1,182 @@
+"""Every model in the admin: useful columns, filters, search; actions call services."""
+
+# ruff: noqa: RUF012  (Django's declarative class attributes: Meta, admin options)
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from webapp import services
+from webapp.models import (
+    Agent,
+    Checkpoint,
+    Dataset,
+    Evaluation,
+    LogLine,
+    Membership,
+    MetricPoint,
+    ModelSource,
+    Rollout,
+    Run,
+    Team,
+    Topology,
+    TopologyAgent,
+)
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 1
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ["name", "created"]
+    search_fields = ["name"]
+    inlines = [MembershipInline]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["user", "team", "role", "created"]
+    list_filter = ["role", "team"]
+    search_fields = ["user__username", "team__name"]
+    autocomplete_fields = ["user", "team"]
+
+
+@admin.register(ModelSource)
+class ModelSourceAdmin(admin.ModelAdmin):
+    list_display = ["name", "source", "team", "created"]
+    list_filter = ["team"]
+    search_fields = ["name", "source", "notes"]
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    list_display = ["name", "role", "model_source", "trainable", "temperature", "max_new_tokens", "team", "updated"]
+    list_filter = ["team", "role", "trainable", "model_source"]
+    search_fields = ["name", "role", "instructions"]
+    list_select_related = ["team", "model_source"]
+    actions = ["duplicate"]
+
+    @admin.action(description="Duplicate selected agents")
+    def duplicate(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
+        copies = [services.agent_duplicate(agent=agent) for agent in queryset]
+        self.message_user(request, f"Created {', '.join(a.name for a in copies)}.", messages.SUCCESS)
+
+
+class TopologyAgentInline(admin.TabularInline):
+    model = TopologyAgent
+    extra = 1
+    ordering = ["position"]
+    autocomplete_fields = ["agent"]
+
+
+@admin.register(Topology)
+class TopologyAdmin(admin.ModelAdmin):
+    list_display = ["name", "environment", "specialization", "max_turns", "agent_list", "team", "updated"]
+    list_filter = ["team", "environment", "specialization"]
+    search_fields = ["name", "environment", "members__agent__name"]
+    inlines = [TopologyAgentInline]
+    actions = ["duplicate"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Topology]:
+        return super().get_queryset(request).select_related("team").prefetch_related("members__agent")
+
+    @admin.display(description="agents")
+    def agent_list(self, obj: Topology) -> str:
+        return " → ".join(m.agent.name for m in obj.members.all())
+
+    @admin.action(description="Duplicate selected topologies")
+    def duplicate(self, request: HttpRequest, queryset: QuerySet[Topology]) -> None:
+        copies = [services.topology_duplicate(topology=t) for t in queryset]
+        self.message_user(request, f"Created {', '.join(t.name for t in copies)}.", messages.SUCCESS)
+
+
+@admin.register(Dataset)
+class DatasetAdmin(admin.ModelAdmin):
+    list_display = ["name", "kind", "environment", "format", "row_count", "eval_fraction", "status", "team", "created"]
+    list_filter = ["team", "kind", "environment", "format", "status"]
+    search_fields = ["name", "original_filename", "environment"]
+    readonly_fields = ["file", "original_filename", "format", "size_bytes", "row_count", "schema", "preview", "status", "status_message"]
+    actions = ["revalidate"]
+
+    @admin.action(description="Re-validate selected datasets")
+    def revalidate(self, request: HttpRequest, queryset: QuerySet[Dataset]) -> None:
+        results = [services.dataset_revalidate(dataset=d) for d in queryset]
+        bad = [d.name for d in results if d.status != Dataset.Status.VALID]
+        self.message_user(request, f"{len(results) - len(bad)} valid" + (f"; invalid: {', '.join(bad)}" if bad else ""))
+
+
+class CheckpointInline(admin.TabularInline):
+    model = Checkpoint
+    extra = 0
+    readonly_fields = ["step", "path", "created"]
+    can_delete = False
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = ["id", "name", "status", "step", "total_steps", "owner", "topology", "dataset", "team", "created", "worker"]
+    list_filter = ["status", "team", "cancel_requested", "created"]
+    search_fields = ["name", "owner__username", "topology__name", "dataset__name", "error_message", "celery_task_id"]
+    list_select_related = ["owner", "topology", "dataset", "team"]
+    date_hierarchy = "created"
+    readonly_fields = [
+        "config_yaml", "status", "step", "total_steps", "final_metrics", "created", "started", "finished", "heartbeat",
+        "error_message", "traceback", "resumed_from", "out_dir", "cancel_requested", "celery_task_id", "worker",
+    ]
+    inlines = [CheckpointInline]
+    actions = ["cancel"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # runs start from the run form, which builds and validates the RunConfig
+
+    @admin.action(description="Cancel selected runs")
+    def cancel(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
+        runs = [services.run_cancel(run=run) for run in queryset.filter(status__in=Run.ACTIVE)]
+        self.message_user(request, f"Cancelled or asked to stop {len(runs)} run(s).", messages.SUCCESS)
+
+
+@admin.register(MetricPoint)
+class MetricPointAdmin(admin.ModelAdmin):
+    list_display = ["run", "step", "time"]
+    list_filter = ["run__team"]
+    search_fields = ["run__name"]
+    raw_id_fields = ["run"]
+
+
+@admin.register(Rollout)
+class RolloutAdmin(admin.ModelAdmin):
+    list_display = ["run", "step", "episode", "success", "team_reward", "agent_names"]
+    list_filter = ["success", "run__team"]
+    search_fields = ["run__name"]
+    raw_id_fields = ["run"]
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(admin.ModelAdmin):
+    list_display = ["run", "step", "path", "created"]
+    list_filter = ["run__team"]
+    search_fields = ["run__name", "path"]
+    raw_id_fields = ["run"]
+
+
+@admin.register(Evaluation)
+class EvaluationAdmin(admin.ModelAdmin):
+    list_display = ["run", "step", "temperature", "team_success", "created"]
+    list_filter = ["temperature", "run__team"]
+    search_fields = ["run__name"]
+    raw_id_fields = ["run"]
+
+
+@admin.register(LogLine)
+class LogLineAdmin(admin.ModelAdmin):
+    list_display = ["run", "time", "level", "message"]
+    list_filter = ["level", "run__team"]
+    search_fields = ["message", "run__name"]
+    raw_id_fields = ["run"]
+

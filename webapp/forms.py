@@ -1,0 +1,250 @@
+"""Forms parse and type-check input; the services decide what is allowed and save it."""
+
+# ruff: noqa: RUF012  (Django's declarative class attributes: Meta, admin options)
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from django import forms
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.urls import reverse_lazy
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from training.config import SPECIALIZATIONS, ConfigError, RunConfig
+from webapp.models import Agent, Dataset, ModelSource, Team, Topology
+from webapp.services import RUN_OVERRIDES, environment_names
+
+
+def _environment_field(**kwargs: Any) -> forms.ChoiceField:
+    """Installed environments; changing it refreshes the roles/fields hint (htmx)."""
+    widget = forms.Select(attrs={
+        "hx-get": reverse_lazy("environment_hint"), "hx-target": "#env-hint", "hx-swap": "outerHTML", "hx-trigger": "change",
+    })
+    return forms.ChoiceField(choices=lambda: [(n, n) for n in environment_names()], widget=widget, **kwargs)
+
+
+class ModelSourceForm(forms.ModelForm):
+    class Meta:
+        model = ModelSource
+        fields = ["name", "source", "notes"]
+        widgets = {"notes": forms.Textarea(attrs={"rows": 3})}
+
+
+class ToolsField(forms.CharField):
+    """Tool names as a comma-separated line, stored as a JSON list."""
+
+    def prepare_value(self, value: Any) -> Any:
+        return ", ".join(value) if isinstance(value, list) else value
+
+    def to_python(self, value: Any) -> list[str]:  # type: ignore[override]
+        text = super().to_python(value)
+        return [t.strip() for t in text.split(",") if t.strip()]
+
+
+class AgentForm(forms.ModelForm):
+    tools = ToolsField(required=False, help_text="Comma-separated tool names, e.g. python.")
+
+    class Meta:
+        model = Agent
+        fields = ["name", "role", "instructions", "model_source", "temperature", "max_new_tokens", "tools", "trainable"]
+        widgets = {"instructions": forms.Textarea(attrs={"rows": 8})}
+
+    def __init__(self, *args: Any, team: Team, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["model_source"].queryset = ModelSource.objects.filter(team=team)
+        self.fields["role"].widget.attrs["list"] = "known-roles"
+
+
+class OrderedAgentsWidget(forms.Widget):
+    """Numbered agent selects sharing one name; their order is the acting order."""
+
+    def __init__(self, slots: int = 4):
+        super().__init__()
+        self.slots = slots
+        self.choices: list[tuple[str, str]] = []
+
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> list[str]:
+        return data.getlist(name) if hasattr(data, "getlist") else list(data.get(name, []))
+
+    def render(self, name: str, value: Any, attrs: dict[str, Any] | None = None, renderer: Any = None) -> SafeString:
+        chosen = [str(v) for v in (value or []) if v not in ("", None)]
+        slots = chosen + [""] * max(self.slots - len(chosen), 1)
+        rows = []
+        for i, current in enumerate(slots, start=1):
+            options = format_html_join(
+                "", '<option value="{}"{}>{}</option>',
+                ((pk, " selected" if pk == current else "", label) for pk, label in [("", "—")] + self.choices),
+            )
+            rows.append(format_html(
+                '<li><span class="pos">{}</span><select name="{}" aria-label="Agent {}">{}</select></li>',
+                i, name, i, options,
+            ))
+        return format_html('<ol class="agent-order" id="id_{}">{}</ol>', name, format_html_join("", "{}", ((r,) for r in rows)))
+
+
+class OrderedAgentsField(forms.Field):
+    widget = OrderedAgentsWidget
+
+    def __init__(self, *, queryset: QuerySet[Agent] | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.queryset = queryset if queryset is not None else Agent.objects.none()
+
+    def set_queryset(self, queryset: QuerySet[Agent]) -> None:
+        self.queryset = queryset
+        self.widget.choices = [(str(a.pk), f"{a.name} · {a.role} · {a.model_source.name}") for a in queryset.select_related("model_source")]
+        self.widget.slots = max(3, min(len(self.widget.choices), 6))
+
+    def prepare_value(self, value: Any) -> Any:
+        return [a.pk if isinstance(a, Agent) else a for a in (value or [])]
+
+    def clean(self, value: Any) -> list[Agent]:
+        ids = [v for v in (value or []) if v not in ("", None)]
+        if not ids:
+            raise ValidationError("Add at least one agent.")
+        try:
+            by_id = self.queryset.in_bulk([int(v) for v in ids])
+        except ValueError:
+            raise ValidationError("Pick agents from the list.") from None
+        if len(by_id) != len(set(ids)):
+            raise ValidationError("Pick agents from the list.")
+        return [by_id[int(v)] for v in ids]
+
+
+class TopologyForm(forms.ModelForm):
+    environment = _environment_field()
+    agents = OrderedAgentsField(help_text="In acting order; each agent's role must exist in the environment.")
+    env_args = forms.JSONField(required=False, initial=dict, help_text='Environment arguments as JSON, e.g. {"level": 2}.')
+
+    class Meta:
+        model = Topology
+        fields = ["name", "environment", "env_args", "specialization", "max_turns"]
+
+    def __init__(self, *args: Any, team: Team, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        agents_field = self.fields["agents"]
+        assert isinstance(agents_field, OrderedAgentsField)
+        agents_field.set_queryset(Agent.objects.filter(team=team))
+        if self.instance.pk and not self.is_bound:
+            self.initial["agents"] = [a.pk for a in self.instance.ordered_agents()]
+        self.fields["specialization"].help_text = "; ".join(f"{k}: {v}" for k, v in Topology.SPECIALIZATION_HELP.items())
+
+    def clean_env_args(self) -> dict[str, Any]:
+        value = self.cleaned_data.get("env_args") or {}
+        if not isinstance(value, dict):
+            raise ValidationError('Give a JSON object, e.g. {"level": 2}.')
+        return value
+
+
+class DatasetUploadForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    environment = _environment_field(help_text="Rows must have the fields this environment needs.")
+    file = forms.FileField(help_text="JSONL (one JSON object per line) or CSV with a header row, UTF-8.")
+    eval_fraction = forms.FloatField(initial=0.1, min_value=0.0, max_value=0.9, help_text="Share of rows held out for evaluation.")
+
+
+class DatasetGeneratorForm(forms.ModelForm):
+    environment = _environment_field()
+    env_args = forms.JSONField(required=False, initial=dict, help_text='Generator arguments as JSON, e.g. {"level": 2}.')
+
+    class Meta:
+        model = Dataset
+        fields = ["name", "environment", "env_args", "size", "eval_size"]
+        labels = {"size": "Training tasks", "eval_size": "Held-out tasks"}
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["size"].required = True
+        self.fields["eval_size"].required = True
+        if not self.instance.pk:
+            self.initial.setdefault("size", 256)
+            self.initial.setdefault("eval_size", 100)
+
+    def clean_env_args(self) -> dict[str, Any]:
+        value = self.cleaned_data.get("env_args") or {}
+        if not isinstance(value, dict):
+            raise ValidationError('Give a JSON object, e.g. {"level": 2}.')
+        return value
+
+
+class DatasetUploadEditForm(forms.ModelForm):
+    class Meta:
+        model = Dataset
+        fields = ["name", "eval_fraction"]
+
+
+_DEFAULTS = RunConfig()
+
+
+class RunForm(forms.Form):
+    """Topology, dataset, the main hyperparameters (empty = the engine default) and advanced YAML."""
+
+    name = forms.CharField(max_length=200, required=False, help_text="Defaults to topology · dataset.")
+    topology = forms.ModelChoiceField(queryset=Topology.objects.none())
+    dataset = forms.ModelChoiceField(queryset=Dataset.objects.none())
+    specialization = forms.ChoiceField(
+        required=False, choices=[("", "the topology's")] + [(s, s) for s in SPECIALIZATIONS],
+        help_text="; ".join(f"{k}: {v}" for k, v in Topology.SPECIALIZATION_HELP.items()),
+    )
+    steps = forms.IntegerField(required=False, initial=_DEFAULTS.optim.steps, help_text="Training steps.")
+    k = forms.IntegerField(required=False, initial=_DEFAULTS.grpo.k, label="K (group size)",
+                           help_text="Candidates per (task, turn, agent).")
+    tasks_per_step = forms.IntegerField(required=False, initial=_DEFAULTS.optim.tasks_per_step)
+    lr = forms.FloatField(required=False, initial=_DEFAULTS.optim.lr, label="Learning rate", widget=forms.TextInput,
+                          help_text="LoRA usually wants ~1e-4; full fine-tuning 1e-6 to 1e-5.")
+    lora_r = forms.IntegerField(required=False, initial=_DEFAULTS.lora.r, label="LoRA r")
+    max_new_tokens = forms.IntegerField(required=False, initial=_DEFAULTS.generation.max_new_tokens)
+    temperature = forms.FloatField(required=False, initial=_DEFAULTS.generation.temperature, widget=forms.TextInput)
+    beta = forms.FloatField(required=False, initial=_DEFAULTS.grpo.beta, label="Beta (KL)", widget=forms.TextInput)
+    eval_every = forms.IntegerField(required=False, initial=_DEFAULTS.eval.every, help_text="Steps between evaluations; 0 disables.")
+    advanced_yaml = forms.CharField(
+        required=False, label="Advanced YAML",
+        widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false", "placeholder": "grpo:\n  alpha: 0.5\nseed: 1"}),
+        help_text="Any RunConfig fields, merged on top of everything above.",
+    )
+
+    def __init__(self, *args: Any, team: Team, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["topology"].queryset = Topology.objects.filter(team=team)  # type: ignore[attr-defined]
+        self.fields["dataset"].queryset = Dataset.objects.filter(team=team, status=Dataset.Status.VALID)  # type: ignore[attr-defined]
+
+    def overrides(self) -> dict[str, Any]:
+        """The RunConfig fields this form sets (`{"optim.lr": 1e-4}`); empty fields set nothing."""
+        values = {dotted: self.cleaned_data.get(name) for name, dotted in RUN_OVERRIDES.items()}
+        values["topology.specialization"] = self.cleaned_data.get("specialization") or None
+        return values
+
+    def run_name(self) -> str:
+        return self.cleaned_data.get("name") or f"{self.cleaned_data['topology'].name} · {self.cleaned_data['dataset'].name}"
+
+    def add_config_error(self, exc: ConfigError) -> None:
+        """Show an engine error next to the field it names; else at the advanced YAML box."""
+        self.add_error(self.field_for(exc.field), f"{exc.field}: {exc.message}")
+
+    def field_for(self, dotted: str) -> str:
+        if dotted == "yaml" or _yaml_sets(self.cleaned_data.get("advanced_yaml", ""), dotted):
+            return "advanced_yaml"
+        for name, target in RUN_OVERRIDES.items():
+            if dotted == target:
+                return name
+        if dotted.startswith(("topology", "model")):
+            return "topology"
+        if dotted.startswith("data"):
+            return "dataset"
+        return "advanced_yaml"
+
+
+def _yaml_sets(text: str, dotted: str) -> bool:
+    """Whether the advanced YAML sets this dotted field (so its error belongs at the YAML box)."""
+    try:
+        node: Any = yaml.safe_load(text or "")
+    except yaml.YAMLError:
+        return False
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part.split("[")[0] not in node:
+            return False
+        node = node[part.split("[")[0]]
+    return True

@@ -1,0 +1,22 @@
+"""`python manage.py seed_demo`: the demo team, its two logins and starter objects (idempotent)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from webapp import services
+
+
+class Command(BaseCommand):
+    help = "Create the demo team, an admin and a member login, models, agents, topologies and datasets (idempotent)."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        seed = services.demo_seed()
+        if seed.created:
+            self.stdout.write(f"Seeded {seed.team.name}: {', '.join(seed.created)}")
+        self.stdout.write(f"Logins for {seed.team.name}:")
+        for username, password, role, created in seed.logins:
+            note = "" if created else "  (existing account: password as you left it)"
+            self.stdout.write(f"  {role:<7} {username} / {password}{note}")

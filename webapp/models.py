@@ -1,0 +1,391 @@
+"""Troupe's data. Every object belongs to one team (directly, or through its run/topology).
+
+Rules about one row live here (`Run.is_active`, `Run.to_config()`, `Dataset.split`); workflows
+that touch several rows live in `webapp/services.py`.
+"""
+
+# ruff: noqa: RUF012  (Django's declarative class attributes: Meta, admin options)
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+from django.urls import reverse
+from django.utils import timezone
+
+from training.config import SPECIALIZATIONS, ConfigError, RunConfig, check_model_source
+
+agent_name_validator = RegexValidator(
+    r"^[A-Za-z][A-Za-z0-9_-]{0,39}$",
+    "Start with a letter; use letters, digits, - or _ (at most 40). "
+    "Checkpoints and LoRA adapters are named after the agent.",
+)
+
+
+class Team(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        ADMIN = "admin", "Admin"
+        MEMBER = "member", "Member"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "user"], name="membership_unique_team_user")]
+        ordering = ["team__name"]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.role})"
+
+
+class ModelSource(models.Model):
+    """A base model agents can use, named by an engine source string."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="model_sources")
+    name = models.CharField(max_length=100)
+    source = models.CharField(
+        max_length=500,
+        help_text="bundled:smollm2-135m-instruct, tiny-random:llama, local:/path/to/hf-model or hf:org/name",
+    )
+    notes = models.TextField(blank=True)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="modelsource_unique_team_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("model_source_edit", args=[self.pk])
+
+    def clean(self) -> None:
+        try:
+            check_model_source("source", self.source)
+        except ConfigError as exc:
+            raise ValidationError({"source": exc.message}) from None
+
+
+class Agent(models.Model):
+    """An LLM agent: a role in an environment, instructions, a model and sampling settings."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="agents")
+    name = models.CharField(max_length=40, validators=[agent_name_validator])
+    role = models.CharField(max_length=60, help_text="The environment role it plays (math_tool: tool or reasoner).")
+    instructions = models.TextField(blank=True, help_text="System prompt for the role.")
+    model_source = models.ForeignKey(ModelSource, on_delete=models.PROTECT, related_name="agents")
+    temperature = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0.0), MaxValueValidator(5.0)],
+        help_text="Sampling temperature in training; empty uses the run's.",
+    )
+    max_new_tokens = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(4096)],
+        help_text="Completion length cap per turn; empty uses the run's.",
+    )
+    tools = models.JSONField(default=list, blank=True, help_text="Names of the tools the agent may call.")
+    trainable = models.BooleanField(default=True, help_text="Untrainable agents act but are never updated.")
+    created = models.DateTimeField(default=timezone.now)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="agent_unique_team_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("agent_edit", args=[self.pk])
+
+    def clean(self) -> None:
+        if self.model_source_id and self.team_id and self.model_source.team_id != self.team_id:
+            raise ValidationError({"model_source": "Pick one of your team's models."})
+        if not isinstance(self.tools, list) or not all(isinstance(t, str) for t in self.tools):
+            raise ValidationError({"tools": "A list of tool names."})
+
+
+class Topology(models.Model):
+    """Ordered agents acting together in one environment."""
+
+    Specialization = models.TextChoices("Specialization", [(s, s) for s in SPECIALIZATIONS])
+    SPECIALIZATION_HELP = {
+        "single": "one agent acts (L0 baseline)",
+        "prompt": "one shared policy, roles differ by prompt (L1)",
+        "lora": "one LoRA adapter per agent on a frozen base (L2)",
+        "full": "one full model per agent (L3)",
+    }
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="topologies")
+    name = models.CharField(max_length=100)
+    environment = models.CharField(max_length=200)
+    env_args = models.JSONField(default=dict, blank=True)
+    max_turns = models.PositiveIntegerField(default=2, validators=[MinValueValidator(1), MaxValueValidator(64)])
+    specialization = models.CharField(max_length=10, choices=Specialization.choices, default="lora")
+    agents = models.ManyToManyField(Agent, through="TopologyAgent", related_name="topologies")
+    created = models.DateTimeField(default=timezone.now)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "topologies"
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="topology_unique_team_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("topology_edit", args=[self.pk])
+
+    def ordered_agents(self) -> list[Agent]:
+        return [ta.agent for ta in self.members.select_related("agent__model_source").order_by("position")]
+
+
+class TopologyAgent(models.Model):
+    topology = models.ForeignKey(Topology, on_delete=models.CASCADE, related_name="members")
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="memberships")
+    position = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["position"]
+        constraints = [
+            models.UniqueConstraint(fields=["topology", "position"], name="topologyagent_unique_position"),
+            models.UniqueConstraint(fields=["topology", "agent"], name="topologyagent_unique_agent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.position}. {self.agent}"
+
+
+class Dataset(models.Model):
+    """Task rows for an environment: an uploaded JSONL/CSV file or the environment's generator."""
+
+    class Kind(models.TextChoices):
+        UPLOAD = "upload", "Uploaded file"
+        GENERATOR = "generator", "Built-in generator"
+
+    class Format(models.TextChoices):
+        JSONL = "jsonl", "JSONL"
+        CSV = "csv", "CSV"
+
+    class Status(models.TextChoices):
+        VALID = "valid", "Valid"
+        INVALID = "invalid", "Invalid"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="datasets")
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    environment = models.CharField(max_length=200, help_text="The environment whose fields the rows must have.")
+    env_args = models.JSONField(default=dict, blank=True, help_text="Generator arguments (math_tool: level 1-3).")
+    # Generator datasets: how many rows to generate.
+    size = models.PositiveIntegerField(null=True, blank=True, help_text="Generated training tasks.")
+    eval_size = models.PositiveIntegerField(null=True, blank=True, help_text="Generated held-out tasks.")
+    # Uploaded datasets: the stored file (relative to the data dir, a random name) and what it holds.
+    file = models.CharField(max_length=300, blank=True)
+    original_filename = models.CharField(max_length=255, blank=True)
+    format = models.CharField(max_length=10, choices=Format.choices, blank=True)
+    size_bytes = models.PositiveBigIntegerField(default=0)
+    eval_fraction = models.FloatField(
+        default=0.1, validators=[MinValueValidator(0.0), MaxValueValidator(0.9)],
+        help_text="Share of an uploaded file's rows held out for evaluation.",
+    )
+    row_count = models.PositiveIntegerField(default=0)
+    schema = models.JSONField(default=list, blank=True, help_text="Field names, in file order.")
+    preview = models.JSONField(default=list, blank=True, help_text="The first rows.")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.VALID)
+    status_message = models.TextField(blank=True)
+    created = models.DateTimeField(default=timezone.now)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="dataset_unique_team_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("dataset_detail", args=[self.pk])
+
+    @property
+    def path(self) -> Path | None:
+        """Absolute path of the stored file (uploads only)."""
+        return Path(settings.TROUPE_DATA_DIR) / self.file if self.file else None
+
+    @property
+    def split(self) -> tuple[int, int]:
+        """(train rows, eval rows). Uploads hold out `eval_fraction` of their rows, rounded, as
+        `training.data.split_rows` does (a single row is never held out)."""
+        if self.kind == self.Kind.GENERATOR:
+            return self.size or 0, self.eval_size or 0
+        held_out = round(self.row_count * self.eval_fraction) if self.row_count > 1 else 0
+        return self.row_count - held_out, held_out
+
+    @property
+    def preview_rows(self) -> list[list[Any]]:
+        """The stored first rows as cells in schema order (for a table)."""
+        return [[row.get(f, "") for f in self.schema] for row in self.preview]
+
+
+class Run(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+
+    ACTIVE = (Status.QUEUED, Status.RUNNING)
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="runs")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="runs")
+    name = models.CharField(max_length=200)
+    topology = models.ForeignKey(Topology, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs")
+    dataset = models.ForeignKey(Dataset, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs")
+    config_yaml = models.TextField(help_text="The RunConfig snapshot this run executes (re-runnable from the CLI).")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    step = models.PositiveIntegerField(default=0)
+    total_steps = models.PositiveIntegerField(default=0)
+    final_metrics = models.JSONField(default=dict, blank=True)
+    created = models.DateTimeField(default=timezone.now)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+    heartbeat = models.DateTimeField(null=True, blank=True)
+    error_message = models.TextField(blank=True)
+    traceback = models.TextField(blank=True)
+    resumed_from = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="resumes")
+    out_dir = models.CharField(max_length=500, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    celery_task_id = models.CharField(max_length=64, blank=True)
+    worker = models.CharField(max_length=200, blank=True, help_text="Hostname of the Celery worker that ran it.")
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        indexes = [
+            models.Index(fields=["team", "-created"], name="run_team_created"),
+            models.Index(fields=["team", "status", "-created"], name="run_team_status_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.name}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("run_detail", args=[self.pk])
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in self.ACTIVE
+
+    @property
+    def can_cancel(self) -> bool:
+        return self.is_active and not self.cancel_requested
+
+    @property
+    def progress_percent(self) -> int:
+        return int(100 * self.step / self.total_steps) if self.total_steps else 0
+
+    def to_config(self) -> RunConfig:
+        """The RunConfig this run executes, rebuilt and re-validated from its snapshot."""
+        return RunConfig.from_yaml(self.config_yaml)
+
+
+class MetricPoint(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_points")
+    step = models.PositiveIntegerField()
+    values = models.JSONField(default=dict)
+    agents = models.JSONField(default=dict)
+    time = models.DateTimeField()
+
+    class Meta:
+        ordering = ["step"]
+        constraints = [models.UniqueConstraint(fields=["run", "step"], name="metricpoint_unique_run_step")]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} step {self.step}"
+
+
+class Rollout(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rollouts")
+    step = models.PositiveIntegerField()
+    episode = models.PositiveIntegerField(help_text="Index of the episode within its step.")
+    agent_names = models.JSONField(default=list)
+    success = models.BooleanField(default=False)
+    team_reward = models.FloatField(default=0.0)
+    data = models.JSONField(default=dict, help_text="The episode: turns with every candidate and its reward.")
+
+    class Meta:
+        ordering = ["step", "episode"]
+        indexes = [models.Index(fields=["run", "step", "episode"], name="rollout_run_step")]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} step {self.step} episode {self.episode}"
+
+
+class Checkpoint(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.PositiveIntegerField()
+    path = models.CharField(max_length=500)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["step"]
+        constraints = [models.UniqueConstraint(fields=["run", "step"], name="checkpoint_unique_run_step")]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} step {self.step}"
+
+
+class Evaluation(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="evaluations")
+    step = models.PositiveIntegerField()
+    temperature = models.FloatField(default=0.0)
+    team_success = models.FloatField()
+    agents = models.JSONField(default=dict, help_text="Agent name -> {success, reward}.")
+    data = models.JSONField(default=dict, help_text="The full evaluation result.")
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["step", "temperature"]
+        indexes = [models.Index(fields=["run", "step"], name="evaluation_run_step")]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} step {self.step} T={self.temperature:g}"
+
+
+class LogLine(models.Model):
+    class Level(models.TextChoices):
+        DEBUG = "debug", "debug"
+        INFO = "info", "info"
+        WARNING = "warning", "warning"
+        ERROR = "error", "error"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="log_lines")
+    time = models.DateTimeField(default=timezone.now)
+    level = models.CharField(max_length=10, default="info")
+    message = models.TextField()
+
+    class Meta:
+        ordering = ["time", "id"]
+        indexes = [models.Index(fields=["run", "time"], name="logline_run_time")]
+
+    def __str__(self) -> str:
+        return f"[{self.level}] {self.message[:60]}"
+

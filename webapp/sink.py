@@ -1,0 +1,110 @@
+"""DatabaseSink: the web's `training.events.EventSink`. Every write the trainer causes goes
+through `DatabaseSink._write`: one transaction per event, the run's heartbeat bumped in it, and
+`published(event, payload)` called after commit. Live streaming hooks in there (publish the
+payload to the run's channel-layer group) without touching the trainer or the writes."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from training.events import StepMetrics
+from webapp.models import Checkpoint, Evaluation, LogLine, MetricPoint, Rollout, Run
+
+WORKER_SHUTTING_DOWN = threading.Event()
+"""Set by the Celery worker's shutdown signal (webapp.celery): running runs stop at the next step."""
+
+
+class DatabaseSink:
+    def __init__(self, run: Run):
+        self.run_id = run.pk
+        self.stopped_by_shutdown = False
+
+    # -- the EventSink protocol ----------------------------------------------------------------
+
+    def run_started(self, *, total_steps: int, start_step: int) -> None:
+        self._write("run_started", {"total_steps": total_steps, "step": start_step},
+                    run_fields={"total_steps": total_steps, "step": start_step})
+
+    def metrics(self, m: StepMetrics) -> None:
+        point = {"step": m.step, "values": m.values, "agents": m.agents, "time": m.time}
+
+        def write() -> None:
+            MetricPoint.objects.bulk_create(
+                [MetricPoint(run_id=self.run_id, step=m.step, values=m.values, agents=m.agents, time=_from_epoch(m.time))],
+                update_conflicts=True, unique_fields=["run", "step"], update_fields=["values", "agents", "time"],
+            )
+
+        self._write("metrics", point, write, run_fields={"step": m.step, "total_steps": m.total_steps})
+
+    def rollouts(self, step: int, episodes: list[dict[str, Any]]) -> None:
+        rows = [
+            Rollout(
+                run_id=self.run_id, step=step, episode=i, success=bool(ep.get("success")),
+                team_reward=float(ep.get("team_reward") or 0.0),
+                agent_names=list(dict.fromkeys(t.get("agent", "") for t in ep.get("turns", []))), data=ep,
+            )
+            for i, ep in enumerate(episodes)
+        ]
+        summary = {"step": step, "episodes": len(rows), "success": sum(r.success for r in rows)}
+        self._write("rollouts", summary, lambda: Rollout.objects.bulk_create(rows))
+
+    def log(self, message: str, *, level: str = "info") -> None:
+        line = LogLine(run_id=self.run_id, level=level[:10], message=message)
+        self._write("log", {"level": level, "message": message}, line.save)
+
+    def checkpoint(self, step: int, path: str) -> None:
+        def write() -> None:
+            Checkpoint.objects.update_or_create(run_id=self.run_id, step=step, defaults={"path": path})
+
+        self._write("checkpoint", {"step": step, "path": path}, write)
+
+    def evaluation(self, result: dict[str, Any]) -> None:
+        row = Evaluation(
+            run_id=self.run_id, step=int(result.get("step", 0)), temperature=float(result.get("temperature", 0.0)),
+            team_success=float(result.get("team", {}).get("success", 0.0)), agents=result.get("agents", {}), data=result,
+        )
+        payload = {k: v for k, v in result.items() if k != "examples"}
+        self._write("evaluation", payload, row.save)
+
+    def should_stop(self) -> bool:
+        """Polled once per step: the user's cancel flag, or this worker shutting down."""
+        cancel = Run.objects.filter(pk=self.run_id).values_list("cancel_requested", flat=True).first()
+        Run.objects.filter(pk=self.run_id).update(heartbeat=timezone.now())
+        if WORKER_SHUTTING_DOWN.is_set() and not cancel:
+            self.stopped_by_shutdown = True
+            return True
+        return bool(cancel)
+
+    # -- the run's end (not a trainer event, but the same write path) ----------------------------
+
+    def finish(self, *, status: str, step: int | None = None, final_metrics: dict[str, float] | None = None,
+               error: str = "", traceback: str = "") -> None:
+        fields: dict[str, Any] = {"status": status, "finished": timezone.now(), "error_message": error, "traceback": traceback}
+        if step is not None:
+            fields["step"] = step
+        if final_metrics is not None:
+            fields["final_metrics"] = final_metrics
+        self._write("finished", {"status": status, "step": step, "error": error}, run_fields=fields)
+
+    # -- the one place that writes -------------------------------------------------------------
+
+    def _write(self, event: str, payload: dict[str, Any], write: Callable[[], Any] | None = None,
+               *, run_fields: dict[str, Any] | None = None) -> None:
+        with transaction.atomic():
+            if write is not None:
+                write()
+            Run.objects.filter(pk=self.run_id).update(heartbeat=timezone.now(), **(run_fields or {}))
+            transaction.on_commit(lambda: self.published(event, payload))
+
+    def published(self, event: str, payload: dict[str, Any]) -> None:
+        """Called after each write commits. No-op for now; live streaming publishes here."""
+
+
+def _from_epoch(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=UTC)

@@ -1,0 +1,347 @@
+"""Pages. Each view: fetch within the current team (another team's object is a 404), call one
+service, render or redirect. htmx requests get the page's named partial (`page.html#name`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.db.models import Count, Q
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from training.config import ConfigError
+from webapp import services
+from webapp.access import SESSION_KEY, TeamRequest, team_object_or_404
+from webapp.forms import (
+    AgentForm,
+    DatasetGeneratorForm,
+    DatasetUploadEditForm,
+    DatasetUploadForm,
+    ModelSourceForm,
+    RunForm,
+    TopologyForm,
+)
+from webapp.models import Agent, Dataset, ModelSource, Run, Topology
+
+# == dashboard and team ===========================================================================
+
+
+@require_GET
+def dashboard(request: TeamRequest) -> HttpResponse:
+    runs = Run.objects.filter(team=request.team).select_related("owner", "topology")
+    return render(request, "dashboard.html", {
+        "active": runs.filter(status__in=Run.ACTIVE).order_by("created"),
+        "recent": runs.exclude(status__in=Run.ACTIVE)[:10],
+        "counts": {
+            "agents": Agent.objects.filter(team=request.team).count(),
+            "topologies": Topology.objects.filter(team=request.team).count(),
+            "datasets": Dataset.objects.filter(team=request.team).count(),
+            "runs": runs.count(),
+        },
+    })
+
+
+@require_POST
+def team_switch(request: TeamRequest) -> HttpResponse:
+    membership = next((m for m in request.memberships if str(m.team_id) == request.POST.get("team")), None)
+    if membership is None:
+        raise Http404("not a member of that team")
+    request.session[SESSION_KEY] = membership.team_id
+    return redirect("dashboard")
+
+
+@require_GET
+def environment_hint(request: TeamRequest) -> HttpResponse:
+    """Roles, required fields and default instructions of an environment (htmx, shared)."""
+    try:
+        env = services.environment_load(name=request.GET.get("environment", ""))
+    except ValidationError:
+        env = None
+    return render(request, "_environment_hint.html", {"env": env})
+
+
+def _delete(request: TeamRequest, obj: Any, delete: Any, kind: str, back: str) -> HttpResponse:
+    """Confirm on GET; delete through the service on POST, or show why not."""
+    error = None
+    if request.method == "POST":
+        try:
+            delete(obj)
+        except ValidationError as exc:
+            error = " ".join(exc.messages)
+        else:
+            messages.success(request, f"Deleted {kind} {obj}.")
+            return redirect(back)
+    return render(request, "confirm_delete.html", {"object": obj, "kind": kind, "back": back, "error": error})
+
+
+# == model sources ================================================================================
+
+
+@require_GET
+def model_source_list(request: TeamRequest) -> HttpResponse:
+    sources = ModelSource.objects.filter(team=request.team).annotate(n_agents=Count("agents"))
+    return render(request, "model_sources/list.html", {"sources": sources})
+
+
+def model_source_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
+    source = team_object_or_404(request, ModelSource, pk) if pk else None
+    form = ModelSourceForm(request.POST or None, instance=source)
+    if request.method == "POST" and form.is_valid():
+        try:
+            source = services.model_source_save(team=request.team, instance=source, **form.cleaned_data)
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, f"Saved model {source.name}.")
+            return redirect("model_source_list")
+    return render(request, "form.html", {"form": form, "object": source, "kind": "model", "back": "model_source_list"})
+
+
+def model_source_delete(request: TeamRequest, pk: int) -> HttpResponse:
+    source = team_object_or_404(request, ModelSource, pk)
+    return _delete(request, source, lambda s: services.model_source_delete(source=s), "model", "model_source_list")
+
+
+# == agents =======================================================================================
+
+
+@require_GET
+def agent_list(request: TeamRequest) -> HttpResponse:
+    agents = Agent.objects.filter(team=request.team).select_related("model_source").annotate(n_topologies=Count("memberships"))
+    return render(request, "agents/list.html", {"agents": agents})
+
+
+def agent_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
+    agent = team_object_or_404(request, Agent, pk) if pk else None
+    form = AgentForm(request.POST or None, instance=agent, team=request.team)
+    if request.method == "POST" and form.is_valid():
+        try:
+            if agent is None:
+                agent = services.agent_create(team=request.team, **form.cleaned_data)
+            else:
+                agent = services.agent_update(agent=agent, **form.cleaned_data)
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, f"Saved agent {agent.name}.")
+            return redirect("agent_list")
+    return render(request, "agents/form.html", {"form": form, "object": agent, "roles": services.environment_roles()})
+
+
+@require_POST
+def agent_duplicate(request: TeamRequest, pk: int) -> HttpResponse:
+    copy = services.agent_duplicate(agent=team_object_or_404(request, Agent, pk))
+    messages.success(request, f"Created {copy.name}.")
+    return redirect(copy)
+
+
+def agent_delete(request: TeamRequest, pk: int) -> HttpResponse:
+    agent = team_object_or_404(request, Agent, pk)
+    return _delete(request, agent, lambda a: services.agent_delete(agent=a), "agent", "agent_list")
+
+
+# == topologies ===================================================================================
+
+
+@require_GET
+def topology_list(request: TeamRequest) -> HttpResponse:
+    topologies = Topology.objects.filter(team=request.team).prefetch_related("members__agent").annotate(n_runs=Count("runs"))
+    return render(request, "topologies/list.html", {"topologies": topologies})
+
+
+def topology_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
+    topology = team_object_or_404(request, Topology, pk) if pk else None
+    form = TopologyForm(request.POST or None, instance=topology, team=request.team)
+    if request.method == "POST" and form.is_valid():
+        try:
+            if topology is None:
+                topology = services.topology_create(team=request.team, **form.cleaned_data)
+            else:
+                topology = services.topology_update(topology=topology, **form.cleaned_data)
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, f"Saved topology {topology.name}.")
+            return redirect("topology_list")
+    env_name = form["environment"].value() or "math_tool"
+    return render(request, "topologies/form.html", {"form": form, "object": topology, "env": services.environment_describe(name=env_name)})
+
+
+@require_POST
+def topology_duplicate(request: TeamRequest, pk: int) -> HttpResponse:
+    copy = services.topology_duplicate(topology=team_object_or_404(request, Topology, pk))
+    messages.success(request, f"Created {copy.name}.")
+    return redirect(copy)
+
+
+def topology_delete(request: TeamRequest, pk: int) -> HttpResponse:
+    topology = team_object_or_404(request, Topology, pk)
+    return _delete(request, topology, lambda t: services.topology_delete(topology=t), "topology", "topology_list")
+
+
+# == datasets =====================================================================================
+
+
+@require_GET
+def dataset_list(request: TeamRequest) -> HttpResponse:
+    return render(request, "datasets/list.html", {"datasets": Dataset.objects.filter(team=request.team)})
+
+
+def dataset_upload(request: TeamRequest) -> HttpResponse:
+    form = DatasetUploadForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            dataset = services.dataset_upload(team=request.team, upload=form.cleaned_data.pop("file"), **form.cleaned_data)
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, f"Uploaded {dataset.name}: {dataset.row_count} rows.")
+            return redirect(dataset)
+    return render(request, "datasets/new.html", {
+        "form": form, "mode": "upload", "env": services.environment_describe(name=form["environment"].value() or "math_tool"),
+        "max_bytes": settings.TROUPE_UPLOAD_MAX_BYTES, "max_rows": settings.TROUPE_UPLOAD_MAX_ROWS,
+    })
+
+
+def dataset_generate(request: TeamRequest) -> HttpResponse:
+    form = DatasetGeneratorForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            dataset = services.dataset_generator_create(team=request.team, **form.cleaned_data)
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, f"Created {dataset.name}.")
+            return redirect(dataset)
+    return render(request, "datasets/new.html", {"form": form, "mode": "generate", "env": services.environment_describe(name=form["environment"].value() or "math_tool")})
+
+
+def dataset_detail(request: TeamRequest, pk: int) -> HttpResponse:
+    dataset = team_object_or_404(request, Dataset, pk)
+    is_upload = dataset.kind == Dataset.Kind.UPLOAD
+    form: DatasetUploadEditForm | DatasetGeneratorForm
+    form = (DatasetUploadEditForm if is_upload else DatasetGeneratorForm)(request.POST or None, instance=dataset)
+    if request.method == "POST" and form.is_valid():
+        try:
+            if is_upload:
+                services.dataset_upload_update(dataset=dataset, **form.cleaned_data)
+            else:
+                services.dataset_generator_update(dataset=dataset, **form.cleaned_data)
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, f"Saved {dataset.name}.")
+            return redirect(dataset)
+        dataset.refresh_from_db()
+    return render(request, "datasets/detail.html", {"dataset": dataset, "form": form})
+
+
+@require_POST
+def dataset_revalidate(request: TeamRequest, pk: int) -> HttpResponse:
+    dataset = services.dataset_revalidate(dataset=team_object_or_404(request, Dataset, pk))
+    messages.info(request, f"{dataset.name} is {dataset.get_status_display().lower()}.")
+    return redirect(dataset)
+
+
+def dataset_delete(request: TeamRequest, pk: int) -> HttpResponse:
+    dataset = team_object_or_404(request, Dataset, pk)
+    return _delete(request, dataset, lambda d: services.dataset_delete(dataset=d), "dataset", "dataset_list")
+
+
+# == runs =========================================================================================
+
+
+@require_GET
+def run_list(request: TeamRequest) -> HttpResponse:
+    runs = Run.objects.filter(team=request.team).select_related("owner", "topology", "dataset")
+    status = request.GET.get("status", "")
+    if status in Run.Status.values:
+        runs = runs.filter(status=status)
+    query = request.GET.get("q", "").strip()
+    if query:
+        runs = runs.filter(Q(name__icontains=query) | Q(topology__name__icontains=query) | Q(dataset__name__icontains=query))
+    page = Paginator(runs, 25).get_page(request.GET.get("page"))
+    template = "runs/list.html#table" if request.htmx else "runs/list.html"
+    return render(request, template, {"page": page, "status": status, "q": query, "statuses": Run.Status.choices})
+
+
+def run_new(request: TeamRequest) -> HttpResponse:
+    form = RunForm(request.POST or None, team=request.team, initial=_run_initial(request))
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            config = services.run_config_build(
+                topology=data["topology"], dataset=data["dataset"], name=form.run_name(),
+                overrides=form.overrides(), advanced_yaml=data["advanced_yaml"],
+            )
+        except ConfigError as exc:
+            form.add_config_error(exc)
+        else:
+            run = services.run_create(team=request.team, user=request.user, name=form.run_name(), config=config,
+                                      topology=data["topology"], dataset=data["dataset"])
+            messages.success(request, f"Queued run #{run.pk}.")
+            return redirect(run)
+    return render(request, "runs/new.html", {"form": form})
+
+
+def _run_initial(request: TeamRequest) -> dict[str, Any]:
+    """Preselect a topology/dataset passed in the query string (links from their pages)."""
+    return {key: request.GET[key] for key in ("topology", "dataset") if request.GET.get(key, "").isdigit()}
+
+
+@require_POST
+def run_preview(request: TeamRequest) -> HttpResponse:
+    """The resolved config YAML for the run form as it stands (htmx)."""
+    form = RunForm(request.POST, team=request.team)
+    config_yaml, errors = None, []
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            config = services.run_config_build(
+                topology=data["topology"], dataset=data["dataset"], name=form.run_name(),
+                overrides=form.overrides(), advanced_yaml=data["advanced_yaml"],
+            )
+            config_yaml = config.to_yaml()
+        except ConfigError as exc:
+            errors = [f"{exc.field}: {exc.message}"]
+    else:
+        errors = [f"{form.fields[name].label or name}: {' '.join(errs)}" if name in form.fields else " ".join(errs)
+                  for name, errs in form.errors.items()]
+    return render(request, "runs/new.html#preview", {"config_yaml": config_yaml, "errors": errors})
+
+
+def run_detail(request: TeamRequest, pk: int) -> HttpResponse:
+    run = get_object_or_404(Run.objects.select_related("owner", "topology", "dataset", "resumed_from"), pk=pk, team=request.team)
+    context = {
+        "run": run,
+        "latest": run.metric_points.order_by("-step").first(),
+        "evaluations": run.evaluations.all(),
+        "checkpoints": run.checkpoints.all(),
+        "log_lines": list(run.log_lines.order_by("-time", "-id")[:50])[::-1],
+    }
+    template = "runs/detail.html#summary" if request.htmx else "runs/detail.html"
+    return render(request, template, context)
+
+
+@require_POST
+def run_cancel(request: TeamRequest, pk: int) -> HttpResponse:
+    run = services.run_cancel(run=team_object_or_404(request, Run, pk))
+    messages.info(request, "Cancelled." if run.status == Run.Status.CANCELLED else "Asked the run to stop after its current step.")
+    return redirect(run)
+
+
+@require_POST
+def run_resume(request: TeamRequest, pk: int) -> HttpResponse:
+    run = team_object_or_404(request, Run, pk)
+    try:
+        new = services.run_resume(run=run, user=request.user)
+    except (ValidationError, ConfigError) as exc:
+        messages.error(request, " ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc))
+        return redirect(run)
+    messages.success(request, f"Queued run #{new.pk}, resuming #{run.pk}.")
+    return redirect(new)

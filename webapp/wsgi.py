@@ -1,0 +1,8 @@
+"""WSGI entry point (plain HTTP only; Troupe runs under Daphne, see asgi.py)."""
+
+import os
+
+from django.core.wsgi import get_wsgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+application = get_wsgi_application()
