@@ -112,14 +112,14 @@ def resolve_model_dir(source: str) -> Path:
     `data_dir()/models/`; for `hf:` downloads into the Hugging Face cache when not there yet.
     """
     kind = _kind(source)
-    name = source.split(":", 1)[1] if ":" in source else source
+    if kind == "local":
+        return Path(source.removeprefix("local:")).expanduser().resolve()
+    name = source.split(":", 1)[1]
     if kind == "bundled":
         return _cached_folder(name, lambda out: _convert_bundled(name, out))
     if kind == "tiny-random":
         return _cached_folder(f"tiny-random-{name}", _save_tiny_random)
-    if kind == "hf":
-        return _hub_folder(name)
-    return Path(name).expanduser().resolve()
+    return _hub_folder(name)
 
 
 # -- sources -------------------------------------------------------------------------------------
@@ -201,6 +201,8 @@ def _cached_folder(name: str, build: Callable[[Path], None]) -> Path:
     with _file_lock(models / f".{name}.lock"):
         if target.is_dir() and _is_model_dir(target):
             return target  # another process finished while we waited
+        for stale in models.glob(f".{name}.tmp-*"):  # left by a killed builder: we hold the lock
+            shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=models))
         try:
             build(tmp)
@@ -252,6 +254,7 @@ def _convert_bundled(name: str, out: Path) -> None:
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     if not tokenizer.chat_template:
         tokenizer.chat_template = SMOLLM2_CHAT_TEMPLATE
+    tokenizer.model_max_length = config.max_position_embeddings  # the GGUF leaves it unbounded
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     (out / "TROUPE_SOURCE.txt").write_text(

@@ -174,6 +174,19 @@ def test_a_failed_build_leaves_nothing_behind(isolated_data_dir: Path) -> None:
     assert [p.name for p in (isolated_data_dir / "models").iterdir()] == [".broken.lock"]
 
 
+def test_a_killed_builder_s_leftovers_are_cleared(isolated_data_dir: Path) -> None:
+    stale = isolated_data_dir / "models" / ".thing.tmp-dead"
+    stale.mkdir(parents=True)
+    (stale / "model.safetensors").write_bytes(b"half")
+
+    def build(out: Path) -> None:
+        (out / "config.json").write_text("{}")
+        (out / "model.safetensors").write_bytes(b"")
+
+    models._cached_folder("thing", build)
+    assert not stale.exists()
+
+
 # -- the hub and bad sources -----------------------------------------------------------------------
 
 
@@ -228,6 +241,7 @@ def test_the_bundled_model_converts_once_and_answers(isolated_data_dir: Path, mo
     assert (folder / "model.safetensors").is_file() and (folder / "config.json").is_file()
     assert "quantization_config" not in (folder / "config.json").read_text()
     assert tok.chat_template and tok.eos_token == "<|im_end|>" and tok.padding_side == "left"
+    assert tok.model_max_length == 8192
     assert model.config.num_hidden_layers == 30 and model.dtype == torch.float32
 
     messages = [{"role": "user", "content": "What is 2+3? Answer with a number."}]
