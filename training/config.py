@@ -365,7 +365,7 @@ def check_model_source(where: str, source: str) -> None:
     elif source.startswith("hf:"):
         if not re.match(r"^[\w.-]+(/[\w.-]+)?$", source[3:]):
             raise ConfigError(where, f"{source!r} is not a hub id like hf:org/name")
-    elif source.startswith("local:") or source.startswith("/") or source.startswith("."):
+    elif source.startswith(("local:", "/", ".")):
         path = Path(source.removeprefix("local:"))
         if not (path / "config.json").is_file():
             raise ConfigError(where, f"{path} is not a Hugging Face model directory (no config.json)")

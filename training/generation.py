@@ -121,7 +121,7 @@ def generate(
             group.append(
                 Generation(
                     token_ids=ids,
-                    text=tokenizer.decode(ids, skip_special_tokens=True),
+                    text=str(tokenizer.decode(list(ids), skip_special_tokens=True)),
                     truncated=not bool(finished[r]),
                 )
             )

@@ -54,6 +54,8 @@ class Sample:
     prompt_ids: tuple[int, ...]
     completion_ids: tuple[int, ...]
     advantage: float
+    temperature: float = 1.0
+    """The temperature the completion was sampled at; log-probs are scored at the same one."""
 
 
 def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink) -> TrainResult:
@@ -141,7 +143,7 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
     per_agent: dict[str, dict[str, float]] = defaultdict(dict)
     for policy in sampler.policies.trainable():
         samples = [
-            Sample(turn.agent, turn.prompt_ids, c.token_ids, c.advantage)
+            Sample(turn.agent, turn.prompt_ids, c.token_ids, c.advantage, sampler.train_temperature(turn.agent))
             for turn, c in cands
             if turn.agent in policy.agents and cfg.agent(turn.agent).trainable and turn.group in informative and c.token_ids
         ]
@@ -221,12 +223,19 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
         return {"lr": lr, "samples": 0.0}
     g = cfg.grpo
     pad = policy.tokenizer.pad_token_id or 0
-    samples = sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
-    micro = [samples[i : i + cfg.optim.micro_batch_size] for i in range(0, len(samples), cfg.optim.micro_batch_size)]
+    # micro-batches of one sampling temperature each, similar lengths together (less padding)
+    samples = sorted(samples, key=lambda s: (s.temperature, len(s.prompt_ids) + len(s.completion_ids)))
+    size = cfg.optim.micro_batch_size
+    micro: list[list[Sample]] = []
+    for s in samples:
+        if micro and len(micro[-1]) < size and micro[-1][0].temperature == s.temperature:
+            micro[-1].append(s)
+        else:
+            micro.append([s])
     batches = [_collate(mb, pad) for mb in micro]
+    temps = [mb[0].temperature for mb in micro]
     total_tokens = sum(len(s.completion_ids) for s in samples)
     max_len = max(len(s.completion_ids) for s in samples)
-    temperature = cfg.generation.temperature or 1.0
 
     with policy.active() as model:
         model.train()
@@ -235,17 +244,17 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
         with torch.no_grad():
             for i, b in enumerate(batches):
                 if g.num_iterations > 1:
-                    old[i] = token_logprobs(model, b["input_ids"], b["attention_mask"], b["completion_mask"], temperature=temperature)[0]
+                    old[i] = token_logprobs(model, b["input_ids"], b["attention_mask"], b["completion_mask"], temperature=temps[i])[0]
                 if g.beta > 0:
                     with policy.reference() as ref_model:
-                        ref[i] = token_logprobs(ref_model, b["input_ids"], b["attention_mask"], b["completion_mask"], temperature=temperature)[0]
+                        ref[i] = token_logprobs(ref_model, b["input_ids"], b["attention_mask"], b["completion_mask"], temperature=temps[i])[0]
 
         sums: dict[str, float] = defaultdict(float)
         grad_norm = 0.0
         for _ in range(g.num_iterations):
             policy.optimizer.zero_grad(set_to_none=True)
             for i, b in enumerate(batches):
-                logp, entropy = token_logprobs(model, b["input_ids"], b["attention_mask"], b["completion_mask"], temperature=temperature)  # (B, T)
+                logp, entropy = token_logprobs(model, b["input_ids"], b["attention_mask"], b["completion_mask"], temperature=temps[i])  # (B, T)
                 old_i = old[i]
                 old_logp = old_i if old_i is not None else logp.detach()  # (B, T)
                 mask = b["loss_mask"]  # (B, T)
