@@ -1,0 +1,109 @@
+"""Built-in environments and the plugin loader.
+
+Built-ins (each with a seeded procedural task generator, so no download is needed):
+
+- `arithmetic`: one `solver` answers an arithmetic question (the single-agent baseline).
+- `math_tool`: a `tool` agent writes Python that prints the answer (run in the sandbox) and a
+  `reasoner` checks it and states `Answer: <number>`.
+- `plan_path`: grid path planning; a `plan` agent states moves, a `tool` agent writes a search program.
+- `code_tests`: a `coder` writes a function, a `tester` writes unit tests for it.
+
+A plugin environment is any class (or factory) named `package.module:Name` whose instances
+provide the `agents.base.Environment` protocol: `name`, `roles`, `required_fields`,
+`generate(n, *, seed)`, `reset(row, *, task_id, roles)`, `observe(state, role)` and a pure
+`step(state, *, agent, role, action) -> StepResult`. It may also define
+`default_instructions: dict[str, str]`, a system prompt per role. Keyword arguments from the
+config's `env_args` are passed to its constructor.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+from agents.base import Environment
+from agents.envs.arithmetic import Arithmetic
+from agents.envs.code_tests import CodeTests
+from agents.envs.math_tool import MathTool
+from agents.envs.plan_path import PlanPath
+from agents.plugins import PluginError, load_object
+
+BUILTIN: dict[str, type[Any]] = {
+    "arithmetic": Arithmetic,
+    "math_tool": MathTool,
+    "plan_path": PlanPath,
+    "code_tests": CodeTests,
+}
+
+_PROTOCOL_MEMBERS = ("name", "roles", "required_fields", "generate", "reset", "observe", "step")
+
+
+@dataclass(frozen=True)
+class EnvironmentInfo:
+    """What the web form and the CLI show about a built-in environment."""
+
+    name: str
+    summary: str
+    roles: tuple[str, ...]
+    required_fields: tuple[str, ...]
+    args: tuple[str, ...]
+    """Keyword arguments its constructor accepts (the config's `env_args`)."""
+
+
+def load_environment(name_or_dotted: str, **env_args: Any) -> Environment:
+    """A built-in environment by name, or a plugin named `package.module:Class`, built with `env_args`."""
+    if name_or_dotted in BUILTIN:
+        factory: Any = BUILTIN[name_or_dotted]
+    elif ":" in name_or_dotted:
+        factory = load_object(name_or_dotted, what="environment")
+        if not callable(factory):
+            raise PluginError(f"environment {name_or_dotted!r} is a {type(factory).__name__}, not a class or factory")
+    else:
+        raise PluginError(
+            f"unknown environment {name_or_dotted!r}; built-ins are {', '.join(BUILTIN)}, "
+            "or name a plugin as mypkg.module:MyEnv"
+        )
+    _check_args(name_or_dotted, factory, env_args)
+    env = factory(**env_args)
+    missing = [m for m in _PROTOCOL_MEMBERS if not hasattr(env, m)]
+    if missing:
+        raise PluginError(f"environment {name_or_dotted!r} lacks {', '.join(missing)} (see agents.base.Environment)")
+    result: Environment = env
+    return result
+
+
+def _check_args(name: str, factory: Any, env_args: dict[str, Any]) -> None:
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return
+    accepted = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unknown = [k for k in env_args if k not in accepted]
+    if unknown:
+        raise PluginError(
+            f"environment {name!r} does not accept {', '.join(repr(k) for k in unknown)}; "
+            f"its arguments are: {', '.join(accepted) or 'none'}"
+        )
+
+
+def list_environments() -> list[EnvironmentInfo]:
+    """The built-in environments, in a stable order."""
+    out = []
+    for name, cls in BUILTIN.items():
+        params = inspect.signature(cls).parameters
+        out.append(
+            EnvironmentInfo(
+                name=name,
+                summary=(cls.__doc__ or "").strip().splitlines()[0],
+                roles=tuple(cls.roles),
+                required_fields=tuple(cls.required_fields),
+                args=tuple(n for n in params if n != "self"),
+            )
+        )
+    return out
+
+
+__all__ = ["BUILTIN", "EnvironmentInfo", "list_environments", "load_environment"]

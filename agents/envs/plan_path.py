@@ -1,0 +1,239 @@
+"""`plan_path`: find a path through a grid with walls; a tool agent writes a search program, a
+planner states the moves.
+
+Every proposal is a full move sequence from S, executed until it reaches G, leaves the grid
+or walks into a wall. Rewards (local, for the agent that acted):
+- reaching G: +1;
+- otherwise progress = (d(S) - d(end)) / d(S), where d is the shortest-path distance to G,
+  clipped to [-1, 1], minus 0.5 when a move hit a wall or the edge;
+- no moves found, no ```python block (tool), or the program failed: -1.
+Team reward: 1.0 when the team's plan (the planner's latest moves; with no planner, the tool's)
+reaches G. The episode ends when the team's plan reaches G, when the planner repeats the tool's
+moves (nothing new will come), or after the first action when the team has a single role.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import deque
+from typing import Any
+
+from agents.base import Message, State, StepResult
+from agents.envs._common import TOOL_TIMEOUT_S, advance, check_roles, check_turn, clip, describe_run, run_cached
+from agents.parsing import extract_code
+
+Cell = tuple[int, int]
+MOVES: dict[str, Cell] = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
+_WORDS = {"UP": "U", "DOWN": "D", "LEFT": "L", "RIGHT": "R", "NORTH": "U", "SOUTH": "D", "WEST": "L", "EAST": "R"}
+_MAX_MOVES = 200
+WALL_PENALTY = 0.5
+
+
+def parse_grid(text: str) -> tuple[str, ...]:
+    """Rows of a grid from text ("S.#" rows, optionally with spaces between cells); ValueError if malformed."""
+    rows = tuple(line.replace(" ", "") for line in str(text).strip().splitlines() if line.strip())
+    if not rows or len({len(r) for r in rows}) != 1:
+        raise ValueError("plan_path: the grid must be non-empty and rectangular")
+    cells = "".join(rows)
+    if set(cells) - set(".#SG"):
+        raise ValueError(f"plan_path: grid cells must be . # S G, found {sorted(set(cells) - set('.#SG'))}")
+    if cells.count("S") != 1 or cells.count("G") != 1:
+        raise ValueError("plan_path: the grid needs exactly one S and one G")
+    return rows
+
+
+def find(grid: tuple[str, ...], ch: str) -> Cell:
+    for r, row in enumerate(grid):
+        if ch in row:
+            return r, row.index(ch)
+    raise ValueError(f"no {ch} in grid")
+
+
+def distances(grid: tuple[str, ...], goal: Cell) -> dict[Cell, int]:
+    """Shortest-path distance to `goal` from every cell that can reach it (BFS)."""
+    dist = {goal: 0}
+    queue = deque([goal])
+    while queue:
+        r, c = queue.popleft()
+        for dr, dc in MOVES.values():
+            nr, nc = r + dr, c + dc
+            if 0 <= nr < len(grid) and 0 <= nc < len(grid[0]) and grid[nr][nc] != "#" and (nr, nc) not in dist:
+                dist[(nr, nc)] = dist[(r, c)] + 1
+                queue.append((nr, nc))
+    return dist
+
+
+def parse_moves(text: str) -> list[str] | None:
+    """Moves from text: the last "Moves: ..." line, else the last line made only of moves.
+
+    Accepts "R R D D", "RRDD", "right, down", "['R', 'D']". None when no moves are found.
+    """
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    tagged = [m.group(1) for ln in lines for m in [re.search(r"moves?\s*[:=]\s*(.*)", ln, re.IGNORECASE)] if m]
+    candidates = [tagged[-1]] if tagged else list(reversed(lines))
+    for line in candidates:
+        moves, unknown = _tokens(line)
+        if moves and (tagged or not unknown):
+            return moves[:_MAX_MOVES]
+    return None
+
+
+def _tokens(line: str) -> tuple[list[str], int]:
+    moves: list[str] = []
+    unknown = 0
+    for token in re.split(r"[\s,;\[\]()'\"`>-]+", line.upper()):
+        token = token.strip(".*:")
+        if not token:
+            continue
+        if token in _WORDS:
+            moves.append(_WORDS[token])
+        elif set(token) <= set(MOVES):
+            moves.extend(token)
+        else:
+            unknown += 1
+    return moves, unknown
+
+
+def walk(grid: tuple[str, ...], start: Cell, goal: Cell, moves: list[str]) -> tuple[Cell, bool, bool]:
+    """Execute moves from `start`: (end cell, reached goal, hit a wall or the edge)."""
+    r, c = start
+    for m in moves:
+        dr, dc = MOVES[m]
+        nr, nc = r + dr, c + dc
+        if not (0 <= nr < len(grid) and 0 <= nc < len(grid[0])) or grid[nr][nc] == "#":
+            return (r, c), False, True
+        r, c = nr, nc
+        if (r, c) == goal:
+            return (r, c), True, False
+    return (r, c), (r, c) == goal, False
+
+
+class PlanPath:
+    """Grid path planning: a tool agent writes a search program, a planner states the moves."""
+
+    name = "plan_path"
+    roles: tuple[str, ...] = ("plan", "tool")
+    required_fields: tuple[str, ...] = ("grid",)
+    default_instructions: dict[str, str] = {
+        "plan": (
+            "You plan a path on a grid from S to G. Moves: U = up, D = down, L = left, R = right. "
+            "You cannot enter # cells or leave the grid. Use the tool's result if it is right. "
+            "Reply with one line: Moves: <moves separated by spaces>"
+        ),
+        "tool": (
+            "You are a Python programmer. Write a short Python program that finds a shortest path "
+            "from S to G with breadth-first search and prints the moves on one line, like: R R D D "
+            "(U up, D down, L left, R right). Reply with one ```python code block."
+        ),
+    }
+
+    def __init__(self, size: int | None = None, wall_density: float = 0.25, timeout_s: float = TOOL_TIMEOUT_S) -> None:
+        """`size`: grid side for generated tasks (None: 5 to 7 at random); `wall_density`: share of wall cells."""
+        if size is not None and not 3 <= size <= 12:
+            raise ValueError(f"plan_path: size must be between 3 and 12, not {size!r}")
+        if not 0 <= wall_density < 0.6:
+            raise ValueError(f"plan_path: wall_density must be in [0, 0.6), not {wall_density!r}")
+        self.size = size
+        self.wall_density = wall_density
+        self.timeout_s = float(timeout_s)
+
+    # ------------------------------------------------------------ tasks
+
+    def generate(self, n: int, *, seed: int) -> list[dict[str, Any]]:
+        rng = random.Random(seed)
+        return [self._grid(rng) for _ in range(n)]
+
+    def _grid(self, rng: random.Random) -> dict[str, Any]:
+        size = self.size or rng.randint(5, 7)
+        for _ in range(10_000):  # rejection sampling: a few tries at most for these densities
+            cells = [["#" if rng.random() < self.wall_density else "." for _ in range(size)] for _ in range(size)]
+            free = [(r, c) for r in range(size) for c in range(size) if cells[r][c] == "."]
+            if len(free) < 2:
+                continue
+            start, goal = rng.sample(free, 2)
+            grid = tuple("".join(row) for row in cells)
+            d = distances(grid, goal).get(start)
+            if d is not None and d >= max(2, size - 2):
+                cells[start[0]][start[1]], cells[goal[0]][goal[1]] = "S", "G"
+                text = "\n".join("".join(row) for row in cells)
+                return {"grid": text, "question": "Find a path from S to G.", "shortest": d}
+        raise RuntimeError(f"plan_path: no solvable {size}x{size} grid at wall density {self.wall_density}")
+
+    # ------------------------------------------------------------ episode
+
+    def reset(self, row: dict[str, Any], *, task_id: str, roles: tuple[str, ...]) -> State:
+        roles = check_roles(self.name, self.roles, roles)
+        grid = parse_grid(row["grid"])
+        start, goal = find(grid, "S"), find(grid, "G")
+        dist = distances(grid, goal)
+        if start not in dist:
+            raise ValueError(f"plan_path: task {task_id} has no path from S to G")
+        return State(
+            task_id=task_id,
+            row=dict(row),
+            data={
+                "roles": roles, "grid": grid, "start": start, "goal": goal, "dist": dist, "d0": dist[start],
+                "plan": None, "tool_moves": None,
+            },
+        )
+
+    def observe(self, state: State, role: str) -> str:
+        grid: tuple[str, ...] = state.data["grid"]
+        parts = []
+        if role == "tool":
+            parts.append("Grid (S start, G goal, # wall, . free; row 0 is the top):\n" + "\n".join(grid))
+            parts.append(f"As Python: grid = {list(grid)!r}")
+            if state.data.get("tool_code") is not None:
+                parts.append(f"Your previous program printed: {state.data['tool_output']}")
+            if state.data.get("plan") is not None:
+                parts.append(f"The planner said: Moves: {' '.join(state.data['plan'])}")
+            parts.append("Write a Python program that prints the moves from S to G.")
+        else:
+            parts.append("Grid (S start, G goal, # wall, . free):\n" + "\n".join(" ".join(row) for row in grid))
+            if state.data.get("tool_output") is not None:
+                parts.append(f"The tool's program printed: {state.data['tool_output']}")
+            if state.data.get("plan") is not None:
+                parts.append(f"Your previous moves: {' '.join(state.data['plan'])}")
+            parts.append("Reply with: Moves: <U/D/L/R separated by spaces>")
+        return "\n\n".join(parts)
+
+    def _score(self, state: State, moves: list[str] | None) -> tuple[float, bool, dict[str, Any]]:
+        """Local reward for a move sequence, whether it reaches G, and its parts."""
+        if not moves:
+            return -1.0, False, {"invalid": True}
+        end, reached, hit = walk(state.data["grid"], state.data["start"], state.data["goal"], moves)
+        if reached:
+            return 1.0, True, {"progress": 1.0, "hit_wall": False}
+        d0 = state.data["d0"]
+        d_end = state.data["dist"].get(end, d0)
+        progress = max(-1.0, min(1.0, (d0 - d_end) / d0))
+        return progress - (WALL_PENALTY if hit else 0.0), False, {"progress": progress, "hit_wall": hit}
+
+    def step(self, state: State, *, agent: str, role: str, action: str) -> StepResult:
+        check_turn(self.name, self.roles, state, role)
+        roles: tuple[str, ...] = state.data["roles"]
+        tool_output: str | None = None
+        updates: dict[str, Any]
+        if role == "tool":
+            code = extract_code(action)
+            moves: list[str] | None = None
+            if code is None:
+                tool_output = "error: no ```python code block"
+            else:
+                result = run_cached(code, self.timeout_s)
+                tool_output = describe_run(result, max_chars=300)
+                moves = parse_moves(result.stdout) if result.ok else None
+            updates = {"tool_code": code, "tool_output": clip(tool_output, 300), "tool_moves": moves}
+        else:
+            moves = parse_moves(action)
+            updates = {"plan": moves}
+        local, reached, parts = self._score(state, moves)
+        data = {**state.data, **updates}
+        team_moves = data["plan"] if "plan" in roles else data["tool_moves"]
+        team_ok = self._score(state, team_moves)[1] if team_moves else False
+        repeated = role == "plan" and moves is not None and moves == data["tool_moves"]
+        done = len(roles) == 1 or team_ok or repeated
+        next_state = advance(state, Message(agent, role, action, tool_output), done=done, success=team_ok, **updates)
+        info = {"moves": moves, "reached": reached, **parts}
+        return StepResult(next_state, local_reward=local, team_reward=1.0 if team_ok else 0.0, tool_output=tool_output, info=info)
