@@ -1,7 +1,5 @@
 """Every model in the admin: useful columns, filters, search; actions call services."""
 
-# ruff: noqa: RUF012  (Django's declarative class attributes: Meta, admin options)
-
 from __future__ import annotations
 
 from django.contrib import admin, messages
@@ -94,6 +92,14 @@ class TopologyAdmin(admin.ModelAdmin):
     def duplicate(self, request: HttpRequest, queryset: QuerySet[Topology]) -> None:
         copies = [services.topology_duplicate(topology=t) for t in queryset]
         self.message_user(request, f"Created {', '.join(t.name for t in copies)}.", messages.SUCCESS)
+
+
+@admin.register(TopologyAgent)
+class TopologyAgentAdmin(admin.ModelAdmin):
+    list_display = ["topology", "position", "agent"]
+    list_filter = ["topology__team"]
+    search_fields = ["topology__name", "agent__name"]
+    autocomplete_fields = ["topology", "agent"]
 
 
 @admin.register(Dataset)

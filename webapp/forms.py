@@ -1,7 +1,5 @@
 """Forms parse and type-check input; the services decide what is allowed and save it."""
 
-# ruff: noqa: RUF012  (Django's declarative class attributes: Meta, admin options)
-
 from __future__ import annotations
 
 from typing import Any

@@ -4,8 +4,6 @@ Rules about one row live here (`Run.is_active`, `Run.to_config()`, `Dataset.spli
 that touch several rows live in `webapp/services.py`.
 """
 
-# ruff: noqa: RUF012  (Django's declarative class attributes: Meta, admin options)
-
 from __future__ import annotations
 
 from pathlib import Path

@@ -27,6 +27,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from agents.base import Environment
+from agents.envs import EnvironmentInfo, list_environments, load_environment
 from training.config import ConfigError, RunConfig
 from training.data import DataError, read_rows
 from webapp.models import (
@@ -49,35 +50,33 @@ PREVIEW_CHARS = 300
 # == environments (agents.envs) =====================================================================
 
 
-def environment_names() -> list[str]:
-    from agents.envs import list_environments
+def environment_infos() -> dict[str, EnvironmentInfo]:
+    """The built-in environments (name, summary, roles, required fields, arguments)."""
+    return {info.name: info for info in list_environments()}
 
-    return sorted(list_environments())
+
+def environment_names() -> list[str]:
+    return list(environment_infos())
 
 
 def environment_load(*, name: str, env_args: Mapping[str, Any] | None = None, args_field: str = "env_args") -> Environment:
     """The environment, or a ValidationError on `environment` (unknown) or `args_field` (bad args)."""
-    from agents.envs import load_environment
-
     if name not in environment_names():
         raise ValidationError({"environment": f"Unknown environment {name!r}."})
     try:
         return load_environment(name, **dict(env_args or {}))
-    except Exception as exc:  # noqa: BLE001 (an environment's own argument checks raise what they like)
+    except Exception as exc:  # an environment's own argument checks raise what they like
         raise ValidationError({args_field: f"{name} rejected these arguments: {exc}"}) from None
 
 
-def environment_describe(*, name: str) -> Environment | None:
-    """The environment with default arguments, or None when it does not load (for page hints)."""
-    try:
-        return environment_load(name=name)
-    except ValidationError:
-        return None
+def environment_describe(*, name: str) -> EnvironmentInfo | None:
+    """What pages show about an environment; None when there is no such built-in."""
+    return environment_infos().get(name)
 
 
 def environment_roles() -> dict[str, tuple[str, ...]]:
     """Environment name -> the roles agents can play there."""
-    return {name: env.roles for name in environment_names() if (env := environment_describe(name=name))}
+    return {name: info.roles for name, info in environment_infos().items()}
 
 
 # == model sources ==================================================================================
@@ -87,6 +86,7 @@ def model_source_save(*, team: Team, name: str, source: str, notes: str = "", in
     """Create or update a model source; `ModelSource.clean` checks the source like the engine."""
     obj = instance or ModelSource(team=team)
     obj.name, obj.source, obj.notes = name, source, notes
+    _check_name_free(obj)
     obj.full_clean()
     obj.save()
     return obj
@@ -112,6 +112,7 @@ def agent_update(*, agent: Agent, **values: Any) -> Agent:
     for key in AGENT_FIELDS:
         if key in values:
             setattr(agent, key, values[key])
+    _check_name_free(agent)
     agent.full_clean()
     agent.save()
     return agent
@@ -147,6 +148,7 @@ def topology_update(
     """Save a topology and its ordered agents; every agent's role must exist in the environment."""
     topology.name, topology.environment, topology.env_args = name, environment, env_args or {}
     topology.max_turns, topology.specialization = max_turns, specialization
+    _check_name_free(topology)
     topology.full_clean()
     env = environment_load(name=environment, env_args=topology.env_args)
     _topology_check_agents(topology, env, agents)
@@ -210,6 +212,7 @@ def dataset_upload(*, team: Team, name: str, environment: str, upload: UploadedF
         team=team, name=name, kind=Dataset.Kind.UPLOAD, environment=environment, eval_fraction=eval_fraction,
         original_filename=(upload.name or "upload")[-255:], size_bytes=upload.size or 0,
     )
+    _check_name_free(dataset)
     dataset.full_clean(exclude=["file", "format"])
     env = environment_load(name=environment)
     if not upload.size:
@@ -296,11 +299,12 @@ def dataset_generator_update(
     dataset.size, dataset.eval_size = size, eval_size
     if not size:
         raise ValidationError({"size": "Generate at least one training task."})
+    _check_name_free(dataset)
     dataset.full_clean()
     env = environment_load(name=environment, env_args=dataset.env_args)
     try:
         sample = env.generate(PREVIEW_ROWS, seed=0)
-    except Exception as exc:  # noqa: BLE001 (plugin code: any failure means these arguments do not work)
+    except Exception as exc:  # plugin code: any failure means these arguments do not work
         raise ValidationError({"env_args": f"{environment} could not generate tasks with these arguments: {exc}"}) from None
     _dataset_describe(dataset, sample, row_count=size + eval_size)
     dataset.save()
@@ -309,6 +313,7 @@ def dataset_generator_update(
 
 def dataset_upload_update(*, dataset: Dataset, name: str, eval_fraction: float) -> Dataset:
     dataset.name, dataset.eval_fraction = name, eval_fraction
+    _check_name_free(dataset)
     dataset.full_clean()
     dataset.save()
     return dataset
@@ -328,7 +333,7 @@ def dataset_revalidate(*, dataset: Dataset) -> Dataset:
             dataset.status, dataset.status_message = Dataset.Status.VALID, ""
     except ValidationError as exc:
         dataset.status, dataset.status_message = Dataset.Status.INVALID, "; ".join(exc.messages)
-    except Exception as exc:  # noqa: BLE001 (plugin code: any failure makes the dataset invalid)
+    except Exception as exc:  # plugin code: any failure makes the dataset invalid
         dataset.status, dataset.status_message = Dataset.Status.INVALID, str(exc)
     dataset.save()
     return dataset
@@ -509,7 +514,7 @@ def run_execute(*, run_id: int, worker: str = "", train: TrainFn | None = None) 
                 train,  # imports torch: only inside the worker's task
             )
         result = train(config, out_dir=Path(run.out_dir), sink=sink)
-    except Exception as exc:  # noqa: BLE001 (any engine failure is the run's outcome, recorded with its traceback)
+    except Exception as exc:  # any engine failure is the run's outcome, recorded with its traceback
         sink.finish(status=Run.Status.FAILED, error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
     except BaseException as exc:  # the worker is being killed: record it, then let it die
         sink.finish(status=Run.Status.FAILED, error=f"the worker stopped during the run ({type(exc).__name__})", traceback=traceback.format_exc())
@@ -604,7 +609,14 @@ def demo_seed() -> DemoSeed:
     return seed
 
 
-# == helpers ========================================================================================
+# == helpers ===================================================================================
+
+
+def _check_name_free(obj: Any) -> None:
+    """Names are unique per team; say so next to the name field (the DB constraint backs it)."""
+    taken = type(obj).objects.filter(team_id=obj.team_id, name=obj.name).exclude(pk=obj.pk).exists()
+    if taken:
+        raise ValidationError({"name": f"Your team already has a {type(obj)._meta.verbose_name} named {obj.name!r}."})
 
 
 def _free_name(model: Any, team: Team, name: str, *, max_length: int) -> str:

@@ -5,6 +5,7 @@ payload to the run's channel-layer group) without touching the trainer or the wr
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -32,11 +33,12 @@ class DatabaseSink:
                     run_fields={"total_steps": total_steps, "step": start_step})
 
     def metrics(self, m: StepMetrics) -> None:
-        point = {"step": m.step, "values": m.values, "agents": m.agents, "time": m.time}
+        values, agents = storable(m.values), storable(m.agents)
+        point = {"step": m.step, "values": values, "agents": agents, "time": m.time}
 
         def write() -> None:
             MetricPoint.objects.bulk_create(
-                [MetricPoint(run_id=self.run_id, step=m.step, values=m.values, agents=m.agents, time=_from_epoch(m.time))],
+                [MetricPoint(run_id=self.run_id, step=m.step, values=values, agents=agents, time=_from_epoch(m.time))],
                 update_conflicts=True, unique_fields=["run", "step"], update_fields=["values", "agents", "time"],
             )
 
@@ -47,7 +49,7 @@ class DatabaseSink:
             Rollout(
                 run_id=self.run_id, step=step, episode=i, success=bool(ep.get("success")),
                 team_reward=float(ep.get("team_reward") or 0.0),
-                agent_names=list(dict.fromkeys(t.get("agent", "") for t in ep.get("turns", []))), data=ep,
+                agent_names=list(dict.fromkeys(t.get("agent", "") for t in ep.get("turns", []))), data=storable(ep),
             )
             for i, ep in enumerate(episodes)
         ]
@@ -55,7 +57,7 @@ class DatabaseSink:
         self._write("rollouts", summary, lambda: Rollout.objects.bulk_create(rows))
 
     def log(self, message: str, *, level: str = "info") -> None:
-        line = LogLine(run_id=self.run_id, level=level[:10], message=message)
+        line = LogLine(run_id=self.run_id, level=level[:10], message=storable(message))
         self._write("log", {"level": level, "message": message}, line.save)
 
     def checkpoint(self, step: int, path: str) -> None:
@@ -67,9 +69,10 @@ class DatabaseSink:
     def evaluation(self, result: dict[str, Any]) -> None:
         row = Evaluation(
             run_id=self.run_id, step=int(result.get("step", 0)), temperature=float(result.get("temperature", 0.0)),
-            team_success=float(result.get("team", {}).get("success", 0.0)), agents=result.get("agents", {}), data=result,
+            team_success=float(result.get("team", {}).get("success", 0.0)), agents=storable(result.get("agents", {})),
+            data=storable(result),
         )
-        payload = {k: v for k, v in result.items() if k != "examples"}
+        payload = {k: v for k, v in row.data.items() if k != "examples"}
         self._write("evaluation", payload, row.save)
 
     def should_stop(self) -> bool:
@@ -85,11 +88,13 @@ class DatabaseSink:
 
     def finish(self, *, status: str, step: int | None = None, final_metrics: dict[str, float] | None = None,
                error: str = "", traceback: str = "") -> None:
-        fields: dict[str, Any] = {"status": status, "finished": timezone.now(), "error_message": error, "traceback": traceback}
+        fields: dict[str, Any] = {
+            "status": status, "finished": timezone.now(), "error_message": storable(error), "traceback": storable(traceback),
+        }
         if step is not None:
             fields["step"] = step
         if final_metrics is not None:
-            fields["final_metrics"] = final_metrics
+            fields["final_metrics"] = storable(final_metrics)
         self._write("finished", {"status": status, "step": step, "error": error}, run_fields=fields)
 
     # -- the one place that writes -------------------------------------------------------------
@@ -104,6 +109,20 @@ class DatabaseSink:
 
     def published(self, event: str, payload: dict[str, Any]) -> None:
         """Called after each write commits. No-op for now; live streaming publishes here."""
+
+
+def storable(value: Any) -> Any:
+    """Model output as JSON every database accepts: no NUL characters (PostgreSQL text and jsonb
+    reject them) and no NaN/infinity (not JSON); those numbers become null."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {storable(str(k)): storable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [storable(v) for v in value]
+    return value
 
 
 def _from_epoch(seconds: float) -> datetime:

@@ -310,7 +310,7 @@ def run_preview(request: TeamRequest) -> HttpResponse:
         except ConfigError as exc:
             errors = [f"{exc.field}: {exc.message}"]
     else:
-        errors = [f"{form.fields[name].label or name}: {' '.join(errs)}" if name in form.fields else " ".join(errs)
+        errors = [f"{form[name].label}: {' '.join(errs)}" if name in form.fields else " ".join(errs)
                   for name, errs in form.errors.items()]
     return render(request, "runs/new.html#preview", {"config_yaml": config_yaml, "errors": errors})
 

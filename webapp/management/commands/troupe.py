@@ -115,7 +115,7 @@ def _port_from_env() -> int:
 def _spawn(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     """A child in its own session, so the terminal's Ctrl-C reaches only us and we stop children
     in order; on Linux it also dies with us if we are killed outright."""
-    return subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_die_with_parent)  # noqa: PLW1509 (no threads here)
+    return subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_die_with_parent)
 
 
 def _die_with_parent() -> None:

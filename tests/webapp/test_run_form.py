@@ -1,0 +1,88 @@
+"""The new-run form: defaults shown, engine errors next to the field they name, a preview,
+and a queued run with its YAML snapshot enqueued once committed."""
+
+from __future__ import annotations
+
+import yaml
+from django.urls import reverse
+
+from webapp.models import Dataset, Run
+
+
+def _data(world, **overrides):
+    data = {"topology": world.topology.pk, "dataset": world.dataset.pk, "name": "", "specialization": "",
+            "steps": "2", "k": "3", "tasks_per_step": "1", "lr": "1e-4", "lora_r": "4", "max_new_tokens": "8",
+            "temperature": "1.0", "beta": "0", "eval_every": "0", "advanced_yaml": ""}
+    data.update(overrides)
+    return data
+
+
+def test_it_shows_the_engine_defaults(alice, alice_world):
+    form = alice.client.get(reverse("run_new")).context["form"]
+    assert form["steps"].value() == 50 and form["k"].value() == 4 and form["lr"].value() == 1e-5
+
+
+def test_it_preselects_a_topology_from_the_query_string(alice, alice_world):
+    form = alice.client.get(reverse("run_new"), {"topology": alice_world.topology.pk}).context["form"]
+    assert str(form["topology"].value()) == str(alice_world.topology.pk)
+
+
+def test_it_queues_a_run_and_enqueues_it_on_commit(alice, alice_world, enqueued, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = alice.client.post(reverse("run_new"), _data(alice_world))
+    run = Run.objects.exclude(pk=alice_world.run.pk).get()
+    assert response["Location"] == run.get_absolute_url()
+    assert run.status == "queued" and run.owner == alice.user and run.total_steps == 2
+    assert run.name == "duo · gen L1"
+    snapshot = yaml.safe_load(run.config_yaml)
+    assert snapshot["grpo"]["k"] == 3 and snapshot["optim"]["lr"] == 1e-4 and snapshot["lora"]["r"] == 4
+    assert run.to_config().optim.steps == 2
+    assert enqueued == [run.pk]
+
+
+def test_it_does_not_enqueue_before_commit(alice, alice_world, enqueued, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        alice.client.post(reverse("run_new"), _data(alice_world))
+    assert enqueued == [] and len(callbacks) == 1
+
+
+def test_it_shows_an_engine_error_next_to_the_field(alice, alice_world, enqueued):
+    response = alice.client.post(reverse("run_new"), _data(alice_world, k="1"))
+    assert response.status_code == 200
+    assert response.context["form"].errors["k"] == ["grpo.k: must be at least 2 (a group of 1 has no advantage signal)"]
+    html = response.content.decode()
+    field = html[html.index('id="field-k"'):]
+    assert "grpo.k: must be at least 2" in field[: field.index("</div>")]
+    assert Run.objects.count() == 1 and enqueued == []
+
+
+def test_it_shows_specialization_errors_at_the_specialization(alice, alice_world):
+    response = alice.client.post(reverse("run_new"), _data(alice_world, specialization="single"))
+    assert "specialization" in response.context["form"].errors
+
+
+def test_it_shows_yaml_errors_at_the_yaml_box(alice, alice_world):
+    for text in ("grpo: [1, 2", "grpo:\n  eps_low: 5", "nonsense: 1", "optim:\n  steps: 0"):
+        response = alice.client.post(reverse("run_new"), _data(alice_world, advanced_yaml=text))
+        assert list(response.context["form"].errors) == ["advanced_yaml"], text
+
+
+def test_it_shows_a_dataset_for_another_environment_at_the_dataset(alice, alice_world):
+    other = Dataset.objects.create(team=alice.team, name="arith", kind="generator", environment="arithmetic", size=8, eval_size=0)
+    response = alice.client.post(reverse("run_new"), _data(alice_world, dataset=other.pk))
+    assert "dataset" in response.context["form"].errors
+
+
+def test_it_previews_the_resolved_config(alice, alice_world):
+    response = alice.client.post(reverse("run_preview"), _data(alice_world, advanced_yaml="seed: 7"), headers={"HX-Request": "true"})
+    html = response.content.decode()
+    assert html.lstrip().startswith('<div id="preview">')
+    assert "<html" not in html
+    assert "seed: 7" in html and "k: 3" in html
+
+
+def test_it_previews_errors(alice, alice_world):
+    response = alice.client.post(reverse("run_preview"), _data(alice_world, k="1"), headers={"HX-Request": "true"})
+    assert b"grpo.k: must be at least 2" in response.content
+    response = alice.client.post(reverse("run_preview"), {"topology": ""}, headers={"HX-Request": "true"})
+    assert b"Topology" in response.content

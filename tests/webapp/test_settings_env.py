@@ -1,0 +1,72 @@
+"""Settings read the environment and fail loudly, naming the variable."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+SETTINGS = Path(__file__).resolve().parents[2] / "webapp" / "settings.py"
+
+
+def load(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **env: str) -> dict:
+    for key in ("DATABASE_URL", "REDIS_URL", "DEBUG", "ALLOWED_HOSTS", "SECRET_KEY", "TROUPE_UPLOAD_MAX_BYTES"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("TROUPE_DATA_DIR", str(tmp_path / "data"))
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return runpy.run_path(str(SETTINGS))
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("DEBUG", "maybe"),
+        ("DATABASE_URL", "mysql://root@localhost/troupe"),
+        ("DATABASE_URL", "postgres://"),
+        ("REDIS_URL", "localhost:6379"),
+        ("ALLOWED_HOSTS", " , "),
+        ("TROUPE_UPLOAD_MAX_BYTES", "ten"),
+        ("TROUPE_DATA_DIR", "relative/dir"),
+    ],
+)
+def test_it_names_the_variable_with_a_bad_value(monkeypatch, tmp_path, name, value):
+    with pytest.raises(ImproperlyConfigured, match=name):
+        load(monkeypatch, tmp_path, **{name: value})
+
+
+def test_it_defaults_to_sqlite_in_the_data_dir(monkeypatch, tmp_path):
+    s = load(monkeypatch, tmp_path)
+    assert s["DATABASES"]["default"]["NAME"] == str(tmp_path / "data" / "troupe.sqlite3")
+    assert (tmp_path / "data").is_dir()
+
+
+def test_it_reads_postgres_and_redis_urls(monkeypatch, tmp_path):
+    s = load(monkeypatch, tmp_path, DATABASE_URL="postgres://u:p@db:5432/troupe", REDIS_URL="redis://cache:6379/1",
+             ALLOWED_HOSTS="troupe.example.org, localhost", DEBUG="on")
+    assert s["DATABASES"]["default"]["ENGINE"] == "django.db.backends.postgresql"
+    assert s["DATABASES"]["default"]["NAME"] == "troupe"
+    assert s["ALLOWED_HOSTS"] == ["troupe.example.org", "localhost"]
+    assert s["DEBUG"] is True
+    assert s["REDIS_URL"] == "redis://cache:6379/1"
+
+
+def test_it_uses_the_embedded_redis_socket_without_redis_url(monkeypatch, tmp_path):
+    s = load(monkeypatch, tmp_path)
+    assert s["REDIS_URL"] is None
+    assert str(s["EMBEDDED_REDIS_SOCKET"]).endswith(".sock")
+
+
+def test_it_requires_a_secret_key_when_debug_is_off(tmp_path):
+    # Outside pytest (a plain process), where no test knob supplies a key.
+    env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DEBUG", "DATABASE_URL")}
+    env.update(TROUPE_DATA_DIR=str(tmp_path), DEBUG="0")
+    proc = subprocess.run([sys.executable, "-c", "import webapp.settings"], env=env, capture_output=True, text=True,
+                          cwd=SETTINGS.parents[1])
+    assert proc.returncode != 0
+    assert "SECRET_KEY is required when DEBUG is off" in proc.stderr

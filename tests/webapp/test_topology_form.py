@@ -1,0 +1,103 @@
+"""Topologies: agents in acting order; roles must exist in the environment."""
+
+from __future__ import annotations
+
+from django.urls import reverse
+
+from webapp.models import Agent, Topology
+
+
+def _data(world, agents, **overrides):
+    data = {"name": "pair", "environment": "math_tool", "env_args": '{"level": 2}', "specialization": "lora",
+            "max_turns": "2", "agents": [a.pk for a in agents]}
+    data.update(overrides)
+    return data
+
+
+def test_it_saves_agents_in_the_order_given(alice, alice_world):
+    w = alice_world
+    response = alice.client.post(reverse("topology_create"), _data(w, [w.reasoner, w.tool]))
+    assert response.status_code == 302
+    topology = Topology.objects.get(team=alice.team, name="pair")
+    assert [a.name for a in topology.ordered_agents()] == ["reasoner", "tool"]
+    assert topology.env_args == {"level": 2}
+
+
+def test_it_ignores_empty_slots(alice, alice_world):
+    w = alice_world
+    data = _data(w, [])
+    data["agents"] = ["", str(w.tool.pk), "", str(w.reasoner.pk)]
+    assert alice.client.post(reverse("topology_create"), data).status_code == 302
+    assert [a.name for a in Topology.objects.get(name="pair").ordered_agents()] == ["tool", "reasoner"]
+
+
+def test_it_rejects_a_role_the_environment_does_not_have(alice, alice_world):
+    w = alice_world
+    poet = Agent.objects.create(team=alice.team, name="poet", role="poet", model_source=w.source)
+    response = alice.client.post(reverse("topology_create"), _data(w, [w.tool, poet]))
+    assert response.status_code == 200
+    errors = response.context["form"].errors["agents"]
+    assert "poet (poet): role not in math_tool" in errors[0]
+    assert not Topology.objects.filter(name="pair").exists()
+
+
+def test_it_rejects_the_same_agent_twice(alice, alice_world):
+    w = alice_world
+    response = alice.client.post(reverse("topology_create"), _data(w, [w.tool, w.tool]))
+    assert "agents" in response.context["form"].errors
+
+
+def test_it_rejects_single_with_two_agents(alice, alice_world):
+    w = alice_world
+    response = alice.client.post(reverse("topology_create"), _data(w, [w.tool, w.reasoner], specialization="single"))
+    assert "specialization" in response.context["form"].errors
+
+
+def test_it_rejects_different_models_unless_full(alice, alice_world):
+    w = alice_world
+    other = w.source.__class__.objects.create(team=alice.team, name="SmolLM2", source="bundled:smollm2-135m-instruct")
+    w.reasoner.model_source = other
+    w.reasoner.save()
+    response = alice.client.post(reverse("topology_create"), _data(w, [w.tool, w.reasoner]))
+    assert "specialization" in response.context["form"].errors
+    response = alice.client.post(reverse("topology_create"), _data(w, [w.tool, w.reasoner], specialization="full"))
+    assert response.status_code == 302
+
+
+def test_it_rejects_unknown_environments_and_bad_env_args(alice, alice_world):
+    w = alice_world
+    response = alice.client.post(reverse("topology_create"), _data(w, [w.tool], environment="chess"))
+    assert "environment" in response.context["form"].errors
+    response = alice.client.post(reverse("topology_create"), _data(w, [w.tool], env_args="[1, 2]"))
+    assert "env_args" in response.context["form"].errors
+
+
+def test_it_edits_the_order_and_duplicates(alice, alice_world):
+    w = alice_world
+    url = reverse("topology_edit", args=[w.topology.pk])
+    page = alice.client.get(url)
+    assert page.status_code == 200 and b"agent-order" in page.content
+    assert alice.client.post(url, _data(w, [w.reasoner, w.tool], name="duo")).status_code == 302
+    assert [a.name for a in w.topology.ordered_agents()] == ["reasoner", "tool"]
+    alice.client.post(reverse("topology_duplicate", args=[w.topology.pk]))
+    copy = Topology.objects.get(team=alice.team, name="duo-copy")
+    assert [a.name for a in copy.ordered_agents()] == ["reasoner", "tool"]
+
+
+def test_it_shows_the_environment_hint(alice, alice_world):
+    response = alice.client.get(reverse("environment_hint"), {"environment": "math_tool"}, headers={"HX-Request": "true"})
+    assert b"reasoner" in response.content
+
+
+def test_it_keeps_runs_when_a_finished_topology_is_deleted(alice, alice_world):
+    w = alice_world
+    w.run.status = "succeeded"
+    w.run.save()
+    assert alice.client.post(reverse("topology_delete", args=[w.topology.pk])).status_code == 302
+    w.run.refresh_from_db()
+    assert w.run.topology is None and "math_tool" in w.run.config_yaml
+
+
+def test_it_refuses_to_delete_a_topology_with_an_active_run(alice, alice_world):
+    response = alice.client.post(reverse("topology_delete", args=[alice_world.topology.pk]))
+    assert b"cancel it first" in response.content

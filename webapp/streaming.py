@@ -1,0 +1,473 @@
+"""Live run streaming: what the worker publishes, and what a viewer's websocket receives.
+
+The database is the source of truth; the channel layer only carries small notifications.
+
+Worker side. `DatabaseSink` calls `publish()` after each write commits. The group message is
+`{"type": "run.event", "event": <sink event>, "payload": <small dict>}` on group `run-<id>`:
+`metrics` carries the step's numbers (a few KB), `rollouts` only `{step, episodes, success}`,
+`log` only the level, `evaluation` the result without its examples. A payload over
+`MAX_PAYLOAD_BYTES` is replaced by a stub, and the consumer reads the rows instead. A dropped
+message (Redis down, channel over capacity, expiry) costs nothing permanent: each viewer keeps a
+`StreamCursor` (last step, rollout id, log id it has sent) and reads anything after it from the
+database at the next notification, or when the browser reconnects with the same cursor.
+
+Viewer side. `stream_open()` builds the backlog for a new socket and `stream_event()` turns one
+group message into messages for one socket. Messages to the browser are JSON with a `t` key:
+
+- `status`:  `{status, label, step, total, started, finished, error, cancel_requested}` (epoch seconds)
+- `metrics`: `{last, total, downsampled, run: {key: [[steps], [values]]},
+              agents: {agent: {key: [[steps], [values]]}}, times: [[steps], [epoch]]}`
+             (a live step is the same shape with one point per series; values are null when not finite)
+- `evals`:   `{rows: [{step, temperature, n, team, agents: {name: {success, reward}}}]}`
+- `rollouts`: `{html, last_id, reset, more}`; html is `runs/_episodes.html`, newest first;
+              `reset` means replace the list (first load, or a gap larger than one page)
+- `log`:     `{lines: [{id, time, level, message}], reset}`
+- `checkpoint`: `{step, path}`
+
+Long series are downsampled on the server (min-max per bucket, first and last point kept) to at
+most `MAX_POINTS` points each, so a 10,000-step run loads as fast as a 100-step one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import parse_qs
+
+import numpy as np
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.db.models import Max, Q, TextField
+from django.db.models.functions import Cast
+from django.template.loader import render_to_string
+from django.utils import timezone
+
+from webapp.models import Evaluation, LogLine, MetricPoint, Rollout, Run
+
+log = logging.getLogger(__name__)
+
+MAX_POINTS = 2000
+"""Most points per series in a backlog (the chart cannot show more on a laptop screen anyway)."""
+EPISODES_PAGE = 20
+"""Episodes sent on connect and per "load older" request."""
+LOG_TAIL = 200
+"""Log lines sent on connect (the page keeps at most a few hundred)."""
+EVALS_MAX = 2000
+TIMES_TAIL = 50
+"""(step, wall time) pairs sent with a backlog, for the page's ETA."""
+MAX_PAYLOAD_BYTES = 64 * 1024
+"""A group message above this is replaced by a stub; the consumer reads the rows instead."""
+PUBLISH_BACKOFF_S = 10.0
+"""After a failed publish the sink stays quiet this long, so a dead Redis never slows training."""
+
+TERMINAL = (Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED)
+
+
+def run_group(run_id: int) -> str:
+    return f"run-{run_id}"
+
+
+# == worker side ==================================================================================
+
+_quiet_until = 0.0
+_quiet_lock = threading.Lock()
+
+
+def publish(*, run_id: int, event: str, payload: Mapping[str, Any]) -> None:
+    """Notify the run's viewers. Never raises: the row is already committed, and viewers catch
+    up from the database. Called by `DatabaseSink` after each commit (once per step for metrics,
+    once per step's batch of rollouts)."""
+    global _quiet_until
+    layer = get_channel_layer()
+    if layer is None or time.monotonic() < _quiet_until:
+        return
+    body: Mapping[str, Any] = payload
+    if len(json.dumps(payload, default=str)) > MAX_PAYLOAD_BYTES:
+        body = {"step": payload.get("step"), "too_big": True}
+    try:
+        async_to_sync(layer.group_send)(run_group(run_id), {"type": "run.event", "event": event, "payload": dict(body)})
+    except Exception as exc:  # noqa: BLE001 (any channel-layer failure: the viewers catch up from the database)
+        with _quiet_lock:
+            _quiet_until = time.monotonic() + PUBLISH_BACKOFF_S
+        log.warning("run %s: could not publish %s to the channel layer (%s); quiet for %.0fs", run_id, event, exc, PUBLISH_BACKOFF_S)
+
+
+# == viewer side: who, where from ==================================================================
+
+
+def run_viewable(*, user: Any, run_id: int) -> bool:
+    """A logged-in member of the run's team (the same rule as the pages)."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return False
+    return Run.objects.filter(pk=run_id, team__memberships__user=user).exists()
+
+
+@dataclass
+class StreamCursor:
+    """What one socket has already sent (or what the browser says it has, on reconnect)."""
+
+    run_id: int
+    step: int | None = None
+    """Last metrics step; None: the page has no metrics yet."""
+    rollout: int | None = None
+    """Highest Rollout id sent."""
+    log: int | None = None
+    """Highest LogLine id sent."""
+    status: str | None = None
+    """Last status sent."""
+
+    @classmethod
+    def from_query_string(cls, run_id: int, query_string: bytes | str) -> StreamCursor:
+        """`?step=12&rollout=340&log=77` from a reconnecting page; anything else is ignored."""
+        raw = query_string.decode("latin-1") if isinstance(query_string, bytes) else query_string
+        params = parse_qs(raw)
+
+        def number(name: str) -> int | None:
+            value = (params.get(name) or [""])[0]
+            return int(value) if value.isdigit() and len(value) < 12 else None
+
+        return cls(run_id=run_id, step=number("step"), rollout=number("rollout"), log=number("log"))
+
+
+# == viewer side: messages ========================================================================
+
+
+async def stream_open(*, cursor: StreamCursor) -> list[dict[str, Any]]:
+    """Everything a socket needs first: status, metrics after `cursor.step` (all of them on a
+    first connect, downsampled), evaluations, the newest episodes after `cursor.rollout`, the log
+    tail after `cursor.log`. Advances the cursor to what the database holds now."""
+    return await database_sync_to_async(_backlog)(cursor)
+
+
+async def stream_event(*, cursor: StreamCursor, event: str, payload: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One group message -> the messages this socket should send. Metrics that follow the
+    cursor's step are forwarded as they are; anything else (a gap, rollouts, log lines, status)
+    is read from the database after the cursor."""
+    if event == "metrics" and "values" in payload and cursor.status == Run.Status.RUNNING:
+        step = int(payload["step"])
+        if cursor.step is not None and step <= cursor.step:
+            return []  # already sent (the backlog raced this message)
+        if cursor.step is None or step == cursor.step + 1:
+            cursor.step = step
+            return [_metrics_delta(payload)]
+    if event == "evaluation" and "team" in payload:
+        return [{"t": "evals", "rows": [_eval_row(payload)]}]
+    if event == "checkpoint":
+        return [{"t": "checkpoint", "step": payload.get("step"), "path": payload.get("path")}]
+    return await database_sync_to_async(_catch_up)(cursor, event)
+
+
+def _backlog(cursor: StreamCursor) -> list[dict[str, Any]]:
+    run = Run.objects.get(pk=cursor.run_id)
+    cursor.status = run.status
+    messages = [status_message(run)]
+    metrics = metrics_message(run_id=run.pk, since=cursor.step, total=run.total_steps)
+    cursor.step = metrics["last"] if metrics["last"] is not None else cursor.step
+    messages.append(metrics)
+    evals = Evaluation.objects.filter(run_id=run.pk)
+    if cursor.step is not None and metrics["downsampled"] is False and cursor.step:
+        evals = evals.filter(step__gte=min(cursor.step, metrics_first_step(metrics)))
+    messages.append({"t": "evals", "rows": [_eval_row(e.data or _eval_data(e)) for e in evals.order_by("-step")[:EVALS_MAX][::-1]]})
+    messages.append(_rollouts_after(run, cursor, first=True))
+    messages.append(_log_after(cursor, first=True))
+    return messages
+
+
+def _catch_up(cursor: StreamCursor, event: str) -> list[dict[str, Any]]:
+    run = Run.objects.filter(pk=cursor.run_id).first()
+    if run is None:
+        return []
+    messages: list[dict[str, Any]] = []
+    if run.status != cursor.status or event in ("run_started", "finished"):
+        cursor.status = run.status
+        messages.append(status_message(run))
+    if event in ("metrics", "run_started", "finished"):
+        metrics = metrics_message(run_id=run.pk, since=cursor.step, total=run.total_steps)
+        if metrics["last"] is not None:
+            cursor.step = metrics["last"]
+            messages.append(metrics)
+    if event in ("rollouts", "finished"):
+        rollouts = _rollouts_after(run, cursor, first=False)
+        if rollouts["html"] or rollouts["reset"]:
+            messages.append(rollouts)
+    if event in ("log", "finished", "run_started"):
+        lines = _log_after(cursor, first=False)
+        if lines["lines"]:
+            messages.append(lines)
+    return messages
+
+
+def status_message(run: Run) -> dict[str, Any]:
+    return {
+        "t": "status",
+        "status": run.status,
+        "label": run.get_status_display(),
+        "step": run.step,
+        "total": run.total_steps,
+        "started": run.started.timestamp() if run.started else None,
+        "finished": run.finished.timestamp() if run.finished else None,
+        "error": run.error_message,
+        "cancel_requested": run.cancel_requested,
+    }
+
+
+# -- metrics --------------------------------------------------------------------------------------
+
+
+def metrics_message(*, run_id: int, since: int | None = None, total: int = 0, max_points: int = MAX_POINTS) -> dict[str, Any]:
+    """Every metric series of a run after step `since`, each downsampled to `max_points`."""
+    rows = MetricPoint.objects.filter(run_id=run_id)
+    if since is not None:
+        rows = rows.filter(step__gt=since)
+    run_cols: dict[str, tuple[list[int], list[float]]] = {}
+    agent_cols: dict[str, dict[str, tuple[list[int], list[float]]]] = {}
+    steps: list[int] = []
+    times: list[float] = []
+    for step, when, values, agents in rows.order_by("step").values_list("step", "time", "values", "agents").iterator(chunk_size=2000):
+        steps.append(step)
+        times.append(when.timestamp())
+        _collect(run_cols, step, values)
+        for name, per_agent in (agents or {}).items():
+            _collect(agent_cols.setdefault(name, {}), step, per_agent)
+    downsampled = False
+
+    def series(cols: dict[str, tuple[list[int], list[float]]]) -> dict[str, list[list[Any]]]:
+        nonlocal downsampled
+        out = {}
+        for key, (xs, ys) in cols.items():
+            if len(xs) > max_points:
+                downsampled = True
+                keep = downsample_minmax(np.asarray(ys, dtype=np.float64), max_points)
+                xs, ys = [xs[i] for i in keep], [ys[i] for i in keep]
+            out[key] = [xs, [_finite(y) for y in ys]]
+        return out
+
+    return {
+        "t": "metrics",
+        "last": steps[-1] if steps else None,
+        "total": total,
+        "downsampled": downsampled,
+        "run": series(run_cols),
+        "agents": {name: series(cols) for name, cols in agent_cols.items()},
+        "times": [steps[-TIMES_TAIL:], times[-TIMES_TAIL:]],
+    }
+
+
+def metrics_first_step(message: Mapping[str, Any]) -> int:
+    firsts = [xs[0] for xs, _ in message["run"].values() if xs]
+    return min(firsts) if firsts else 0
+
+
+def _collect(cols: dict[str, tuple[list[int], list[float]]], step: int, values: Mapping[str, Any] | None) -> None:
+    for key, value in (values or {}).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            xs, ys = cols.setdefault(key, ([], []))
+            xs.append(step)
+            ys.append(float(value))
+
+
+def _metrics_delta(payload: Mapping[str, Any]) -> dict[str, Any]:
+    step = int(payload["step"])
+
+    def one(values: Mapping[str, Any] | None) -> dict[str, list[list[Any]]]:
+        return {
+            k: [[step], [_finite(v)]] for k, v in (values or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+
+    return {
+        "t": "metrics",
+        "last": step,
+        "total": payload.get("total_steps"),
+        "downsampled": False,
+        "run": one(payload.get("values")),
+        "agents": {name: one(v) for name, v in (payload.get("agents") or {}).items()},
+        "times": [[step], [payload.get("time")]],
+    }
+
+
+def downsample_minmax(values: np.ndarray, max_points: int) -> list[int]:
+    """Indices of at most `max_points` points that keep a series' shape: the first and the last
+    point, and each bucket's minimum and maximum (so spikes survive, unlike plain striding).
+    Non-finite values are skipped in the choice and never picked."""
+    n = len(values)
+    if n <= max_points:
+        return list(range(n))
+    buckets = max(1, (max_points - 2) // 2)
+    inner = values[1:-1]
+    size = math.ceil(len(inner) / buckets)
+    padded = np.full(buckets * size, np.nan)  # (B*S,)
+    padded[: len(inner)] = np.where(np.isfinite(inner), inner, np.nan)
+    grid = padded.reshape(buckets, size)  # (B, S)
+    has = ~np.all(np.isnan(grid), axis=1)  # (B,)
+    lo = np.nanargmin(np.where(has[:, None], grid, 0.0), axis=1)  # (B,)
+    hi = np.nanargmax(np.where(has[:, None], grid, 0.0), axis=1)  # (B,)
+    base = np.arange(buckets) * size + 1  # (B,) index of each bucket's first point in `values`
+    picked = np.concatenate([(base + lo)[has], (base + hi)[has]])
+    return sorted({0, n - 1, *picked.tolist()})
+
+
+def _finite(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+# -- evaluations ------------------------------------------------------------------------------------
+
+
+def _eval_data(e: Evaluation) -> dict[str, Any]:
+    return {"step": e.step, "temperature": e.temperature, "team": {"success": e.team_success}, "agents": e.agents}
+
+
+def _eval_row(result: Mapping[str, Any]) -> dict[str, Any]:
+    agents = result.get("agents") or {}
+    return {
+        "step": int(result.get("step", 0)),
+        "temperature": _finite(result.get("temperature", 0.0)) or 0.0,
+        "n": result.get("n"),
+        "team": _finite((result.get("team") or {}).get("success")),
+        "agents": {
+            name: {"success": _finite(v.get("success")), "reward": _finite(v.get("reward"))}
+            for name, v in agents.items() if isinstance(v, Mapping)
+        },
+    }
+
+
+# -- rollouts -----------------------------------------------------------------------------------------
+
+AGENT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,39}$")
+
+
+@dataclass(frozen=True)
+class RolloutFilter:
+    """The rollout viewer's filter: by agent (it acted in the episode), by success, by step."""
+
+    agent: str = ""
+    success: bool | None = None
+    step: int | None = None
+
+    @classmethod
+    def from_query(cls, query: Mapping[str, str]) -> RolloutFilter:
+        agent = query.get("agent", "")
+        success = {"yes": True, "no": False}.get(query.get("success", ""))
+        step = query.get("step", "").strip()
+        return cls(
+            agent=agent if AGENT_NAME.match(agent) else "",
+            success=success,
+            step=int(step) if step.isdigit() and len(step) < 10 else None,
+        )
+
+    def apply(self, rows: Any) -> Any:
+        if self.agent:
+            # agent_names is a JSON list of names; names cannot hold quotes, so '"name"' matches one element.
+            rows = rows.annotate(agents_text=Cast("agent_names", TextField())).filter(agents_text__contains=f'"{self.agent}"')
+        if self.success is not None:
+            rows = rows.filter(success=self.success)
+        if self.step is not None:
+            rows = rows.filter(step=self.step)
+        return rows
+
+
+def rollouts_page(*, run: Run, filters: RolloutFilter = RolloutFilter(), before: int | None = None,
+                  limit: int = EPISODES_PAGE) -> dict[str, Any]:
+    """Newest episodes first (by id), `limit` of them, older than id `before`: the rollout
+    viewer's "load older" and filter requests, and the first page a socket sends."""
+    rows = filters.apply(Rollout.objects.filter(run_id=run.pk))
+    if before is not None:
+        rows = rows.filter(id__lt=before)
+    page = list(rows.order_by("-id")[: limit + 1])
+    return {"run": run, "episodes": page[:limit], "more": len(page) > limit}
+
+
+def render_episodes(*, run: Run, episodes: list[Rollout], more: bool) -> str:
+    return render_to_string("runs/_episodes.html", {"run": run, "episodes": [_episode_view(r) for r in episodes], "more": more})
+
+
+def _rollouts_after(run: Run, cursor: StreamCursor, *, first: bool) -> dict[str, Any]:
+    newest = Rollout.objects.filter(run_id=run.pk).aggregate(m=Max("id"))["m"]
+    if first and cursor.rollout is None:
+        page = rollouts_page(run=run)
+        cursor.rollout = newest
+        return {"t": "rollouts", "html": render_episodes(run=run, episodes=page["episodes"], more=page["more"]),
+                "last_id": newest, "reset": True, "more": page["more"]}
+    after = cursor.rollout or 0
+    rows = list(Rollout.objects.filter(run_id=run.pk, id__gt=after).order_by("-id")[: EPISODES_PAGE + 1])
+    reset = len(rows) > EPISODES_PAGE  # more new episodes than one page: the page starts over
+    rows = rows[:EPISODES_PAGE]
+    more = reset and Rollout.objects.filter(run_id=run.pk, id__lt=rows[-1].id).exists()
+    if newest is not None:
+        cursor.rollout = max(after, newest)
+    html = render_episodes(run=run, episodes=rows, more=more) if rows else ""
+    return {"t": "rollouts", "html": html, "last_id": cursor.rollout, "reset": reset, "more": more}
+
+
+@dataclass
+class EpisodeView:
+    row: Rollout
+    question: str
+    task_id: str
+    turns: list[dict[str, Any]]
+    agents: str
+
+
+def _episode_view(r: Rollout) -> EpisodeView:
+    data = r.data or {}
+    turns = []
+    for t in data.get("turns", []):
+        chosen = t.get("chosen")
+        cands = [dict(c, chosen=(i == chosen), index=i) for i, c in enumerate(t.get("candidates", []))]
+        turns.append(dict(t, candidates=cands))
+    return EpisodeView(row=r, question=str(data.get("question", "")), task_id=str(data.get("task_id", "")),
+                       turns=turns, agents=" ".join(r.agent_names or []))
+
+
+# -- log ------------------------------------------------------------------------------------------------
+
+
+def _log_after(cursor: StreamCursor, *, first: bool) -> dict[str, Any]:
+    rows = LogLine.objects.filter(run_id=cursor.run_id)
+    if cursor.log is not None:
+        rows = rows.filter(id__gt=cursor.log)
+    lines = list(rows.order_by("-id").values("id", "time", "level", "message")[: LOG_TAIL + 1])
+    reset = first and cursor.log is None or len(lines) > LOG_TAIL
+    lines = lines[:LOG_TAIL][::-1]
+    if lines:
+        cursor.log = lines[-1]["id"]
+    return {"t": "log", "reset": reset, "lines": [_log_line(line) for line in lines]}
+
+
+def _log_line(line: Mapping[str, Any]) -> dict[str, Any]:
+    when: datetime = line["time"]
+    return {"id": line["id"], "time": when.timestamp(), "level": line["level"], "message": line["message"]}
+
+
+# == the dashboard =================================================================================
+
+
+def run_eta_seconds(run: Run, now: datetime | None = None) -> float | None:
+    """Rough time left for a running run: elapsed time per finished step (model loading
+    included, so it errs long early on) times the steps left. The run page does better from
+    the steps' own timestamps."""
+    if run.status != Run.Status.RUNNING or not run.started or not run.step or not run.total_steps:
+        return None
+    elapsed = ((now or timezone.now()) - run.started).total_seconds()
+    return max(0.0, elapsed / run.step * (run.total_steps - run.step))
+
+
+def filter_q(names: Iterable[str]) -> Q:  # pragma: no cover - kept tiny on purpose
+    return Q(name__in=list(names))
+
+
+_ = OrderedDict  # reserved for a rendered-episode cache if profiling ever asks for one
