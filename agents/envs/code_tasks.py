@@ -28,7 +28,7 @@ def _sum_multiples(rng: random.Random) -> dict[str, Any]:
     a, b = rng.choice([(3, 5), (2, 7), (3, 4), (4, 6), (5, 7), (2, 5)])
     fn = rng.choice(["sum_multiples", "multiples_total", "sum_of_multiples"])
     return dict(
-        example=3,
+        example=6,
         fn=fn, signature="n: int) -> int",
         description=f"returns the sum of all positive integers below n that are divisible by {a} or by {b}",
         reference=f"def {fn}(n):\n    return sum(i for i in range(1, n) if i % {a} == 0 or i % {b} == 0)\n",
@@ -81,7 +81,7 @@ def _second_largest(rng: random.Random) -> dict[str, Any]:
     lists = [[rng.randint(-20, 50) for _ in range(rng.randint(3, 7))] for _ in range(3)]
     lists = [xs if len(set(xs)) > 1 else [*xs, max(xs) + 1] for xs in lists]
     return dict(
-        example=0,
+        example=4,
         fn=fn, signature="nums: list[int]) -> int",
         description="returns the second largest distinct value in nums (nums has at least two distinct values)",
         reference=f"def {fn}(nums):\n    return sorted(set(nums))[-2]\n",
@@ -96,8 +96,12 @@ def _second_largest(rng: random.Random) -> dict[str, Any]:
 
 def _is_palindrome(rng: random.Random) -> dict[str, Any]:
     fn = rng.choice(["is_palindrome", "reads_same_backwards", "palindrome"])
+    half = "".join(rng.choice("abcdefgh") for _ in range(rng.randint(2, 4)))
+    mixed = "".join(c.upper() if rng.random() < 0.5 else c for c in half + half[::-1])
+    phrases = ["A man, a plan, a canal: Panama", "No lemon, no melon", "Was it a car or a cat I saw?",
+               "Step on no pets!", "Never odd or even", "Taco cat"]
     return dict(
-        example=1,
+        example=0,
         fn=fn, signature="text: str) -> bool",
         description="returns True if text reads the same forwards and backwards when you ignore case and "
         "keep only letters and digits, else False",
@@ -107,7 +111,7 @@ def _is_palindrome(rng: random.Random) -> dict[str, Any]:
             f"def {fn}(text):\n    s = text.lower()\n    return s == s[::-1]\n",
             f"def {fn}(text):\n    s = [c for c in text if c.isalnum()]\n    return s == s[::-1]\n",
         ],
-        inputs=[("Racecar",), ("A man, a plan, a canal: Panama",), ("hello",), ("",), ("ab",), ("No lemon, no melon",), ("abca",)],
+        inputs=[(rng.choice(phrases),), (mixed,), (half + "x",), ("",), ("ab",), ("Racecar",), ("abca",)],
     )
 
 
@@ -115,7 +119,7 @@ def _running_sum(rng: random.Random) -> dict[str, Any]:
     fn = rng.choice(["running_sum", "prefix_sums", "cumulative_sum"])
     xs = [rng.randint(-9, 9) for _ in range(rng.randint(3, 6))]
     return dict(
-        example=2,
+        example=4,
         fn=fn, signature="nums: list[int]) -> list[int]",
         description="returns the list of running totals: element i is nums[0] + ... + nums[i]",
         reference=f"def {fn}(nums):\n    out, total = [], 0\n    for x in nums:\n        total += x\n        out.append(total)\n    return out\n",
@@ -149,7 +153,7 @@ def _caesar(rng: random.Random) -> dict[str, Any]:
 def _digit_sum(rng: random.Random) -> dict[str, Any]:
     fn = rng.choice(["digit_sum", "sum_digits", "add_digits"])
     return dict(
-        example=2,
+        example=4,
         fn=fn, signature="n: int) -> int",
         description="returns the sum of the decimal digits of n; for a negative n use its absolute value",
         reference=f"def {fn}(n):\n    return sum(int(d) for d in str(abs(n)))\n",
@@ -166,7 +170,7 @@ def _dedupe(rng: random.Random) -> dict[str, Any]:
     fn = rng.choice(["dedupe", "unique_in_order", "remove_duplicates"])
     xs = [rng.randint(0, 5) for _ in range(8)]
     return dict(
-        example=1,
+        example=4,
         fn=fn, signature="items: list) -> list",
         description="returns items without repeated values, keeping the first occurrence of each and the original order",
         reference=f"def {fn}(items):\n    seen, out = set(), []\n    for x in items:\n        if x not in seen:\n            seen.add(x)\n            out.append(x)\n    return out\n",
@@ -202,6 +206,8 @@ def _fizzbuzz(rng: random.Random) -> dict[str, Any]:
 def _count_long_words(rng: random.Random) -> dict[str, Any]:
     k = rng.randint(3, 5)
     fn = rng.choice(["count_long_words", "long_word_count", "words_longer_than"])
+    pool = ["a", "to", "the", "cat", "tree", "house", "banana", "elephant", "sky", "river", "mountain", "go"]
+    text = " ".join(rng.choice(pool) for _ in range(rng.randint(4, 8)))
     return dict(
         example=1,
         fn=fn, signature="text: str) -> int",
@@ -212,14 +218,14 @@ def _count_long_words(rng: random.Random) -> dict[str, Any]:
             f"def {fn}(text):\n    return sum(1 for w in text.split(' ') if len(w) > {k - 1})\n",
             f"def {fn}(text):\n    return len([c for c in text if c != ' ']) // {k + 1}\n",
         ],
-        inputs=[("",), ("a bb ccc dddd eeeee ffffff",), ("the  quick   brown fox",), ("abcdef",), ("one\ttwo three four",)],
+        inputs=[("",), (text,), ("a bb ccc dddd eeeee ffffff",), ("the  quick   brown fox",), ("abcdef",), ("one\ttwo three four",)],
     )
 
 
 def _rotate(rng: random.Random) -> dict[str, Any]:
     fn = rng.choice(["rotate_right", "rotate", "shift_right"])
     return dict(
-        example=0,
+        example=5,
         fn=fn, signature="items: list, k: int) -> list",
         description="returns a new list with items rotated k places to the right (k may be larger than the "
         "length; an empty list stays empty)",
@@ -237,7 +243,7 @@ def _chunk(rng: random.Random) -> dict[str, Any]:
     fn = rng.choice(["chunk", "split_into_chunks", "batches"])
     n = rng.randint(5, 9)
     return dict(
-        example=0,
+        example=4,
         fn=fn, signature="items: list, size: int) -> list[list]",
         description="splits items into consecutive lists of length size; the last list may be shorter",
         reference=f"def {fn}(items, size):\n    return [items[i:i + size] for i in range(0, len(items), size)]\n",
@@ -253,7 +259,7 @@ def _chunk(rng: random.Random) -> dict[str, Any]:
 def _lcm(rng: random.Random) -> dict[str, Any]:
     fn = rng.choice(["lcm", "least_common_multiple", "smallest_common_multiple"])
     return dict(
-        example=0,
+        example=5,
         fn=fn, signature="a: int, b: int) -> int",
         description="returns the least common multiple of two positive integers a and b",
         reference=f"def {fn}(a, b):\n    x, y = a, b\n    while y:\n        x, y = y, x % y\n    return a * b // x\n",
@@ -269,7 +275,7 @@ def _lcm(rng: random.Random) -> dict[str, Any]:
 def _count_primes(rng: random.Random) -> dict[str, Any]:
     fn = rng.choice(["count_primes", "primes_below", "num_primes"])
     return dict(
-        example=3,
+        example=6,
         fn=fn, signature="n: int) -> int",
         description="returns how many prime numbers are smaller than n",
         reference=(f"def {fn}(n):\n    count = 0\n    for k in range(2, n):\n"
@@ -287,7 +293,7 @@ def _max_gap(rng: random.Random) -> dict[str, Any]:
     fn = rng.choice(["max_step", "largest_jump", "max_gap"])
     xs = [rng.randint(-20, 20) for _ in range(rng.randint(3, 6))]
     return dict(
-        example=2,
+        example=5,
         fn=fn, signature="nums: list[int]) -> int",
         description="returns the largest absolute difference between two neighbouring elements of nums, "
         "or 0 when nums has fewer than two elements",
@@ -303,6 +309,8 @@ def _max_gap(rng: random.Random) -> dict[str, Any]:
 
 def _title_words(rng: random.Random) -> dict[str, Any]:
     fn = rng.choice(["capitalize_words", "title_words", "upper_first"])
+    pool = ["hello", "world", "iPhone", "eBay", "o'clock", "it's", "python", "data", "mIxEd", "x"]
+    sentence = " ".join(rng.sample(pool, rng.randint(2, 4)))
     return dict(
         example=0,
         fn=fn, signature="text: str) -> str",
@@ -314,7 +322,7 @@ def _title_words(rng: random.Random) -> dict[str, Any]:
             f"def {fn}(text):\n    return ' '.join(w[:1].upper() + w[1:] for w in text.split())\n",
             f"def {fn}(text):\n    return text[:1].upper() + text[1:]\n",
         ],
-        inputs=[("hello world",), ("",), ("iPhone and eBay",), ("a  b",), ("it's o'clock",)],
+        inputs=[(sentence,), ("",), ("iPhone and eBay",), ("a  b",), ("it's o'clock",), ("hello world",)],
     )
 
 

@@ -1,0 +1,116 @@
+"""The `plan_path` environment: grids, move parsing, shaped rewards."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.envs.plan_path import PlanPath, distances, find, parse_grid, parse_moves
+
+GRID = "S.#\n..#\n#.G"  # shortest path: D R D R (or R D D R)
+BFS = """```python
+from collections import deque
+grid = {grid!r}
+R, C = len(grid), len(grid[0])
+start = next((r, c) for r in range(R) for c in range(C) if grid[r][c] == "S")
+queue, seen = deque([(start, [])]), {{start}}
+while queue:
+    (r, c), path = queue.popleft()
+    if grid[r][c] == "G":
+        print(" ".join(path))
+        break
+    for m, (dr, dc) in {{"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}}.items():
+        nr, nc = r + dr, c + dc
+        if 0 <= nr < R and 0 <= nc < C and grid[nr][nc] != "#" and (nr, nc) not in seen:
+            seen.add((nr, nc))
+            queue.append(((nr, nc), path + [m]))
+```"""
+
+
+@pytest.fixture
+def env() -> PlanPath:
+    return PlanPath(timeout_s=2.0)
+
+
+def test_it_generates_solvable_grids() -> None:
+    env = PlanPath()
+    for row in env.generate(30, seed=4):
+        grid = parse_grid(row["grid"])
+        assert 5 <= len(grid) <= 7 and len(grid[0]) == len(grid)
+        d = distances(grid, find(grid, "G")).get(find(grid, "S"))
+        assert d is not None and d == row["shortest"] and d >= len(grid) - 2
+    assert all(len(parse_grid(r["grid"])) == 6 for r in PlanPath(size=6).generate(5, seed=1))
+
+
+@pytest.mark.parametrize(
+    ("text", "moves"),
+    [
+        ("Moves: R R D D", ["R", "R", "D", "D"]),
+        ("I think...\nMoves: right, down, Down.", ["R", "D", "D"]),
+        ("RRDD", ["R", "R", "D", "D"]),
+        ("['R', 'D', 'L']", ["R", "D", "L"]),
+        ("moves = U,U", ["U", "U"]),
+        ("no idea", None),
+        ("", None),
+    ],
+)
+def test_it_parses_moves(text: str, moves: list[str] | None) -> None:
+    assert parse_moves(text) == moves
+
+
+def test_it_rewards_reaching_the_goal(env: PlanPath) -> None:
+    state = env.reset({"grid": GRID}, task_id="t", roles=("plan", "tool"))
+    assert "S . #" in env.observe(state, "plan")
+    r = env.step(state, agent="p", role="plan", action="Moves: D R D R")
+    assert (r.local_reward, r.team_reward) == (1.0, 1.0)
+    assert r.state.done and r.state.success and r.info["reached"]
+
+
+def test_it_shapes_rewards_by_progress_and_walls(env: PlanPath) -> None:
+    state = env.reset({"grid": GRID}, task_id="t", roles=("plan", "tool"))
+    half = env.step(state, agent="p", role="plan", action="Moves: D R")  # 4 -> 2 steps left
+    assert half.local_reward == pytest.approx(0.5) and half.team_reward == 0.0
+    assert not half.state.done and not half.state.success
+    wall = env.step(state, agent="p", role="plan", action="Moves: R R D D")  # second R hits the wall
+    assert wall.local_reward == pytest.approx(0.25 - 0.5) and wall.info["hit_wall"]
+    edge = env.step(state, agent="p", role="plan", action="Moves: U")
+    assert edge.local_reward == pytest.approx(0.0 - 0.5)
+    junk = env.step(state, agent="p", role="plan", action="I cannot find a path.")
+    assert junk.local_reward == -1.0 and junk.team_reward == 0.0
+
+
+def test_it_runs_the_tools_search_program(env: PlanPath) -> None:
+    state = env.reset({"grid": GRID}, task_id="t", roles=("plan", "tool"))
+    grid = list(parse_grid(GRID))
+    assert f"grid = {grid!r}" in env.observe(state, "tool")
+    r = env.step(state, agent="t", role="tool", action=BFS.format(grid=grid))
+    assert r.local_reward == 1.0 and r.team_reward == 0.0  # the planner has not spoken yet
+    assert parse_moves(r.tool_output or "") is not None and not r.state.done
+    assert r.tool_output in env.observe(r.state, "plan")
+    follow = env.step(r.state, agent="p", role="plan", action=f"Moves: {r.tool_output}")
+    assert follow.team_reward == 1.0 and follow.state.done
+
+
+@pytest.mark.parametrize("action", ["BFS would work here.", "```python\nprint(undefined)\n```", "```python\nprint('hello')\n```"])
+def test_it_punishes_a_broken_tool(env: PlanPath, action: str) -> None:
+    state = env.reset({"grid": GRID}, task_id="t", roles=("plan", "tool"))
+    r = env.step(state, agent="t", role="tool", action=action)
+    assert r.local_reward == -1.0 and r.team_reward == 0.0
+
+
+def test_it_ends_when_the_planner_repeats_the_tool(env: PlanPath) -> None:
+    state = env.reset({"grid": GRID}, task_id="t", roles=("tool", "plan"))
+    s1 = env.step(state, agent="t", role="tool", action="```python\nprint('D D')\n```").state
+    r = env.step(s1, agent="p", role="plan", action="Moves: D D")
+    assert r.state.done and not r.state.success
+
+
+def test_it_ends_after_one_action_for_a_single_role(env: PlanPath) -> None:
+    state = env.reset({"grid": GRID}, task_id="t", roles=("tool",))
+    r = env.step(state, agent="t", role="tool", action="```python\nprint('R D D R')\n```")
+    assert r.state.done and r.state.success and r.team_reward == 1.0
+
+
+@pytest.mark.parametrize("grid", ["S.\n.#G", "..\n.G", "S#\n#G", "S.x\n..G"])
+def test_it_rejects_bad_grids(env: PlanPath, grid: str) -> None:
+    with pytest.raises(ValueError, match="plan_path"):
+        env.reset({"grid": grid}, task_id="t", roles=("plan",))
