@@ -24,8 +24,11 @@ def allowed_host() -> str:
     return "localhost"
 
 
-def check_web() -> int:
-    request = urllib.request.Request("http://127.0.0.1:8000/healthz", headers={"Host": allowed_host()})
+WEB_URL = "http://127.0.0.1:8000/healthz"
+
+
+def check_web(url: str = WEB_URL) -> int:
+    request = urllib.request.Request(url, headers={"Host": allowed_host()})
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
             return 0 if response.status == 200 else 1
