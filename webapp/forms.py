@@ -12,8 +12,8 @@ from django.urls import reverse_lazy
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from training.config import SPECIALIZATIONS, ConfigError, RunConfig
-from webapp.models import Agent, Dataset, ModelSource, Team, Topology
+from training.config import ConfigError, RunConfig
+from webapp.models import SPECIALIZATION_CHOICES, Agent, Dataset, ModelSource, Team, Topology
 from webapp.services import RUN_OVERRIDES, environment_names
 
 
@@ -115,7 +115,8 @@ class OrderedAgentsField(forms.Field):
 class TopologyForm(forms.ModelForm):
     environment = _environment_field()
     agents = OrderedAgentsField(help_text="In acting order; each agent's role must exist in the environment.")
-    env_args = forms.JSONField(required=False, initial=dict, help_text='Environment arguments as JSON, e.g. {"level": 2}.')
+    env_args = forms.JSONField(required=False, initial=dict, widget=forms.TextInput,
+                               help_text='Environment arguments as JSON, e.g. {"level": 2}.')
 
     class Meta:
         model = Topology
@@ -128,7 +129,6 @@ class TopologyForm(forms.ModelForm):
         agents_field.set_queryset(Agent.objects.filter(team=team))
         if self.instance.pk and not self.is_bound:
             self.initial["agents"] = [a.pk for a in self.instance.ordered_agents()]
-        self.fields["specialization"].help_text = "; ".join(f"{k}: {v}" for k, v in Topology.SPECIALIZATION_HELP.items())
 
     def clean_env_args(self) -> dict[str, Any]:
         value = self.cleaned_data.get("env_args") or {}
@@ -146,7 +146,8 @@ class DatasetUploadForm(forms.Form):
 
 class DatasetGeneratorForm(forms.ModelForm):
     environment = _environment_field()
-    env_args = forms.JSONField(required=False, initial=dict, help_text='Generator arguments as JSON, e.g. {"level": 2}.')
+    env_args = forms.JSONField(required=False, initial=dict, widget=forms.TextInput,
+                               help_text='Generator arguments as JSON, e.g. {"level": 2}.')
 
     class Meta:
         model = Dataset
@@ -183,10 +184,7 @@ class RunForm(forms.Form):
     name = forms.CharField(max_length=200, required=False, help_text="Defaults to topology · dataset.")
     topology = forms.ModelChoiceField(queryset=Topology.objects.none())
     dataset = forms.ModelChoiceField(queryset=Dataset.objects.none())
-    specialization = forms.ChoiceField(
-        required=False, choices=[("", "the topology's")] + [(s, s) for s in SPECIALIZATIONS],
-        help_text="; ".join(f"{k}: {v}" for k, v in Topology.SPECIALIZATION_HELP.items()),
-    )
+    specialization = forms.ChoiceField(required=False, choices=[("", "as in the topology")] + SPECIALIZATION_CHOICES)
     steps = forms.IntegerField(required=False, initial=_DEFAULTS.optim.steps, help_text="Training steps.")
     k = forms.IntegerField(required=False, initial=_DEFAULTS.grpo.k, label="K (group size)",
                            help_text="Candidates per (task, turn, agent).")

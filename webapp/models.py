@@ -25,6 +25,15 @@ agent_name_validator = RegexValidator(
 )
 
 
+SPECIALIZATION_LABELS = {
+    "single": "single — one agent acts (L0 baseline)",
+    "prompt": "prompt — one shared policy, roles differ by prompt (L1)",
+    "lora": "lora — one LoRA adapter per agent on a frozen base (L2)",
+    "full": "full — one full model per agent (L3)",
+}
+SPECIALIZATION_CHOICES = [(s, SPECIALIZATION_LABELS[s]) for s in SPECIALIZATIONS]
+
+
 class Team(models.Model):
     name = models.CharField(max_length=100, unique=True)
     created = models.DateTimeField(default=timezone.now)
@@ -124,20 +133,13 @@ class Agent(models.Model):
 class Topology(models.Model):
     """Ordered agents acting together in one environment."""
 
-    Specialization = models.TextChoices("Specialization", [(s, s) for s in SPECIALIZATIONS])
-    SPECIALIZATION_HELP = {
-        "single": "one agent acts (L0 baseline)",
-        "prompt": "one shared policy, roles differ by prompt (L1)",
-        "lora": "one LoRA adapter per agent on a frozen base (L2)",
-        "full": "one full model per agent (L3)",
-    }
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="topologies")
     name = models.CharField(max_length=100)
     environment = models.CharField(max_length=200)
     env_args = models.JSONField(default=dict, blank=True)
     max_turns = models.PositiveIntegerField(default=2, validators=[MinValueValidator(1), MaxValueValidator(64)])
-    specialization = models.CharField(max_length=10, choices=Specialization.choices, default="lora")
+    specialization = models.CharField(max_length=10, choices=SPECIALIZATION_CHOICES, default="lora")
     agents = models.ManyToManyField(Agent, through="TopologyAgent", related_name="topologies")
     created = models.DateTimeField(default=timezone.now)
     updated = models.DateTimeField(auto_now=True)

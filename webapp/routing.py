@@ -1,10 +1,10 @@
-"""Websocket URLs, served by webapp.asgi behind AuthMiddlewareStack.
+"""Websocket URLs, served by webapp.asgi behind AuthMiddlewareStack. Consumers check that the
+connecting user belongs to the object's team before accepting."""
 
-Empty for now: live run streaming (metrics, rollouts) adds its consumer here, e.g.
-`path("ws/runs/<int:run_id>/", RunConsumer.as_asgi())`. Consumers must check that the
-connecting user belongs to the run's team before accepting.
-"""
+from django.urls import URLPattern, path
 
-from django.urls import URLPattern
+from webapp.consumers import RunConsumer
 
-websocket_urlpatterns: list[URLPattern] = []
+websocket_urlpatterns: list[URLPattern] = [
+    path("ws/runs/<int:run_id>/", RunConsumer.as_asgi()),
+]

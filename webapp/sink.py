@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from training.events import StepMetrics
+from webapp import streaming
 from webapp.models import Checkpoint, Evaluation, LogLine, MetricPoint, Rollout, Run
 
 WORKER_SHUTTING_DOWN = threading.Event()
@@ -108,7 +109,8 @@ class DatabaseSink:
             transaction.on_commit(lambda: self.published(event, payload))
 
     def published(self, event: str, payload: dict[str, Any]) -> None:
-        """Called after each write commits. No-op for now; live streaming publishes here."""
+        """Called after each write commits: notify the run's live viewers (never raises)."""
+        streaming.publish(run_id=self.run_id, event=event, payload=payload)
 
 
 def storable(value: Any) -> Any:

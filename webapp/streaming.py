@@ -37,7 +37,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -47,7 +47,7 @@ import numpy as np
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
-from django.db.models import Max, Q, TextField
+from django.db.models import TextField
 from django.db.models.functions import Cast
 from django.template.loader import render_to_string
 from django.utils import timezone
@@ -112,6 +112,12 @@ def run_viewable(*, user: Any, run_id: int) -> bool:
     return Run.objects.filter(pk=run_id, team__memberships__user=user).exists()
 
 
+async def run_viewable_async(*, user: Any, run_id: int) -> bool:
+    if user is None or not getattr(user, "is_authenticated", False):
+        return False
+    return await database_sync_to_async(run_viewable)(user=user, run_id=run_id)
+
+
 @dataclass
 class StreamCursor:
     """What one socket has already sent (or what the browser says it has, on reconnect)."""
@@ -169,18 +175,24 @@ async def stream_event(*, cursor: StreamCursor, event: str, payload: Mapping[str
 
 def _backlog(cursor: StreamCursor) -> list[dict[str, Any]]:
     run = Run.objects.get(pk=cursor.run_id)
+    since = cursor.step
     cursor.status = run.status
-    messages = [status_message(run)]
-    metrics = metrics_message(run_id=run.pk, since=cursor.step, total=run.total_steps)
-    cursor.step = metrics["last"] if metrics["last"] is not None else cursor.step
-    messages.append(metrics)
+    metrics = metrics_message(run_id=run.pk, since=since, total=run.total_steps)
+    if metrics["last"] is not None:
+        cursor.step = metrics["last"]
+    # Evaluations are few: all of them on a first connect; from the page's last step on (the
+    # evaluation of that step may have been missed) on a reconnect. The page dedupes them.
     evals = Evaluation.objects.filter(run_id=run.pk)
-    if cursor.step is not None and metrics["downsampled"] is False and cursor.step:
-        evals = evals.filter(step__gte=min(cursor.step, metrics_first_step(metrics)))
-    messages.append({"t": "evals", "rows": [_eval_row(e.data or _eval_data(e)) for e in evals.order_by("-step")[:EVALS_MAX][::-1]]})
-    messages.append(_rollouts_after(run, cursor, first=True))
-    messages.append(_log_after(cursor, first=True))
-    return messages
+    if since is not None:
+        evals = evals.filter(step__gte=since)
+    eval_rows = [_eval_row(e.data or _eval_data(e)) for e in evals.order_by("-step", "-temperature")[:EVALS_MAX]][::-1]
+    return [
+        status_message(run),
+        metrics,
+        {"t": "evals", "rows": eval_rows},
+        _rollouts_after(run, cursor, first=True),
+        _log_after(cursor, first=True),
+    ]
 
 
 def _catch_up(cursor: StreamCursor, event: str) -> list[dict[str, Any]]:
@@ -261,11 +273,6 @@ def metrics_message(*, run_id: int, since: int | None = None, total: int = 0, ma
         "agents": {name: series(cols) for name, cols in agent_cols.items()},
         "times": [steps[-TIMES_TAIL:], times[-TIMES_TAIL:]],
     }
-
-
-def metrics_first_step(message: Mapping[str, Any]) -> int:
-    firsts = [xs[0] for xs, _ in message["run"].values() if xs]
-    return min(firsts) if firsts else 0
 
 
 def _collect(cols: dict[str, tuple[list[int], list[float]]], step: int, values: Mapping[str, Any] | None) -> None:
@@ -380,41 +387,24 @@ class RolloutFilter:
         return rows
 
 
-def rollouts_page(*, run: Run, filters: RolloutFilter = RolloutFilter(), before: int | None = None,
+def rollouts_page(*, run: Run, filters: RolloutFilter | None = None, before: int | None = None,
                   limit: int = EPISODES_PAGE) -> dict[str, Any]:
     """Newest episodes first (by id), `limit` of them, older than id `before`: the rollout
-    viewer's "load older" and filter requests, and the first page a socket sends."""
+    viewer's filter and "load older" requests, and the first page a socket sends. The context
+    of `runs/_episodes.html`."""
+    filters = filters or RolloutFilter()
     rows = filters.apply(Rollout.objects.filter(run_id=run.pk))
     if before is not None:
         rows = rows.filter(id__lt=before)
     page = list(rows.order_by("-id")[: limit + 1])
-    return {"run": run, "episodes": page[:limit], "more": len(page) > limit}
-
-
-def render_episodes(*, run: Run, episodes: list[Rollout], more: bool) -> str:
-    return render_to_string("runs/_episodes.html", {"run": run, "episodes": [_episode_view(r) for r in episodes], "more": more})
-
-
-def _rollouts_after(run: Run, cursor: StreamCursor, *, first: bool) -> dict[str, Any]:
-    newest = Rollout.objects.filter(run_id=run.pk).aggregate(m=Max("id"))["m"]
-    if first and cursor.rollout is None:
-        page = rollouts_page(run=run)
-        cursor.rollout = newest
-        return {"t": "rollouts", "html": render_episodes(run=run, episodes=page["episodes"], more=page["more"]),
-                "last_id": newest, "reset": True, "more": page["more"]}
-    after = cursor.rollout or 0
-    rows = list(Rollout.objects.filter(run_id=run.pk, id__gt=after).order_by("-id")[: EPISODES_PAGE + 1])
-    reset = len(rows) > EPISODES_PAGE  # more new episodes than one page: the page starts over
-    rows = rows[:EPISODES_PAGE]
-    more = reset and Rollout.objects.filter(run_id=run.pk, id__lt=rows[-1].id).exists()
-    if newest is not None:
-        cursor.rollout = max(after, newest)
-    html = render_episodes(run=run, episodes=rows, more=more) if rows else ""
-    return {"t": "rollouts", "html": html, "last_id": cursor.rollout, "reset": reset, "more": more}
+    return {"run": run, "episodes": [episode_view(r) for r in page[:limit]], "more": len(page) > limit,
+            "filtered": filters != RolloutFilter()}
 
 
 @dataclass
 class EpisodeView:
+    """One Rollout row as the template shows it: turns with each candidate's index and `chosen`."""
+
     row: Rollout
     question: str
     task_id: str
@@ -422,7 +412,7 @@ class EpisodeView:
     agents: str
 
 
-def _episode_view(r: Rollout) -> EpisodeView:
+def episode_view(r: Rollout) -> EpisodeView:
     data = r.data or {}
     turns = []
     for t in data.get("turns", []):
@@ -431,6 +421,40 @@ def _episode_view(r: Rollout) -> EpisodeView:
         turns.append(dict(t, candidates=cands))
     return EpisodeView(row=r, question=str(data.get("question", "")), task_id=str(data.get("task_id", "")),
                        turns=turns, agents=" ".join(r.agent_names or []))
+
+
+_rendered: OrderedDict[tuple[Any, ...], str] = OrderedDict()
+_rendered_lock = threading.Lock()
+
+
+def _render_episodes(*, run: Run, rows: list[Rollout], more: bool) -> str:
+    """Every viewer of a live run gets the same new episodes at each step: render them once per
+    process. Rollout rows never change once written, so (ids, more) is a safe key."""
+    key = (run.pk, tuple(r.pk for r in rows), more)
+    with _rendered_lock:
+        if key in _rendered:
+            _rendered.move_to_end(key)
+            return _rendered[key]
+    html = render_to_string("runs/_episodes.html", {"run": run, "episodes": [episode_view(r) for r in rows], "more": more})
+    with _rendered_lock:
+        _rendered[key] = html
+        while len(_rendered) > 64:
+            _rendered.popitem(last=False)
+    return html
+
+
+def _rollouts_after(run: Run, cursor: StreamCursor, *, first: bool) -> dict[str, Any]:
+    after = cursor.rollout or 0
+    rows = list(Rollout.objects.filter(run_id=run.pk, id__gt=after).order_by("-id")[: EPISODES_PAGE + 1])
+    more = len(rows) > EPISODES_PAGE  # the episodes left out are older than the last one sent
+    rows = rows[:EPISODES_PAGE]
+    # A first connect replaces the page's list; so does a gap of more than one page (the list
+    # starts over from the newest episodes, older ones stay a "load older" away).
+    reset = (first and cursor.rollout is None) or more
+    if rows:
+        cursor.rollout = rows[0].pk
+    html = _render_episodes(run=run, rows=rows, more=more) if rows or reset else ""
+    return {"t": "rollouts", "html": html, "last_id": cursor.rollout, "reset": reset, "more": more}
 
 
 # -- log ------------------------------------------------------------------------------------------------
@@ -465,9 +489,3 @@ def run_eta_seconds(run: Run, now: datetime | None = None) -> float | None:
     elapsed = ((now or timezone.now()) - run.started).total_seconds()
     return max(0.0, elapsed / run.step * (run.total_steps - run.step))
 
-
-def filter_q(names: Iterable[str]) -> Q:  # pragma: no cover - kept tiny on purpose
-    return Q(name__in=list(names))
-
-
-_ = OrderedDict  # reserved for a rendered-episode cache if profiling ever asks for one

@@ -34,6 +34,7 @@ urlpatterns = [
     path("runs/new/", views.run_new, name="run_new"),
     path("runs/preview/", views.run_preview, name="run_preview"),
     path("runs/<int:pk>/", views.run_detail, name="run_detail"),
+    path("runs/<int:pk>/rollouts/", views.run_rollouts, name="run_rollouts"),
     path("runs/<int:pk>/cancel/", views.run_cancel, name="run_cancel"),
     path("runs/<int:pk>/resume/", views.run_resume, name="run_resume"),
     path("admin/", admin.site.urls),

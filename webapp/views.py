@@ -15,7 +15,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from training.config import ConfigError
-from webapp import services
+from webapp import services, streaming
 from webapp.access import SESSION_KEY, TeamRequest, team_object_or_404
 from webapp.forms import (
     AgentForm,
@@ -326,6 +326,16 @@ def run_detail(request: TeamRequest, pk: int) -> HttpResponse:
     }
     template = "runs/detail.html#summary" if request.htmx else "runs/detail.html"
     return render(request, template, context)
+
+
+@require_GET
+def run_rollouts(request: TeamRequest, pk: int) -> HttpResponse:
+    """The rollout viewer's episodes (htmx): a filter change, or "load older" (`before`=id)."""
+    run = team_object_or_404(request, Run, pk)
+    before = request.GET.get("before", "")
+    page = streaming.rollouts_page(run=run, filters=streaming.RolloutFilter.from_query(request.GET),
+                                   before=int(before) if before.isdigit() else None)
+    return render(request, "runs/_episodes.html", page)
 
 
 @require_POST

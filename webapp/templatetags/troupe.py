@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -13,6 +14,11 @@ register = template.Library()
 @register.filter
 def get(mapping: Any, key: str) -> Any:
     return mapping.get(key) if isinstance(mapping, dict) else None
+
+
+@register.filter
+def as_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 @register.filter
