@@ -198,8 +198,9 @@ def save_policies(policies: PolicySet, folder: Path) -> None:
         pol.tokenizer.save_pretrained(str(target))
 
 
-def load_policy_weights(policies: PolicySet, folder: Path) -> None:
+def load_policy_weights(policies: PolicySet, folder: str | Path) -> None:
     """Load weights saved by `save_policies` into already-built policies (for resume/eval)."""
+    folder = Path(folder)
     for pol in policies.policies.values():
         src = folder / pol.name
         if not src.is_dir():

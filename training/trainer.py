@@ -266,7 +266,7 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
                 weight = _micro_weight(g.loss_type, mask, len(samples), total_tokens)
                 (loss * weight).backward()
                 n_tok = float(mask.sum())
-                sums["loss"] += float(loss) * weight
+                sums["loss"] += float(loss.detach()) * weight
                 sums["entropy"] += float((entropy.detach() * mask).sum())
                 for name, value in loss_stats(logp.detach(), old_logp, b["advantages"], mask, g.eps_low, g.eps_high, ref_logp=ref[i]).items():
                     sums[name] += value * n_tok
