@@ -42,9 +42,10 @@ def test_it_shows_a_finished_run(alice, alice_world):
     assert 'id="run-summary"' in html and "every 3s" not in html  # finished runs do not poll
 
 
-def test_it_polls_while_active_and_serves_the_summary_partial(alice, alice_world):
+def test_it_streams_while_active_and_serves_the_summary_partial(alice, alice_world):
     url = reverse("run_detail", args=[alice_world.run.pk])
-    assert "every 3s" in alice.client.get(url).content.decode()
+    html = alice.client.get(url).content.decode()
+    assert f'data-ws="/ws/runs/{alice_world.run.pk}/"' in html and "run-live.js" in html  # the live page's socket
     partial = alice.client.get(url, headers={"HX-Request": "true"}).content.decode()
     assert partial.lstrip().startswith('<section id="run-summary"') and "<html" not in partial
 

@@ -1,0 +1,673 @@
+/* Troupe live run page: status, progress and ETA, uPlot charts, the rollout viewer and the log
+ * tail, fed by one WebSocket at /ws/runs/<id>/.
+ *
+ * The server (webapp/streaming.py) sends JSON messages with a `t` key: status, metrics (columnar
+ * series, a backlog or one live step), evals, rollouts (rendered HTML), log, checkpoint, pong.
+ * On connect it sends the backlog from the database, then live deltas.
+ *
+ * Reconnect and gap fill: on any close the page reconnects by itself (0.5 s doubling to 15 s,
+ * jittered; at once when the browser comes back online or the tab becomes visible) and states what
+ * it already has: ?step=<last metrics step>&rollout=<newest episode id>&log=<last log line id>.
+ * The server answers with the database rows after those, then live deltas. Series are merged by
+ * step (a duplicate step replaces, never doubles), so no step goes missing across a drop.
+ * A half-open connection is caught by an application ping every 25 s (no answer in 10 s: reconnect).
+ *
+ * htmx still does the HTML parts that come from plain requests: the summary card (refreshed on
+ * status changes, evaluations and checkpoints), the rollout filter and "load older".
+ */
+(function () {
+  "use strict";
+
+  var root = document.getElementById("run-live");
+  if (!root || !window.WebSocket) return;
+
+  var TERMINAL = { succeeded: 1, failed: 1, cancelled: 1 };
+  var MAX_EPISODES = 60;   // newest episodes kept in the DOM (more only when the user loads older ones)
+  var MAX_LOG = 500;       // log lines kept in the DOM
+  var PING_MS = 25000, PONG_WAIT_MS = 10000;
+  var BACKOFF_MIN = 500, BACKOFF_MAX = 15000;
+  var SUMMARY_EVERY_MS = 15000;  // the summary card's latest-metrics table, while steps arrive
+  var PALETTE = ["#4b50d6", "#e07b00", "#18a058", "#d03050", "#8a5cf6", "#0ea5b7", "#b45309", "#db2777"];
+  var RUN_COLOR = "#1d2330";
+
+  var CHARTS = [
+    { id: "reward", title: "Reward (total)", run: ["reward/total"], agent: "reward/total" },
+    { id: "reward-team", title: "Team reward", run: ["reward/team"], agent: "reward/team" },
+    { id: "reward-local", title: "Local reward", run: ["reward/local"], agent: "reward/local" },
+    { id: "success", title: "Success rate", run: ["success"], agent: "success", range: [0, 1] },
+    { id: "eval", title: "Held-out evaluation (success)", evals: true, range: [0, 1] },
+    { id: "loss", title: "Loss", agent: "loss" },
+    { id: "kl", title: "KL to the reference", agent: "kl" },
+    { id: "entropy", title: "Entropy", agent: "entropy" },
+    { id: "clip", title: "Clip ratio", agent: "clip_region" },
+    { id: "len", title: "Completion length (tokens)", run: ["completion_len"], agent: "completion_len" },
+    { id: "step-time", title: "Step time (s)", run: ["step_time", "rollout_time", "update_time"] },
+    { id: "tps", title: "Generated tokens / s", run: ["tokens_per_s"] },
+  ];
+  var RUN_LABELS = { step_time: "step", rollout_time: "rollout", update_time: "update" };
+
+  var state = {
+    status: root.dataset.status,
+    total: +root.dataset.total || 0,
+    step: +root.dataset.step || 0,
+    started: root.dataset.started ? +root.dataset.started : null,
+    lastStep: null, lastRollout: null, lastLog: null,
+    run: {}, agents: {}, agentOrder: [],
+    hidden: {},              // agent -> true when toggled off
+    evals: {},               // "step|temperature" -> row
+    times: [],               // [[step, epoch seconds]], recent
+    loaded: false,           // the first backlog arrived
+    ws: null, timer: null, backoff: BACKOFF_MIN, reconnects: 0, lastMessageAt: 0, pingTimer: null, pongTimer: null,
+    conn: "connecting", retryAt: 0,
+    zoom: null,              // {min, max} of the x scale when zoomed, shared by all charts
+    episodeCap: MAX_EPISODES,
+    timings: [],             // [step, Date.now()] when a live step reached the DOM (bench/streaming.py)
+    firstChartAt: null,
+  };
+  var charts = {};           // chart id -> {u, sig, spec, el}
+  var summaryTimer = null, summaryAt = 0;
+
+  // == series store ===========================================================================
+
+  function merge(store, key, xs, ys) {
+    var s = store[key] || (store[key] = { x: [], y: [] });
+    var n = s.x.length;
+    if (!xs.length) return;
+    if (!n || xs[0] > s.x[n - 1]) {            // the usual case: new steps after the last one
+      for (var i = 0; i < xs.length; i++) { s.x.push(xs[i]); s.y.push(ys[i]); }
+      return;
+    }
+    var m = new Map();                          // overlap (a reconnect's backlog): dedupe by step
+    for (var j = 0; j < n; j++) m.set(s.x[j], s.y[j]);
+    for (var k = 0; k < xs.length; k++) m.set(xs[k], ys[k]);
+    s.x = Array.from(m.keys()).sort(function (a, b) { return a - b; });
+    s.y = s.x.map(function (x) { return m.get(x); });
+  }
+
+  function noteAgent(name) {
+    if (state.agentOrder.indexOf(name) < 0) {
+      state.agentOrder.push(name);
+      renderAgentToggles();
+    }
+  }
+
+  function agentColor(name) {
+    var i = state.agentOrder.indexOf(name);
+    return PALETTE[(i < 0 ? 0 : i) % PALETTE.length];
+  }
+
+  // == charts ===================================================================================
+
+  function seriesFor(spec) {
+    var out = [];
+    if (spec.evals) {
+      var temps = {}, agents = {};
+      Object.keys(state.evals).forEach(function (k) {
+        var r = state.evals[k];
+        temps[r.temperature] = 1;
+        Object.keys(r.agents || {}).forEach(function (a) { agents[a] = 1; });
+      });
+      var tlist = Object.keys(temps).map(Number).sort(function (a, b) { return a - b; });
+      tlist.forEach(function (t, i) {
+        out.push({ label: tlist.length > 1 ? "team T=" + t : "team", color: RUN_COLOR, dash: i ? [5, 4] : null, evalT: t });
+      });
+      var t0 = tlist.length ? tlist[0] : 0;
+      state.agentOrder.concat(Object.keys(agents).filter(function (a) { return state.agentOrder.indexOf(a) < 0; }))
+        .forEach(function (a) { if (agents[a]) out.push({ label: a, agent: a, color: agentColor(a), evalT: t0, evalAgent: a }); });
+      return out;
+    }
+    (spec.run || []).forEach(function (key, i) {
+      if (!state.run[key]) return;
+      var label = RUN_LABELS[key] || (spec.agent ? "all agents" : key);
+      out.push({ label: label, color: i ? PALETTE[(i + 3) % PALETTE.length] : RUN_COLOR, width: spec.agent ? 2.2 : 1.6, store: state.run[key] });
+    });
+    if (spec.agent) {
+      state.agentOrder.forEach(function (a) {
+        var s = state.agents[a] && state.agents[a][spec.agent];
+        if (s) out.push({ label: a, agent: a, color: agentColor(a), store: s });
+      });
+    }
+    return out;
+  }
+
+  function evalData(series) {
+    var steps = {};
+    Object.keys(state.evals).forEach(function (k) { steps[state.evals[k].step] = 1; });
+    var xs = Object.keys(steps).map(Number).sort(function (a, b) { return a - b; });
+    var data = [xs];
+    series.forEach(function (s) {
+      data.push(xs.map(function (x) {
+        var r = state.evals[x + "|" + s.evalT];
+        if (!r) return null;
+        if (s.evalAgent) return r.agents[s.evalAgent] ? r.agents[s.evalAgent].success : null;
+        return r.team;
+      }));
+    });
+    return data;
+  }
+
+  function alignedData(series) {
+    // One x array for the chart: the union of its series' steps (they differ only when the
+    // server downsampled each series on its own); a series without a point at a step gets null.
+    var first = series[0].store.x, same = true;
+    for (var i = 1; i < series.length && same; i++) {
+      var x = series[i].store.x;
+      same = x.length === first.length && x[0] === first[0] && x[x.length - 1] === first[first.length - 1];
+    }
+    if (same) return [first.slice()].concat(series.map(function (s) { return s.store.y.slice(); }));
+    var all = new Set();
+    series.forEach(function (s) { s.store.x.forEach(function (v) { all.add(v); }); });
+    var xs = Array.from(all).sort(function (a, b) { return a - b; });
+    return [xs].concat(series.map(function (s) {
+      var m = new Map();
+      s.store.x.forEach(function (v, j) { m.set(v, s.store.y[j]); });
+      return xs.map(function (v) { return m.has(v) ? m.get(v) : null; });
+    }));
+  }
+
+  function chartBox(spec) {
+    var el = document.getElementById("chart-" + spec.id);
+    if (!el) {
+      el = document.createElement("figure");
+      el.id = "chart-" + spec.id;
+      el.className = "chart";
+      el.innerHTML = "<figcaption></figcaption><div class=\"plot\"></div>";
+      el.firstChild.textContent = spec.title;
+      var grid = document.getElementById("charts");
+      var after = null;   // keep CHARTS order
+      for (var i = CHARTS.indexOf(spec) + 1; i < CHARTS.length && !after; i++) after = document.getElementById("chart-" + CHARTS[i].id);
+      grid.insertBefore(el, after);
+    }
+    return el;
+  }
+
+  function chartWidth(el) {
+    return Math.max(240, Math.floor(el.querySelector(".plot").clientWidth || el.clientWidth || 480));
+  }
+
+  function buildChart(spec, series, data) {
+    var el = chartBox(spec);
+    var old = charts[spec.id];
+    if (old) old.u.destroy();
+    var plot = el.querySelector(".plot");
+    plot.textContent = "";
+    var opts = {
+      width: chartWidth(el),
+      height: 190,
+      cursor: {
+        sync: { key: "run-" + root.dataset.run, setSeries: false },
+        drag: { x: true, y: false, setScale: false },
+      },
+      scales: { x: { time: false }, y: spec.range ? { range: [spec.range[0] - 0.03, spec.range[1] + 0.03] } : {} },
+      axes: [{ size: 32, space: 50 }, { size: 52, values: function (u, vals) { return vals.map(fmtAxis); } }],
+      legend: { live: true },
+      series: [{ label: "step", value: function (u, v) { return v == null ? "–" : "step " + v; } }].concat(series.map(function (s) {
+        return {
+          label: s.label, stroke: s.color, width: s.width || 1.6, dash: s.dash || undefined, spanGaps: true,
+          show: !(s.agent && state.hidden[s.agent]),
+          value: function (u, v) { return v == null ? "–" : fmtValue(v); },
+        };
+      })),
+      hooks: {
+        setSelect: [function (u) {
+          if (u.select.width < 4) return;
+          var min = u.posToVal(u.select.left, "x"), max = u.posToVal(u.select.left + u.select.width, "x");
+          u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
+          zoomAll({ min: min, max: max });
+        }],
+      },
+    };
+    var u = new uPlot(opts, data, plot);
+    u.over.addEventListener("dblclick", function () { zoomAll(null); });
+    charts[spec.id] = { u: u, sig: sigOf(series), spec: spec, el: el, series: series };
+    if (state.zoom) u.setScale("x", state.zoom);
+    if (state.firstChartAt === null && data[0].length) {
+      state.firstChartAt = performance.now();
+      if (performance.mark) performance.mark("troupe:first-chart");
+      root.dataset.firstChart = String(Math.round(state.firstChartAt));
+    }
+  }
+
+  function sigOf(series) { return series.map(function (s) { return s.label + "/" + (s.evalT == null ? "" : s.evalT); }).join("|"); }
+
+  function renderChart(spec, appendStep) {
+    var series = seriesFor(spec);
+    var box = document.getElementById("chart-" + spec.id);
+    if (!series.length) { if (box) box.hidden = true; return; }
+    var c = charts[spec.id];
+    if (box) box.hidden = false;
+    if (spec.evals) {
+      var ed = evalData(series);
+      if (!c || c.sig !== sigOf(series)) buildChart(spec, series, ed); else c.u.setData(ed, !state.zoom);
+      return;
+    }
+    if (!c || c.sig !== sigOf(series)) { buildChart(spec, series, alignedData(series)); return; }
+    var u = c.u, data = u.data;
+    var lastX = data[0].length ? data[0][data[0].length - 1] : -Infinity;
+    if (appendStep != null && appendStep > lastX) {
+      // Fast path for a live step: push one column instead of rebuilding the chart's arrays.
+      var col = series.map(function (s) {
+        var n = s.store.x.length;
+        return n && s.store.x[n - 1] === appendStep ? s.store.y[n - 1] : null;
+      });
+      data[0].push(appendStep);
+      col.forEach(function (v, i) { data[i + 1].push(v); });
+      u.setData(data, !state.zoom);
+    } else {
+      u.setData(alignedData(series), !state.zoom);
+    }
+  }
+
+  function renderCharts(appendStep) {
+    CHARTS.forEach(function (spec) { if (!spec.evals) renderChart(spec, appendStep); });
+    var empty = document.getElementById("charts-empty");
+    if (empty) empty.hidden = Object.keys(charts).length > 0;
+  }
+
+  function zoomAll(range) {
+    state.zoom = range;
+    Object.keys(charts).forEach(function (id) {
+      var u = charts[id].u;
+      if (range) u.setScale("x", range); else u.setData(u.data, true);
+    });
+    var reset = document.getElementById("reset-zoom");
+    if (reset) reset.hidden = !range;
+  }
+
+  function setAgentShown(name, shown) {
+    if (shown) delete state.hidden[name]; else state.hidden[name] = true;
+    Object.keys(charts).forEach(function (id) {
+      var c = charts[id];
+      c.series.forEach(function (s, i) { if (s.agent === name) c.u.setSeries(i + 1, { show: shown }); });
+    });
+    renderAgentToggles();
+  }
+
+  function renderAgentToggles() {
+    var box = document.getElementById("agent-toggles");
+    if (!box) return;
+    box.textContent = "";
+    state.agentOrder.forEach(function (name) {
+      var b = document.createElement("button");
+      b.type = "button";
+      b.className = "agent-toggle" + (state.hidden[name] ? " off" : "");
+      b.setAttribute("aria-pressed", state.hidden[name] ? "false" : "true");
+      b.dataset.agent = name;
+      b.innerHTML = "<i></i>";
+      b.firstChild.style.background = agentColor(name);
+      b.appendChild(document.createTextNode(name));
+      b.addEventListener("click", function () { setAgentShown(name, !!state.hidden[name]); });
+      box.appendChild(b);
+    });
+  }
+
+  function resizeCharts() {
+    Object.keys(charts).forEach(function (id) {
+      var c = charts[id];
+      c.u.setSize({ width: chartWidth(c.el), height: 190 });
+    });
+  }
+
+  // == messages ==================================================================================
+
+  function onStatus(m) {
+    var changed = state.loaded && m.status !== state.status;
+    state.status = m.status;
+    state.total = m.total || state.total;
+    state.step = Math.max(state.step, m.step || 0);
+    state.started = m.started;
+    root.dataset.status = m.status;
+    var badge = document.getElementById("run-status");
+    if (badge) {
+      badge.innerHTML = "<span class=\"badge\"></span>";
+      badge.firstChild.className = "badge status-" + m.status;
+      badge.firstChild.textContent = m.label + (m.cancel_requested && m.status === "running" ? " · stopping" : "");
+    }
+    renderProgress();
+    if (changed) refreshSummary(true);
+  }
+
+  function onMetrics(m) {
+    if (m.last == null) return;
+    var live = state.loaded && !m.downsampled && m.times && m.times[0].length === 1 && (state.lastStep === null || m.last > state.lastStep);
+    Object.keys(m.run).forEach(function (k) { merge(state.run, k, m.run[k][0], m.run[k][1]); });
+    Object.keys(m.agents).forEach(function (a) {
+      noteAgent(a);
+      var store = state.agents[a] || (state.agents[a] = {});
+      Object.keys(m.agents[a]).forEach(function (k) { merge(store, k, m.agents[a][k][0], m.agents[a][k][1]); });
+    });
+    if (m.times) {
+      for (var i = 0; i < m.times[0].length; i++) if (m.times[1][i] != null) state.times.push([m.times[0][i], m.times[1][i]]);
+      state.times.sort(function (a, b) { return a[0] - b[0]; });
+      if (state.times.length > 60) state.times = state.times.slice(-50);
+    }
+    state.lastStep = state.lastStep === null ? m.last : Math.max(state.lastStep, m.last);
+    state.step = Math.max(state.step, m.last);
+    if (m.total) state.total = m.total;
+    root.dataset.lastStep = String(state.lastStep);
+    renderCharts(live ? m.last : null);
+    renderProgress();
+    var note = document.getElementById("charts-note");
+    if (note) note.textContent = m.downsampled ? "long series downsampled to ≤2,000 points each (min/max per bucket)" : "";
+    if (live) {
+      state.timings.push([m.last, Date.now()]);
+      if (state.timings.length > 5000) state.timings.splice(0, 1000);
+      if (Date.now() - summaryAt > SUMMARY_EVERY_MS) refreshSummary(false);
+    }
+  }
+
+  function onEvals(m) {
+    m.rows.forEach(function (r) {
+      state.evals[r.step + "|" + r.temperature] = r;
+      Object.keys(r.agents || {}).forEach(noteAgent);
+    });
+    var spec = CHARTS.filter(function (s) { return s.evals; })[0];
+    if (Object.keys(state.evals).length) renderChart(spec, null);
+    if (state.loaded && m.rows.length) refreshSummary(false);
+  }
+
+  function currentFilter() {
+    var f = document.getElementById("rollout-filter");
+    if (!f) return {};
+    return { agent: f.elements.agent.value, success: f.elements.success.value, step: f.elements.step.value.trim() };
+  }
+
+  function filterActive() {
+    var f = currentFilter();
+    return !!(f.agent || f.success || f.step);
+  }
+
+  function matches(article, f) {
+    if (f.agent && article.dataset.agents.indexOf(" " + f.agent + " ") < 0) return false;
+    if (f.success && article.dataset.success !== f.success) return false;
+    if (f.step && article.dataset.step !== f.step) return false;
+    return true;
+  }
+
+  function reloadEpisodes() {
+    var f = document.getElementById("rollout-filter");
+    if (f && window.htmx) htmx.trigger(f, "submit");
+  }
+
+  function episodesBox() { return document.getElementById("episodes"); }
+
+  function ensureLoadMore(box) {
+    if (box.querySelector(".load-more")) return;
+    var b = document.createElement("button");
+    b.type = "button";
+    b.className = "load-more";
+    b.setAttribute("hx-get", root.dataset.rolloutsUrl);
+    b.setAttribute("hx-include", "#rollout-filter");
+    b.setAttribute("hx-vals", "js:{before: window.runLive ? window.runLive.oldestEpisodeId() : ''}");
+    b.setAttribute("hx-target", "this");
+    b.setAttribute("hx-swap", "outerHTML");
+    b.textContent = "Load older episodes";
+    box.appendChild(b);
+    if (window.htmx) htmx.process(b);
+  }
+
+  function onRollouts(m) {
+    if (m.last_id != null) state.lastRollout = Math.max(state.lastRollout || 0, m.last_id);
+    var box = episodesBox();
+    if (!box) return;
+    if (m.reset) {
+      state.episodeCap = MAX_EPISODES;
+      if (filterActive()) { reloadEpisodes(); return; }
+      box.innerHTML = m.html;
+      if (window.htmx) htmx.process(box);
+      return;
+    }
+    if (!m.html) return;
+    var tpl = document.createElement("template");
+    tpl.innerHTML = m.html;
+    var arts = tpl.content.querySelectorAll("article.episode");   // newest first
+    var f = currentFilter(), added = 0;
+    for (var i = arts.length - 1; i >= 0; i--) {
+      var a = arts[i];
+      if (document.getElementById(a.id) || !matches(a, f)) continue;
+      a.classList.add("fresh");
+      box.insertBefore(a, box.firstChild);
+      added++;
+    }
+    if (!added) return;
+    var empty = box.querySelector(".episodes-empty");
+    if (empty) empty.remove();
+    var all = box.querySelectorAll("article.episode");
+    if (all.length > state.episodeCap) {
+      for (var j = state.episodeCap; j < all.length; j++) all[j].remove();
+      ensureLoadMore(box);
+    }
+    if (window.htmx) htmx.process(box);
+  }
+
+  function fmtTime(epoch) {
+    var d = new Date(epoch * 1000);
+    return d.toISOString().slice(11, 19);
+  }
+
+  function onLog(m) {
+    var pre = document.getElementById("log-tail");
+    if (!pre) return;
+    var atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 8;
+    if (m.reset) pre.textContent = "";
+    var empty = document.getElementById("log-empty");
+    if (empty && m.lines.length) empty.remove();
+    m.lines.forEach(function (l) {
+      if (!m.reset && state.lastLog !== null && l.id <= state.lastLog) return;
+      var span = document.createElement("span");
+      span.className = "lvl-" + l.level;
+      span.dataset.id = l.id;
+      span.textContent = fmtTime(l.time) + " " + (l.level.toUpperCase() + "       ").slice(0, 7) + " " + l.message + "\n";
+      pre.appendChild(span);
+      state.lastLog = state.lastLog === null ? l.id : Math.max(state.lastLog, l.id);
+    });
+    while (pre.childNodes.length > MAX_LOG) pre.removeChild(pre.firstChild);
+    if (atBottom || m.reset) pre.scrollTop = pre.scrollHeight;
+  }
+
+  function handle(m) {
+    switch (m.t) {
+      case "status": onStatus(m); break;
+      case "metrics": onMetrics(m); break;
+      case "evals": onEvals(m); break;
+      case "rollouts": onRollouts(m); break;
+      case "log": onLog(m); if (!state.loaded) markLoaded(); break;
+      case "checkpoint": refreshSummary(false); break;
+      case "pong": break;
+    }
+  }
+
+  function markLoaded() {
+    // The backlog ends with the log message; from here on a message is a live delta.
+    state.loaded = true;
+    root.dataset.loaded = "1";
+  }
+
+  // == status, progress, ETA =======================================================================
+
+  function fmtDuration(s) {
+    s = Math.max(0, Math.round(s));
+    var h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = s % 60;
+    if (h) return h + "h " + m + "m";
+    if (m) return m + "m " + (sec < 10 ? "0" : "") + sec + "s";
+    return sec + "s";
+  }
+
+  function etaSeconds() {
+    if (state.status !== "running" || !state.total || state.step >= state.total) return null;
+    var t = state.times, perStep = null, lastAt = null, lastStep = state.step;
+    if (t.length >= 2) {
+      var a = t[Math.max(0, t.length - 20)], b = t[t.length - 1];
+      if (b[0] > a[0]) { perStep = (b[1] - a[1]) / (b[0] - a[0]); lastAt = b[1]; lastStep = b[0]; }
+    } else if (t.length === 1 && state.started) {
+      perStep = (t[0][1] - state.started) / Math.max(1, t[0][0]);
+      lastAt = t[0][1]; lastStep = t[0][0];
+    }
+    if (perStep === null) return null;
+    var left = perStep * (state.total - lastStep) - (Date.now() / 1000 - lastAt);
+    return Math.max(0, left);
+  }
+
+  function renderProgress() {
+    var box = document.getElementById("run-progress");
+    if (box) {
+      var pct = state.total ? Math.min(100, Math.floor(100 * state.step / state.total)) : 0;
+      var bar = box.querySelector(".bar"), label = box.querySelector("span"), outer = box.querySelector(".progress");
+      if (bar) bar.style.width = pct + "%";
+      if (label) label.textContent = state.step + "/" + state.total;
+      if (outer) outer.title = "step " + state.step + " of " + state.total;
+    }
+    var eta = document.getElementById("run-eta");
+    if (eta) {
+      var s = etaSeconds();
+      eta.textContent = s === null ? "" : "ETA " + fmtDuration(s);
+    }
+  }
+
+  function setConn(name, detail) {
+    state.conn = name;
+    root.dataset.conn = name;
+    root.dataset.reconnects = String(state.reconnects);
+    renderConn(detail);
+  }
+
+  function renderConn() {
+    var el = document.getElementById("live-conn");
+    if (!el) return;
+    el.dataset.state = state.conn;
+    var text = { connecting: "connecting…", live: "live", done: "", offline: "offline" }[state.conn];
+    if (state.conn === "reconnecting") {
+      var wait = Math.max(0, Math.ceil((state.retryAt - Date.now()) / 1000));
+      text = wait ? "connection lost · retrying in " + wait + "s" : "reconnecting…";
+    }
+    el.textContent = text == null ? state.conn : text;
+    el.hidden = !text;
+  }
+
+  function refreshSummary(soon) {
+    if (!window.htmx || summaryTimer) return;
+    var wait = Math.max(0, 2000 - (Date.now() - summaryAt));
+    summaryTimer = setTimeout(function () {
+      summaryTimer = null;
+      summaryAt = Date.now();
+      htmx.ajax("GET", root.dataset.summaryUrl, { target: "#run-summary", swap: "outerHTML" });
+    }, soon ? Math.min(wait, 250) : wait);
+  }
+
+  document.body.addEventListener("htmx:afterSettle", function () {
+    // A summary refresh brings the server's badge and progress back: re-apply ETA and connection.
+    // A filter or "load older" swap sets how many episodes the list may hold before trimming.
+    renderProgress();
+    renderConn();
+    var box = episodesBox();
+    if (box) state.episodeCap = Math.max(MAX_EPISODES, box.querySelectorAll("article.episode").length);
+  });
+
+  // == the socket ====================================================================================
+
+  function socketUrl() {
+    var q = [];
+    if (state.lastStep !== null) q.push("step=" + state.lastStep);
+    if (state.lastRollout !== null) q.push("rollout=" + state.lastRollout);
+    if (state.lastLog !== null) q.push("log=" + state.lastLog);
+    var scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    return scheme + location.host + root.dataset.ws + (q.length ? "?" + q.join("&") : "");
+  }
+
+  function connect() {
+    clearTimeout(state.timer);
+    state.timer = null;
+    if (state.ws) return;
+    var ws = new WebSocket(socketUrl());
+    state.ws = ws;
+    setConn("connecting");
+    ws.onopen = function () {
+      state.lastMessageAt = Date.now();
+      setConn("live");
+      clearInterval(state.pingTimer);
+      state.pingTimer = setInterval(ping, PING_MS);
+    };
+    ws.onmessage = function (e) {
+      state.lastMessageAt = Date.now();
+      clearTimeout(state.pongTimer);
+      state.backoff = BACKOFF_MIN;
+      var m;
+      try { m = JSON.parse(e.data); } catch (err) { return; }
+      handle(m);
+    };
+    ws.onclose = function () {
+      if (state.ws !== ws) return;
+      state.ws = null;
+      clearInterval(state.pingTimer);
+      clearTimeout(state.pongTimer);
+      if (TERMINAL[state.status] && state.loaded) { setConn("done"); return; }
+      scheduleReconnect();
+    };
+  }
+
+  function ping() {
+    var ws = state.ws;
+    if (!ws || ws.readyState !== 1) return;
+    try { ws.send("{\"t\":\"ping\"}"); } catch (err) { return; }
+    clearTimeout(state.pongTimer);
+    state.pongTimer = setTimeout(function () {
+      if (state.ws === ws && Date.now() - state.lastMessageAt >= PONG_WAIT_MS) ws.close();  // half-open: start over
+    }, PONG_WAIT_MS);
+  }
+
+  function scheduleReconnect() {
+    var delay = Math.round(Math.min(state.backoff, BACKOFF_MAX) * (0.75 + Math.random() * 0.5));
+    state.backoff = Math.min(state.backoff * 2, BACKOFF_MAX);
+    state.reconnects++;
+    state.retryAt = Date.now() + delay;
+    setConn(navigator.onLine === false ? "offline" : "reconnecting");
+    state.timer = setTimeout(connect, delay);
+  }
+
+  function reconnectNow() {
+    if (state.ws || !state.timer) return;
+    connect();
+  }
+
+  window.addEventListener("online", reconnectNow);
+  document.addEventListener("visibilitychange", function () { if (!document.hidden) reconnectNow(); });
+  window.addEventListener("resize", function () { clearTimeout(resizeCharts.t); resizeCharts.t = setTimeout(resizeCharts, 150); });
+  setInterval(function () {
+    if (state.conn === "reconnecting") renderConn();
+    if (state.status === "running") renderProgress();  // the ETA counts down between steps
+  }, 1000);
+
+  var resetZoom = document.getElementById("reset-zoom");
+  if (resetZoom) resetZoom.addEventListener("click", function () { zoomAll(null); });
+  var clear = document.getElementById("filter-clear");
+  if (clear) clear.addEventListener("click", function () {
+    var f = document.getElementById("rollout-filter");
+    f.reset();
+    reloadEpisodes();
+  });
+
+  function fmtValue(v) {
+    var a = Math.abs(v);
+    if (a !== 0 && (a >= 1e5 || a < 1e-3)) return v.toExponential(3);
+    return +v.toPrecision(4) + "";
+  }
+
+  function fmtAxis(v) {
+    if (v == null) return "";
+    var a = Math.abs(v);
+    if (a !== 0 && (a >= 1e5 || a < 1e-3)) return v.toExponential(1);
+    return +v.toPrecision(3) + "";
+  }
+
+  window.runLive = {
+    state: state,
+    oldestEpisodeId: function () {
+      var all = episodesBox().querySelectorAll("article.episode");
+      return all.length ? all[all.length - 1].dataset.id : "";
+    },
+    steps: function (key) { return (state.run[key || "reward/total"] || { x: [] }).x.slice(); },
+    charts: charts,
+  };
+
+  connect();
+})();

@@ -1,0 +1,44 @@
+"""Template helpers for the live run page and the dashboard's live progress."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+
+from training.config import ConfigError
+from webapp import streaming
+from webapp.models import Run
+
+register = template.Library()
+
+
+@register.simple_tag
+def run_agent_names(run: Run) -> list[str]:
+    """The run's agents in acting order (from its config snapshot), for the rollout filter."""
+    try:
+        return [a.name for a in run.to_config().topology.agents]
+    except (ConfigError, ValueError, TypeError, AttributeError):
+        return []
+
+
+@register.filter
+def eta(run: Any) -> str:
+    """"ETA 3m 20s" for a running run, else empty."""
+    seconds = streaming.run_eta_seconds(run) if isinstance(run, Run) else None
+    return "" if seconds is None else f"ETA {duration(seconds)}"
+
+
+@register.filter
+def duration(seconds: Any) -> str:
+    try:
+        s = max(0, round(float(seconds)))
+    except (TypeError, ValueError):
+        return ""
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    if h:
+        return f"{h}h {m}m"
+    if m:
+        return f"{m}m {sec:02d}s"
+    return f"{sec}s"
