@@ -22,7 +22,7 @@ def _environment_field(**kwargs: Any) -> forms.ChoiceField:
     widget = forms.Select(attrs={
         "hx-get": reverse_lazy("environment_hint"), "hx-target": "#env-hint", "hx-swap": "outerHTML", "hx-trigger": "change",
     })
-    return forms.ChoiceField(choices=lambda: [(n, n) for n in environment_names()], widget=widget, **kwargs)
+    return forms.ChoiceField(choices=lambda: [("", "— pick an environment —")] + [(n, n) for n in environment_names()], widget=widget, **kwargs)
 
 
 class ModelSourceForm(forms.ModelForm):
@@ -178,12 +178,23 @@ class DatasetUploadEditForm(forms.ModelForm):
 _DEFAULTS = RunConfig()
 
 
+class TopologyChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Topology) -> str:  # type: ignore[override]
+        return f"{obj.name} ({obj.environment}, {obj.specialization})"
+
+
+class DatasetChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Dataset) -> str:  # type: ignore[override]
+        train, held = obj.split
+        return f"{obj.name} ({obj.environment}, {train}+{held} tasks)"
+
+
 class RunForm(forms.Form):
     """Topology, dataset, the main hyperparameters (empty = the engine default) and advanced YAML."""
 
     name = forms.CharField(max_length=200, required=False, help_text="Defaults to topology · dataset.")
-    topology = forms.ModelChoiceField(queryset=Topology.objects.none())
-    dataset = forms.ModelChoiceField(queryset=Dataset.objects.none())
+    topology = TopologyChoiceField(queryset=Topology.objects.none())
+    dataset = DatasetChoiceField(queryset=Dataset.objects.none())
     specialization = forms.ChoiceField(required=False, choices=[("", "as in the topology")] + SPECIALIZATION_CHOICES)
     steps = forms.IntegerField(required=False, initial=_DEFAULTS.optim.steps, help_text="Training steps.")
     k = forms.IntegerField(required=False, initial=_DEFAULTS.grpo.k, label="K (group size)",

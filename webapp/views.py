@@ -299,7 +299,9 @@ def run_preview(request: TeamRequest) -> HttpResponse:
     """The resolved config YAML for the run form as it stands (htmx)."""
     form = RunForm(request.POST, team=request.team)
     config_yaml, errors = None, []
-    if form.is_valid():
+    if not (request.POST.get("topology") and request.POST.get("dataset")):
+        pass  # nothing to resolve yet: the pane keeps its hint
+    elif form.is_valid():
         data = form.cleaned_data
         try:
             config = services.run_config_build(

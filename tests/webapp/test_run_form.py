@@ -84,5 +84,11 @@ def test_it_previews_the_resolved_config(alice, alice_world):
 def test_it_previews_errors(alice, alice_world):
     response = alice.client.post(reverse("run_preview"), _data(alice_world, k="1"), headers={"HX-Request": "true"})
     assert b"grpo.k: must be at least 2" in response.content
-    response = alice.client.post(reverse("run_preview"), {"topology": ""}, headers={"HX-Request": "true"})
-    assert b"Topology" in response.content
+    response = alice.client.post(reverse("run_preview"), {"topology": alice_world.topology.pk, "dataset": "999"},
+                                 headers={"HX-Request": "true"})
+    assert b"Dataset: Select a valid choice" in response.content
+
+
+def test_it_keeps_the_preview_hint_until_both_are_picked(alice, alice_world):
+    response = alice.client.post(reverse("run_preview"), {"topology": alice_world.topology.pk}, headers={"HX-Request": "true"})
+    assert b"errors" not in response.content and b"Pick a topology" in response.content

@@ -47,4 +47,4 @@ def test_it_keeps_a_changed_password():
     out = io.StringIO()
     call_command("seed_demo", stdout=out)
     assert User.objects.get(username="admin").check_password("changed")
-    assert "password as you left it" in out.getvalue()
+    assert "unless you changed it" in out.getvalue()

@@ -18,5 +18,5 @@ class Command(BaseCommand):
             self.stdout.write(f"Seeded {seed.team.name}: {', '.join(seed.created)}")
         self.stdout.write(f"Logins for {seed.team.name}:")
         for username, password, role, created in seed.logins:
-            note = "" if created else "  (existing account: password as you left it)"
+            note = "" if created else "  (unless you changed it)"
             self.stdout.write(f"  {role:<7} {username} / {password}{note}")
