@@ -22,7 +22,7 @@ How the trainer drives a `VLLMGenerator` (one per run, built after `build_polici
     a base model: the acting agent's weights are swapped in when the agent changes.
 - `sleep()` before the update phase: frees the KV cache and offloads vLLM's weights to CPU
   memory (sleep level 1) so the optimizer has the GPU; the next `generate` wakes it up.
-- `close()` at the end of the run.
+- `close()` at the end of the run (also when it fails: use try/finally).
 
 vLLM version assumptions (written against vLLM 0.30.0, the release that pins torch==2.13.0
 like requirements.txt; TRL's colocate mode relies on the same calls):
@@ -39,12 +39,16 @@ like requirements.txt; TRL's colocate mode relies on the same calls):
 - `CompletionOutput.token_ids` includes the stop token; `finish_reason` is "stop" or "length".
 - `LLM.sleep(level=1)` / `LLM.wake_up()` need `enable_sleep_mode=True` (CUDA only).
 - `LLM.llm_engine.remove_lora(lora_int_id)` unloads an adapter.
+- `vllm.distributed.parallel_state.destroy_model_parallel()` and
+  `destroy_distributed_environment()` tear down what the engine initialised, so the same process
+  can build another engine later.
 - LoRA ranks must be one of `VLLM_LORA_RANKS`.
 If a later vLLM moves one of these, this module is the only place to change.
 """
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import logging
 import os
@@ -119,7 +123,7 @@ class VLLMGenerator:
 
     def __init__(self, config: RunConfig, policies: PolicySet, *, engine_kwargs: dict[str, Any] | None = None):
         try:
-            from vllm import LLM  # type: ignore[import-not-found, unused-ignore]
+            from vllm import LLM
         except ImportError as exc:
             raise RuntimeError(
                 f"the vLLM backend needs vllm, which cannot be imported ({exc}); "
@@ -182,8 +186,8 @@ class VLLMGenerator:
         Same result as `training.generation.generate`. `seed` makes sampling reproducible: the
         j-th sample of prompt b uses seed `seed + b * n + j`.
         """
-        from vllm import SamplingParams  # type: ignore[import-not-found, unused-ignore]
-        from vllm.inputs import TokensPrompt  # type: ignore[import-not-found, unused-ignore]
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
 
         if not prompts:
             return []
@@ -227,9 +231,17 @@ class VLLMGenerator:
             self.asleep = True
 
     def close(self) -> None:
-        """Drop the engine and the adapter folders. The GPU memory is fully released when the
-        process exits (the Celery worker runs one run per process)."""
+        """Release the engine, its GPU memory and its torch.distributed group, and delete the
+        adapter folders, so a later run in the same process (a solo-pool Celery worker runs
+        one run after another) can build a new engine."""
+        import torch
+        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
         del self.llm
+        destroy_model_parallel()
+        destroy_distributed_environment()
+        gc.collect()
+        torch.cuda.empty_cache()
         shutil.rmtree(self.adapter_root, ignore_errors=True)
 
     # -- internals -------------------------------------------------------------------------------
@@ -251,7 +263,7 @@ class VLLMGenerator:
 
     def _refresh_adapter(self, policy: Policy) -> None:
         """Save the agent's adapter to a fresh folder and serve it under a new LoRA id."""
-        from vllm.lora.request import LoRARequest  # type: ignore[import-not-found, unused-ignore]
+        from vllm.lora.request import LoRARequest
 
         lora_id = self._next_lora_id
         self._next_lora_id += 1

@@ -172,6 +172,7 @@ def test_the_gpu_worker_reserves_an_nvidia_gpu_and_listens_on_the_gpu_queue(name
     command = worker["command"]
     assert command[:4] == ["celery", "-A", "webapp", "worker"]
     assert command[command.index("-Q") + 1] == "gpu"
+    assert command[command.index("-P") + 1] == "solo"  # the run executes in the worker process: stop signals reach it
     assert command[command.index("-c") + 1] == "1"  # one run per GPU
     assert command[command.index("--hostname") + 1] == "gpu${TROUPE_GPU:-0}@%h"
     assert worker["healthcheck"]["test"][-1] == "gpu${TROUPE_GPU:-0}@%h"  # pings this very worker

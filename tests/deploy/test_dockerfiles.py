@@ -150,3 +150,39 @@ def test_the_web_check_fails_on_an_error_status_or_no_server(server, monkeypatch
 def test_the_web_check_falls_back_to_localhost(monkeypatch):
     monkeypatch.setenv("ALLOWED_HOSTS", "*")
     assert healthcheck_module().allowed_host() == "localhost"
+
+
+@pytest.fixture
+def fake_celery(monkeypatch):
+    """Stands in for `python -m celery ... inspect ping`: records its arguments, exits with `rc`."""
+    calls: dict = {"rc": 0}
+
+    def run(args, **kwargs):
+        calls["args"] = args
+        return subprocess.CompletedProcess(args, calls["rc"], stdout="", stderr="no reply")
+
+    check = healthcheck_module()
+    monkeypatch.setattr(check.subprocess, "run", run)
+    return check, calls
+
+
+def test_the_worker_check_pings_this_very_worker(fake_celery, monkeypatch):
+    check, calls = fake_celery
+    monkeypatch.setattr(check.socket, "gethostname", lambda: "host-a")
+    assert check.check_worker("gpu1@%h") == 0
+    assert calls["args"][1:] == ["-m", "celery", "-A", "webapp", "inspect", "ping", "--destination", "gpu1@host-a", "--timeout", "10"]
+
+
+def test_a_worker_busy_with_a_stepping_run_is_healthy_without_a_ping(fake_celery, monkeypatch):
+    check, calls = fake_celery
+    calls["rc"] = 1  # a solo-pool worker answers no ping during a run
+    monkeypatch.setattr(check, "running_with_recent_heartbeat", lambda node: True)
+    assert check.check_worker("gpu0@x") == 0
+    monkeypatch.setattr(check, "running_with_recent_heartbeat", lambda node: False)
+    assert check.check_worker("gpu0@x") == 1
+
+    def broken(node):
+        raise RuntimeError("database unreachable")
+
+    monkeypatch.setattr(check, "running_with_recent_heartbeat", broken)
+    assert check.check_worker("gpu0@x") == 1
