@@ -24,8 +24,10 @@ How the trainer drives a `VLLMGenerator` (one per run, built after `build_polici
   memory (sleep level 1) so the optimizer has the GPU; the next `generate` wakes it up.
 - `close()` at the end of the run (also when it fails: use try/finally).
 
-vLLM version assumptions (written against vLLM 0.30.0, the release that pins torch==2.13.0
-like requirements.txt; TRL's colocate mode relies on the same calls):
+vLLM version assumptions. Written for vLLM 0.30.0, the release the GPU image installs (it pins
+torch==2.13.0 like requirements.txt; docker/constraints-gpu.txt). The calls below were read in
+vLLM's source (`vllm/entrypoints/llm.py`, `vllm/v1/engine/parallel_sampling.py`) and are the
+ones TRL's colocate mode uses:
 - `vllm.LLM(model=<HF folder>, distributed_executor_backend="external_launcher", ...)` keeps
   the engine in this process (TRL "colocate"), so `LLM.apply_model(fn)` calls `fn(model)` on
   the live `nn.Module` with no serialisation. It initialises torch.distributed from RANK,
@@ -119,7 +121,11 @@ def resolve_backend(config: RunConfig) -> str:
 
 
 class VLLMGenerator:
-    """One in-process vLLM engine serving every policy of a run (see the module docstring)."""
+    """One in-process vLLM engine serving every policy of a run (see the module docstring).
+
+    Build it right after `build_policies`, before the first update: at start vLLM claims
+    `generation.vllm_gpu_memory_utilization` of the GPU's total memory, which must be free then.
+    """
 
     def __init__(self, config: RunConfig, policies: PolicySet, *, engine_kwargs: dict[str, Any] | None = None):
         try:
