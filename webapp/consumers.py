@@ -41,7 +41,10 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json(out)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        """The page never needs to say anything: it states its cursor in the URL when it connects."""
+        """The page states its cursor in the URL when it connects; after that it only pings, to
+        find out whether a quiet connection is still alive."""
+        if isinstance(content, dict) and content.get("t") == "ping":
+            await self.send_json({"t": "pong"})
 
     async def disconnect(self, code: int) -> None:
         if self.cursor is not None:

@@ -35,7 +35,7 @@ class DatabaseSink:
 
     def metrics(self, m: StepMetrics) -> None:
         values, agents = storable(m.values), storable(m.agents)
-        point = {"step": m.step, "values": values, "agents": agents, "time": m.time}
+        point = {"step": m.step, "total_steps": m.total_steps, "values": values, "agents": agents, "time": m.time}
 
         def write() -> None:
             MetricPoint.objects.bulk_create(

@@ -1,0 +1,84 @@
+"""A socket gets the run's backlog from the database first (status, metrics, evaluations, episodes,
+log), then the worker's live deltas, each step exactly once."""
+
+from __future__ import annotations
+
+from tests.webapp.streams import TRANSACTIONAL, Worker, by_type, metric_steps, receive_all, run, socket
+
+pytestmark = TRANSACTIONAL
+
+
+def test_it_sends_the_backlog_then_live_deltas(alice, alice_world):
+    worker = Worker(alice_world.run)
+
+    async def scenario():
+        await worker.started(total=5)
+        await worker.log("loaded policies")
+        for step in (1, 2):
+            await worker.metrics(step, total=5)
+            await worker.rollouts(step)
+        await worker.evaluation(2)
+
+        ws = socket(alice_world.run.pk, alice.client)
+        assert (await ws.connect())[0]
+        backlog = await receive_all(ws)
+        assert [m["t"] for m in backlog] == ["status", "metrics", "evals", "rollouts", "log"]
+        assert backlog[0]["status"] == "running" and backlog[0]["total"] == 5
+        assert metric_steps(backlog) == [1, 2] and backlog[1]["agents"]["tool"]["loss"][0] == [1, 2]
+        assert backlog[2]["rows"][0]["team"] == 0.25 and backlog[2]["rows"][0]["agents"]["tool"]["success"] == 0.5
+        assert backlog[3]["reset"] and backlog[3]["html"].count('<article class="episode') == 4
+        assert [line["message"] for line in backlog[4]["lines"]] == ["loaded policies"]
+
+        await worker.metrics(3, total=5)
+        delta = await receive_all(ws)
+        assert [m["t"] for m in delta] == ["metrics"]
+        assert delta[0]["last"] == 3 and delta[0]["total"] == 5 and delta[0]["run"]["reward/total"][0] == [3]
+        assert delta[0]["agents"]["reasoner"]["loss"] == [[3], [0.4]]
+
+        await worker.rollouts(3, n=3, success=True)
+        episodes = by_type(await receive_all(ws), "rollouts")
+        assert len(episodes) == 1 and not episodes[0]["reset"]
+        html = episodes[0]["html"]
+        assert html.count('<article class="episode ok"') == 3 and 'data-step="3"' in html and 'data-step="2"' not in html
+        assert "tool candidate 1" in html and 'class="candidate chosen"' in html and "stdout: 42" in html
+
+        await worker.log("checkpoint saved")
+        await worker.evaluation(3)
+        await worker.finish("succeeded", step=3)
+        tail = await receive_all(ws)
+        assert [line["message"] for m in by_type(tail, "log") for line in m["lines"]] == ["checkpoint saved"]
+        assert [r["step"] for m in by_type(tail, "evals") for r in m["rows"]] == [3]
+        assert by_type(tail, "status")[-1]["status"] == "succeeded"
+        assert metric_steps(tail) == []  # nothing sent twice
+        await ws.disconnect()
+
+    run(scenario)
+
+
+def test_it_sends_each_viewer_the_same_live_step(alice, alice_world):
+    worker = Worker(alice_world.run)
+
+    async def scenario():
+        await worker.started(total=3)
+        sockets = [socket(alice_world.run.pk, alice.client) for _ in range(3)]
+        for ws in sockets:
+            assert (await ws.connect())[0]
+            await receive_all(ws, timeout=0.2)
+        await worker.metrics(1, total=3)
+        for ws in sockets:
+            assert metric_steps(await receive_all(ws, timeout=0.2)) == [1]
+            await ws.disconnect()
+
+    run(scenario)
+
+
+def test_it_answers_a_ping(alice, alice_world):
+    async def scenario():
+        ws = socket(alice_world.run.pk, alice.client)
+        assert (await ws.connect())[0]
+        await receive_all(ws, timeout=0.2)
+        await ws.send_json_to({"t": "ping"})
+        assert await ws.receive_json_from() == {"t": "pong"}
+        await ws.disconnect()
+
+    run(scenario)
