@@ -264,13 +264,15 @@ def metrics_message(*, run_id: int, since: int | None = None, total: int = 0, ma
             out[key] = [xs, [_finite(y) for y in ys]]
         return out
 
+    run_series = series(run_cols)
+    agent_series = {name: series(cols) for name, cols in agent_cols.items()}
     return {
         "t": "metrics",
         "last": steps[-1] if steps else None,
         "total": total,
         "downsampled": downsampled,
-        "run": series(run_cols),
-        "agents": {name: series(cols) for name, cols in agent_cols.items()},
+        "run": run_series,
+        "agents": agent_series,
         "times": [steps[-TIMES_TAIL:], times[-TIMES_TAIL:]],
     }
 

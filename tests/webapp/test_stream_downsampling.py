@@ -1,0 +1,66 @@
+"""Long histories load fast: each series is downsampled on the server to at most MAX_POINTS
+points, keeping the first and last point and every bucket's extremes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import numpy as np
+
+from tests.webapp.streams import TRANSACTIONAL, metric_steps, receive_all, run, socket
+from webapp import streaming
+from webapp.models import MetricPoint, Run
+
+pytestmark = TRANSACTIONAL
+
+
+def test_it_keeps_short_series_whole():
+    assert streaming.downsample_minmax(np.arange(10.0), 2000) == list(range(10))
+
+
+def test_it_caps_points_and_keeps_ends_and_spikes():
+    values = np.sin(np.linspace(0, 20, 50_000))
+    values[31_337] = 25.0  # one spike
+    values[7_000] = -30.0
+    keep = streaming.downsample_minmax(values, 2000)
+    assert len(keep) <= 2000 and keep == sorted(set(keep))
+    assert keep[0] == 0 and keep[-1] == 49_999
+    assert 31_337 in keep and 7_000 in keep
+
+
+def test_it_never_picks_a_missing_value():
+    values = np.full(10_000, np.nan)
+    values[::7] = 1.0
+    keep = streaming.downsample_minmax(values, 500)
+    assert len(keep) <= 500 and all(np.isfinite(values[i]) for i in keep[1:-1])
+
+
+def test_it_downsamples_a_long_run_in_the_backlog(alice, alice_world):
+    run_ = alice_world.run
+    Run.objects.filter(pk=run_.pk).update(status="succeeded", step=5000, total_steps=5000)
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    MetricPoint.objects.bulk_create([
+        MetricPoint(run=run_, step=s, time=when, values={"reward/total": s % 97 / 97, "loss": None if s == 10 else 1.0},
+                    agents={"tool": {"loss": 1 / s}})
+        for s in range(1, 5001)
+    ])
+
+    async def scenario():
+        ws = socket(run_.pk, alice.client)
+        assert (await ws.connect())[0]
+        metrics = [m for m in await receive_all(ws) if m["t"] == "metrics"][0]
+        assert metrics["downsampled"] and metrics["last"] == 5000
+        steps = metric_steps([metrics])
+        assert len(steps) <= streaming.MAX_POINTS and steps[0] == 1 and steps[-1] == 5000
+        assert len(metrics["agents"]["tool"]["loss"][0]) <= streaming.MAX_POINTS
+        assert len(metrics["times"][0]) == streaming.TIMES_TAIL
+        assert 10 not in metrics["run"]["loss"][0]  # a value the sink stored as null (NaN) is no point
+        await ws.disconnect()
+
+    run(scenario)
+
+
+def test_it_sends_nan_as_null():
+    message = streaming._metrics_delta({"step": 3, "total_steps": 4, "time": 1.0, "values": {"loss": float("nan"), "x": 1},
+                                        "agents": {"tool": {"kl": float("inf")}}})
+    assert message["run"] == {"loss": [[3], [None]], "x": [[3], [1.0]]} and message["agents"]["tool"]["kl"] == [[3], [None]]
