@@ -8,6 +8,7 @@ rows together, in inference mode. Temperature 0 is greedy. This is the HF backen
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 
@@ -56,8 +57,14 @@ def generate(
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
     stats: GenerationStats | None = None,
+    stop: re.Pattern[str] | None = None,
+    stop_check_every: int = 4,
 ) -> list[list[Generation]]:
-    """Sample `n` completions for each prompt (token ids). Returns one list of n per prompt."""
+    """Sample `n` completions for each prompt (token ids). Returns one list of n per prompt.
+
+    `stop`: a completion also ends as soon as its decoded text matches this pattern (checked
+    every `stop_check_every` tokens; the completion keeps the tokens generated until then), for
+    example after the closing fence of a code block. Such a completion is not `truncated`."""
     if not prompts:
         return []
     t0 = time.perf_counter()
@@ -97,6 +104,11 @@ def generate(
         hit_stop = torch.isin(nxt, stops) & ~finished  # (B*n,)
         lengths = torch.where(hit_stop, torch.full_like(lengths, t + 1), lengths)
         finished |= hit_stop
+        if stop is not None and (t + 1) % stop_check_every == 0:
+            for r in (~finished).nonzero().flatten().tolist():
+                if stop.search(str(tokenizer.decode(tokens[r, : t + 1].tolist(), skip_special_tokens=True))):
+                    finished[r] = True
+                    lengths[r] = t + 1
         if bool(finished.all()) or t == max_new_tokens - 1:
             break
         mask = torch.cat([mask, (~finished).long().unsqueeze(1)], dim=1)  # (B*n, P+t+1)
@@ -118,13 +130,11 @@ def generate(
             length = int(lengths[r])
             ids = tuple(int(x) for x in tokens[r, :length].tolist())
             total += length
-            group.append(
-                Generation(
-                    token_ids=ids,
-                    text=str(tokenizer.decode(list(ids), skip_special_tokens=True)),
-                    truncated=not bool(finished[r]),
-                )
-            )
+            text = str(tokenizer.decode(list(ids), skip_special_tokens=True))
+            truncated = not bool(finished[r])
+            if truncated and stop is not None and stop.search(text):
+                truncated = False  # the pattern completed on the very last token
+            group.append(Generation(token_ids=ids, text=text, truncated=truncated))
         results.append(group)
     if stats is not None:
         stats.tokens += total

@@ -13,6 +13,7 @@ Candidate reward = alpha * team reward + local reward (+ an optional TRL-style r
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -115,6 +116,8 @@ class Sampler:
     generator: torch.Generator
     reward_fn: RewardFn | None = None
     stats: GenerationStats = field(default_factory=GenerationStats)
+    vllm: Any = None
+    """A `training.vllm_backend.VLLMGenerator` when the run generates with vLLM (GPU), else None."""
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=4))
 
     def roles(self) -> tuple[str, ...]:
@@ -135,10 +138,21 @@ class Sampler:
         ids = tok(text, add_special_tokens=False)["input_ids"]
         return text, tuple(ids)
 
+    def stop_pattern(self, role: str) -> re.Pattern[str] | None:
+        """The environment's optional end-of-action pattern for a role (`stop_patterns`)."""
+        pattern = getattr(self.env, "stop_patterns", {}).get(role)
+        return re.compile(pattern, re.DOTALL) if pattern else None
+
     def sample(self, agent: str, prompt_ids: Sequence[tuple[int, ...]], n: int, temperature: float) -> list[list[Generation]]:
         acfg = self.config.agent(agent)
         policy = self.policies.for_agent(agent)
         gen = self.config.generation
+        if self.vllm is not None:
+            seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator))
+            return self.vllm.generate(
+                policy, [list(p) for p in prompt_ids], n=n, max_new_tokens=acfg.max_new_tokens or gen.max_new_tokens,
+                temperature=temperature, top_p=gen.top_p, seed=seed, stats=self.stats,
+            )
         with policy.active() as model:
             return generate(
                 model,
@@ -150,6 +164,7 @@ class Sampler:
                 top_p=gen.top_p,
                 generator=self.generator,
                 stats=self.stats,
+                stop=self.stop_pattern(acfg.role),
             )
 
     def train_temperature(self, agent: str) -> float:

@@ -32,6 +32,7 @@ from training.events import EventSink, StepMetrics
 from training.grpo import group_advantages, loss_stats, policy_loss, token_logprobs, zero_std_fraction
 from training.policies import Policy, PolicySet, build_policies, load_policy_weights, save_policies
 from training.rollout import Episode, Sampler, rollout_independent, rollout_tree
+from training.vllm_backend import VLLMGenerator, resolve_backend
 
 STATE_FILE = "trainer_state.pt"
 
@@ -82,6 +83,22 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink) -> TrainRe
         start_step = restore(Path(config.checkpoint.resume_from), policies, generator)
         sink.log(f"resumed from {config.checkpoint.resume_from} at step {start_step}")
 
+    backend = resolve_backend(config)
+    if backend == "vllm":
+        sampler.vllm = VLLMGenerator(config, policies)
+    sink.log(f"generation backend: {backend}")
+    try:
+        return _loop(config, out, sink, sampler, train_tasks, eval_tasks, start_step)
+    finally:
+        if sampler.vllm is not None:
+            sampler.vllm.close()
+        sampler.pool.shutdown()
+
+
+def _loop(
+    config: RunConfig, out: Path, sink: EventSink, sampler: Sampler, train_tasks: list[Task], eval_tasks: list[Task], start_step: int
+) -> TrainResult:
+    policies, generator = sampler.policies, sampler.generator
     total = config.optim.steps
     sink.run_started(total_steps=total, start_step=start_step)
     result = TrainResult(status="succeeded", step=start_step)
@@ -108,7 +125,6 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink) -> TrainRe
     if step > start_step or last_ckpt is None:
         last_ckpt = save_checkpoint(out, step, policies, generator, config, sink)
     result.step, result.checkpoint = step, last_ckpt
-    sampler.pool.shutdown()
     return result
 
 
@@ -141,6 +157,8 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
     # -- 3. update each trainable policy with its own agents' samples -------------------------------
     t1 = time.perf_counter()
     per_agent: dict[str, dict[str, float]] = defaultdict(dict)
+    if sampler.vllm is not None:
+        sampler.vllm.sleep()  # give the GPU memory to the update
     for policy in sampler.policies.trainable():
         samples = [
             Sample(turn.agent, turn.prompt_ids, c.token_ids, c.advantage, sampler.train_temperature(turn.agent))
@@ -148,6 +166,8 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
             if turn.agent in policy.agents and cfg.agent(turn.agent).trainable and turn.group in informative and c.token_ids
         ]
         stats = update_policy(policy, samples, cfg, step)
+        if sampler.vllm is not None:
+            sampler.vllm.weights_changed(policy)
         for agent in policy.agents:
             per_agent[agent].update(stats)
     t_update = time.perf_counter() - t1
