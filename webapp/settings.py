@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -165,4 +166,4 @@ if TESTING:
     LOGGING["root"]["level"] = "WARNING"  # type: ignore[index]
     if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         # On disk, not in memory, so the integration test's Celery worker sees the same rows.
-        DATABASES["default"]["TEST"] = {"NAME": str(TROUPE_DATA_DIR / f"test-troupe-{os.getpid()}.sqlite3")}
+        DATABASES["default"]["TEST"] = {"NAME": os.path.join(tempfile.gettempdir(), f"troupe-test-{os.getpid()}.sqlite3")}
