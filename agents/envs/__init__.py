@@ -12,7 +12,8 @@ A plugin environment is any class (or factory) named `package.module:Name` whose
 provide the `agents.base.Environment` protocol: `name`, `roles`, `required_fields`,
 `generate(n, *, seed)`, `reset(row, *, task_id, roles)`, `observe(state, role)` and a pure
 `step(state, *, agent, role, action) -> StepResult`. It may also define
-`default_instructions: dict[str, str]`, a system prompt per role. Keyword arguments from the
+`default_instructions: dict[str, str]`, a system prompt per role, and `stop_patterns: dict[str,
+str]`, a regex per role that ends an action early once it matches. Keyword arguments from the
 config's `env_args` are passed to its constructor.
 """
 

@@ -91,6 +91,13 @@ class MathTool:
         ),
     }
 
+    stop_patterns: dict[str, str] = {
+        "tool": r"```(?:python|py)?[ \t]*\n.*?```",
+        "reasoner": r"Answer:[ \t]*-?\d[\d,]*(?:\.\d+)?[ \t]*\n",
+    }
+    """End an action once it is complete (the code block closed, the answer line written):
+    what a small model adds after that is never read, so it is not generated or trained on."""
+
     def __init__(self, level: int = 1, timeout_s: float = TOOL_TIMEOUT_S) -> None:
         """`level` picks the generated tasks: 1 `a + b` (two-digit), 2 two operations with precedence
         such as `(a + b) * c`, 3 short word problems with two operations. `timeout_s` limits the tool's program."""
