@@ -104,15 +104,23 @@ def _write(path: str, text: str) -> None:
         os.close(fd)
 
 
+def _libc_fn(name: str) -> Any:
+    """A libc function, or None where this platform has none (macOS has no unshare, prctl, capset)."""
+    return getattr(_libc, name, None)
+
+
 def _enter_namespaces(root: bool, layers: list[str]) -> bool:
     """Unshare network (and mount) namespaces; returns whether a private mount namespace is in place."""
+    unshare = _libc_fn("unshare")
+    if unshare is None or not sys.platform.startswith("linux"):
+        return False
     uid, gid = os.getuid(), os.getgid()
     attempts: list[int] = []
     if root:
         attempts += [CLONE_NEWNS | CLONE_NEWNET, CLONE_NEWNET]
     attempts += [CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET, CLONE_NEWUSER | CLONE_NEWNET]
     for flags in attempts:
-        if _libc.unshare(ctypes.c_int(flags)) != 0:
+        if unshare(ctypes.c_int(flags)) != 0:
             continue
         if flags & CLONE_NEWUSER:
             # Map our own ids only: inside, we are who we were outside (with capabilities in the
@@ -179,7 +187,7 @@ def _build_mount_view(cfg: dict[str, Any], needed: list[str], layers: list[str])
         if m != "/" and not any(_is_within(m, o) for o in outer):
             outer.append(m)
 
-    fds = {p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p in needed if os.path.exists(p)}
+    fds = {p: os.open(p, getattr(os, "O_PATH", 0) | os.O_CLOEXEC) for p in needed if os.path.exists(p)}
     attr = _MountAttr(attr_set=MOUNT_ATTR_RDONLY)
     ret = _libc.syscall(
         ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), b"/", ctypes.c_uint(AT_RECURSIVE),
@@ -223,19 +231,26 @@ def _drop_privileges(cfg: dict[str, Any], may_switch_uid: bool, layers: list[str
     if uid is not None and may_switch_uid:
         try:
             os.setgroups([])
-            os.setresgid(gid, gid, gid)
-            os.setresuid(uid, uid, uid)
+            if hasattr(os, "setresuid"):
+                os.setresgid(gid, gid, gid)
+                os.setresuid(uid, uid, uid)
+            else:
+                os.setgid(gid)
+                os.setuid(uid)
             layers.append("nobody")
         except OSError:
             pass
-    hdr = _CapHeader(version=LINUX_CAPABILITY_VERSION_3, pid=0)
-    data = (_CapData * 2)()
-    if _libc.capset(ctypes.byref(hdr), data) == 0:
-        layers.append("no-caps")
-    if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:
-        layers.append("no-new-privs")
-    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace or /proc/<pid>/mem from a sibling sandbox
-    _libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)  # die with the parent
+    capset, prctl = _libc_fn("capset"), _libc_fn("prctl")
+    if capset is not None:
+        hdr = _CapHeader(version=LINUX_CAPABILITY_VERSION_3, pid=0)
+        data = (_CapData * 2)()
+        if capset(ctypes.byref(hdr), data) == 0:
+            layers.append("no-caps")
+    if prctl is not None:
+        if prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:
+            layers.append("no-new-privs")
+        prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace or /proc/<pid>/mem from a sibling sandbox
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)  # die with the parent
 
 
 def _set_limits(cfg: dict[str, Any], layers: list[str]) -> None:
@@ -249,9 +264,15 @@ def _set_limits(cfg: dict[str, Any], layers: list[str]) -> None:
         (resource.RLIMIT_NOFILE, (32, 32)),
         (resource.RLIMIT_CORE, (0, 0)),
     ]
+    failed = []
     for which, value in limits:
-        resource.setrlimit(which, value)
-    layers.append("rlimits")
+        try:
+            resource.setrlimit(which, value)
+        except (ValueError, OSError):  # macOS refuses some (RLIMIT_AS); the rest still apply
+            failed.append(which)
+    if resource.RLIMIT_CPU in failed or resource.RLIMIT_FSIZE in failed:
+        raise OSError("could not set the CPU and file-size limits")
+    layers.append("rlimits" if not failed else "rlimits-partial")
 
 
 def _install_audit_hook(workdir: str, read_roots: tuple[str, ...]) -> None:

@@ -379,10 +379,11 @@ def load_reward_fn(path: str) -> RewardFn:
     obj = load_object(path, what="reward function")
     if not callable(obj):
         raise PluginError(f"reward function {path!r} is a {type(obj).__name__}, not a callable")
+    fn: RewardFn = obj
     try:
         params = inspect.signature(obj).parameters.values()
     except (TypeError, ValueError):
-        return obj  # a builtin or C callable: trust it
+        return fn  # a builtin or C callable: trust it
     names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     var_kw = any(p.kind == p.VAR_KEYWORD for p in params)
     missing = [n for n in ("prompts", "completions") if n not in names and not var_kw]
@@ -390,5 +391,4 @@ def load_reward_fn(path: str) -> RewardFn:
         raise PluginError(
             f"reward function {path!r} must accept (prompts, completions, **columns); it does not take {', '.join(missing)}"
         )
-    fn: RewardFn = obj
     return fn
