@@ -276,12 +276,20 @@ class Run(models.Model):
     cancel_requested = models.BooleanField(default=False)
     celery_task_id = models.CharField(max_length=64, blank=True)
     worker = models.CharField(max_length=200, blank=True, help_text="Hostname of the Celery worker that ran it.")
+    # The shared history (webapp/history.py): searchable notes, tags, archive, and two config
+    # facts copied out of the snapshot at creation so the list filters on indexed columns.
+    notes = models.TextField(blank=True)
+    tags = models.ManyToManyField("Tag", blank=True, related_name="runs")
+    archived = models.BooleanField(default=False, help_text="Hidden from the run list unless asked for.")
+    environment = models.CharField(max_length=200, blank=True, help_text="config.topology.environment")
+    specialization = models.CharField(max_length=10, blank=True, help_text="config.topology.specialization")
 
     class Meta:
         ordering = ["-created", "-id"]
         indexes = [
             models.Index(fields=["team", "-created"], name="run_team_created"),
             models.Index(fields=["team", "status", "-created"], name="run_team_status_created"),
+            models.Index(fields=["team", "archived", "-created"], name="run_team_archived_created"),
         ]
 
     def __str__(self) -> str:
@@ -389,3 +397,92 @@ class LogLine(models.Model):
     def __str__(self) -> str:
         return f"[{self.level}] {self.message[:60]}"
 
+
+
+class Tag(models.Model):
+    """A label on runs, shared by the team (`baseline`, `paper-fig-2`)."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="tags")
+    name = models.CharField(max_length=40)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="tag_unique_team_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Job(models.Model):
+    """Work a user asks of a GPU worker besides training: evaluate a checkpoint on a dataset, merge a
+    LoRA adapter into its base for export, or play one task in the playground. The row is the
+    job's state (claimed atomically like a run); `result` grows while it runs (playground turns)."""
+
+    class Kind(models.TextChoices):
+        EVALUATE = "evaluate", "Evaluation"
+        MERGE = "merge", "Merged export"
+        PLAYGROUND = "playground", "Playground"
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+
+    ACTIVE = (Status.QUEUED, Status.RUNNING)
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="jobs")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs")
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, null=True, blank=True, related_name="jobs")
+    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs",
+                                   help_text="Empty: the base models.")
+    dataset = models.ForeignKey(Dataset, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs")
+    topology = models.ForeignKey(Topology, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs")
+    params = models.JSONField(default=dict, blank=True)
+    result = models.JSONField(default=dict, blank=True)
+    output = models.CharField(max_length=500, blank=True, help_text="A folder the job wrote (merged model).")
+    error = models.TextField(blank=True)
+    celery_task_id = models.CharField(max_length=64, blank=True)
+    created = models.DateTimeField(default=timezone.now)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        indexes = [
+            models.Index(fields=["run", "kind", "-created"], name="job_run_kind_created"),
+            models.Index(fields=["team", "kind", "-created"], name="job_team_kind_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} #{self.pk}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in self.ACTIVE
+
+
+class ApiToken(models.Model):
+    """A personal API token for one team. Only its SHA-256 digest is stored; the token itself is
+    shown once, when it is created. Tokens are 256-bit random strings, so a fast hash suffices."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, help_text="The token's first characters, to recognise it.")
+    digest = models.CharField(max_length=64, unique=True)
+    created = models.DateTimeField(default=timezone.now)
+    last_used = models.DateTimeField(null=True, blank=True)
+    revoked = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked is None

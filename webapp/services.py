@@ -442,6 +442,7 @@ def run_create(
         run = Run.objects.create(
             team=team, owner=user, name=name, topology=topology, dataset=dataset, config_yaml=config.to_yaml(),
             total_steps=config.optim.steps, resumed_from=resumed_from, celery_task_id=str(uuid.uuid4()),
+            environment=config.topology.environment[:200], specialization=config.topology.specialization,
         )
         transaction.on_commit(lambda: run_enqueue(run=run))
     return run

@@ -43,7 +43,8 @@ class DatabaseSink:
                 update_conflicts=True, unique_fields=["run", "step"], update_fields=["values", "agents", "time"],
             )
 
-        self._write("metrics", point, write, run_fields={"step": m.step, "total_steps": m.total_steps})
+        # final_metrics always holds the latest step's values, so the history sorts running runs too.
+        self._write("metrics", point, write, run_fields={"step": m.step, "total_steps": m.total_steps, "final_metrics": values})
 
     def rollouts(self, step: int, episodes: list[dict[str, Any]]) -> None:
         rows = [
