@@ -372,27 +372,38 @@ def run_config_build(
 ) -> RunConfig:
     """The RunConfig for a topology on a dataset, with dotted overrides (`{"optim.lr": 1e-4}`)
     and then the advanced YAML merged on top. Raises ConfigError naming the field at fault."""
-    agents = topology.ordered_agents()
-    if not agents:
-        raise ConfigError("topology.agents", f"topology {topology.name!r} has no agents")
+    tree: dict[str, Any] = {"name": name, **topology_config_tree(topology=topology)}
     if dataset.environment != topology.environment:
         raise ConfigError(
             "data", f"dataset {dataset.name!r} is for {dataset.environment}; the topology plays {topology.environment}"
         )
-    if dataset.status != Dataset.Status.VALID:
-        raise ConfigError("data", f"dataset {dataset.name!r} is invalid: {dataset.status_message}")
-    env_args = dict(topology.env_args)
-    if dataset.kind == Dataset.Kind.GENERATOR:
-        env_args.update(dataset.env_args)
-        data: dict[str, Any] = {"path": None, "train_size": dataset.size, "eval_size": dataset.eval_size or 0}
-    else:
-        data = {"path": str(dataset.path), "eval_fraction": dataset.eval_fraction, "eval_size": dataset.split[1]}
-    tree: dict[str, Any] = {
-        "name": name,
+    env_args, tree["data"] = dataset_config_tree(dataset=dataset)
+    tree["topology"]["env_args"].update(env_args)
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            section, key = dotted.split(".")
+            tree.setdefault(section, {})[key] = value
+    if advanced_yaml.strip():
+        try:
+            extra = yaml.safe_load(advanced_yaml)
+        except yaml.YAMLError as exc:
+            raise ConfigError("yaml", f"not valid YAML: {exc}") from None
+        if extra is not None and not isinstance(extra, dict):
+            raise ConfigError("yaml", "the advanced YAML must be a mapping of sections, like `grpo: {alpha: 0.5}`")
+        _merge(tree, extra or {})
+    return RunConfig.from_dict(tree)
+
+
+def topology_config_tree(*, topology: Topology) -> dict[str, Any]:
+    """The `model` and `topology` sections of a RunConfig for a topology (its agents in order)."""
+    agents = topology.ordered_agents()
+    if not agents:
+        raise ConfigError("topology.agents", f"topology {topology.name!r} has no agents")
+    return {
         "model": {"source": agents[0].model_source.source},
         "topology": {
             "environment": topology.environment,
-            "env_args": env_args,
+            "env_args": dict(topology.env_args),
             "specialization": topology.specialization,
             "agents": [
                 {
@@ -408,21 +419,16 @@ def run_config_build(
             ],
             "max_turns": topology.max_turns,
         },
-        "data": data,
     }
-    for dotted, value in (overrides or {}).items():
-        if value is not None:
-            section, key = dotted.split(".")
-            tree.setdefault(section, {})[key] = value
-    if advanced_yaml.strip():
-        try:
-            extra = yaml.safe_load(advanced_yaml)
-        except yaml.YAMLError as exc:
-            raise ConfigError("yaml", f"not valid YAML: {exc}") from None
-        if extra is not None and not isinstance(extra, dict):
-            raise ConfigError("yaml", "the advanced YAML must be a mapping of sections, like `grpo: {alpha: 0.5}`")
-        _merge(tree, extra or {})
-    return RunConfig.from_dict(tree)
+
+
+def dataset_config_tree(*, dataset: Dataset) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(env_args the dataset adds to the topology's, the `data` section) for a valid dataset."""
+    if dataset.status != Dataset.Status.VALID:
+        raise ConfigError("data", f"dataset {dataset.name!r} is invalid: {dataset.status_message}")
+    if dataset.kind == Dataset.Kind.GENERATOR:
+        return dict(dataset.env_args), {"path": None, "train_size": dataset.size, "eval_size": dataset.eval_size or 0}
+    return {}, {"path": str(dataset.path), "eval_fraction": dataset.eval_fraction, "eval_size": dataset.split[1]}
 
 
 def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> None:
