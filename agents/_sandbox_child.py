@@ -461,8 +461,8 @@ def main() -> None:
             try:
                 _build_mount_view(cfg, needed, layers)
                 view_ok = True
-            except OSError as e:
-                sys.stderr.write(f"sandbox: mount view incomplete ({e})\n")
+            except OSError:
+                layers.append("mount-view-failed")  # reported in SandboxResult.isolation, not to the model
         os.chdir(workdir)
         # Switch to the unprivileged uid only if it can still import the standard library.
         may_switch = uid is not None and (view_ok or _stdlib_reachable(needed, uid, gid))
