@@ -14,6 +14,11 @@ from agents.verifiers import TestReport, run_unit_tests
 TOOL_TIMEOUT_S = 3.0
 """Wall-clock limit for model-written code in the built-in environments."""
 
+STOP_AFTER_CODE_BLOCK = r"```(?:python|py)?[ \t]*\n.*?```"
+"""A `stop_patterns` entry: the action is complete once a code block is closed."""
+STOP_AFTER_ANSWER_LINE = r"Answer:[ \t]*-?\d[\d,]*(?:\.\d+)?[ \t]*\n"
+"""A `stop_patterns` entry: the action is complete once an `Answer: <number>` line is written."""
+
 
 @lru_cache(maxsize=4096)
 def run_cached(code: str, timeout_s: float = TOOL_TIMEOUT_S) -> SandboxResult:

@@ -6,7 +6,7 @@ import random
 from typing import Any
 
 from agents.base import Message, State, StepResult
-from agents.envs._common import advance, check_roles, check_turn
+from agents.envs._common import STOP_AFTER_ANSWER_LINE, advance, check_roles, check_turn
 from agents.parsing import answer_number, normalize_number, numbers_equal
 
 
@@ -22,6 +22,9 @@ class Arithmetic:
             "on its own line as: Answer: <number>"
         ),
     }
+
+    stop_patterns: dict[str, str] = {"solver": STOP_AFTER_ANSWER_LINE}
+    """End the action once the answer line is written (see `agents.envs`)."""
 
     def __init__(self, level: int = 1) -> None:
         """`level` 1: a + b or a - b with two-digit numbers; 2: a * b or (a + b) * c; 3: three operations."""

@@ -21,7 +21,17 @@ import random
 from typing import Any
 
 from agents.base import Message, State, StepResult
-from agents.envs._common import TOOL_TIMEOUT_S, advance, check_roles, check_turn, clip, describe_run, run_cached, tests_cached
+from agents.envs._common import (
+    STOP_AFTER_CODE_BLOCK,
+    TOOL_TIMEOUT_S,
+    advance,
+    check_roles,
+    check_turn,
+    clip,
+    describe_run,
+    run_cached,
+    tests_cached,
+)
 from agents.envs.code_tasks import TEMPLATES, make_task
 from agents.parsing import extract_code
 
@@ -55,6 +65,9 @@ class CodeTests:
             "function itself. Reply with one ```python code block of assert lines."
         ),
     }
+
+    stop_patterns: dict[str, str] = {"coder": STOP_AFTER_CODE_BLOCK, "tester": STOP_AFTER_CODE_BLOCK}
+    """End the action once its code block is closed (see `agents.envs`)."""
 
     def __init__(self, timeout_s: float = TOOL_TIMEOUT_S) -> None:
         """`timeout_s` limits each sandboxed run of code plus tests."""

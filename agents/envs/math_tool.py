@@ -16,7 +16,17 @@ import random
 from typing import Any
 
 from agents.base import Message, State, StepResult
-from agents.envs._common import TOOL_TIMEOUT_S, advance, check_roles, check_turn, clip, describe_run, run_cached
+from agents.envs._common import (
+    STOP_AFTER_ANSWER_LINE,
+    STOP_AFTER_CODE_BLOCK,
+    TOOL_TIMEOUT_S,
+    advance,
+    check_roles,
+    check_turn,
+    clip,
+    describe_run,
+    run_cached,
+)
 from agents.parsing import Number, answer_number, extract_code, normalize_number, numbers_equal
 
 _NAMES = ["Ana", "Ben", "Chen", "Dara", "Eli", "Fatima", "Gus", "Hana", "Ivan", "Jia", "Kofi", "Lena", "Mo", "Nina", "Omar", "Pia"]
@@ -91,10 +101,7 @@ class MathTool:
         ),
     }
 
-    stop_patterns: dict[str, str] = {
-        "tool": r"```(?:python|py)?[ \t]*\n.*?```",
-        "reasoner": r"Answer:[ \t]*-?\d[\d,]*(?:\.\d+)?[ \t]*\n",
-    }
+    stop_patterns: dict[str, str] = {"tool": STOP_AFTER_CODE_BLOCK, "reasoner": STOP_AFTER_ANSWER_LINE}
     """End an action once it is complete (the code block closed, the answer line written):
     what a small model adds after that is never read, so it is not generated or trained on."""
 

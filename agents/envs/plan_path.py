@@ -20,7 +20,16 @@ from collections import deque
 from typing import Any
 
 from agents.base import Message, State, StepResult
-from agents.envs._common import TOOL_TIMEOUT_S, advance, check_roles, check_turn, clip, describe_run, run_cached
+from agents.envs._common import (
+    STOP_AFTER_CODE_BLOCK,
+    TOOL_TIMEOUT_S,
+    advance,
+    check_roles,
+    check_turn,
+    clip,
+    describe_run,
+    run_cached,
+)
 from agents.parsing import extract_code
 
 Cell = tuple[int, int]
@@ -127,6 +136,9 @@ class PlanPath:
             "(U up, D down, L left, R right). Reply with one ```python code block."
         ),
     }
+
+    stop_patterns: dict[str, str] = {"plan": r"[Mm]oves?[ \t]*[:=][ \t]*\S[^\n]*\n", "tool": STOP_AFTER_CODE_BLOCK}
+    """End the action once the moves line or the code block is complete (see `agents.envs`)."""
 
     def __init__(self, size: int | None = None, wall_density: float = 0.25, timeout_s: float = TOOL_TIMEOUT_S) -> None:
         """`size`: grid side for generated tasks (None: 5 to 7 at random); `wall_density`: share of wall cells."""

@@ -88,3 +88,24 @@ def test_it_lists_the_builtins() -> None:
     infos = {i.name: i for i in list_environments()}
     assert set(infos) == set(BUILTIN)
     assert infos["math_tool"].roles == ("tool", "reasoner") and "level" in infos["math_tool"].args
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_it_ends_actions_once_they_are_complete(name: str) -> None:
+    import re
+
+    patterns = BUILTIN[name].stop_patterns
+    assert set(patterns) == set(BUILTIN[name].roles)
+    complete = {
+        "solver": "12 + 30 = 42\nAnswer: 42\n",
+        "reasoner": "The program is right.\nAnswer: 42\n",
+        "tool": "Here:\n```python\nprint(42)\n```",
+        "coder": "```python\ndef f():\n    return 1\n```",
+        "tester": "```python\nassert f() == 1\n```",
+        "plan": "Go around the wall.\nMoves: R R D D\n",
+    }
+    for role, pattern in patterns.items():
+        rx = re.compile(pattern, re.DOTALL)
+        text = complete[role]
+        assert rx.search(text), role
+        assert not rx.search(text[: text.rfind("\n" if text.endswith("\n") else "`")]), role  # not before the end
