@@ -21,6 +21,7 @@ from webapp.models import (
     Team,
     Topology,
     TopologyAgent,
+    Worker,
 )
 
 
@@ -126,7 +127,8 @@ class CheckpointInline(admin.TabularInline):
 
 @admin.register(Run)
 class RunAdmin(admin.ModelAdmin):
-    list_display = ["id", "name", "status", "step", "total_steps", "owner", "topology", "dataset", "team", "created", "worker"]
+    list_display = ["id", "name", "status", "priority", "step", "total_steps", "owner", "topology", "dataset", "team", "created", "worker"]
+    list_editable = ["priority"]  # site staff order the shared queue: higher priority starts first
     list_filter = ["status", "team", "cancel_requested", "created"]
     search_fields = ["name", "owner__username", "topology__name", "dataset__name", "error_message", "celery_task_id"]
     list_select_related = ["owner", "topology", "dataset", "team"]
@@ -134,6 +136,7 @@ class RunAdmin(admin.ModelAdmin):
     readonly_fields = [
         "config_yaml", "status", "step", "total_steps", "final_metrics", "created", "started", "finished", "heartbeat",
         "error_message", "traceback", "resumed_from", "out_dir", "cancel_requested", "celery_task_id", "worker",
+        "resumed_at_step", "queue_order",
     ]
     inlines = [CheckpointInline]
     actions = ["cancel"]
@@ -145,6 +148,23 @@ class RunAdmin(admin.ModelAdmin):
     def cancel(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
         runs = [services.run_cancel(run=run) for run in queryset.filter(status__in=Run.ACTIVE)]
         self.message_user(request, f"Cancelled or asked to stop {len(runs)} run(s).", messages.SUCCESS)
+
+
+@admin.register(Worker)
+class WorkerAdmin(admin.ModelAdmin):
+    """Written by the workers themselves (heartbeats); read-only here."""
+
+    list_display = ["hostname", "online", "run", "rss_bytes", "pid", "started", "last_seen", "stopped"]
+    search_fields = ["hostname"]
+    list_select_related = ["run"]
+    readonly_fields = ["hostname", "pid", "queues", "started", "last_seen", "stopped", "run", "rss_bytes", "gpu"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.display(boolean=True)
+    def online(self, worker: Worker) -> bool:
+        return worker.is_online()
 
 
 @admin.register(MetricPoint)

@@ -6,6 +6,7 @@ that touch several rows live in `webapp/services.py`.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -245,6 +246,11 @@ class Dataset(models.Model):
         return [[row.get(f, "") for f in self.schema] for row in self.preview]
 
 
+def queue_clock() -> int:
+    """Microseconds since the epoch: a new queued run's place (`Run.queue_order`), behind the others."""
+    return time.time_ns() // 1000
+
+
 class Run(models.Model):
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"
@@ -254,6 +260,8 @@ class Run(models.Model):
         CANCELLED = "cancelled", "Cancelled"
 
     ACTIVE = (Status.QUEUED, Status.RUNNING)
+    QUEUE_ORDER = ("-priority", "queue_order", "id")
+    """The order in which workers take queued runs (`webapp.lifecycle.run_claim_next`)."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="runs")
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="runs")
@@ -272,6 +280,15 @@ class Run(models.Model):
     error_message = models.TextField(blank=True)
     traceback = models.TextField(blank=True)
     resumed_from = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="resumes")
+    resumed_at_step = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The step of `resumed_from`'s checkpoint this run continues from.",
+    )
+    priority = models.SmallIntegerField(
+        default=0, help_text="Queued runs with a higher priority start first (site staff set it in the admin).",
+    )
+    queue_order = models.BigIntegerField(
+        default=queue_clock, help_text="Place among queued runs of the same priority, smaller first (up/down swap it).",
+    )
     out_dir = models.CharField(max_length=500, blank=True)
     cancel_requested = models.BooleanField(default=False)
     celery_task_id = models.CharField(max_length=64, blank=True)
@@ -305,6 +322,11 @@ class Run(models.Model):
     @property
     def can_cancel(self) -> bool:
         return self.is_active and not self.cancel_requested
+
+    @property
+    def can_resume(self) -> bool:
+        """Failed or cancelled: a new run can continue from its latest checkpoint (if it has one)."""
+        return self.status in (self.Status.FAILED, self.Status.CANCELLED)
 
     @property
     def progress_percent(self) -> int:
@@ -486,3 +508,34 @@ class ApiToken(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked is None
+
+
+class Worker(models.Model):
+    """A Celery worker process serving the `gpu` queue, as it last reported itself.
+
+    Workers are shared by every team (they are not team objects). Each worker process writes its
+    row every few seconds from a background thread (`webapp.lifecycle.WorkerBeat`); a worker is
+    online while that heartbeat is fresh.
+    """
+
+    hostname = models.CharField(max_length=200, unique=True, help_text="Celery node name, e.g. gpu0@host-a.")
+    pid = models.PositiveIntegerField(default=0)
+    queues = models.CharField(max_length=200, blank=True)
+    started = models.DateTimeField(default=timezone.now)
+    last_seen = models.DateTimeField(default=timezone.now)
+    stopped = models.DateTimeField(null=True, blank=True, help_text="Set when the worker shut down cleanly.")
+    run = models.ForeignKey(Run, on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+                            help_text="The run it is executing now.")
+    rss_bytes = models.PositiveBigIntegerField(default=0, help_text="Resident memory of the worker process.")
+    gpu = models.JSONField(default=dict, blank=True, help_text="GPU name and memory (bytes), when it uses one.")
+
+    class Meta:
+        ordering = ["hostname"]
+
+    def __str__(self) -> str:
+        return self.hostname
+
+    def is_online(self, now: Any = None) -> bool:
+        """Heard from within the lost-worker timeout, and not shut down."""
+        age = ((now or timezone.now()) - self.last_seen).total_seconds()
+        return self.stopped is None and age < settings.TROUPE_WORKER_LOST_SECONDS

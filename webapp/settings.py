@@ -53,6 +53,33 @@ TROUPE_UPLOAD_MAX_ROWS = env_int("TROUPE_UPLOAD_MAX_ROWS", 200_000, minimum=1)
 """Most rows accepted in an uploaded dataset."""
 TROUPE_MAX_RUN_HOURS = env_int("TROUPE_MAX_RUN_HOURS", 7 * 24, minimum=1)
 """Longest a run may take; the broker redelivers an unacknowledged task only after this."""
+TROUPE_WORKER_LOST_SECONDS = env_int("TROUPE_WORKER_LOST_SECONDS", 60, minimum=3)
+"""A running run whose worker has not been heard from for this long is marked failed ("worker
+lost") by the next sweep, and a worker that silent is shown offline."""
+TROUPE_HEARTBEAT_SECONDS = max(1.0, TROUPE_WORKER_LOST_SECONDS / 6)
+"""How often each worker writes its heartbeat (and its run's), and sweeps for lost runs."""
+
+# -- HTTPS (on by default with DEBUG off; TROUPE_HTTPS=0 serves plain HTTP, e.g. on a private network) --
+
+TROUPE_HTTPS = env_bool("TROUPE_HTTPS", not DEBUG)
+"""The site is reached over HTTPS (directly or through a TLS-terminating proxy): the defaults below."""
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", TROUPE_HTTPS)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # container and load-balancer checks speak plain HTTP inside
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", TROUPE_HTTPS)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", TROUPE_HTTPS)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 365 * 24 * 3600 if TROUPE_HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+"""Asking browsers to preload HSTS is a commitment only the operator can make (check W021 is silenced)."""
+_proxy_header = env_str("SECURE_PROXY_SSL_HEADER")
+"""The header a TLS-terminating proxy sets to `https`, e.g. X-Forwarded-Proto. Unset: trust none."""
+SECURE_PROXY_SSL_HEADER = ("HTTP_" + _proxy_header.upper().replace("-", "_"), "https") if _proxy_header else None
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+"""Origins (scheme://host[:port]) allowed to post forms, e.g. https://troupe.example.org behind a proxy."""
+for _origin in CSRF_TRUSTED_ORIGINS:
+    if not _origin.startswith(("http://", "https://")):
+        raise ImproperlyConfigured(f"CSRF_TRUSTED_ORIGINS: {_origin!r} must start with http:// or https://")
+SILENCED_SYSTEM_CHECKS = ["security.W021"]
 
 # -- Django ---------------------------------------------------------------------------------------
 
@@ -163,6 +190,8 @@ if TESTING:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     CELERY_BROKER_URL = "memory://"  # integration tests point the app and a worker at real Redis
     WHITENOISE_AUTOREFRESH = True
+    SECURE_SSL_REDIRECT = SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = False  # the test client speaks HTTP
+    SECURE_HSTS_SECONDS = 0
     LOGGING["root"]["level"] = "WARNING"  # type: ignore[index]
     if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         # On disk, not in memory, so the integration test's Celery worker sees the same rows.
