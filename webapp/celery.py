@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_shutting_down
+from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 
@@ -27,3 +27,33 @@ def _stop_runs_on_shutdown(sig: str, how: str, exitcode: int, **kwargs: Any) -> 
     from webapp.sink import WORKER_SHUTTING_DOWN
 
     WORKER_SHUTTING_DOWN.set()
+
+
+_beat: Any = None
+
+
+@worker_ready.connect
+def _start_worker_beat(sender: Any, **kwargs: Any) -> None:
+    """Register this worker, fail the runs a previous process of the same name left running, and
+    start its heartbeat thread (memory, lost-run sweep: see webapp.lifecycle). The signal can come
+    again after a broker reconnection: only the first one starts anything."""
+    global _beat
+    if _beat is not None:
+        return
+    from webapp import lifecycle
+
+    hostname = getattr(sender, "hostname", "") or ""
+    queues = [q.name for q in getattr(getattr(sender, "task_consumer", None), "queues", [])]
+    lifecycle.worker_started(hostname=hostname, queues=queues, pid=os.getpid())
+    _beat = lifecycle.WorkerBeat(hostname=hostname)
+    _beat.start()
+
+
+@worker_shutdown.connect
+def _stop_worker_beat(sender: Any, **kwargs: Any) -> None:
+    if _beat is None:
+        return
+    from webapp import lifecycle
+
+    _beat.stop()
+    lifecycle.worker_stopped(hostname=_beat.hostname)

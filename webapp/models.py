@@ -332,6 +332,21 @@ class Run(models.Model):
     def progress_percent(self) -> int:
         return int(100 * self.step / self.total_steps) if self.total_steps else 0
 
+    def metric_lineage(self) -> models.Q:
+        """The metric points of this run's charts: its own, and for a resumed run its ancestors'
+        up to the step each was resumed from, so the curves continue where the old run stopped
+        (a resumed run's first step is its checkpoint's step + 1)."""
+        lineage = models.Q(run_id=self.pk)
+        child, parent_id, seen = self, self.resumed_from_id, {self.pk}
+        while parent_id is not None and parent_id not in seen and child.resumed_at_step is not None:
+            lineage |= models.Q(run_id=parent_id, step__lte=child.resumed_at_step)
+            seen.add(parent_id)
+            parent = Run.objects.filter(pk=parent_id).only("pk", "resumed_from_id", "resumed_at_step").first()
+            if parent is None:
+                break
+            child, parent_id = parent, parent.resumed_from_id
+        return lineage
+
     def to_config(self) -> RunConfig:
         """The RunConfig this run executes, rebuilt and re-validated from its snapshot."""
         return RunConfig.from_yaml(self.config_yaml)

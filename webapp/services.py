@@ -7,9 +7,11 @@ engine config errors are `training.config.ConfigError`s naming the dotted config
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import secrets
+import sys
 import traceback
 import uuid
 from collections.abc import Callable, Mapping
@@ -40,6 +42,7 @@ from webapp.models import (
     Topology,
     TopologyAgent,
 )
+from webapp import lifecycle
 from webapp.sink import DatabaseSink
 
 log = logging.getLogger(__name__)
@@ -467,7 +470,9 @@ def run_enqueue(*, run: Run) -> None:
 
 
 def run_enqueue_queued() -> int:
-    runs = list(Run.objects.filter(status=Run.Status.QUEUED).order_by("created"))
+    """Send a message for every queued run again (after a broker outage). Extra messages are
+    harmless: a message claims the next queued run, or finds none and returns."""
+    runs = list(Run.objects.filter(status=Run.Status.QUEUED).order_by(*Run.QUEUE_ORDER))
     for run in runs:
         run_enqueue(run=run)
     return len(runs)
@@ -484,15 +489,21 @@ def run_cancel(*, run: Run) -> Run:
 
 
 def run_resume(*, run: Run, user: User) -> Run:
-    """A new run continuing from `run`'s latest checkpoint, with the same config."""
+    """A new run continuing a failed or cancelled run from its latest checkpoint, with the same
+    config: the engine restores weights, optimizer and RNG state and replays the same data order,
+    so the new run's first step is the checkpoint's step + 1 (its charts continue the old ones)."""
     checkpoint = run.checkpoints.order_by("-step").first()
-    if run.is_active or checkpoint is None:
-        raise ValidationError("Only a finished run with a checkpoint can be resumed.")
+    if not run.can_resume or checkpoint is None:
+        raise ValidationError("Only a failed or cancelled run with a checkpoint can be resumed.")
     config = run.to_config().replace(**{"checkpoint.resume_from": checkpoint.path})
-    return run_create(
-        team=run.team, user=user, name=f"{run.name} (resumed @{checkpoint.step})", config=config,
-        topology=run.topology, dataset=run.dataset, resumed_from=run,
-    )
+    with transaction.atomic():
+        new = run_create(
+            team=run.team, user=user, name=f"{run.name} (resumed @{checkpoint.step})", config=config,
+            topology=run.topology, dataset=run.dataset, resumed_from=run,
+        )
+        Run.objects.filter(pk=new.pk).update(resumed_at_step=checkpoint.step, step=checkpoint.step)
+        new.resumed_at_step = new.step = checkpoint.step
+    return new
 
 
 def run_out_dir(run_id: int) -> Path:
@@ -502,17 +513,26 @@ def run_out_dir(run_id: int) -> Path:
 TrainFn = Callable[..., Any]
 
 
-def run_execute(*, run_id: int, worker: str = "", train: TrainFn | None = None) -> Run | None:
-    """Execute a queued run to its end. Claims the row first, so a redelivered or duplicated
-    task does nothing. Engine failures are recorded on the run, never raised."""
-    now = timezone.now()
-    claimed = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).update(
-        status=Run.Status.RUNNING, started=now, heartbeat=now, worker=worker[:200], out_dir=str(run_out_dir(run_id))
-    )
-    if not claimed:
-        log.info("run %s is not queued any more; nothing to do", run_id)
+def run_execute(*, run_id: int | None = None, worker: str = "", train: TrainFn | None = None) -> Run | None:
+    """Claim a queued run and execute it to its end: the run `run_id` if it is still queued, or
+    without one the first queued run in queue order (what the Celery task does, see
+    `webapp.lifecycle`). The claim is atomic, so a redelivered or duplicated task never runs a
+    run twice. Engine failures are recorded on the run, never raised; a heartbeat thread keeps
+    the run from looking lost while it loads or steps."""
+    if run_id is None:
+        run = lifecycle.run_claim_next(worker=worker)
+    else:
+        run = lifecycle.run_claim(run_id=run_id, worker=worker)
+    if run is None:
+        log.info("no queued run to execute (run %s)", run_id)
         return None
-    run = Run.objects.get(pk=run_id)
+    with lifecycle.run_heartbeat(run_id=run.pk, worker=worker):
+        _run_train(run, train)
+    run.refresh_from_db()
+    return run
+
+
+def _run_train(run: Run, train: TrainFn | None) -> None:
     sink = DatabaseSink(run)
     try:
         config = run.to_config()
@@ -522,7 +542,7 @@ def run_execute(*, run_id: int, worker: str = "", train: TrainFn | None = None) 
             )
         result = train(config, out_dir=Path(run.out_dir), sink=sink)
     except Exception as exc:  # any engine failure is the run's outcome, recorded with its traceback
-        sink.finish(status=Run.Status.FAILED, error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+        sink.finish(status=Run.Status.FAILED, error=run_failure_message(exc), traceback=traceback.format_exc())
     except BaseException as exc:  # the worker is being killed: record it, then let it die
         sink.finish(status=Run.Status.FAILED, error=f"the worker stopped during the run ({type(exc).__name__})", traceback=traceback.format_exc())
         raise
@@ -535,8 +555,33 @@ def run_execute(*, run_id: int, worker: str = "", train: TrainFn | None = None) 
             status=Run.Status.CANCELLED if cancelled else Run.Status.SUCCEEDED,
             step=result.step, final_metrics=dict(result.final_metrics), error=error,
         )
-    run.refresh_from_db()
-    return run
+
+
+def run_failure_message(exc: BaseException) -> str:
+    """One line for the run page: what went wrong, a hint for the usual resource failures, and
+    where it was raised in Troupe's or a plugin's code (the full traceback is stored as well)."""
+    text = f"{type(exc).__name__}: {exc}".strip()
+    if isinstance(exc, MemoryError) or "out of memory" in str(exc).lower():
+        text = (f"Out of memory ({text}). Lower optim.micro_batch_size, grpo.k, optim.tasks_per_step or "
+                "generation.max_new_tokens, or use a smaller model.")
+    elif isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        text = f"Disk full ({text}). Free space under the data dir ({settings.TROUPE_DATA_DIR}) and resume the run."
+    where = _raised_in(exc)
+    return f"{text} [raised in {where}]" if where else text
+
+
+def _raised_in(exc: BaseException) -> str:
+    """`path:line in function` of the innermost frame outside the standard library and installed
+    packages: Troupe's own code or a plugin's."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    root = str(Path(__file__).resolve().parent.parent)
+    for frame in reversed(frames):
+        path = frame.filename
+        if "site-packages" in path or "dist-packages" in path or path.startswith(sys.base_prefix) or path.startswith("<"):
+            continue
+        shown = path[len(root) + 1:] if path.startswith(root + "/") else path
+        return f"{shown}:{frame.lineno} in {frame.name}"
+    return ""
 
 
 def run_fail_lost(*, worker: str) -> int:
@@ -544,7 +589,7 @@ def run_fail_lost(*, worker: str) -> int:
     lost = Run.objects.filter(status=Run.Status.RUNNING, worker=worker)
     return lost.update(
         status=Run.Status.FAILED, finished=timezone.now(),
-        error_message=f"the worker {worker} stopped while this run was running; resume it from its last checkpoint",
+        error_message=f"worker lost: {worker} stopped while this run was running; resume it from its last checkpoint",
     )
 
 

@@ -78,13 +78,14 @@ class DatabaseSink:
         self._write("evaluation", payload, row.save)
 
     def should_stop(self) -> bool:
-        """Polled once per step: the user's cancel flag, or this worker shutting down."""
-        cancel = Run.objects.filter(pk=self.run_id).values_list("cancel_requested", flat=True).first()
+        """Polled once per step: the user's cancel flag, this worker shutting down, or the run no
+        longer running (a sweep marked it lost while this process was frozen or cut off)."""
+        cancel, status = Run.objects.filter(pk=self.run_id).values_list("cancel_requested", "status").first() or (False, None)
         Run.objects.filter(pk=self.run_id).update(heartbeat=timezone.now())
         if WORKER_SHUTTING_DOWN.is_set() and not cancel:
             self.stopped_by_shutdown = True
             return True
-        return bool(cancel)
+        return bool(cancel) or status != Run.Status.RUNNING
 
     # -- the run's end (not a trainer event, but the same write path) ----------------------------
 
@@ -97,16 +98,20 @@ class DatabaseSink:
             fields["step"] = step
         if final_metrics is not None:
             fields["final_metrics"] = storable(final_metrics)
-        self._write("finished", {"status": status, "step": step, "error": error}, run_fields=fields)
+        # Only a running run is finished here: one a sweep already marked lost keeps that outcome.
+        self._write("finished", {"status": status, "step": step, "error": error}, run_fields=fields, only_running=True)
 
     # -- the one place that writes -------------------------------------------------------------
 
     def _write(self, event: str, payload: dict[str, Any], write: Callable[[], Any] | None = None,
-               *, run_fields: dict[str, Any] | None = None) -> None:
+               *, run_fields: dict[str, Any] | None = None, only_running: bool = False) -> None:
         with transaction.atomic():
             if write is not None:
                 write()
-            Run.objects.filter(pk=self.run_id).update(heartbeat=timezone.now(), **(run_fields or {}))
+            rows = Run.objects.filter(pk=self.run_id)
+            if only_running:
+                rows = rows.filter(status=Run.Status.RUNNING)
+            rows.update(heartbeat=timezone.now(), **(run_fields or {}))
             transaction.on_commit(lambda: self.published(event, payload))
 
     def published(self, event: str, payload: dict[str, Any]) -> None:

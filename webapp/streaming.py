@@ -47,7 +47,7 @@ import numpy as np
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
-from django.db.models import TextField
+from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 from django.template.loader import render_to_string
 from django.utils import timezone
@@ -237,17 +237,23 @@ def status_message(run: Run) -> dict[str, Any]:
 
 
 def metrics_message(*, run_id: int, since: int | None = None, total: int = 0, max_points: int = MAX_POINTS) -> dict[str, Any]:
-    """Every metric series of a run after step `since`, each downsampled to `max_points`."""
-    rows = MetricPoint.objects.filter(run_id=run_id)
+    """Every metric series of a run after step `since`, each downsampled to `max_points`. A
+    resumed run's series start with its ancestors' points up to the resumed step
+    (`Run.metric_lineage`); the ETA's times are the run's own."""
+    run = Run.objects.filter(pk=run_id).only("pk", "resumed_from_id", "resumed_at_step").first()
+    rows = MetricPoint.objects.filter(run.metric_lineage() if run is not None else Q(run_id=run_id))
     if since is not None:
         rows = rows.filter(step__gt=since)
     run_cols: dict[str, tuple[list[int], list[float]]] = {}
     agent_cols: dict[str, dict[str, tuple[list[int], list[float]]]] = {}
     steps: list[int] = []
     times: list[float] = []
-    for step, when, values, agents in rows.order_by("step").values_list("step", "time", "values", "agents").iterator(chunk_size=2000):
-        steps.append(step)
-        times.append(when.timestamp())
+    last: int | None = None
+    for owner, step, when, values, agents in rows.order_by("step").values_list("run_id", "step", "time", "values", "agents").iterator(chunk_size=2000):
+        last = step
+        if owner == run_id:
+            steps.append(step)
+            times.append(when.timestamp())
         _collect(run_cols, step, values)
         for name, per_agent in (agents or {}).items():
             _collect(agent_cols.setdefault(name, {}), step, per_agent)
@@ -268,7 +274,7 @@ def metrics_message(*, run_id: int, since: int | None = None, total: int = 0, ma
     agent_series = {name: series(cols) for name, cols in agent_cols.items()}
     return {
         "t": "metrics",
-        "last": steps[-1] if steps else None,
+        "last": last,
         "total": total,
         "downsampled": downsampled,
         "run": run_series,

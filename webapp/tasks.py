@@ -9,6 +9,8 @@ from webapp import services
 
 @shared_task(name="webapp.tasks.run_execute", bind=True, acks_late=True, ignore_result=True)
 def run_execute(self, run_id: int) -> None:  # type: ignore[no-untyped-def]
-    """Execute a queued run. No retries: the service records every engine failure on the run,
-    and a redelivered message finds the run already claimed and does nothing."""
-    services.run_execute(run_id=run_id, worker=self.request.hostname or "")
+    """Execute the first queued run in queue order (see `webapp.lifecycle`): `run_id` is the run
+    whose creation sent this message, which is usually, but not always, the one it executes
+    (the queue may have been reordered, or the run cancelled). No retries: the service records
+    every engine failure on the run, and a redelivered message finds the run already claimed."""
+    services.run_execute(worker=self.request.hostname or "")

@@ -23,5 +23,5 @@ def test_it_resumes_from_the_latest_checkpoint(alice, alice_world, enqueued, dja
 def test_it_refuses_to_resume_without_a_checkpoint(alice, alice_world):
     Run.objects.filter(pk=alice_world.run.pk).update(status="failed")
     response = alice.client.post(reverse("run_resume", args=[alice_world.run.pk]), follow=True)
-    assert b"Only a finished run with a checkpoint can be resumed" in response.content
+    assert b"Only a failed or cancelled run with a checkpoint can be resumed" in response.content
     assert Run.objects.count() == 1
