@@ -1,13 +1,16 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import path, re_path
 
+from webapp import views_ops
 from webapp import views
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("login/", auth_views.LoginView.as_view(template_name="login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("healthz", views_ops.healthz, name="healthz"),
+    path("workers/", views_ops.worker_list, name="worker_list"),
     path("team/", views.team_switch, name="team_switch"),
     path("environment-hint/", views.environment_hint, name="environment_hint"),
     path("models/", views.model_source_list, name="model_source_list"),
@@ -37,5 +40,7 @@ urlpatterns = [
     path("runs/<int:pk>/rollouts/", views.run_rollouts, name="run_rollouts"),
     path("runs/<int:pk>/cancel/", views.run_cancel, name="run_cancel"),
     path("runs/<int:pk>/resume/", views.run_resume, name="run_resume"),
+    path("runs/<int:pk>/queue/", views_ops.run_queue_position, name="run_queue_position"),
+    re_path(r"^runs/(?P<pk>[0-9]+)/queue/(?P<direction>up|down)/$", views_ops.run_queue_move, name="run_queue_move"),
     path("admin/", admin.site.urls),
 ]

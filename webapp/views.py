@@ -15,6 +15,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from training.config import ConfigError
+from webapp import lifecycle
 from webapp import services, streaming
 from webapp.access import SESSION_KEY, TeamRequest, team_object_or_404
 from webapp.forms import (
@@ -35,7 +36,9 @@ from webapp.models import Agent, Dataset, ModelSource, Run, Topology
 def dashboard(request: TeamRequest) -> HttpResponse:
     runs = Run.objects.filter(team=request.team).select_related("owner", "topology")
     return render(request, "dashboard.html", {
-        "active": runs.filter(status__in=Run.ACTIVE).order_by("created"),
+        "active": runs.filter(status__in=Run.ACTIVE).order_by("-status", *Run.QUEUE_ORDER),  # running, then queued in order
+        "queue": lifecycle.run_queue_positions(),
+        "can_reorder": request.user.is_staff or request.membership.role == "admin",
         "recent": runs.exclude(status__in=Run.ACTIVE)[:10],
         "counts": {
             "agents": Agent.objects.filter(team=request.team).count(),

@@ -1,0 +1,134 @@
+"""The queue: positions, dispatch in queue order whatever order Celery delivers messages in, and
+team admins moving their own runs up and down without jumping other teams' runs."""
+
+from __future__ import annotations
+
+from django.urls import reverse
+
+from tests.webapp.conftest import FakeResult
+from webapp import lifecycle, services
+from webapp.models import Membership, Run
+
+
+def queued_copy(run: Run, name: str, **fields) -> Run:
+    """Another queued run like `run` (same team and config), created now: at the back of the queue."""
+    return Run.objects.create(team=run.team, name=name, topology=run.topology, dataset=run.dataset,
+                              config_yaml=run.config_yaml, total_steps=run.total_steps, **fields)
+
+
+def names(runs) -> list[str]:
+    return [r.name for r in runs]
+
+
+def executed(worker: str = "w") -> str | None:
+    run = services.run_execute(worker=worker, train=lambda config, *, out_dir, sink: FakeResult(status="succeeded", step=3))
+    return run.name if run else None
+
+
+def test_it_gives_queued_runs_their_place_in_the_shared_queue(alice_world, bob_world):
+    a1 = alice_world.run
+    b1 = bob_world.run
+    a2 = queued_copy(a1, "a2")
+    assert [lifecycle.run_queue_position(run=r) for r in (a1, b1, a2)] == [1, 2, 3]
+    assert lifecycle.run_queue_positions() == {a1.pk: 1, b1.pk: 2, a2.pk: 3}
+    Run.objects.filter(pk=a1.pk).update(status=Run.Status.RUNNING)
+    a1.refresh_from_db()
+    assert lifecycle.run_queue_position(run=a1) is None
+    assert lifecycle.run_queue_position(run=b1) == 1
+
+
+def test_a_message_executes_the_first_queued_run_in_queue_order(alice_world):
+    first = alice_world.run
+    second = queued_copy(first, "second")
+    urgent = queued_copy(first, "urgent", priority=5)
+    assert names(lifecycle.run_queue()) == ["urgent", "first", "second"]
+    # Three messages, whatever run each was sent for: they start the runs in queue order.
+    assert [executed(), executed(), executed()] == ["urgent", "first", "second"]
+    assert executed() is None  # a spare message (e.g. a cancelled run's) finds nothing to do
+    assert set(Run.objects.values_list("status", flat=True)) == {"succeeded"}
+    assert urgent.pk != second.pk
+
+
+def test_a_cancelled_runs_message_starts_the_next_run_instead(alice_world):
+    other = queued_copy(alice_world.run, "other")
+    services.run_cancel(run=alice_world.run)
+    assert executed() == "other"
+    assert executed() is None
+
+
+def test_a_claimed_run_is_never_claimed_again(alice_world):
+    assert lifecycle.run_claim(run_id=alice_world.run.pk, worker="w1") is not None
+    assert lifecycle.run_claim(run_id=alice_world.run.pk, worker="w2") is None
+    assert lifecycle.run_claim_next(worker="w2") is None
+    alice_world.run.refresh_from_db()
+    assert alice_world.run.worker == "w1"
+
+
+def test_team_admins_move_their_runs_without_jumping_other_teams(alice, alice_world, bob_world):
+    a1, b1 = alice_world.run, bob_world.run
+    a2 = queued_copy(a1, "a2")
+    b2 = queued_copy(b1, "b2")
+    assert names(lifecycle.run_queue()) == ["first", "first", "a2", "b2"]
+    response = alice.client.post(reverse("run_queue_move", args=[a2.pk, "up"]))
+    assert response.status_code == 302 and response["Location"] == a2.get_absolute_url()
+    order = list(lifecycle.run_queue())
+    assert [(r.team.name, r.name) for r in order] == [("Alpha", "a2"), ("Bravo", "first"), ("Alpha", "first"), ("Bravo", "b2")]
+    alice.client.post(reverse("run_queue_move", args=[a2.pk, "down"]))
+    assert [(r.team.name, r.name) for r in lifecycle.run_queue()] == [
+        ("Alpha", "first"), ("Bravo", "first"), ("Alpha", "a2"), ("Bravo", "b2"),
+    ]
+    # Moving the last one further down, or a run that is not queued, changes nothing.
+    alice.client.post(reverse("run_queue_move", args=[a2.pk, "down"]))
+    assert names(lifecycle.run_queue()) == ["first", "first", "a2", "b2"]
+
+
+def test_it_dispatches_in_the_order_admins_set(alice, alice_world):
+    a2 = queued_copy(alice_world.run, "a2")
+    alice.client.post(reverse("run_queue_move", args=[a2.pk, "up"]))
+    assert executed() == "a2"
+
+
+def test_it_moves_runs_whose_places_tie(alice, alice_world):
+    a2 = queued_copy(alice_world.run, "a2")
+    Run.objects.update(queue_order=1000, priority=0)  # e.g. rows that existed before the migration
+    alice.client.post(reverse("run_queue_move", args=[a2.pk, "up"]))
+    assert names(lifecycle.run_queue()) == ["a2", "first"]
+
+
+def test_members_cannot_reorder(alice, alice_world):
+    Membership.objects.filter(user=alice.user).update(role=Membership.Role.MEMBER)
+    a2 = queued_copy(alice_world.run, "a2")
+    response = alice.client.post(reverse("run_queue_move", args=[a2.pk, "up"]))
+    assert response.status_code == 403
+    assert names(lifecycle.run_queue()) == ["first", "a2"]
+
+
+def test_site_staff_can_reorder_without_being_team_admins(alice, alice_world):
+    Membership.objects.filter(user=alice.user).update(role=Membership.Role.MEMBER)
+    alice.user.is_staff = True
+    alice.user.save()
+    a2 = queued_copy(alice_world.run, "a2")
+    alice.client.post(reverse("run_queue_move", args=[a2.pk, "up"]))
+    assert names(lifecycle.run_queue()) == ["a2", "first"]
+
+
+def test_moving_only_accepts_post_and_up_or_down(alice, alice_world):
+    assert alice.client.get(reverse("run_queue_move", args=[alice_world.run.pk, "up"])).status_code == 405
+    assert alice.client.post(f"/runs/{alice_world.run.pk}/queue/sideways/").status_code == 404
+
+
+def test_it_shows_the_position_on_the_run_page_and_the_dashboard(alice, alice_world, bob_world):
+    a2 = queued_copy(alice_world.run, "a2")
+    page = alice.client.get(reverse("run_detail", args=[a2.pk])).content.decode()
+    assert reverse("run_queue_position", args=[a2.pk]) in page  # the queue line loads (and refreshes) over htmx
+    fragment = alice.client.get(reverse("run_queue_position", args=[a2.pk]), headers={"HX-Request": "true"}).content.decode()
+    assert "number 3</strong> in the shared queue (2 ahead)" in fragment and "Move up" in fragment
+    dashboard = alice.client.get(reverse("dashboard")).content.decode()
+    assert "#1" in dashboard and "#3" in dashboard and "Move #%d up" % a2.pk in dashboard
+    assert "Bravo" not in dashboard  # a position, never another team's run
+
+
+def test_the_queue_line_is_empty_once_the_run_started(alice, alice_world):
+    Run.objects.filter(pk=alice_world.run.pk).update(status=Run.Status.RUNNING)
+    fragment = alice.client.get(reverse("run_queue_position", args=[alice_world.run.pk])).content.decode()
+    assert "Queued" not in fragment and "hx-get" not in fragment  # stops polling

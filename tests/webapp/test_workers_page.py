@@ -1,0 +1,62 @@
+"""The workers page: which workers are online, what each runs, and its memory."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from webapp import lifecycle
+from webapp.models import Worker
+
+
+def test_it_requires_login(db):
+    response = Client().get(reverse("worker_list"))
+    assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
+
+
+def test_it_lists_workers_with_their_state_run_and_memory(alice, alice_world, bob_world):
+    now = timezone.now()
+    Worker.objects.create(hostname="gpu0@alpha-host", last_seen=now, run=alice_world.run, rss_bytes=3 * 2**30,
+                          gpu={"name": "H100", "used": 20 * 2**30, "total": 80 * 2**30, "allocated": 2**30, "reserved": 2**31})
+    Worker.objects.create(hostname="gpu1@bravo-host", last_seen=now, run=bob_world.run, rss_bytes=2**30)
+    Worker.objects.create(hostname="gpu2@idle-host", last_seen=now)
+    Worker.objects.create(hostname="gpu3@dead-host", last_seen=now - timedelta(minutes=5))
+    page = alice.client.get(reverse("worker_list")).content.decode()
+    assert page.count("online") >= 3 and "offline" in page
+    assert f"#{alice_world.run.pk} first" in page and alice_world.run.get_absolute_url() in page
+    assert "another team's run" in page and bob_world.run.get_absolute_url() not in page
+    assert "3.0\xa0GB" in page and "20.0\xa0GB / 80.0\xa0GB" in page and "idle" in page
+    assert "2 runs queued (1 of your team" in " ".join(page.split())  # both worlds' runs are still queued
+
+
+def test_it_refreshes_the_table_over_htmx(alice, db):
+    Worker.objects.create(hostname="gpu0@a")
+    response = alice.client.get(reverse("worker_list"), headers={"HX-Request": "true"})
+    body = response.content.decode()
+    assert body.lstrip().startswith('<section id="workers"') and "gpu0@a" in body
+
+
+def test_the_worker_beat_writes_its_row_with_memory(db, settings):
+    lifecycle.worker_started(hostname="gpu0@here", queues=["gpu"], pid=123)
+    beat = lifecycle.WorkerBeat(hostname="gpu0@here")
+    beat.tick()  # one heartbeat, in this thread
+    worker = Worker.objects.get(hostname="gpu0@here")
+    assert worker.is_online() and worker.queues == "gpu" and worker.rss_bytes > 10 * 2**20
+    lifecycle.worker_stopped(hostname="gpu0@here")
+    worker.refresh_from_db()
+    assert not worker.is_online() and worker.stopped is not None
+
+
+def test_it_never_initialises_cuda_to_measure_memory():
+    import sys
+
+    rss, gpu = lifecycle.process_memory()
+    assert rss > 0
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        assert bool(gpu) == torch.cuda.is_initialized()
+    else:
+        assert gpu == {}
