@@ -32,6 +32,7 @@ from agents.base import Environment
 from agents.envs import EnvironmentInfo, list_environments, load_environment
 from training.config import ConfigError, RunConfig
 from training.data import DataError, read_rows
+from webapp import lifecycle
 from webapp.models import (
     Agent,
     Dataset,
@@ -42,7 +43,6 @@ from webapp.models import (
     Topology,
     TopologyAgent,
 )
-from webapp import lifecycle
 from webapp.sink import DatabaseSink
 
 log = logging.getLogger(__name__)
@@ -577,7 +577,7 @@ def _raised_in(exc: BaseException) -> str:
     root = str(Path(__file__).resolve().parent.parent)
     for frame in reversed(frames):
         path = frame.filename
-        if "site-packages" in path or "dist-packages" in path or path.startswith(sys.base_prefix) or path.startswith("<"):
+        if "site-packages" in path or "dist-packages" in path or path.startswith((sys.base_prefix, "<")):
             continue
         shown = path[len(root) + 1:] if path.startswith(root + "/") else path
         return f"{shown}:{frame.lineno} in {frame.name}"

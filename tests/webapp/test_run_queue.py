@@ -50,7 +50,7 @@ def test_a_message_executes_the_first_queued_run_in_queue_order(alice_world):
 
 
 def test_a_cancelled_runs_message_starts_the_next_run_instead(alice_world):
-    other = queued_copy(alice_world.run, "other")
+    queued_copy(alice_world.run, "other")
     services.run_cancel(run=alice_world.run)
     assert executed() == "other"
     assert executed() is None
@@ -67,7 +67,7 @@ def test_a_claimed_run_is_never_claimed_again(alice_world):
 def test_team_admins_move_their_runs_without_jumping_other_teams(alice, alice_world, bob_world):
     a1, b1 = alice_world.run, bob_world.run
     a2 = queued_copy(a1, "a2")
-    b2 = queued_copy(b1, "b2")
+    queued_copy(b1, "b2")
     assert names(lifecycle.run_queue()) == ["first", "first", "a2", "b2"]
     response = alice.client.post(reverse("run_queue_move", args=[a2.pk, "up"]))
     assert response.status_code == 302 and response["Location"] == a2.get_absolute_url()
@@ -124,7 +124,7 @@ def test_it_shows_the_position_on_the_run_page_and_the_dashboard(alice, alice_wo
     fragment = alice.client.get(reverse("run_queue_position", args=[a2.pk]), headers={"HX-Request": "true"}).content.decode()
     assert "number 3</strong> in the shared queue (2 ahead)" in fragment and "Move up" in fragment
     dashboard = alice.client.get(reverse("dashboard")).content.decode()
-    assert "#1" in dashboard and "#3" in dashboard and "Move #%d up" % a2.pk in dashboard
+    assert "#1" in dashboard and "#3" in dashboard and f"Move #{a2.pk} up" in dashboard
     assert "Bravo" not in dashboard  # a position, never another team's run
 
 

