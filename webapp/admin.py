@@ -9,20 +9,24 @@ from django.http import HttpRequest
 from webapp import services
 from webapp.models import (
     Agent,
+    ApiToken,
     Checkpoint,
     Dataset,
     Evaluation,
+    Job,
     LogLine,
     Membership,
     MetricPoint,
     ModelSource,
     Rollout,
     Run,
+    Tag,
     Team,
     Topology,
     TopologyAgent,
     Worker,
 )
+from webapp.tokens import api_token_revoke
 
 
 class MembershipInline(admin.TabularInline):
@@ -206,3 +210,42 @@ class LogLineAdmin(admin.ModelAdmin):
     search_fields = ["message", "run__name"]
     raw_id_fields = ["run"]
 
+
+
+# -- the shared history (webapp/history.py, jobs.py, tokens.py) --------------------------------------
+
+
+@admin.register(Tag)
+class TagAdmin(admin.ModelAdmin):
+    list_display = ["name", "team"]
+    list_filter = ["team"]
+    search_fields = ["name"]
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = ["id", "kind", "status", "run", "owner", "team", "created", "finished"]
+    list_filter = ["kind", "status", "team"]
+    search_fields = ["run__name", "error"]
+    raw_id_fields = ["run", "checkpoint", "dataset", "topology", "owner"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Tokens are created on the API tokens page (their text is shown once there); here they can
+    only be looked at and revoked."""
+
+    list_display = ["name", "user", "team", "prefix", "created", "last_used", "revoked"]
+    list_filter = ["team", ("revoked", admin.EmptyFieldListFilter)]
+    search_fields = ["name", "user__username", "prefix"]
+    readonly_fields = ["user", "team", "name", "prefix", "digest", "created", "last_used", "revoked"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        for token in queryset:
+            api_token_revoke(token=token)
+        self.message_user(request, f"Revoked {queryset.count()} token(s).", messages.SUCCESS)

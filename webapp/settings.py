@@ -172,7 +172,13 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_MAX_TASKS_PER_CHILD = 1  # prefork workers: a fresh process (and CUDA context) per run
 CELERY_TASK_IGNORE_RESULT = True  # the database holds every run's outcome
-CELERY_TASK_ROUTES = {"webapp.tasks.run_execute": {"queue": "gpu"}}
+CELERY_TASK_ROUTES = {
+    "webapp.tasks.run_execute": {"queue": "gpu"},
+    # Jobs load models too (webapp/jobs.py): evaluation, merged export, playground.
+    "webapp.tasks.evaluation_execute": {"queue": "gpu"},
+    "webapp.tasks.merge_execute": {"queue": "gpu"},
+    "webapp.tasks.playground_execute": {"queue": "gpu"},
+}
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 

@@ -2,8 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path
 
-from webapp import views_ops
-from webapp import views
+from webapp import api, views, views_history, views_ops
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
@@ -33,7 +32,10 @@ urlpatterns = [
     path("datasets/<int:pk>/", views.dataset_detail, name="dataset_detail"),
     path("datasets/<int:pk>/revalidate/", views.dataset_revalidate, name="dataset_revalidate"),
     path("datasets/<int:pk>/delete/", views.dataset_delete, name="dataset_delete"),
-    path("runs/", views.run_list, name="run_list"),
+    path("runs/", views_history.run_list, name="run_list"),
+    path("runs/export.csv", views_history.run_export, name="run_export"),
+    path("runs/compare/", views_history.run_compare, name="run_compare"),
+    path("runs/compare/data/", views_history.run_compare_data, name="run_compare_data"),
     path("runs/new/", views.run_new, name="run_new"),
     path("runs/preview/", views.run_preview, name="run_preview"),
     path("runs/<int:pk>/", views.run_detail, name="run_detail"),
@@ -42,5 +44,28 @@ urlpatterns = [
     path("runs/<int:pk>/resume/", views.run_resume, name="run_resume"),
     path("runs/<int:pk>/queue/", views_ops.run_queue_position, name="run_queue_position"),
     re_path(r"^runs/(?P<pk>[0-9]+)/queue/(?P<direction>up|down)/$", views_ops.run_queue_move, name="run_queue_move"),
+    path("runs/<int:pk>/tags/", views_history.run_tags, name="run_tags"),
+    path("runs/<int:pk>/notes/", views_history.run_notes, name="run_notes"),
+    path("runs/<int:pk>/archive/", views_history.run_archive, name="run_archive"),
+    path("runs/<int:pk>/evaluate/", views_history.run_evaluate, name="run_evaluate"),
+    path("runs/<int:pk>/artifacts/", views_history.run_artifacts, name="run_artifacts"),
+    path("runs/<int:pk>/files/<str:name>", views_history.run_file, name="run_file"),
+    path("runs/<int:pk>/checkpoints/<int:step>/<str:name>.zip", views_history.run_checkpoint_download, name="run_checkpoint_download"),
+    path("runs/<int:pk>/checkpoints/<int:step>/<str:name>/merge/", views_history.run_merge, name="run_merge"),
+    path("runs/<int:pk>/merged/<int:job_id>.zip", views_history.run_merged_download, name="run_merged_download"),
+    path("playground/", views_history.playground, name="playground"),
+    path("playground/<int:pk>/", views_history.playground_job, name="playground_job"),
+    path("account/tokens/", views_history.api_tokens, name="api_tokens"),
+    path("account/tokens/<int:pk>/revoke/", views_history.api_token_revoke, name="api_token_revoke"),
+    path("api/v1/", api.index, name="api_index"),
+    path("api/v1/runs/", api.runs, name="api_runs"),
+    path("api/v1/runs/<int:pk>/", api.run_detail, name="api_run"),
+    path("api/v1/runs/<int:pk>/cancel/", api.run_cancel, name="api_run_cancel"),
+    path("api/v1/runs/<int:pk>/metrics/", api.run_metrics, name="api_run_metrics"),
+    path("api/v1/runs/<int:pk>/rollouts/", api.run_rollouts, name="api_run_rollouts"),
+    path("api/v1/runs/<int:pk>/evaluations/", api.run_evaluations, name="api_run_evaluations"),
+    path("api/v1/runs/<int:pk>/artifacts/checkpoints/<int:step>/<str:name>.zip", api.checkpoint_file, name="api_checkpoint_download"),
+    path("api/v1/runs/<int:pk>/artifacts/merged/<int:job_id>.zip", api.merged_file, name="api_merged_download"),
+    path("api/v1/runs/<int:pk>/artifacts/<str:name>", api.run_file, name="api_run_file"),
     path("admin/", admin.site.urls),
 ]

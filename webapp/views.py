@@ -8,15 +8,13 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.core.paginator import Paginator
-from django.db.models import Count, Q
+from django.db.models import Count
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from training.config import ConfigError
-from webapp import lifecycle
-from webapp import services, streaming
+from webapp import history, lifecycle, services, streaming, views_history
 from webapp.access import SESSION_KEY, TeamRequest, team_object_or_404
 from webapp.forms import (
     AgentForm,
@@ -259,20 +257,6 @@ def dataset_delete(request: TeamRequest, pk: int) -> HttpResponse:
 # == runs =========================================================================================
 
 
-@require_GET
-def run_list(request: TeamRequest) -> HttpResponse:
-    runs = Run.objects.filter(team=request.team).select_related("owner", "topology", "dataset")
-    status = request.GET.get("status", "")
-    if status in Run.Status.values:
-        runs = runs.filter(status=status)
-    query = request.GET.get("q", "").strip()
-    if query:
-        runs = runs.filter(Q(name__icontains=query) | Q(topology__name__icontains=query) | Q(dataset__name__icontains=query))
-    page = Paginator(runs, 25).get_page(request.GET.get("page"))
-    template = "runs/list.html#table" if request.htmx else "runs/list.html"
-    return render(request, template, {"page": page, "status": status, "q": query, "statuses": Run.Status.choices})
-
-
 def run_new(request: TeamRequest) -> HttpResponse:
     form = RunForm(request.POST or None, team=request.team, initial=_run_initial(request))
     if request.method == "POST" and form.is_valid():
@@ -293,7 +277,13 @@ def run_new(request: TeamRequest) -> HttpResponse:
 
 
 def _run_initial(request: TeamRequest) -> dict[str, Any]:
-    """Preselect a topology/dataset passed in the query string (links from their pages)."""
+    """Preselect a topology/dataset passed in the query string (links from their pages), or
+    everything from a run's config (`?clone=<run id>`, "Clone and edit")."""
+    if request.GET.get("clone", "").isdigit():
+        clone = history.run_clone_initial(run=team_object_or_404(request, Run, int(request.GET["clone"])))
+        for note in clone.notes:
+            messages.info(request, note)
+        return clone.initial
     return {key: request.GET[key] for key in ("topology", "dataset") if request.GET.get(key, "").isdigit()}
 
 
@@ -329,6 +319,8 @@ def run_detail(request: TeamRequest, pk: int) -> HttpResponse:
         "checkpoints": run.checkpoints.all(),
         "log_lines": list(run.log_lines.order_by("-time", "-id")[:50])[::-1],
     }
+    if not request.htmx:
+        context.update(views_history.run_history_context(run=run))
     template = "runs/detail.html#summary" if request.htmx else "runs/detail.html"
     return render(request, template, context)
 

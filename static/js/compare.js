@@ -1,0 +1,74 @@
+/* Compare page (templates/runs/compare.html): one metric's curves for every compared run, on the
+   same axes, whole-team or per agent. Data: GET <data-url>&metric=<key> (webapp.history.compare_series,
+   downsampled on the server). Each run keeps its colour; its agents are dashed variants of it. */
+(function () {
+  "use strict";
+  var COLORS = ["#4b50d6", "#e0692b", "#18794e", "#c22f2f", "#8e44ad", "#1d6fd1", "#9a6200", "#2f8f9d"];
+  var DASHES = [null, [6, 4], [2, 3], [10, 3, 2, 3], [1, 5]];
+  var card = document.getElementById("compare-chart-card");
+  if (!card || !window.uPlot) return;
+  var box = document.getElementById("compare-chart");
+  var metricSel = document.getElementById("compare-metric");
+  var viewSel = document.getElementById("compare-view");
+  var note = document.getElementById("compare-note");
+  var plot = null;
+  var last = null;
+
+  document.querySelectorAll(".swatch[data-series]").forEach(function (el) {
+    el.style.background = COLORS[+el.dataset.series % COLORS.length];
+  });
+
+  function load() {
+    var url = card.dataset.url + "&metric=" + encodeURIComponent(metricSel.value);
+    box.setAttribute("aria-busy", "true");
+    fetch(url, {credentials: "same-origin", headers: {"Accept": "application/json"}})
+      .then(function (r) { return r.json(); })
+      .then(function (data) { last = data; draw(); })
+      .catch(function (e) { box.innerHTML = '<p class="errors">Could not load the curves: ' + e + "</p>"; })
+      .finally(function () { box.removeAttribute("aria-busy"); });
+  }
+
+  function draw() {
+    if (!last) return;
+    if (last.error) { box.innerHTML = '<p class="errors">' + last.error + "</p>"; return; }
+    var perAgent = viewSel.value === "agents";
+    var tables = [], series = [{label: "step"}];
+    last.runs.forEach(function (run, i) {
+      var color = COLORS[i % COLORS.length];
+      if (!perAgent) {
+        if (run.run[0].length) { tables.push(run.run); series.push({label: "#" + run.id + " " + run.name, stroke: color, width: 1.8, spanGaps: true}); }
+        return;
+      }
+      Object.keys(run.agents).forEach(function (name, j) {
+        var s = run.agents[name];
+        if (!s[0].length) return;
+        tables.push(s);
+        series.push({label: "#" + run.id + " " + name, stroke: color, width: 1.6, dash: DASHES[j % DASHES.length] || undefined, spanGaps: true});
+      });
+    });
+    if (plot) { plot.destroy(); plot = null; }
+    box.innerHTML = "";
+    if (!tables.length) {
+      box.innerHTML = '<p class="empty">No run recorded ' + (perAgent ? "a per-agent " : "") + "<code>" + last.metric + "</code>.</p>";
+      note.textContent = "";
+      return;
+    }
+    note.textContent = last.metric + (perAgent ? " · per agent (dashes: agents, colours: runs)" : " · whole team") + (last.downsampled ? " · downsampled" : "");
+    var data = uPlot.join(tables);
+    var width = Math.max(320, box.clientWidth || 900);
+    plot = new uPlot({
+      width: width, height: 320, series: series,
+      scales: {x: {time: false}},
+      axes: [{label: "step"}, {label: last.metric, size: 60}],
+      cursor: {drag: {x: true, y: false}},
+      legend: {live: true},
+    }, data, box);
+    box.dataset.series = String(series.length - 1);
+  }
+
+  metricSel.addEventListener("change", load);
+  viewSel.addEventListener("change", draw);
+  window.addEventListener("resize", function () { if (plot) plot.setSize({width: Math.max(320, box.clientWidth), height: 320}); });
+  window.troupeCompare = {reload: load, plot: function () { return plot; }, data: function () { return last; }};
+  load();
+})();

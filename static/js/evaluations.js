@@ -1,0 +1,24 @@
+/* Run page, "Held-out evaluation" (templates/runs/history_sections.html): greedy held-out success
+   by step, the team's and each agent's, from the page's JSON (no extra request). */
+(function () {
+  "use strict";
+  var COLORS = ["#1d2330", "#4b50d6", "#e0692b", "#18794e", "#8e44ad", "#c22f2f"];
+  var box = document.getElementById("eval-chart");
+  var source = document.getElementById("eval-chart-data");
+  if (!box || !source || !window.uPlot) return;
+  var chart = JSON.parse(source.textContent);
+  if (!chart.steps.length) return;
+  var names = Object.keys(chart.series);
+  var data = [chart.steps].concat(names.map(function (n) { return chart.series[n]; }));
+  var series = [{label: "step"}].concat(names.map(function (n, i) {
+    return {label: n, stroke: COLORS[i % COLORS.length], width: n === "team" ? 2.4 : 1.6, spanGaps: true,
+            points: {show: true, size: 6}, value: function (u, v) { return v == null ? "—" : v.toFixed(3); }};
+  }));
+  var plot = new uPlot({
+    width: Math.max(280, box.clientWidth || 520), height: 240, series: series,
+    scales: {x: {time: false}, y: {range: [0, 1]}},
+    axes: [{label: "step"}, {label: "held-out success", size: 56}],
+  }, data, box);
+  window.addEventListener("resize", function () { plot.setSize({width: Math.max(280, box.clientWidth), height: 240}); });
+  window.troupeEvalChart = plot;
+})();

@@ -1,0 +1,92 @@
+"""Helpers for the history tests: runs with metrics, evaluations and real (tiny) checkpoints,
+written straight to the database and disk the way the worker's sink and trainer write them."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from webapp.models import Checkpoint, Evaluation, MetricPoint, Rollout, Run, Team
+
+
+@pytest.fixture
+def jobs_sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """(task name, job id) sent to the queue (the Celery call is replaced; nothing leaves the process)."""
+    sent: list[tuple[str, int]] = []
+    from webapp import tasks
+
+    for name in ("evaluation_execute", "merge_execute", "playground_execute"):
+        monkeypatch.setattr(getattr(tasks, name), "apply_async", lambda args, _n=name, **kw: sent.append((_n, args[0])))
+    return sent
+
+
+def make_run(team: Team, template: Run, **fields: Any) -> Run:
+    """A run like `template` (same config snapshot) with `fields` changed."""
+    values: dict[str, Any] = {
+        "name": "run", "config_yaml": template.config_yaml, "topology": template.topology, "dataset": template.dataset,
+        "environment": "math_tool", "specialization": "lora", "status": Run.Status.SUCCEEDED,
+    }
+    values.update(fields)
+    return Run.objects.create(team=team, **values)
+
+
+def add_metrics(run: Run, steps: int, *, agents: tuple[str, ...] = ("tool", "reasoner"), slope: float = 0.01) -> None:
+    now = timezone.now()
+    MetricPoint.objects.bulk_create([
+        MetricPoint(run=run, step=s, time=now + timedelta(seconds=s),
+                    values={"reward/total": slope * s, "success": min(1.0, slope * s / 2), "loss": 1.0 / s},
+                    agents={a: {"reward/total": slope * s + i, "loss": 0.5 / s} for i, a in enumerate(agents)})
+        for s in range(1, steps + 1)
+    ])
+    Run.objects.filter(pk=run.pk).update(step=steps, total_steps=steps,
+                                         final_metrics={"reward/total": slope * steps, "success": min(1.0, slope * steps / 2)})
+
+
+def add_evaluations(run: Run, points: list[tuple[int, float, dict[str, float]]]) -> None:
+    for step, team, agents in points:
+        Evaluation.objects.create(run=run, step=step, temperature=0.0, team_success=team,
+                                  agents={a: {"success": v, "reward": v - 0.5} for a, v in agents.items()},
+                                  data={"step": step, "n": 8, "team": {"success": team}})
+
+
+def add_rollouts(run: Run, steps: int, per_step: int = 2) -> None:
+    Rollout.objects.bulk_create([
+        Rollout(run=run, step=s, episode=e, agent_names=["tool", "reasoner"], success=e == 0, team_reward=float(e == 0),
+                data={"task_id": f"t{s}-{e}", "step": s, "success": e == 0, "question": f"Compute {s} + {e}.", "turns": []})
+        for s in range(1, steps + 1) for e in range(per_step)
+    ])
+
+
+def save_checkpoint(run: Run, step: int, *, perturb: float = 0.05) -> Checkpoint:
+    """A real checkpoint of the run's config (tiny random model): PEFT adapters (or full models)
+    as `save_policies` writes them, the adapters' B matrices moved off zero so that the
+    "trained" agents differ from the base."""
+    import torch
+
+    from training.policies import build_policies, save_policies
+
+    config = run.to_config()
+    policies = build_policies(config, device=torch.device("cpu"))
+    if perturb:
+        gen = torch.Generator().manual_seed(step)
+        with torch.no_grad():
+            for policy in policies.policies.values():
+                for p in policy.params:
+                    p.add_(torch.randn(p.shape, generator=gen) * perturb)
+    out = Path(run.out_dir)
+    folder = out / "checkpoints" / f"step-{step:06d}"
+    save_policies(policies, folder)
+    torch.save({"step": step}, folder / "trainer_state.pt")
+    return Checkpoint.objects.create(run=run, step=step, path=str(folder))
+
+
+def with_out_dir(run: Run, data_dir: Path) -> Run:
+    out = data_dir / "runs" / str(run.pk)
+    out.mkdir(parents=True, exist_ok=True)
+    Run.objects.filter(pk=run.pk).update(out_dir=str(out))
+    run.refresh_from_db()
+    return run

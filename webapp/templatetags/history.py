@@ -1,0 +1,39 @@
+"""Template helpers of the history pages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+register = template.Library()
+
+
+@register.simple_tag
+def delta(value: Any) -> SafeString | str:
+    """A signed change, green when it went up, red when down (held-out success before -> after)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return ""
+    css = "up" if value > 1e-12 else "down" if value < -1e-12 else "flat"
+    return format_html('<span class="delta {}">({}{})</span>', css, "+" if value > 0 else "", f"{value:.3g}")
+
+
+@register.filter
+def filesize(n: Any) -> str:
+    try:
+        size = float(n)
+    except (TypeError, ValueError):
+        return ""
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return ""
+
+
+@register.filter
+def any_active(jobs: Any) -> bool:
+    """Whether a job in the list is still queued or running (its section keeps polling)."""
+    return any(getattr(job, "is_active", False) for job in jobs or [])
