@@ -198,8 +198,8 @@ def run_evaluate(request: TeamRequest, pk: int) -> HttpResponse:
                 return redirect(run)
     context = {"run": run, "eval_form": form,
                "eval_jobs": run.jobs.filter(kind=Job.Kind.EVALUATE).select_related("checkpoint")[:20]}
-    if request.htmx:
-        return render(request, f"{SECTIONS}#eval-jobs", context)
+    if request.htmx:  # the form and the list after a POST; the list alone when it polls
+        return render(request, f"{SECTIONS}#{'eval-panel' if request.method == 'POST' else 'eval-jobs'}", context)
     return redirect(run)
 
 
