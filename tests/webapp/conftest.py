@@ -125,3 +125,14 @@ def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(tasks.run_execute, "apply_async", lambda args, **kw: sent.append(args[0]))
     return sent
+
+
+@pytest.fixture
+def jobs_sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """(task name, job id) of the jobs sent to the queue (webapp/jobs.py; nothing leaves the process)."""
+    sent: list[tuple[str, int]] = []
+    from webapp import tasks
+
+    for name in ("evaluation_execute", "merge_execute", "playground_execute"):
+        monkeypatch.setattr(getattr(tasks, name), "apply_async", lambda args, _n=name, **kw: sent.append((_n, args[0])))
+    return sent

@@ -7,21 +7,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
 from django.utils import timezone
 
 from webapp.models import Checkpoint, Evaluation, MetricPoint, Rollout, Run, Team
-
-
-@pytest.fixture
-def jobs_sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
-    """(task name, job id) sent to the queue (the Celery call is replaced; nothing leaves the process)."""
-    sent: list[tuple[str, int]] = []
-    from webapp import tasks
-
-    for name in ("evaluation_execute", "merge_execute", "playground_execute"):
-        monkeypatch.setattr(getattr(tasks, name), "apply_async", lambda args, _n=name, **kw: sent.append((_n, args[0])))
-    return sent
 
 
 def make_run(team: Team, template: Run, **fields: Any) -> Run:

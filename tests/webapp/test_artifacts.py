@@ -39,7 +39,7 @@ def test_it_lists_and_zips_each_agents_adapter(alice, trained):
     assert url in page and "LoRA adapter (PEFT)" in page and "Export merged model" in page
     response = alice.client.get(url)
     assert response.streaming and response["Content-Type"] == "application/zip"
-    assert 'filename="run-%d-step-5-tool-adapter.zip"' % run.pk in response["Content-Disposition"]
+    assert f'filename="run-{run.pk}-step-5-tool-adapter.zip"' in response["Content-Disposition"]
     archive = zipfile.ZipFile(io.BytesIO(body(response)))
     assert archive.testzip() is None
     root = f"run-{run.pk}-step-5-tool-adapter"

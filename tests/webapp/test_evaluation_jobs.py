@@ -11,7 +11,7 @@ import pytest
 import yaml
 from django.urls import reverse
 
-from tests.webapp.history_helpers import add_evaluations, jobs_sent, save_checkpoint, with_out_dir  # noqa: F401
+from tests.webapp.history_helpers import add_evaluations, save_checkpoint, with_out_dir
 from webapp import jobs
 from webapp.models import Dataset, Job, Run
 

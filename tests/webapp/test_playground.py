@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from tests.webapp.history_helpers import jobs_sent, save_checkpoint, with_out_dir  # noqa: F401
+from tests.webapp.history_helpers import save_checkpoint, with_out_dir
 from webapp import jobs
 from webapp.models import Job, Run
 
