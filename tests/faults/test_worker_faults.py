@@ -1,0 +1,170 @@
+"""Real processes, real faults: two Celery workers serve the `gpu` queue over a real Redis with
+the real engine on a tiny model, pointed at this test database.
+
+- A worker is SIGKILLed mid-run: the other worker's sweep marks the run failed ("worker lost")
+  within the configured limit, and resuming it from the run page continues at the checkpoint's
+  step + 1 with the same data order, on the surviving worker.
+- Cancel stops a running run within one step, saves a checkpoint there, and resume continues.
+- A run that fails inside the engine leaves the worker alive for the next run; duplicate
+  messages (a redelivery) never execute a run twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.urls import reverse
+
+from tests.faults.conftest import TINY, TINY_YAML
+from tests.faults.fleet import Fleet, wait_for
+from tests.webapp.conftest import make_world
+from training.data import batch_indices
+from webapp import services, streaming
+from webapp.celery import app as celery_app
+from webapp.env import celery_broker_url
+from webapp.models import Checkpoint, Run, Worker
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+LOST_SECONDS = 4
+"""TROUPE_WORKER_LOST_SECONDS for the workers and this process (heartbeats every second)."""
+
+
+@pytest.fixture(scope="module")
+def fleet_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("fleet")
+
+
+@pytest.fixture(scope="module")
+def fleet(django_db_setup, django_db_blocker, fleet_dir: Path) -> Iterator[Fleet]:
+    (fleet_dir / "data").mkdir()
+    (fleet_dir / "logs").mkdir()
+    fleet = Fleet(data_dir=fleet_dir / "data", log_dir=fleet_dir / "logs", env={"TROUPE_WORKER_LOST_SECONDS": str(LOST_SECONDS)})
+    with django_db_blocker.unblock():
+        fleet.start_redis()
+        fleet.a = fleet.start_worker("a")  # type: ignore[attr-defined]
+        fleet.b = fleet.start_worker("b")  # type: ignore[attr-defined]
+        old = celery_app.conf.broker_url
+        _use_broker(celery_broker_url(fleet.redis_url))
+        try:
+            yield fleet
+        finally:
+            _use_broker(old)
+            fleet.stop()
+
+
+def _use_broker(url: str) -> None:
+    """Point this process's Celery app (run_create's enqueue) at `url`, dropping cached pools."""
+    celery_app.conf.broker_url = url
+    celery_app._pool = None
+    celery_app.amqp._producer_pool = None
+
+
+@pytest.fixture(autouse=True)
+def data_dir(settings, fleet_dir: Path) -> Path:  # the workers' data dir, for every test here
+    settings.TROUPE_DATA_DIR = fleet_dir / "data"
+    settings.TROUPE_WORKER_LOST_SECONDS = LOST_SECONDS
+    return fleet_dir / "data"
+
+
+def queue(team, *, steps: int, advanced_yaml: str = "", name: str = "fault", world=None) -> Run:  # type: ignore[no-untyped-def]
+    if world is None:
+        world = make_world(team)
+        Run.objects.filter(pk=world.run.pk).update(status=Run.Status.CANCELLED)  # make_world's own run stays out of the queue
+    config = services.run_config_build(topology=world.topology, dataset=world.dataset, name=name,
+                                       overrides={**TINY, "optim.steps": steps}, advanced_yaml=TINY_YAML + advanced_yaml)
+    return services.run_create(team=team, user=None, name=name, config=config, topology=world.topology, dataset=world.dataset)
+
+
+def until(run: Run, what: str, check, fleet: Fleet, timeout: float = 60):  # type: ignore[no-untyped-def]
+    def probe():  # type: ignore[no-untyped-def]
+        run.refresh_from_db()
+        return check(run)
+
+    try:
+        return wait_for(probe, what, timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; run is {run.status}: {run.error_message}\n{fleet.logs()}") from None
+
+
+def expected_task(step: int) -> str:
+    """The task a tiny run trains on at `step` (one per step): the data order resume must replay."""
+    return f"train-{batch_indices(32, 1, step, 0)[0]}@{step}"
+
+
+def test_a_killed_workers_run_is_marked_lost_and_resumes_on_another_worker(alice, fleet):
+    fleet.wait_online(fleet.a, fleet.b)
+    run = queue(alice.team, steps=7)
+    until(run, "a checkpoint at step 2", lambda r: r.checkpoints.filter(step__gte=2).exists(), fleet)
+    victim = run.worker
+    assert victim in (fleet.a, fleet.b)
+    fleet.kill_worker(victim)
+    killed_at = time.monotonic()
+    run.refresh_from_db()
+    assert run.status == Run.Status.RUNNING  # nothing knows yet
+
+    until(run, "the sweep", lambda r: r.status == Run.Status.FAILED, fleet, timeout=LOST_SECONDS + 15)
+    noticed_after = time.monotonic() - killed_at
+    assert run.error_message.startswith(f"worker lost: {victim} stopped sending heartbeats"), run.error_message
+    assert noticed_after < LOST_SECONDS + 4, noticed_after  # limit + one heartbeat + one sweep, with slack
+    assert run.log_lines.filter(level="error", message__startswith="worker lost").exists()
+
+    resumed_at = run.checkpoints.order_by("-step").first().step
+    response = alice.client.post(reverse("run_resume", args=[run.pk]))
+    new = Run.objects.get(resumed_from=run)
+    assert response["Location"] == new.get_absolute_url() and new.resumed_at_step == resumed_at
+    until(new, "the resumed run", lambda r: not r.is_active, fleet)
+    assert new.status == Run.Status.SUCCEEDED, new.error_message
+    survivor = fleet.b if victim == fleet.a else fleet.a
+    assert new.worker == survivor
+
+    steps = list(new.metric_points.values_list("step", flat=True))
+    assert steps == list(range(resumed_at + 1, 8))  # continues at the same step
+    first = new.rollouts.filter(step=resumed_at + 1).first()
+    assert first.data["task_id"] == expected_task(resumed_at + 1)  # with the same data order
+    assert run.rollouts.filter(step=1).first().data["task_id"] == expected_task(1)
+    # The new run's charts start with the old run's curve up to the resumed step.
+    series = streaming.metrics_message(run_id=new.pk)["run"]["reward/total"]
+    assert series[0] == list(range(1, 8))
+
+
+def test_cancel_stops_within_a_step_saves_a_checkpoint_and_resume_continues(alice, fleet):
+    run = queue(alice.team, steps=6, advanced_yaml="checkpoint: {every: 0}\n")  # only the stop itself saves one
+    until(run, "step 2", lambda r: r.step >= 2, fleet)
+    alice.client.post(reverse("run_cancel", args=[run.pk]))
+    asked_at = Run.objects.get(pk=run.pk).step
+    until(run, "the stop", lambda r: not r.is_active, fleet, timeout=30)
+    assert run.status == Run.Status.CANCELLED and run.error_message == ""
+    assert asked_at <= run.step <= asked_at + 1 < 6
+    checkpoint = Checkpoint.objects.get(run=run)
+    assert checkpoint.step == run.step and Path(checkpoint.path).is_dir()
+
+    alice.client.post(reverse("run_resume", args=[run.pk]))
+    new = Run.objects.get(resumed_from=run)
+    until(new, "the resumed run", lambda r: not r.is_active, fleet)
+    assert new.status == Run.Status.SUCCEEDED, new.error_message
+    assert list(new.metric_points.values_list("step", flat=True)) == list(range(run.step + 1, 7))
+
+
+def test_a_failed_run_leaves_the_worker_for_the_next_and_no_run_executes_twice(alice, fleet):
+    survivors = [h for h in (fleet.a, fleet.b) if fleet.workers[h].poll() is None]
+    world = make_world(alice.team)
+    Run.objects.filter(pk=world.run.pk).update(status=Run.Status.CANCELLED)
+    bad = queue(alice.team, steps=2, name="bad", world=world,
+                advanced_yaml="data: {reward_fn: 'tests.faults.plugins:exploding_reward'}\n")
+    good = queue(alice.team, steps=1, name="good", world=world)
+    services.run_enqueue(run=good)  # duplicate messages, as a broker redelivery would send
+    services.run_enqueue(run=good)
+    until(good, "the good run", lambda r: not r.is_active, fleet)
+    bad.refresh_from_db()
+    assert bad.status == Run.Status.FAILED and "reward plugin exploded" in bad.error_message and bad.traceback
+    assert good.status == Run.Status.SUCCEEDED, good.error_message
+    assert good.worker in survivors and bad.worker in survivors
+    assert all(fleet.workers[h].poll() is None for h in survivors)  # the worker process survived the failure
+    assert good.log_lines.filter(message__contains="training tasks").count() == 1  # executed once
+    time.sleep(2)  # the spare messages are consumed and find nothing queued
+    assert Run.objects.filter(status__in=Run.ACTIVE).count() == 0
+    assert Worker.objects.filter(hostname__in=survivors, run__isnull=False).count() == 0
