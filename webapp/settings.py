@@ -172,6 +172,9 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_MAX_TASKS_PER_CHILD = 1  # prefork workers: a fresh process (and CUDA context) per run
 CELERY_TASK_IGNORE_RESULT = True  # the database holds every run's outcome
+# A broker blip (Redis restarting) must not cancel a running run: training goes on, the claim in
+# the database keeps it from running twice (Celery 6 turns this on by default).
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_ROUTES = {
     "webapp.tasks.run_execute": {"queue": "gpu"},
     # Jobs load models too (webapp/jobs.py): evaluation, merged export, playground.
