@@ -7,6 +7,7 @@ from typing import Any
 import yaml
 from django import forms
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator
 from django.db.models import QuerySet
 from django.urls import reverse_lazy
 from django.utils.html import format_html, format_html_join
@@ -158,6 +159,9 @@ class DatasetGeneratorForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         self.fields["size"].required = True
         self.fields["eval_size"].required = True
+        for name, most in (("size", 10_000_000), ("eval_size", 1_000_000)):  # the engine's data.train_size/eval_size bounds
+            self.fields[name].validators.append(MaxValueValidator(most))
+            self.fields[name].widget.attrs["max"] = most
         if not self.instance.pk:
             self.initial.setdefault("size", 256)
             self.initial.setdefault("eval_size", 100)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import re
 import secrets
 import sys
 import traceback
@@ -260,6 +261,9 @@ def _upload_format(upload: UploadedFile) -> str:
 
 
 def _dataset_read(path: Path, env: Environment, *, field: str) -> list[dict[str, Any]]:
+    with path.open("rb") as f:
+        if f.read(2) in (b"\xff\xfe", b"\xfe\xff"):
+            raise ValidationError({field: "The file is UTF-16 encoded; save it as UTF-8 (JSONL or CSV)."})
     try:
         return read_rows(
             path,
@@ -279,7 +283,27 @@ def _dataset_describe(dataset: Dataset, rows: list[dict[str, Any]], *, row_count
     dataset.schema = list(schema)
     dataset.preview = [{k: _short(v) for k, v in row.items()} for row in rows[:PREVIEW_ROWS]]
     dataset.row_count = row_count
-    dataset.status, dataset.status_message = Dataset.Status.VALID, ""
+    dataset.status, dataset.status_message = Dataset.Status.VALID, _formula_note(rows)
+
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+"""A cell starting with one of these is a formula to a spreadsheet (CSV injection)."""
+_PLAIN_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+def _formula_note(rows: list[dict[str, Any]]) -> str:
+    """Flag cells a spreadsheet would run as formulas if the rows were opened as CSV (plain
+    signed numbers such as -3 are fine); the dataset stays valid: training reads them as text."""
+    count, first = 0, ""
+    for i, row in enumerate(rows, start=1):
+        for key, value in row.items():
+            if isinstance(value, str) and value.startswith(FORMULA_START) and not _PLAIN_NUMBER.match(value.strip()):
+                count += 1
+                first = first or f"row {i}, field {key}"
+    if not count:
+        return ""
+    return (f"Note: {count} cell{'s' if count > 1 else ''} start{'' if count > 1 else 's'} with =, +, -, @ or a tab "
+            f"(first: {first}); a spreadsheet would run such a cell as a formula. Troupe's CSV exports prefix them with '.")
 
 
 def _short(value: Any) -> Any:
