@@ -38,7 +38,12 @@ def run_list(request: TeamRequest) -> HttpResponse:
         "statuses": Run.Status.choices, "specialization_labels": SPECIALIZATION_LABELS,
         "query": filters.query_string(), "compare_max": history.COMPARE_MAX,
     }
-    return render(request, "runs/list.html#table" if request.htmx else "runs/list.html", context)
+    if not request.htmx:
+        return render(request, "runs/list.html", context)
+    response = render(request, "runs/list.html#table", context)
+    page_part = f"page={page.number}" if page.number > 1 else ""
+    response["HX-Push-Url"] = "?".join(filter(None, [reverse("run_list"), "&".join(filter(None, [context["query"], page_part]))]))
+    return response
 
 
 @require_GET

@@ -37,3 +37,12 @@ def filesize(n: Any) -> str:
 def any_active(jobs: Any) -> bool:
     """Whether a job in the list is still queued or running (its section keeps polling)."""
     return any(getattr(job, "is_active", False) for job in jobs or [])
+
+
+@register.filter
+def task_summary(job: Any) -> str:
+    """The first text field of a playground job's task row (its question or prompt)."""
+    row = (getattr(job, "params", None) or {}).get("row") or {}
+    if not isinstance(row, dict):
+        return ""
+    return next((str(v) for v in row.values() if isinstance(v, str) and v.strip()), "")
