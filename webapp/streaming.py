@@ -47,7 +47,9 @@ import numpy as np
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
-from django.db.models import Q, TextField
+from django.db import connections
+from django.db.models import F, FloatField, Func, Q, TextField, Value
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast
 from django.template.loader import render_to_string
 from django.utils import timezone
@@ -236,67 +238,115 @@ def status_message(run: Run) -> dict[str, Any]:
 # -- metrics --------------------------------------------------------------------------------------
 
 
+RUN_SERIES = ("reward/total", "reward/team", "reward/local", "success", "completion_len", "step_time", "rollout_time",
+              "update_time", "tokens_per_s")
+"""Run-wide metrics the page charts (and so streams); the summary card's table shows them all."""
+AGENT_SERIES = ("reward/total", "reward/team", "reward/local", "success", "loss", "kl", "entropy", "clip_region",
+                "completion_len")
+"""Per-agent metrics the page charts."""
+
+
 def metrics_message(*, run_id: int, since: int | None = None, total: int = 0, max_points: int = MAX_POINTS) -> dict[str, Any]:
-    """Every metric series of a run after step `since`, each downsampled to `max_points`. A
+    """The charted series of a run after step `since`, each downsampled to `max_points`. A
     resumed run's series start with its ancestors' points up to the resumed step
-    (`Run.metric_lineage`); the ETA's times are the run's own."""
-    run = Run.objects.filter(pk=run_id).only("pk", "resumed_from_id", "resumed_at_step").first()
+    (`Run.metric_lineage`); the ETA's times are the run's own.
+
+    The database pulls the numbers out of the JSON columns (one float column per series), so a
+    10,000-step run costs one query and no JSON decoding in Python."""
+    run = Run.objects.filter(pk=run_id).only("pk", "resumed_from_id", "resumed_at_step", "config_yaml").first()
     rows = MetricPoint.objects.filter(run.metric_lineage() if run is not None else Q(run_id=run_id))
     if since is not None:
         rows = rows.filter(step__gt=since)
-    run_cols: dict[str, tuple[list[int], list[float]]] = {}
-    agent_cols: dict[str, dict[str, tuple[list[int], list[float]]]] = {}
-    steps: list[int] = []
-    times: list[float] = []
-    last: int | None = None
-    for owner, step, when, values, agents in rows.order_by("step").values_list("run_id", "step", "time", "values", "agents").iterator(chunk_size=2000):
-        last = step
-        if owner == run_id:
-            steps.append(step)
-            times.append(when.timestamp())
-        _collect(run_cols, step, values)
-        for name, per_agent in (agents or {}).items():
-            _collect(agent_cols.setdefault(name, {}), step, per_agent)
+    agents = _agent_names(run, rows)
+    columns: list[tuple[str | None, str]] = [(None, key) for key in RUN_SERIES]
+    columns += [(agent, key) for agent in agents for key in AGENT_SERIES]
+    table = _series_table(rows, columns)  # (N, 1 + C)
+    steps = table[:, 0].astype(np.int64) if len(table) else np.zeros(0, dtype=np.int64)  # (N,)
     downsampled = False
-
-    def series(cols: dict[str, tuple[list[int], list[float]]]) -> dict[str, list[list[Any]]]:
-        nonlocal downsampled
-        out = {}
-        for key, (xs, ys) in cols.items():
-            if len(xs) > max_points:
-                downsampled = True
-                keep = downsample_minmax(np.asarray(ys, dtype=np.float64), max_points)
-                xs, ys = [xs[i] for i in keep], [ys[i] for i in keep]
-            out[key] = [xs, [_finite(y) for y in ys]]
-        return out
-
-    run_series = series(run_cols)
-    agent_series = {name: series(cols) for name, cols in agent_cols.items()}
+    run_series: dict[str, list[list[Any]]] = {}
+    agent_series: dict[str, dict[str, list[list[Any]]]] = {}
+    for i, (agent, key) in enumerate(columns, start=1):
+        values = table[:, i] if len(table) else np.zeros(0)  # (N,)
+        present = np.isfinite(values)  # (N,) missing, null (a NaN the sink stored) and inf are no points
+        xs, ys = steps[present], values[present]  # (n,)
+        if not len(xs):
+            continue
+        if len(xs) > max_points:
+            downsampled = True
+            keep = downsample_minmax(ys, max_points)
+            xs, ys = xs[keep], ys[keep]
+        (run_series if agent is None else agent_series.setdefault(agent, {}))[key] = [xs.tolist(), ys.tolist()]
+    own = MetricPoint.objects.filter(run_id=run_id)
+    if since is not None:
+        own = own.filter(step__gt=since)
+    recent = list(own.order_by("-step").values_list("step", "time")[:TIMES_TAIL])[::-1]
     return {
         "t": "metrics",
-        "last": last,
+        "last": int(steps[-1]) if len(steps) else None,
         "total": total,
         "downsampled": downsampled,
         "run": run_series,
         "agents": agent_series,
-        "times": [steps[-TIMES_TAIL:], times[-TIMES_TAIL:]],
+        "times": [[s for s, _ in recent], [t.timestamp() for _, t in recent]],
     }
 
 
-def _collect(cols: dict[str, tuple[list[int], list[float]]], step: int, values: Mapping[str, Any] | None) -> None:
-    for key, value in (values or {}).items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            xs, ys = cols.setdefault(key, ([], []))
-            xs.append(step)
-            ys.append(float(value))
+def _series_table(rows: Any, columns: list[tuple[str | None, str]]) -> np.ndarray:
+    """Step and one float column per (agent or None for run-wide, key), in step order; NaN where
+    a point lacks the key. PostgreSQL reads jsonb keys cheaply one by one; SQLite stores JSON as
+    text and would parse a row's text once per key, so there one JSON_EXTRACT with every path
+    returns the row's numbers as one small JSON array."""
+    if connections[rows.db].vendor != "sqlite":
+        exprs = {
+            f"c{i}": Cast(KeyTextTransform(key, "values" if agent is None else KeyTransform(agent, "agents")), FloatField())
+            for i, (agent, key) in enumerate(columns)
+        }
+        table = list(rows.annotate(**exprs).order_by("step").values_list("step", *exprs))
+        return np.array(table, dtype=np.float64).reshape(len(table), 1 + len(columns))  # None -> NaN
+    run_paths = [_json_path(key) for agent, key in columns if agent is None]
+    agent_paths = [_json_path(agent, key) for agent, key in columns if agent is not None]
+
+    def extract(field: str, paths: list[str]) -> Func:
+        # Two paths at least, so SQLite answers with a JSON array (one path gives the bare value).
+        return Func(F(field), *[Value(p) for p in [*paths, "$.__pad__"]], function="JSON_EXTRACT", output_field=TextField())
+
+    exprs = {"v": extract("values", run_paths)}
+    if agent_paths:
+        exprs["a"] = extract("agents", agent_paths)
+    table = []
+    for step, *arrays in rows.annotate(**exprs).order_by("step").values_list("step", *exprs):
+        row: list[Any] = [step]
+        for text, paths in zip(arrays, (run_paths, agent_paths)):
+            row += json.loads(text)[: len(paths)] if text else [None] * len(paths)
+        table.append(row)
+    return np.array(table, dtype=np.float64).reshape(len(table), 1 + len(columns))  # None -> NaN
+
+
+def _json_path(*keys: str) -> str:
+    return "$" + "".join("." + json.dumps(key) for key in keys)
+
+
+def _agent_names(run: Run | None, rows: Any) -> list[str]:
+    """The run's agents in acting order (its config), then any other agent its points name."""
+    names: list[str] = []
+    if run is not None:
+        try:
+            names = [a.name for a in run.to_config().topology.agents]
+        except (ValueError, TypeError, AttributeError):
+            names = []
+    for ordering in ("step", "-step"):
+        for agents in rows.order_by(ordering).values_list("agents", flat=True)[:1]:
+            names += [name for name in (agents or {}) if name not in names]
+    return names
 
 
 def _metrics_delta(payload: Mapping[str, Any]) -> dict[str, Any]:
     step = int(payload["step"])
 
-    def one(values: Mapping[str, Any] | None) -> dict[str, list[list[Any]]]:
+    def one(values: Mapping[str, Any] | None, keys: tuple[str, ...]) -> dict[str, list[list[Any]]]:
         return {
-            k: [[step], [_finite(v)]] for k, v in (values or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+            k: [[step], [_finite(v)]] for k, v in (values or {}).items()
+            if k in keys and isinstance(v, (int, float)) and not isinstance(v, bool)
         }
 
     return {
@@ -304,8 +354,8 @@ def _metrics_delta(payload: Mapping[str, Any]) -> dict[str, Any]:
         "last": step,
         "total": payload.get("total_steps"),
         "downsampled": False,
-        "run": one(payload.get("values")),
-        "agents": {name: one(v) for name, v in (payload.get("agents") or {}).items()},
+        "run": one(payload.get("values"), RUN_SERIES),
+        "agents": {name: one(v, AGENT_SERIES) for name, v in (payload.get("agents") or {}).items()},
         "times": [[step], [payload.get("time")]],
     }
 

@@ -198,7 +198,10 @@
         sync: { key: "run-" + root.dataset.run, setSeries: false },
         drag: { x: true, y: false, setScale: false },
       },
-      scales: { x: { time: false }, y: spec.range ? { range: [spec.range[0] - 0.03, spec.range[1] + 0.03] } : {} },
+      scales: {
+        x: { time: false, range: padRange(0) },
+        y: spec.range ? { range: [spec.range[0] - 0.03, spec.range[1] + 0.03] } : { range: padRange(0.1) },
+      },
       axes: [{ size: 32, space: 50 }, { size: 52, values: function (u, vals) { return vals.map(fmtAxis); } }],
       legend: { live: true },
       series: [{ label: "step", value: function (u, v) { return v == null ? "–" : "step " + v; } }].concat(series.map(function (s) {
@@ -209,6 +212,7 @@
         };
       })),
       hooks: {
+        setCursor: [function (u) { if (u.cursor.idx == null) showLatest(u); }],
         setSelect: [function (u) {
           if (u.select.width < 4) return;
           var min = u.posToVal(u.select.left, "x"), max = u.posToVal(u.select.left + u.select.width, "x");
@@ -228,6 +232,24 @@
     }
   }
 
+  function padRange(frac) {
+    // uPlot's auto range, except that a flat series (one point, or all zeros) gets a small band
+    // around its value instead of 0..100.
+    return function (u, min, max) {
+      if (min == null || max == null) return [0, 1];
+      if (min === max) { var d = Math.abs(min) * 0.1 || 1; return [min - d, max + d]; }
+      if (!frac) return [min, max];
+      var pad = (max - min) * frac;
+      return [min - pad, max + pad];
+    };
+  }
+
+  function showLatest(u) {
+    // With the cursor off the chart, the legend shows each series' latest value.
+    var n = u.data[0].length;
+    if (n) u.setLegend({ idx: n - 1 }, false);
+  }
+
   function sigOf(series) { return series.map(function (s) { return s.label + "/" + (s.evalT == null ? "" : s.evalT); }).join("|"); }
 
   function renderChart(spec, appendStep) {
@@ -239,9 +261,10 @@
     if (spec.evals) {
       var ed = evalData(series);
       if (!c || c.sig !== sigOf(series)) buildChart(spec, series, ed); else c.u.setData(ed, !state.zoom);
+      if (charts[spec.id].u.cursor.idx == null) showLatest(charts[spec.id].u);
       return;
     }
-    if (!c || c.sig !== sigOf(series)) { buildChart(spec, series, alignedData(series)); return; }
+    if (!c || c.sig !== sigOf(series)) { buildChart(spec, series, alignedData(series)); showLatest(charts[spec.id].u); return; }
     var u = c.u, data = u.data;
     var lastX = data[0].length ? data[0][data[0].length - 1] : -Infinity;
     if (appendStep != null && appendStep > lastX) {
@@ -256,12 +279,22 @@
     } else {
       u.setData(alignedData(series), !state.zoom);
     }
+    if (u.cursor.idx == null) showLatest(u);
   }
 
   function renderCharts(appendStep) {
     CHARTS.forEach(function (spec) { if (!spec.evals) renderChart(spec, appendStep); });
     var empty = document.getElementById("charts-empty");
     if (empty) empty.hidden = Object.keys(charts).length > 0;
+    renderMissing();
+  }
+
+  function renderMissing() {
+    // Charts the run has no numbers for (KL without a reference policy, evaluation switched off...).
+    var note = document.getElementById("charts-missing");
+    if (!note || state.lastStep === null) return;
+    var missing = CHARTS.filter(function (spec) { return !charts[spec.id]; }).map(function (spec) { return spec.title; });
+    note.textContent = missing.length ? "Not recorded in this run (so far): " + missing.join(", ") + "." : "";
   }
 
   function zoomAll(range) {
@@ -324,6 +357,11 @@
       badge.firstChild.textContent = m.label + (m.cancel_requested && m.status === "running" ? " · stopping" : "");
     }
     renderProgress();
+    if (TERMINAL[m.status]) {
+      // The page head's Stop button belongs to an active run (Resume appears on the next load).
+      var stop = document.querySelector(".head-actions form[action$='/cancel/']");
+      if (stop) stop.remove();
+    }
     if (changed) refreshSummary(true);
   }
 
@@ -363,6 +401,7 @@
     });
     var spec = CHARTS.filter(function (s) { return s.evals; })[0];
     if (Object.keys(state.evals).length) renderChart(spec, null);
+    renderMissing();
     if (state.loaded && m.rows.length) refreshSummary(false);
   }
 

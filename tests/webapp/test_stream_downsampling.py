@@ -40,7 +40,7 @@ def test_it_downsamples_a_long_run_in_the_backlog(alice, alice_world):
     Run.objects.filter(pk=run_.pk).update(status="succeeded", step=5000, total_steps=5000)
     when = datetime(2026, 1, 1, tzinfo=UTC)
     MetricPoint.objects.bulk_create([
-        MetricPoint(run=run_, step=s, time=when, values={"reward/total": s % 97 / 97, "loss": None if s == 10 else 1.0},
+        MetricPoint(run=run_, step=s, time=when, values={"reward/total": s % 97 / 97, "success": None if s == 10 else 1.0},
                     agents={"tool": {"loss": 1 / s}})
         for s in range(1, 5001)
     ])
@@ -54,13 +54,15 @@ def test_it_downsamples_a_long_run_in_the_backlog(alice, alice_world):
         assert len(steps) <= streaming.MAX_POINTS and steps[0] == 1 and steps[-1] == 5000
         assert len(metrics["agents"]["tool"]["loss"][0]) <= streaming.MAX_POINTS
         assert len(metrics["times"][0]) == streaming.TIMES_TAIL
-        assert 10 not in metrics["run"]["loss"][0]  # a value the sink stored as null (NaN) is no point
+        assert 10 not in metrics["run"]["success"][0]  # a value the sink stored as null (NaN) is no point
         await ws.disconnect()
 
     run(scenario)
 
 
-def test_it_sends_nan_as_null():
-    message = streaming._metrics_delta({"step": 3, "total_steps": 4, "time": 1.0, "values": {"loss": float("nan"), "x": 1},
-                                        "agents": {"tool": {"kl": float("inf")}}})
-    assert message["run"] == {"loss": [[3], [None]], "x": [[3], [1.0]]} and message["agents"]["tool"]["kl"] == [[3], [None]]
+def test_it_sends_nan_as_null_and_only_the_charted_series():
+    message = streaming._metrics_delta({"step": 3, "total_steps": 4, "time": 1.0,
+                                        "values": {"success": float("nan"), "reward/total": 1, "lr_unused": 2.0},
+                                        "agents": {"tool": {"kl": float("inf"), "grad_norm": 1.0}}})
+    assert message["run"] == {"success": [[3], [None]], "reward/total": [[3], [1.0]]}
+    assert message["agents"]["tool"] == {"kl": [[3], [None]]}

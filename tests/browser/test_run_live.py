@@ -1,0 +1,147 @@
+"""A person watching a real run: log in, launch a tiny-random run from the new-run form, and see
+chart points, episodes and log lines arrive live until the status reads succeeded; then lose the
+connection mid-run (Daphne killed and restarted) and find no step missing afterwards."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import Member, TinyWorld
+from tests.browser.stack import Stack
+from webapp.models import LogLine, MetricPoint, Rollout, Run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TASKS_PER_STEP = 2
+
+
+def log_in(page: Any, stack: Stack, member: Member) -> None:
+    page.goto(stack.url + "/login/")
+    page.fill("#id_username", member.user.username)
+    page.fill("#id_password", member.password)
+    page.locator("form button, form input[type=submit]").last.click()
+    page.wait_for_url(re.compile(r".*/$"))
+
+
+def launch(page: Any, stack: Stack, world: TinyWorld, *, steps: int, eval_every: int) -> int:
+    """Fill the new-run form like a person and launch; returns the new run's id."""
+    page.goto(stack.url + "/runs/new/")
+    page.select_option("#id_topology", str(world.topology.pk))
+    page.select_option("#id_dataset", str(world.dataset.pk))
+    page.fill("#id_name", f"live tiny {steps} steps")
+    for field, value in (("steps", steps), ("k", 4), ("tasks_per_step", TASKS_PER_STEP), ("max_new_tokens", 16),
+                         ("lora_r", 4), ("eval_every", eval_every)):
+        page.fill(f"#id_{field}", str(value))
+    page.click("details.advanced > summary")
+    page.fill("#id_advanced_yaml", "eval:\n  size: 4\n")
+    page.click("button.primary:has-text('Launch run')")
+    page.wait_for_url(re.compile(r".*/runs/\d+/$"))
+    return int(page.url.rstrip("/").rsplit("/", 1)[1])
+
+
+def live_state(page: Any) -> dict[str, Any]:
+    return page.evaluate("""() => ({
+        steps: window.runLive.steps('reward/total'),
+        reconnects: window.runLive.state.reconnects,
+        liveSteps: window.runLive.state.timings.map(t => t[0]),
+        episodes: Array.from(document.querySelectorAll('#episodes article.episode')).map(a => +a.dataset.id),
+        logIds: Array.from(document.querySelectorAll('#log-tail span[data-id]')).map(s => +s.dataset.id),
+        evalPoints: Object.keys(window.runLive.state.evals).length,
+        charts: Array.from(document.querySelectorAll('#charts figure.chart:not([hidden]) canvas')).length,
+        progress: document.querySelector('#run-progress .progress span').textContent,
+        badge: document.querySelector('#run-status .badge').textContent.trim(),
+    })""")
+
+
+def wait_for_status(page: Any, status: str, timeout_s: float) -> None:
+    page.wait_for_selector(f"#run-live[data-status={status}]", state="attached", timeout=timeout_s * 1000)
+
+
+def test_it_streams_a_real_run_into_the_page(stack: Stack, alice: Member, tiny_world: TinyWorld, browser_page: Any, shots: Path):
+    page = browser_page
+    steps = 4
+    log_in(page, stack, alice)
+    run_id = launch(page, stack, tiny_world, steps=steps, eval_every=2)
+    page.wait_for_selector("#run-live[data-conn=live]")
+    try:
+        wait_for_status(page, "running", 60)
+        # The first step's points and episodes appear without a reload.
+        page.wait_for_function("() => window.runLive.steps('reward/total').length >= 1", timeout=60_000)
+        page.wait_for_selector("#chart-reward canvas")
+        page.wait_for_selector("#episodes article.episode")
+        mid = live_state(page)
+        page.screenshot(path=str(shots / "run-live-mid.png"), full_page=True)
+        assert mid["badge"] == "Running" and mid["charts"] >= 6
+        assert 1 <= len(mid["steps"]) < steps, "the page should be watching a run still in progress"
+
+        wait_for_status(page, "succeeded", 90)
+        page.wait_for_function(f"() => window.runLive.steps('reward/total').length === {steps}", timeout=10_000)
+        page.wait_for_function("() => Object.keys(window.runLive.state.evals).length >= 2", timeout=10_000)
+    except Exception:
+        page.screenshot(path=str(shots / "run-live-failure.png"), full_page=True)
+        print(stack.logs())
+        raise
+    page.wait_for_timeout(2500)  # let the summary card refresh and the charts settle for the screenshot
+    page.screenshot(path=str(shots / "run-live-end.png"), full_page=True)
+
+    end = live_state(page)
+    run = Run.objects.get(pk=run_id)
+    assert run.status == "succeeded" and end["badge"] == "Succeeded" and end["progress"] == f"{steps}/{steps}"
+    assert end["steps"] == list(range(1, steps + 1))
+    assert set(end["liveSteps"]) & set(range(2, steps + 1)), "later steps should arrive as live deltas"
+    assert sorted(end["episodes"], reverse=True) == list(Rollout.objects.filter(run=run).order_by("-id").values_list("id", flat=True))
+    assert len(end["episodes"]) == steps * TASKS_PER_STEP
+    assert end["logIds"] == list(LogLine.objects.filter(run=run).order_by("id").values_list("id", flat=True))
+    # Candidates with rewards and advantages, the chosen one marked, the tool's sandbox output.
+    first = page.locator("#episodes article.episode").first
+    assert first.locator("tr.candidate").count() >= 4 and first.locator("tr.candidate.chosen").count() >= 1
+    assert first.locator(".tool-output").count() >= 1
+    # Per-agent toggle: hiding "tool" hides its series in every chart.
+    page.click("#agent-toggles button[data-agent=tool]")
+    hidden = page.evaluate("""() => Object.values(window.runLive.charts)
+        .flatMap(c => c.series.map((s, i) => [s.agent, c.u.series[i + 1].show])).filter(([a]) => a === 'tool')""")
+    assert hidden and all(show is False for _, show in hidden)
+
+
+def test_it_recovers_every_step_after_the_server_restarts(stack: Stack, alice: Member, tiny_world: TinyWorld,
+                                                          browser_page: Any, shots: Path):
+    page = browser_page
+    steps = 6
+    log_in(page, stack, alice)
+    run_id = launch(page, stack, tiny_world, steps=steps, eval_every=0)
+    try:
+        page.wait_for_function("() => window.runLive.steps('reward/total').length >= 1", timeout=90_000)
+        seen = live_state(page)["steps"][-1]
+
+        stack.kill_web()  # the socket drops abnormally; the run goes on in the worker
+        page.wait_for_selector("#run-live[data-conn=reconnecting]", state="attached", timeout=10_000)
+        deadline = time.monotonic() + 60
+        while MetricPoint.objects.filter(run_id=run_id, step__gt=seen).count() < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)  # steps the page cannot hear about: they go to the database only
+        assert MetricPoint.objects.filter(run_id=run_id, step__gt=seen).count() >= 2
+        page.screenshot(path=str(shots / "run-live-disconnected.png"), full_page=True)
+        stack.start_web()
+
+        page.wait_for_selector("#run-live[data-conn=live]", state="attached", timeout=30_000)
+        wait_for_status(page, "succeeded", 90)
+        page.wait_for_function(f"() => window.runLive.steps('reward/total').length === {steps}", timeout=10_000)
+    except Exception:
+        page.screenshot(path=str(shots / "run-live-reconnect-failure.png"), full_page=True)
+        print(stack.logs())
+        raise
+    page.screenshot(path=str(shots / "run-live-after-reconnect.png"), full_page=True)
+
+    end = live_state(page)
+    assert end["reconnects"] >= 1
+    assert end["steps"] == list(range(1, steps + 1))  # no step missing, none doubled
+    for key in ("reward/team", "success", "step_time"):
+        assert page.evaluate(f"() => window.runLive.steps('{key}')") == list(range(1, steps + 1))
+    run = Run.objects.get(pk=run_id)
+    assert sorted(end["episodes"]) == sorted(Rollout.objects.filter(run=run).values_list("id", flat=True))
+    assert end["logIds"] == list(LogLine.objects.filter(run=run).order_by("id").values_list("id", flat=True))
+    assert end["badge"] == "Succeeded" and end["progress"] == f"{steps}/{steps}"
