@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from django import forms
@@ -32,7 +33,8 @@ class EvaluationForm(forms.Form):
 
     def __init__(self, *args: Any, run: Run, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        checkpoints: QuerySet[Checkpoint] = run.checkpoints.order_by("-step")
+        on_disk = [c.pk for c in run.checkpoints.all() if Path(c.path).is_dir()]  # checkpoint.keep deletes old ones
+        checkpoints: QuerySet[Checkpoint] = run.checkpoints.filter(pk__in=on_disk).order_by("-step")
         self.fields["checkpoint"].queryset = checkpoints  # type: ignore[attr-defined]
         self.fields["dataset"].queryset = Dataset.objects.filter(  # type: ignore[attr-defined]
             team_id=run.team_id, environment=run.environment or "math_tool", status=Dataset.Status.VALID)
@@ -58,6 +60,8 @@ def playground_agent_choices(team: Team) -> list[tuple[str, list[tuple[str, str]
         .order_by("-run__created", "-step")
     recent: dict[int, list[Checkpoint]] = {}
     for c in checkpoints[:200]:
+        if not Path(c.path).is_dir():  # deleted by checkpoint.keep
+            continue
         if c.run_id in recent or len(recent) < RECENT_RUNS:
             recent.setdefault(c.run_id, []).append(c)
     trained = [(f"c:{c.pk}", f"#{c.run_id} {c.run.name} — step {c.step} ({c.run.specialization or '?'})")

@@ -144,6 +144,7 @@ def test_it_runs_jobs_on_the_worker(stack: Stack, alice: Member, history: dict[s
         page.fill("textarea[name=task_question]", "Compute 12 + 30.")
         page.fill("textarea[name=task_answer]", "42")
         page.fill("input[name=max_new_tokens]", "12")
+        page.screenshot(path=str(shots / "history-playground-form.png"), full_page=True)
         page.click("#playground-form button:has-text('Play')")
         page.wait_for_url(re.compile(r".*/playground/\d+/$"))
         page.wait_for_selector("#transcript[data-status=succeeded]", timeout=120_000)

@@ -92,3 +92,13 @@ def test_it_keeps_teams_apart(alice, bob, checkpoint, jobs_sent):
     assert "Pick agents from the list" in response.content.decode() and not Job.objects.exists()
     job = jobs.playground_start(team=alice.team, user=alice.user, checkpoint=checkpoint, row={"question": "q", "answer": ""})
     assert bob.client.get(reverse("playground_job", args=[job.pk])).status_code == 404
+
+
+def test_it_offers_only_checkpoints_still_on_disk(alice, checkpoint):
+    import shutil
+
+    shutil.rmtree(checkpoint.path)  # what checkpoint.keep does to older checkpoints
+    assert f'value="c:{checkpoint.pk}"' not in alice.client.get(reverse("playground")).content.decode()
+    html = alice.client.post(reverse("playground"), {"agents": f"c:{checkpoint.pk}", "task_question": "Compute 1 + 1.",
+                                                     "task_answer": "2", "temperature": "0"}).content.decode()
+    assert "no longer on disk" in html and not Job.objects.exists()

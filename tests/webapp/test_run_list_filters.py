@@ -92,3 +92,19 @@ def test_it_parses_filters_leniently():
     f = history.RunFilter.from_query({"sort": "metric:'; DROP TABLE", "archived": "maybe", "topology": "-1"})
     assert f.sort == "-created" and f.archived == "" and f.topology is None
     assert history.RunFilter.from_query({"sort": "-metric:reward/total"}).metric == "reward/total"
+
+
+def test_it_sorts_running_runs_by_their_latest_step(alice, alice_world):
+    """The sink keeps `final_metrics` at the latest step while a run trains, so sorting by a metric
+    places running runs too."""
+    import time as _time
+
+    from training.events import StepMetrics
+    from webapp.sink import DatabaseSink
+
+    running = make_run(alice.team, alice_world.run, name="still training", status=Run.Status.RUNNING)
+    make_run(alice.team, alice_world.run, name="done", final_metrics={"success": 0.5})
+    sink = DatabaseSink(running)
+    sink.metrics(StepMetrics(step=1, total_steps=9, values={"success": 0.25}, agents={}, time=_time.time()))
+    sink.metrics(StepMetrics(step=2, total_steps=9, values={"success": 0.75}, agents={}, time=_time.time()))
+    assert names(alice.client.get(reverse("run_list"), {"sort": "-metric:success"}))[:2] == ["still training", "done"]
