@@ -2,7 +2,9 @@
 
 `generate` takes B distinct prompts and returns n samples for each. The prompts are prefilled
 once (B rows, not B*n); the KV cache is then repeated n times and decoding runs over all B*n
-rows together, in inference mode. Temperature 0 is greedy. This is the HF backend; vLLM
+rows together, in inference mode. A row that ends (end-of-turn token or stop pattern) leaves
+the batch and the KV cache, so the rows still running do not pay for the finished ones.
+Temperature 0 is greedy. This is the HF backend; vLLM
 (GPU only) plugs in behind the same function in `training.vllm_backend`.
 """
 
@@ -74,7 +76,7 @@ def generate(
     was_training = model.training
     model.eval()
 
-    # -- prefill the B distinct prompts once (left padded) --------------------------------------
+    # -- prefill the B distinct prompts once (left padded); only the last position's logits --------
     width = max(len(p) for p in prompts)
     input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)  # (B, P)
     mask = torch.zeros((len(prompts), width), dtype=torch.long, device=device)  # (B, P)
@@ -82,7 +84,7 @@ def generate(
         input_ids[i, width - len(p):] = torch.tensor(p, device=device)
         mask[i, width - len(p):] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P)
-    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True)
+    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
     cache = out.past_key_values
     logits = out.logits[:, -1, :].float()  # (B, V)
 
@@ -96,27 +98,31 @@ def generate(
     tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long, device=device)  # (B*n, T)
     finished = torch.zeros(rows, dtype=torch.bool, device=device)  # (B*n,)
     lengths = torch.full((rows,), max_new_tokens, dtype=torch.long, device=device)  # (B*n,)
+    alive = torch.arange(rows, device=device)  # (A,) the rows still decoding; A shrinks as rows finish
 
+    # -- decode: finished rows leave the batch (and the KV cache), so the tail costs what is left --
     for t in range(max_new_tokens):
-        nxt = _sample(logits, temperature, top_p, generator)  # (B*n,)
-        nxt = torch.where(finished, torch.full_like(nxt, pad_id), nxt)
-        tokens[:, t] = nxt
-        hit_stop = torch.isin(nxt, stops) & ~finished  # (B*n,)
-        lengths = torch.where(hit_stop, torch.full_like(lengths, t + 1), lengths)
-        finished |= hit_stop
+        nxt = _sample(logits, temperature, top_p, generator)  # (A,)
+        tokens[alive, t] = nxt
+        done = torch.isin(nxt, stops)  # (A,)
         if stop is not None and (t + 1) % stop_check_every == 0:
-            for r in (~finished).nonzero().flatten().tolist():
-                if stop.search(str(tokenizer.decode(tokens[r, : t + 1].tolist(), skip_special_tokens=True))):
-                    finished[r] = True
-                    lengths[r] = t + 1
-        if bool(finished.all()) or t == max_new_tokens - 1:
+            for a, r in enumerate(alive.tolist()):
+                if not done[a] and stop.search(str(tokenizer.decode(tokens[r, : t + 1].tolist(), skip_special_tokens=True))):
+                    done[a] = True
+        lengths[alive[done]] = t + 1
+        finished[alive[done]] = True
+        if bool(done.all()) or t == max_new_tokens - 1:
             break
-        mask = torch.cat([mask, (~finished).long().unsqueeze(1)], dim=1)  # (B*n, P+t+1)
+        if bool(done.any()):
+            keep = (~done).nonzero().flatten()  # (A',)
+            alive, nxt, mask, next_pos = alive[keep], nxt[keep], mask[keep], next_pos[keep]
+            cache.batch_select_indices(keep)
+        mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)  # (A, P+t+1)
         out = model(
             input_ids=nxt.unsqueeze(1), attention_mask=mask, position_ids=next_pos, past_key_values=cache, use_cache=True
         )
         cache = out.past_key_values
-        logits = out.logits[:, -1, :].float()  # (B*n, V)
+        logits = out.logits[:, -1, :].float()  # (A, V)
         next_pos = next_pos + 1
 
     if was_training:
