@@ -173,6 +173,9 @@ class GenerationConfig:
     """Nucleus sampling."""
     eval_temperature: float = 0.0
     """Temperature for held-out evaluation; 0 is greedy."""
+    stop_patterns: bool = True
+    """End an action as soon as it matches the environment's `stop_patterns` (e.g. a closed code
+    fence); false generates until an end-of-turn token or `max_new_tokens`, as TRL does."""
     vllm_gpu_memory_utilization: float = 0.3
     """Share of GPU memory vLLM may take when colocated with training."""
 

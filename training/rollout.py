@@ -139,7 +139,10 @@ class Sampler:
         return text, tuple(ids)
 
     def stop_pattern(self, role: str) -> re.Pattern[str] | None:
-        """The environment's optional end-of-action pattern for a role (`stop_patterns`)."""
+        """The environment's optional end-of-action pattern for a role (`stop_patterns`); none when
+        `generation.stop_patterns` is off."""
+        if not self.config.generation.stop_patterns:
+            return None
         pattern = getattr(self.env, "stop_patterns", {}).get(role)
         return re.compile(pattern, re.DOTALL) if pattern else None
 
