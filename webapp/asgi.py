@@ -11,8 +11,14 @@ django_asgi_app = get_asgi_application()  # before importing anything that touch
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
 
 from webapp.routing import websocket_urlpatterns  # noqa: E402
+
+if not settings.TESTING:
+    from webapp.lifecycle import Sweeper  # noqa: E402
+
+    Sweeper().start()  # runs lost by a dead worker are failed even when no worker is left to sweep
 
 application = ProtocolTypeRouter(
     {

@@ -20,8 +20,8 @@ runs a `WorkerBeat` thread (started by `webapp.celery` when the worker is ready)
 Recovery. `run_sweep_lost` marks failed ("worker lost") every running run whose heartbeat is
 older than `TROUPE_WORKER_LOST_SECONDS`: its process was killed (SIGKILL, OOM killer, power) or
 frozen. Every worker sweeps, so in a team deployment any surviving worker recovers the runs of
-a dead one; `manage.py troupe` sweeps too, so one machine recovers even with its only worker
-dead. The sweep is one conditional UPDATE per run, safe to run from many places at once. A
+a dead one, and the web process sweeps too (`Sweeper`, started in webapp/asgi.py), so a run
+never stays `running` while the web is up, even when its only worker is gone for good. The sweep is one conditional UPDATE per run, safe to run from many places at once. A
 failed run resumes from its last checkpoint (`services.run_resume`).
 """
 
@@ -260,33 +260,44 @@ def process_memory() -> tuple[int, dict[str, Any]]:
     return rss, gpu
 
 
-class WorkerBeat(threading.Thread):
-    """The worker process's background thread: every TROUPE_HEARTBEAT_SECONDS it writes the
-    worker's row (memory) and sweeps for runs lost by any worker."""
+class Sweeper(threading.Thread):
+    """A background thread that sweeps for lost runs every TROUPE_HEARTBEAT_SECONDS. The web
+    process runs one (webapp/asgi.py), so a deployment whose only worker died still fails its run;
+    every worker runs a `WorkerBeat`, which sweeps too."""
 
-    def __init__(self, *, hostname: str):
-        super().__init__(name="troupe-worker-beat", daemon=True)
-        self.hostname = hostname
+    def __init__(self, *, name: str = "troupe-sweeper"):
+        super().__init__(name=name, daemon=True)
         self.halt = threading.Event()
 
     def run(self) -> None:
         try:
             while True:
-                self.tick()
+                try:
+                    self.tick()
+                except Exception as exc:  # noqa: BLE001 (database down: keep going, it may come back)
+                    log.warning("%s: %s", self.name, exc)
+                    connection.close()  # reconnect at the next tick
                 if self.halt.wait(settings.TROUPE_HEARTBEAT_SECONDS):
                     return
         finally:
             connection.close()
 
     def tick(self) -> None:
-        try:
-            rss, gpu = process_memory()
-            worker_beat(hostname=self.hostname, rss_bytes=rss, gpu=gpu)
-            run_sweep_lost()
-        except Exception as exc:  # noqa: BLE001 (database down: keep beating, it may come back)
-            log.warning("worker %s: heartbeat failed (%s)", self.hostname, exc)
-            connection.close()  # reconnect at the next beat
+        run_sweep_lost()
 
     def stop(self) -> None:
         self.halt.set()
         self.join(timeout=10)
+
+
+class WorkerBeat(Sweeper):
+    """The worker process's background thread: it writes the worker's row (memory) and sweeps."""
+
+    def __init__(self, *, hostname: str):
+        super().__init__(name="troupe-worker-beat")
+        self.hostname = hostname
+
+    def tick(self) -> None:
+        rss, gpu = process_memory()
+        worker_beat(hostname=self.hostname, rss_bytes=rss, gpu=gpu)
+        run_sweep_lost()

@@ -120,3 +120,27 @@ def test_the_heartbeat_thread_keeps_a_slow_run_alive(alice, settings):
     run = services.run_execute(run_id=world.run.pk, worker="w", train=slow_train)
     assert run.status == Run.Status.SUCCEEDED, run.error_message
     assert not any(swept)
+
+
+def test_the_sweeper_thread_sweeps(alice_world, settings):
+    settings.TROUPE_WORKER_LOST_SECONDS = 60
+    run = running(alice_world.run, heard_s_ago=90)
+    lifecycle.Sweeper().tick()
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED
+
+
+def test_the_web_process_starts_a_sweeper(tmp_path):
+    """So a deployment whose only worker is gone for good still fails its run."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(DEBUG="1", TROUPE_DATA_DIR=str(tmp_path))
+    code = "import threading, webapp.asgi; print(sorted(t.name for t in threading.enumerate()))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "troupe-sweeper" in proc.stdout

@@ -5,9 +5,9 @@ Migrates, seeds the demo team, then starts and supervises three processes: an em
 worker on the `gpu` queue, and Daphne. Ctrl-C stops them in order: web, worker (the running run
 stops at its next step and is recorded as cancelled), Redis.
 
-While it runs, it restarts the worker if it dies (its run is marked failed, "worker lost", and can
-be resumed from its last checkpoint), and sweeps for lost runs every few seconds
-(`webapp.lifecycle.run_sweep_lost`; in a team deployment the workers sweep for each other).
+While it runs, it restarts the worker if it dies (its run is marked failed at once, "worker lost",
+and can be resumed from its last checkpoint). Lost runs are also swept every few seconds by the
+web process and the worker (`webapp.lifecycle`), as in a team deployment.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from webapp import lifecycle, services
+from webapp import services
 
 WORKER_NAME = "troupe-local@" + socket.gethostname()
 """The local worker's Celery hostname; runs it left `running` when it died are marked failed."""
@@ -86,7 +86,6 @@ class Command(BaseCommand):
                     self.stdout.write(f"Re-sent {requeued} queued run(s) to the worker.")
             self.stdout.write(self.style.SUCCESS(f"\nTroupe is running at http://{options['host']}:{port}/  (Ctrl-C to stop)\n"))
             restarts: list[float] = []
-            next_sweep = 0.0
             while not stopping:
                 for i, (name, proc) in enumerate(procs):
                     if proc.poll() is None:
@@ -94,9 +93,6 @@ class Command(BaseCommand):
                     if name != "worker":
                         raise CommandError(f"{name} exited with code {proc.returncode}; stopping Troupe")
                     procs[i] = ("worker", self._restart_worker(proc, restarts, env))
-                if time.monotonic() >= next_sweep:  # runs of a killed worker fail even if no worker is left to sweep
-                    next_sweep = time.monotonic() + settings.TROUPE_HEARTBEAT_SECONDS
-                    lifecycle.run_sweep_lost()
                 time.sleep(0.5)
         finally:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not orphan children
