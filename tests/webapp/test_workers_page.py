@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -60,3 +61,14 @@ def test_it_never_initialises_cuda_to_measure_memory():
         assert bool(gpu) == torch.cuda.is_initialized()
     else:
         assert gpu == {}
+
+
+@pytest.mark.gpu
+def test_it_reports_gpu_memory_once_the_worker_uses_cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA here")
+    block = torch.empty(64 * 2**20, dtype=torch.uint8, device="cuda")  # 64 MiB
+    _, gpu = lifecycle.process_memory()
+    assert gpu["name"] and gpu["total"] > gpu["used"] > 0 and gpu["allocated"] >= 64 * 2**20
+    del block
