@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from webapp.history import csv_cell
 from webapp.models import Checkpoint, Job, MetricPoint, Rollout, Run
 
 CHUNK = 1 << 20
@@ -167,7 +168,7 @@ def metrics_csv(*, run: Run) -> Iterator[str]:
     def line(cells: list[Any]) -> str:
         buffer.seek(0)
         buffer.truncate()
-        writer.writerow(["" if c is None else c for c in cells])
+        writer.writerow([csv_cell(c) for c in cells])  # a metric or agent name starting with = is text, not a formula
         return buffer.getvalue()
 
     yield line(["step", "time", *keys, *(f"{a}:{k}" for a, k in agent_keys)])
