@@ -398,7 +398,9 @@ def run_config_build(
     advanced_yaml: str = "",
 ) -> RunConfig:
     """The RunConfig for a topology on a dataset, with dotted overrides (`{"optim.lr": 1e-4}`)
-    and then the advanced YAML merged on top. Raises ConfigError naming the field at fault."""
+    and then the advanced YAML merged on top. Raises ConfigError naming the field at fault,
+    also when the YAML reaches outside the team (another path, checkpoint, model or a plugin
+    that is not what it claims to be)."""
     tree: dict[str, Any] = {"name": name, **topology_config_tree(topology=topology)}
     if dataset.environment != topology.environment:
         raise ConfigError(
@@ -418,7 +420,12 @@ def run_config_build(
         if extra is not None and not isinstance(extra, dict):
             raise ConfigError("yaml", "the advanced YAML must be a mapping of sections, like `grpo: {alpha: 0.5}`")
         _merge(tree, extra or {})
-    return RunConfig.from_dict(tree)
+    config = RunConfig.from_dict(tree)
+    # the advanced YAML may name files, checkpoints, models and plugins: only the team's own
+    from webapp.history import run_config_check_team
+
+    run_config_check_team(team=topology.team, config=config)
+    return config
 
 
 def topology_config_tree(*, topology: Topology) -> dict[str, Any]:

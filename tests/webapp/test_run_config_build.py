@@ -33,6 +33,7 @@ def test_it_uses_the_generator_and_its_arguments(alice_world):
 def test_it_points_at_an_uploaded_file(alice_world, data_dir):
     d = alice_world.dataset
     d.kind, d.file, d.row_count, d.eval_fraction = Dataset.Kind.UPLOAD, "datasets/1/abc.jsonl", 50, 0.2
+    d.save()
     config = services.run_config_build(topology=alice_world.topology, dataset=d)
     assert config.data.path == str(data_dir / "datasets/1/abc.jsonl")
     assert config.data.eval_fraction == 0.2 and config.data.eval_size == 10
