@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     from training.trainer import train
 
     out = Path(args.out or f"runs/{config.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if (out / "metrics.jsonl").exists() and not config.checkpoint.resume_from:
+        print(f"error: {out} already holds a run's metrics; pick a new --out (or resume with --set checkpoint.resume_from=...)", file=sys.stderr)
+        return 2
     sink = MultiSink(JsonlSink(out), ProgressSink())
     t0 = time.perf_counter()
     try:

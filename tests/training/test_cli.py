@@ -49,3 +49,13 @@ def test_it_evaluates_a_checkpoint(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["step"] == 1 and result["n"] == 8 and set(result["agents"]) == {"tool", "reasoner"}
+
+
+def test_it_refuses_to_mix_two_runs_in_one_output_folder(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "training", "run", "configs/tiny-lora.yaml", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "already holds a run's metrics" in proc.stderr
