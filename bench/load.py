@@ -206,7 +206,15 @@ def stream(run_id: int, stop: threading.Event, counts: dict[int, int]) -> None:
 
 
 def ws_viewer(port: int, run_id: int, cookie: str, stop: threading.Event, received: list[int]) -> None:
-    """A minimal RFC 6455 client: reads every message of /ws/runs/<id>/ until stopped."""
+    """A minimal RFC 6455 client: reads every message of /ws/runs/<id>/ until stopped (or until
+    the server closes or resets the socket)."""
+    try:
+        _ws_read(port, run_id, cookie, stop, received)
+    except OSError:
+        pass
+
+
+def _ws_read(port: int, run_id: int, cookie: str, stop: threading.Event, received: list[int]) -> None:
     try:
         s = socket.create_connection(("127.0.0.1", port), timeout=10)
     except OSError:
@@ -332,11 +340,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / ".data" / "bench" / "load.json")
     args = parser.parse_args()
 
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
     tmp = Path(tempfile.mkdtemp(prefix="troupe-load-"))
     redis_proc, redis_sock = start_redis(tmp)
     daphne = None
     try:
         setup_django(tmp / "data", redis_sock)
+        from django.conf import settings
+
+        database = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
         t0 = time.perf_counter()
         data = make_data(users=args.users, runs=args.runs)
         print(f"data: {args.users} users, {len(data['finished'])} finished runs, {args.runs} running ({time.perf_counter() - t0:.1f} s)")
@@ -374,7 +386,7 @@ def main() -> None:
 
     errors = [(page, status) for page, status, _ in results if status == 0 or status >= 400]
     report = {
-        "machine": {"cpus": os.cpu_count(), "database": "sqlite"},
+        "machine": {"cpus": os.cpu_count(), "database": database, "load_average_at_start": load_at_start},
         "setup": {"users": args.users, "running_runs": args.runs, "websocket_viewers": len(received), "duration_s": args.duration},
         "requests": len(results),
         "requests_per_s": round(len(results) / wall, 1),
@@ -386,7 +398,8 @@ def main() -> None:
         "websocket_messages": [r[0] for r in received],
         "target": {"errors": 0, "p95_ms": 500},
     }
-    print(f"\n{report['requests']} requests in {wall:.0f} s ({report['requests_per_s']}/s), errors: {report['errors']}")
+    print(f"\n{database}; load average at start {load_at_start} on {os.cpu_count()} CPUs")
+    print(f"{report['requests']} requests in {wall:.0f} s ({report['requests_per_s']}/s), errors: {report['errors']}")
     o = report["overall"]
     print(f"page time: p50 {o['p50_ms']} ms, p95 {o['p95_ms']} ms, p99 {o['p99_ms']} ms, max {o['max_ms']} ms")
     for page, s in report["pages"].items():
