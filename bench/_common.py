@@ -1,0 +1,65 @@
+"""What the training benchmarks share: the repo on sys.path, machine facts, tables and JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+def machine() -> dict[str, Any]:
+    """The facts a reader needs to judge a timing: CPUs, memory, threads, load (others' work too)."""
+    import psutil
+    import torch
+
+    return {
+        "cpus": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values)) if values else float("nan")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table (prints well in a terminal and pastes into docs/benchmarks.md)."""
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_json(path: str | Path, payload: dict[str, Any]) -> Path:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
+    return out
+
+
+def command_line() -> str:
+    return " ".join([".venv/bin/python", *[a if " " not in a else repr(a) for a in sys.argv]])

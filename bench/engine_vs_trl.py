@@ -1,0 +1,271 @@
+"""Speed of Troupe's engine against TRL's GRPOTrainer, and of the multi-agent specializations.
+
+    .venv/bin/python bench/engine_vs_trl.py [--steps 6] [--warmup 1] [--level 1] [--threads N]
+                                           [--part single|multi|all] [--out bench/results/engine_vs_trl.json]
+
+Part `single` (Troupe against TRL). One task, one model, one process, steps interleaved:
+- math_tool, one `tool` agent (the `math-single` topology), bundled SmolLM2-135M-Instruct, fp32 on CPU.
+- The same prompts: Troupe's chat-templated prompt (its role instructions as the system message,
+  the observation as the user message); TRL gets the same messages as a conversational dataset,
+  in Troupe's batch order (`shuffle_dataset=False`), so step i of both trains on the same tasks.
+  The script checks that TRL's tokenization of each prompt equals Troupe's.
+- The same update: a LoRA adapter (peft LoraConfig, same r, alpha, dropout, target modules) on a
+  frozen base; Troupe's `lora` specialization with this one agent; group size k, tasks per step,
+  max completion length, temperature 1, lr, AdamW betas (0.9, 0.99), no weight decay, grad clip
+  1.0, constant lr, `dapo` loss, eps 0.2/0.28, beta 0 (no reference pass), one iteration,
+  micro-batches of 8 (TRL: per_device_train_batch_size 8 x gradient_accumulation_steps 2, so one
+  generation of tasks*k completions per optimizer step), no gradient checkpointing, fp32.
+- The same reward: TRL's reward function runs math_tool's `env.step` (the sandboxed program) for
+  each completion, in a 4-thread pool as Troupe's sampler does, and returns alpha*team + local.
+  The sandbox cache is cleared before every step of every arm.
+- Stopping: TRL has no regex stop; both stop at the end-of-turn token or `max_new_tokens`. Troupe
+  runs twice: with math_tool's stop patterns (ends the action at the closing code fence) and
+  without (`generation.stop_patterns=false`, the like-for-like arm).
+- Interleaving: TRL's trainer runs; after each of its optimizer steps a callback runs one step of
+  each Troupe arm. A TRL step's time is the wall time between its step ends minus the Troupe
+  time spent in between, so it counts everything TRL does per step. Medians over the steps after
+  `--warmup`. Generated tokens/s = completion tokens / generation seconds (TRL: time inside its
+  `_generate_single_turn`; Troupe: its own generation timer).
+
+Part `multi`: the two-agent math_tool topology (tool then reasoner, tree sampling) under `prompt`,
+`lora` and `full`, interleaved step by step: seconds per step, rollout/update split, tokens/s.
+
+The machine is shared: compare the ratios, and read `machine.loadavg` in the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch  # noqa: E402
+from _common import RESULTS, command_line, machine, median, table, write_json  # noqa: E402
+
+from agents.envs import load_environment  # noqa: E402
+from agents.envs._common import run_cached  # noqa: E402
+from training.config import RunConfig  # noqa: E402
+from training.data import load_tasks  # noqa: E402
+from training.events import NullSink  # noqa: E402
+from training.policies import build_policies  # noqa: E402
+from training.rollout import Sampler  # noqa: E402
+from training.trainer import seed_everything, train_step  # noqa: E402
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def troupe_config(name: str, args: argparse.Namespace, **overrides: Any) -> RunConfig:
+    base = {
+        "topology.env_args": {"level": args.level},
+        "generation.max_new_tokens": args.max_new_tokens,
+        "generation.temperature": 1.0,
+        "grpo.k": args.k,
+        "grpo.loss_type": "dapo",
+        "grpo.beta": 0.0,
+        "grpo.num_iterations": 1,
+        "optim.tasks_per_step": args.tasks,
+        "optim.steps": args.warmup + args.steps,
+        "optim.lr": args.lr,
+        "optim.micro_batch_size": 8,
+        "model.source": args.model,
+        "eval.every": 0,
+        "checkpoint.every": 0,
+    }
+    base.update(overrides)
+    return RunConfig.load(CONFIGS / f"math-{name}.yaml").replace(**base)
+
+
+def make_sampler(config: RunConfig) -> Sampler:
+    seed_everything(config.seed)
+    env = load_environment(config.topology.environment, **config.topology.env_args)
+    return Sampler(env, build_policies(config), config, torch.Generator().manual_seed(config.seed))
+
+
+class TroupeArm:
+    """One Troupe configuration stepped on demand; records wall time and generation stats per step."""
+
+    def __init__(self, name: str, config: RunConfig):
+        self.name, self.config = name, config
+        self.sampler = make_sampler(config)
+        self.tasks, _ = load_tasks(config, self.sampler.env)
+        self.steps: list[dict[str, float]] = []
+
+    def step(self) -> float:
+        run_cached.cache_clear()
+        t0 = time.perf_counter()
+        m = train_step(self.sampler, self.tasks, len(self.steps) + 1, NullSink()).values
+        wall = time.perf_counter() - t0
+        secs = m["generated_tokens"] / m["tokens_per_s"] if m["tokens_per_s"] else 0.0
+        self.steps.append(
+            {
+                "step_time": wall,
+                "rollout_time": m["rollout_time"],
+                "update_time": m["update_time"],
+                "generated_tokens": m["generated_tokens"],
+                "generation_time": secs,
+                "reward": m["reward/total"],
+                "completion_len": m["completion_len"],
+            }
+        )
+        return wall
+
+    def close(self) -> None:
+        self.sampler.pool.shutdown()
+
+
+def summarize(steps: list[dict[str, float]], warmup: int) -> dict[str, float]:
+    kept = steps[warmup:] or steps
+    gen_tokens = sum(s["generated_tokens"] for s in kept)
+    gen_secs = sum(s["generation_time"] for s in kept)
+    return {
+        "steps": len(kept),
+        "step_time_median": median([s["step_time"] for s in kept]),
+        "step_time_mean": statistics.fmean(s["step_time"] for s in kept),
+        "rollout_time_median": median([s["rollout_time"] for s in kept]),
+        "update_time_median": median([s["update_time"] for s in kept]),
+        "gen_tokens_per_s": gen_tokens / gen_secs if gen_secs else float("nan"),
+        "step_tokens_per_s": gen_tokens / sum(s["step_time"] for s in kept),
+        "completion_len_mean": statistics.fmean(s["completion_len"] for s in kept),
+        "reward_mean": statistics.fmean(s["reward"] for s in kept),
+    }
+
+
+# == part single: Troupe against TRL ==============================================================
+
+
+def run_single(args: argparse.Namespace) -> dict[str, Any]:
+    from _trl import build_trainer
+    from transformers import TrainerCallback
+
+    one_agent = {"specialization": "lora", "agents": [{"name": "tool", "role": "tool"}], "turn_order": ["tool"], "max_turns": 1}
+    topo = {f"topology.{k}": v for k, v in one_agent.items()}
+    arms = [
+        TroupeArm("troupe (stop patterns)", troupe_config("single", args, **topo)),
+        TroupeArm("troupe (no stop patterns)", troupe_config("single", args, **topo, **{"generation.stop_patterns": False})),
+    ]
+    cfg = arms[0].config
+    trl_steps: list[dict[str, float]] = []
+
+    class Interleave(TrainerCallback):
+        """After each TRL optimizer step, one step of each Troupe arm; TRL's own time excludes them."""
+
+        mark = 0.0
+
+        def on_train_begin(self, *a: Any, **k: Any) -> None:
+            run_cached.cache_clear()
+            self.mark = time.perf_counter()
+
+        def on_step_end(self, *a: Any, **k: Any) -> None:
+            wall = time.perf_counter() - self.mark
+            call = reward.calls[-1]
+            trl_steps.append(
+                {
+                    "step_time": wall,
+                    "rollout_time": float("nan"),
+                    "update_time": float("nan"),
+                    "generated_tokens": call["tokens"],
+                    "generation_time": take_gen_secs(),
+                    "reward": call["reward"],
+                    "completion_len": call["completion_len"],
+                }
+            )
+            times = [arm.step() for arm in arms]
+            print(f"step {len(trl_steps)}: trl {wall:.1f}s | " + " | ".join(f"{a.name} {t:.1f}s" for a, t in zip(arms, times)), flush=True)
+            run_cached.cache_clear()
+            self.mark = time.perf_counter()
+
+    trainer, reward, take_gen_secs = build_trainer(
+        cfg, arms[0].sampler, arms[0].tasks, out_dir=Path(args.work_dir) / "trl", lora=True, callbacks=[Interleave()]
+    )
+    trainer.train()
+    reward.pool.shutdown()
+    for arm in arms:
+        arm.close()
+
+    results = {"trl": summarize(trl_steps, args.warmup)}
+    results.update({arm.name: summarize(arm.steps, args.warmup) for arm in arms})
+    trl_time = results["trl"]["step_time_median"]
+    for name in results:
+        results[name]["ratio_to_trl"] = results[name]["step_time_median"] / trl_time
+    lc = cfg.lora
+    return {
+        "setup": {
+            "task": f"math_tool level {args.level}, tool agent only",
+            "model": args.model,
+            "tasks_per_step": cfg.optim.tasks_per_step,
+            "k": cfg.grpo.k,
+            "completions_per_step": cfg.optim.tasks_per_step * cfg.grpo.k,
+            "max_new_tokens": cfg.generation.max_new_tokens,
+            "lora": {"r": lc.r, "alpha": lc.alpha, "target_modules": list(lc.target_modules)},
+            "lr": cfg.optim.lr,
+            "prompt_tokens_match": True,
+        },
+        "arms": results,
+        "per_step": {"trl": trl_steps, **{arm.name: arm.steps for arm in arms}},
+    }
+
+
+# == part multi: the specializations ===============================================================
+
+
+def run_multi(args: argparse.Namespace) -> dict[str, Any]:
+    arms = [TroupeArm(spec, troupe_config(spec, args)) for spec in ("prompt", "lora", "full")]
+    for step in range(1, args.warmup + args.steps + 1):
+        times = [arm.step() for arm in arms]
+        print(f"step {step}: " + " | ".join(f"{a.name} {t:.1f}s" for a, t in zip(arms, times)), flush=True)
+    for arm in arms:
+        arm.close()
+    return {
+        "setup": {"task": f"math_tool level {args.level}, tool -> reasoner, tree sampling", "k": args.k, "tasks_per_step": args.tasks, "max_new_tokens": args.max_new_tokens},
+        "arms": {arm.name: summarize(arm.steps, args.warmup) for arm in arms},
+        "per_step": {arm.name: arm.steps for arm in arms},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=("single", "multi", "all"), default="all")
+    parser.add_argument("--model", default="bundled:smollm2-135m-instruct")
+    parser.add_argument("--level", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=6, help="measured steps per arm (after the warm-up)")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--tasks", type=int, default=4, help="tasks per step")
+    parser.add_argument("--k", type=int, default=4, help="group size")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--work-dir", default="/tmp/troupe-bench")
+    parser.add_argument("--out", default=str(RESULTS / "engine_vs_trl.json"))
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    payload: dict[str, Any] = {"command": command_line(), "machine_start": machine()}
+    t0 = time.perf_counter()
+    if args.part in ("single", "all"):
+        payload["single"] = run_single(args)
+        rows = [
+            [name, r["step_time_median"], r["ratio_to_trl"], r["gen_tokens_per_s"], r["step_tokens_per_s"], r["completion_len_mean"], r["reward_mean"]]
+            for name, r in payload["single"]["arms"].items()
+        ]
+        print(f"\nSingle agent, {payload['single']['setup']['task']}, {payload['single']['setup']['completions_per_step']} completions/step, medians of {args.steps} steps")
+        print(table(["arm", "s/step", "x TRL", "gen tok/s", "step tok/s", "mean len", "reward"], rows))
+    if args.part in ("multi", "all"):
+        payload["multi"] = run_multi(args)
+        rows = [
+            [name, r["step_time_median"], r["rollout_time_median"], r["update_time_median"], r["gen_tokens_per_s"], r["step_tokens_per_s"]]
+            for name, r in payload["multi"]["arms"].items()
+        ]
+        print(f"\nTwo agents, {payload['multi']['setup']['task']}, medians of {args.steps} steps")
+        print(table(["specialization", "s/step", "rollout s", "update s", "gen tok/s", "step tok/s"], rows))
+    payload["machine_end"] = machine()
+    payload["wall_s"] = time.perf_counter() - t0
+    print(f"\nwrote {write_json(args.out, payload)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""Each training benchmark runs end to end with tiny settings on the tiny-random model and writes its JSON.
+
+These check the scripts work, never how fast anything is (timings are never asserted)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = ["--model", "tiny-random:llama", "--threads", "1"]
+
+
+def run(script: str, *args: str) -> str:
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / script), *args], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return proc.stdout
+
+
+@pytest.mark.slow
+def test_it_compares_troupe_with_trl_and_the_specializations(tmp_path):
+    out = tmp_path / "speed.json"
+    run("engine_vs_trl.py", *TINY, "--steps", "1", "--warmup", "0", "--max-new-tokens", "6", "--work-dir", str(tmp_path), "--out", str(out))
+    data = json.loads(out.read_text())
+    assert set(data["single"]["arms"]) == {"trl", "troupe (stop patterns)", "troupe (no stop patterns)"}
+    assert data["single"]["arms"]["trl"]["ratio_to_trl"] == 1.0
+    assert set(data["multi"]["arms"]) == {"prompt", "lora", "full"}
+
+
+@pytest.mark.slow
+def test_it_measures_peak_memory_per_specialization(tmp_path):
+    out = tmp_path / "memory.json"
+    run("memory.py", *TINY, "--steps", "1", "--tasks", "2", "--max-new-tokens", "6", "--out", str(out))
+    runs = json.loads(out.read_text())["runs"]
+    assert set(runs) == {"prompt", "lora", "full"}
+    assert all(r["peak_rss_mib"] > 0 for r in runs.values())
+
+
+@pytest.mark.slow
+def test_it_writes_one_json_per_arm_and_a_report(tmp_path):
+    common = [*TINY, "--steps", "2", "--eval-every", "1", "--eval-size", "3", "--max-new-tokens", "6", "--work-dir", str(tmp_path), "--out-dir", str(tmp_path)]
+    for arm in ("untrained-single", "single", "trl"):
+        run("learning.py", "--arm", arm, *common)
+    trained = json.loads((tmp_path / "single.json").read_text())
+    assert trained["steps"] == 2 and [e["step"] for e in trained["evals"]] == [1, 2, 2]  # greedy each step, sampled at the end
+    assert "| trl |" in run("learning.py", "--report", "--out-dir", str(tmp_path))
+    assert (tmp_path / "learning.png").stat().st_size > 0
