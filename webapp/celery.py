@@ -7,6 +7,7 @@ process never imports torch before a task starts, so no CUDA context exists befo
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -44,7 +45,10 @@ def _start_worker_beat(sender: Any, **kwargs: Any) -> None:
 
     hostname = getattr(sender, "hostname", "") or ""
     queues = [q.name for q in getattr(getattr(sender, "task_consumer", None), "queues", [])]
-    lifecycle.worker_started(hostname=hostname, queues=queues, pid=os.getpid())
+    try:
+        lifecycle.worker_started(hostname=hostname, queues=queues, pid=os.getpid())
+    except Exception:  # the database is not up yet: the heartbeat thread writes the row when it is
+        logging.getLogger(__name__).exception("worker %s: could not register", hostname)
     _beat = lifecycle.WorkerBeat(hostname=hostname)
     _beat.start()
 
