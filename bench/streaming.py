@@ -358,11 +358,13 @@ def measure_heavy(stack: Any, browser: Any, team: Any, config_yaml: str, cookie:
         page.goto(url)
         page.wait_for_selector("#run-live[data-loaded='1']", state="attached", timeout=60_000)
         page.wait_for_function("() => document.querySelectorAll('#charts figure.chart canvas').length >= 12", timeout=60_000)
-        marks = page.evaluate("""() => ({first: window.runLive.state.firstChartAt,
-                                          now: performance.now()})""")
+        marks = page.evaluate("""() => Object.assign({first: window.runLive.state.firstChartAt, now: performance.now(),
+                                          dom: performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd},
+                                          window.runLive.state.marks)""")
         if i:  # the first load warms the browser's cache of the static files
             first_chart.append(marks["first"])
             all_charts.append(marks["now"])
+            log("browser marks " + ", ".join(f"{k} {v:.0f}" for k, v in marks.items() if v))
         if i == 3:
             page.screenshot(path=str(Path(tempfile.gettempdir()) / "troupe-bench-heavy.png"), full_page=False)
         context.close()

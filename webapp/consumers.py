@@ -41,10 +41,16 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json(out)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        """The page states its cursor in the URL when it connects; after that it only pings, to
-        find out whether a quiet connection is still alive."""
-        if isinstance(content, dict) and content.get("t") == "ping":
-            await self.send_json({"t": "pong"})
+        """The page states its cursor in the URL when it connects; after that it only pings (every
+        25 s), to find out whether a quiet connection is still alive."""
+        if not (isinstance(content, dict) and content.get("t") == "ping") or self.cursor is None:
+            return
+        # Join the group again (a Redis that restarted empty forgot it; group membership also
+        # expires after a day) and catch up from the database, so a quiet socket cannot go stale.
+        await self.channel_layer.group_add(streaming.run_group(self.cursor.run_id), self.channel_name)
+        for out in await streaming.stream_event(cursor=self.cursor, event="heartbeat", payload={}):
+            await self.send_json(out)
+        await self.send_json({"t": "pong"})
 
     async def disconnect(self, code: int) -> None:
         if self.cursor is not None:

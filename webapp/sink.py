@@ -56,7 +56,14 @@ class DatabaseSink:
             for i, ep in enumerate(episodes)
         ]
         summary = {"step": step, "episodes": len(rows), "success": sum(r.success for r in rows)}
-        self._write("rollouts", summary, lambda: Rollout.objects.bulk_create(rows))
+
+        def write() -> None:
+            created = Rollout.objects.bulk_create(rows)
+            ids = [r.pk for r in created if r.pk is not None]
+            if ids:
+                summary["last_id"] = max(ids)  # the live page fetches the episodes it lacks by id
+
+        self._write("rollouts", summary, write)
 
     def log(self, message: str, *, level: str = "info") -> None:
         line = LogLine(run_id=self.run_id, level=level[:10], message=storable(message))

@@ -4,12 +4,13 @@ The database is the source of truth; the channel layer only carries small notifi
 
 Worker side. `DatabaseSink` calls `publish()` after each write commits. The group message is
 `{"type": "run.event", "event": <sink event>, "payload": <small dict>}` on group `run-<id>`:
-`metrics` carries the step's numbers (a few KB), `rollouts` only `{step, episodes, success}`,
-`log` only the level, `evaluation` the result without its examples. A payload over
+`metrics` carries the step's numbers (a few KB), `rollouts` only `{step, episodes, success,
+last_id}`, `log` only the level, `evaluation` the result without its examples. A payload over
 `MAX_PAYLOAD_BYTES` is replaced by a stub, and the consumer reads the rows instead. A dropped
-message (Redis down, channel over capacity, expiry) costs nothing permanent: each viewer keeps a
-`StreamCursor` (last step, rollout id, log id it has sent) and reads anything after it from the
-database at the next notification, or when the browser reconnects with the same cursor.
+message (Redis down, channel over capacity, expiry) costs nothing permanent: each socket keeps a
+`StreamCursor` (last step, log line and episode it has sent) and reads anything after it from the
+database at the next notification, at the page's next ping (every 25 s), or when the page
+reconnects stating what it has (`?step=&log=`).
 
 Viewer side. `stream_open()` builds the backlog for a new socket and `stream_event()` turns one
 group message into messages for one socket. Messages to the browser are JSON with a `t` key:
@@ -17,15 +18,18 @@ group message into messages for one socket. Messages to the browser are JSON wit
 - `status`:  `{status, label, step, total, started, finished, error, cancel_requested}` (epoch seconds)
 - `metrics`: `{last, total, downsampled, run: {key: [[steps], [values]]},
               agents: {agent: {key: [[steps], [values]]}}, times: [[steps], [epoch]]}`
-             (a live step is the same shape with one point per series; values are null when not finite)
+             A backlog comes as several such messages (`split_metrics`, none near Daphne's 1 MiB
+             frame limit); a live step is the same shape with one point per series. Only the
+             charted series (`RUN_SERIES`, `AGENT_SERIES`) travel; values are null when not finite.
 - `evals`:   `{rows: [{step, temperature, n, team, agents: {name: {success, reward}}}]}`
-- `rollouts`: `{html, last_id, reset, more}`; html is `runs/_episodes.html`, newest first;
-              `reset` means replace the list (first load, or a gap larger than one page)
-- `log`:     `{lines: [{id, time, level, message}], reset}`
+- `rollouts`: `{last_id}`: the newest episode's id. The page fetches the episodes it lacks over
+              HTTP (`runs/<id>/rollouts/?after=<id>` + its filter, rendered `runs/_episodes.html`),
+              so episodes of any size never go through the websocket.
+- `log`:     `{lines: [{id, time, level, message}], reset}` (the backlog's log is its last message)
 - `checkpoint`: `{step, path}`
 
 Long series are downsampled on the server (min-max per bucket, first and last point kept) to at
-most `MAX_POINTS` points each, so a 10,000-step run loads as fast as a 100-step one.
+most `MAX_POINTS` points each, so a 10,000-step run loads about as fast as a 2,000-step one.
 """
 
 from __future__ import annotations
@@ -36,7 +40,6 @@ import math
 import re
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -48,10 +51,9 @@ from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.db import connections
-from django.db.models import F, FloatField, Func, Q, TextField, Value
-from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models import F, Func, Q, TextField, Value
+from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast
-from django.template.loader import render_to_string
 from django.utils import timezone
 
 from webapp.models import Evaluation, LogLine, MetricPoint, Rollout, Run
@@ -128,7 +130,7 @@ class StreamCursor:
     step: int | None = None
     """Last metrics step; None: the page has no metrics yet."""
     rollout: int | None = None
-    """Highest Rollout id sent."""
+    """Newest Rollout id announced."""
     log: int | None = None
     """Highest LogLine id sent."""
     status: str | None = None
@@ -136,7 +138,7 @@ class StreamCursor:
 
     @classmethod
     def from_query_string(cls, run_id: int, query_string: bytes | str) -> StreamCursor:
-        """`?step=12&rollout=340&log=77` from a reconnecting page; anything else is ignored."""
+        """`?step=12&log=77` from a reconnecting page; anything else is ignored."""
         raw = query_string.decode("latin-1") if isinstance(query_string, bytes) else query_string
         params = parse_qs(raw)
 
@@ -159,8 +161,9 @@ async def stream_open(*, cursor: StreamCursor) -> list[dict[str, Any]]:
 
 async def stream_event(*, cursor: StreamCursor, event: str, payload: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One group message -> the messages this socket should send. Metrics that follow the
-    cursor's step are forwarded as they are; anything else (a gap, rollouts, log lines, status)
-    is read from the database after the cursor."""
+    cursor's step are forwarded as they are; anything else (a gap, log lines, status) is read
+    from the database after the cursor. `heartbeat` (the page's ping) checks everything, so even
+    a socket whose group membership was lost (Redis restarted) keeps up."""
     if event == "metrics" and "values" in payload and cursor.status == Run.Status.RUNNING:
         step = int(payload["step"])
         if cursor.step is not None and step <= cursor.step:
@@ -168,6 +171,9 @@ async def stream_event(*, cursor: StreamCursor, event: str, payload: Mapping[str
         if cursor.step is None or step == cursor.step + 1:
             cursor.step = step
             return [_metrics_delta(payload)]
+    if event == "rollouts" and payload.get("last_id"):
+        cursor.rollout = max(cursor.rollout or 0, int(payload["last_id"]))
+        return [{"t": "rollouts", "last_id": cursor.rollout}]
     if event == "evaluation" and "team" in payload:
         return [{"t": "evals", "rows": [_eval_row(payload)]}]
     if event == "checkpoint":
@@ -190,10 +196,10 @@ def _backlog(cursor: StreamCursor) -> list[dict[str, Any]]:
     eval_rows = [_eval_row(e.data or _eval_data(e)) for e in evals.order_by("-step", "-temperature")[:EVALS_MAX]][::-1]
     return [
         status_message(run),
-        metrics,
+        *split_metrics(metrics),
         {"t": "evals", "rows": eval_rows},
-        _rollouts_after(run, cursor, first=True),
-        _log_after(cursor, first=True),
+        _rollouts_note(cursor),
+        _log_after(cursor, first=True),  # last: the page knows the backlog is complete
     ]
 
 
@@ -201,20 +207,22 @@ def _catch_up(cursor: StreamCursor, event: str) -> list[dict[str, Any]]:
     run = Run.objects.filter(pk=cursor.run_id).first()
     if run is None:
         return []
+    everything = event in ("heartbeat", "finished")
     messages: list[dict[str, Any]] = []
     if run.status != cursor.status or event in ("run_started", "finished"):
         cursor.status = run.status
         messages.append(status_message(run))
-    if event in ("metrics", "run_started", "finished"):
+    if everything or event in ("metrics", "run_started"):
         metrics = metrics_message(run_id=run.pk, since=cursor.step, total=run.total_steps)
         if metrics["last"] is not None:
             cursor.step = metrics["last"]
-            messages.append(metrics)
-    if event in ("rollouts", "finished"):
-        rollouts = _rollouts_after(run, cursor, first=False)
-        if rollouts["html"] or rollouts["reset"]:
-            messages.append(rollouts)
-    if event in ("log", "finished", "run_started"):
+            messages += split_metrics(metrics)
+    if everything or event == "rollouts":
+        seen = cursor.rollout
+        note = _rollouts_note(cursor)
+        if note["last_id"] is not None and note["last_id"] != seen:
+            messages.append(note)
+    if everything or event in ("log", "run_started"):
         lines = _log_after(cursor, first=False)
         if lines["lines"]:
             messages.append(lines)
@@ -251,8 +259,8 @@ def metrics_message(*, run_id: int, since: int | None = None, total: int = 0, ma
     resumed run's series start with its ancestors' points up to the resumed step
     (`Run.metric_lineage`); the ETA's times are the run's own.
 
-    The database pulls the numbers out of the JSON columns (one float column per series), so a
-    10,000-step run costs one query and no JSON decoding in Python."""
+    The database pulls the charted numbers out of the JSON columns (`_series_table`), so a
+    10,000-step run costs one query and one numpy parse, not 20,000 json.loads."""
     run = Run.objects.filter(pk=run_id).only("pk", "resumed_from_id", "resumed_at_step", "config_yaml").first()
     rows = MetricPoint.objects.filter(run.metric_lineage() if run is not None else Q(run_id=run_id))
     if since is not None:
@@ -275,7 +283,7 @@ def metrics_message(*, run_id: int, since: int | None = None, total: int = 0, ma
             downsampled = True
             keep = downsample_minmax(ys, max_points)
             xs, ys = xs[keep], ys[keep]
-        (run_series if agent is None else agent_series.setdefault(agent, {}))[key] = [xs.tolist(), ys.tolist()]
+        (run_series if agent is None else agent_series.setdefault(agent, {}))[key] = [xs.tolist(), _round(ys)]
     own = MetricPoint.objects.filter(run_id=run_id)
     if since is not None:
         own = own.filter(step__gt=since)
@@ -293,37 +301,85 @@ def metrics_message(*, run_id: int, since: int | None = None, total: int = 0, ma
 
 def _series_table(rows: Any, columns: list[tuple[str | None, str]]) -> np.ndarray:
     """Step and one float column per (agent or None for run-wide, key), in step order; NaN where
-    a point lacks the key. PostgreSQL reads jsonb keys cheaply one by one; SQLite stores JSON as
-    text and would parse a row's text once per key, so there one JSON_EXTRACT with every path
-    returns the row's numbers as one small JSON array."""
-    if connections[rows.db].vendor != "sqlite":
-        exprs = {
-            f"c{i}": Cast(KeyTextTransform(key, "values" if agent is None else KeyTransform(agent, "agents")), FloatField())
-            for i, (agent, key) in enumerate(columns)
-        }
-        table = list(rows.annotate(**exprs).order_by("step").values_list("step", *exprs))
-        return np.array(table, dtype=np.float64).reshape(len(table), 1 + len(columns))  # None -> NaN
-    run_paths = [_json_path(key) for agent, key in columns if agent is None]
-    agent_paths = [_json_path(agent, key) for agent, key in columns if agent is not None]
+    a point lacks the key or holds something else than a number.
 
-    def extract(field: str, paths: list[str]) -> Func:
-        # Two paths at least, so SQLite answers with a JSON array (one path gives the bare value).
-        return Func(F(field), *[Value(p) for p in [*paths, "$.__pad__"]], function="JSON_EXTRACT", output_field=TextField())
+    The database pulls each group's numbers (run-wide; each agent's) out of the JSON column as one
+    small JSON array per row (SQLite: one JSON_EXTRACT with every path, so the row's text is
+    parsed once, not once per key; PostgreSQL: jsonb_build_array of the keys), and numpy parses
+    all those arrays at once."""
+    sqlite = connections[rows.db].vendor == "sqlite"
+    groups: dict[str | None, list[str]] = {}
+    for agent, key in columns:
+        groups.setdefault(agent, []).append(key)
+    exprs: dict[str, Any] = {}
+    widths: list[int] = []
+    for i, (agent, keys) in enumerate(groups.items()):
+        field = "values" if agent is None else "agents"
+        if sqlite:
+            # Two paths at least, so SQLite answers with a JSON array (one path gives the bare value).
+            paths = [_json_path(*([agent] if agent else []), key) for key in keys] + ["$.__pad__"]
+            exprs[f"g{i}"] = Func(F(field), *[Value(p) for p in paths], function="JSON_EXTRACT", output_field=TextField())
+        else:
+            source: Any = field if agent is None else KeyTransform(agent, field)
+            exprs[f"g{i}"] = Cast(Func(*[KeyTransform(key, source) for key in keys], function="JSONB_BUILD_ARRAY"), TextField())
+        widths.append(len(keys) + (1 if sqlite else 0))
+    data = list(rows.annotate(**exprs).order_by("step").values_list("step", *exprs))
+    blocks = [np.array([row[0] for row in data], dtype=np.float64).reshape(-1, 1)]  # (N, 1)
+    for j, (keys, width) in enumerate(zip(groups.values(), widths), start=1):
+        blocks.append(_json_arrays([row[j] for row in data], width)[:, : len(keys)])  # (N, keys)
+    return np.hstack(blocks)
 
-    exprs = {"v": extract("values", run_paths)}
-    if agent_paths:
-        exprs["a"] = extract("agents", agent_paths)
-    table = []
-    for step, *arrays in rows.annotate(**exprs).order_by("step").values_list("step", *exprs):
-        row: list[Any] = [step]
-        for text, paths in zip(arrays, (run_paths, agent_paths)):
-            row += json.loads(text)[: len(paths)] if text else [None] * len(paths)
-        table.append(row)
-    return np.array(table, dtype=np.float64).reshape(len(table), 1 + len(columns))  # None -> NaN
+
+def _json_arrays(texts: list[str | None], width: int) -> np.ndarray:
+    """Rows of JSON number arrays (`[1.5,null,2]`, each `width` long) as an (N, width) float
+    matrix, null -> NaN. One C-level parse of all of them; a row holding anything but numbers
+    and nulls (a string or a boolean someone logged) sends the lot through json.loads instead."""
+    if texts and all(texts):
+        try:
+            flat = np.fromstring(",".join(t[1:-1] for t in texts if t).replace("null", "nan"), sep=",")  # (N*width,)
+            if flat.size == len(texts) * width:
+                return flat.reshape(len(texts), width)
+        except ValueError:
+            pass
+    rows = [json.loads(t) if t else [None] * width for t in texts]
+    return np.array([[v if isinstance(v, (int, float)) and not isinstance(v, bool) else None for v in row[:width]]
+                     + [None] * (width - len(row)) for row in rows], dtype=np.float64).reshape(len(texts), width)
 
 
 def _json_path(*keys: str) -> str:
     return "$" + "".join("." + json.dumps(key) for key in keys)
+
+
+CHUNK_POINTS = 20_000
+"""Most points in one websocket message (~0.4 MB of JSON; Daphne refuses messages over 1 MiB)."""
+
+
+def split_metrics(message: dict[str, Any], chunk_points: int = CHUNK_POINTS) -> list[dict[str, Any]]:
+    """A metrics message as several, none above `chunk_points` points: whole series per message,
+    the run-wide ones first; the times ride with the first. Each merges on its own on the page."""
+    parts: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    size = 0
+
+    def new() -> dict[str, Any]:
+        part = {k: v for k, v in message.items() if k not in ("run", "agents", "times")}
+        part.update(run={}, agents={}, times=[[], []] if parts else message["times"])
+        parts.append(part)
+        return part
+
+    for agent, key, series in [(None, k, v) for k, v in message["run"].items()] + [
+        (a, k, v) for a, cols in message["agents"].items() for k, v in cols.items()
+    ]:
+        if current is None or (size and size + len(series[0]) > chunk_points):
+            current, size = new(), 0
+        size += len(series[0])
+        (current["run"] if agent is None else current["agents"].setdefault(agent, {}))[key] = series
+    return parts or [message]
+
+
+def _round(values: np.ndarray) -> list[float]:
+    """Six significant digits: plenty for a chart, and half the JSON of full float reprs."""
+    return [float(f"{v:.6g}") for v in values.tolist()]
 
 
 def _agent_names(run: Run | None, rows: Any) -> list[str]:
@@ -446,17 +502,20 @@ class RolloutFilter:
 
 
 def rollouts_page(*, run: Run, filters: RolloutFilter | None = None, before: int | None = None,
-                  limit: int = EPISODES_PAGE) -> dict[str, Any]:
-    """Newest episodes first (by id), `limit` of them, older than id `before`: the rollout
-    viewer's filter and "load older" requests, and the first page a socket sends. The context
-    of `runs/_episodes.html`."""
+                  after: int | None = None, limit: int = EPISODES_PAGE) -> dict[str, Any]:
+    """Newest episodes first (by id), `limit` of them: older than id `before` ("load older"), or
+    newer than id `after` (the live page catching up; `more` then means a gap it cannot fill by
+    prepending, and the page starts its list over with this answer). The context of
+    `runs/_episodes.html`."""
     filters = filters or RolloutFilter()
     rows = filters.apply(Rollout.objects.filter(run_id=run.pk))
     if before is not None:
         rows = rows.filter(id__lt=before)
+    if after is not None:
+        rows = rows.filter(id__gt=after)
     page = list(rows.order_by("-id")[: limit + 1])
     return {"run": run, "episodes": [episode_view(r) for r in page[:limit]], "more": len(page) > limit,
-            "filtered": filters != RolloutFilter()}
+            "filtered": filters != RolloutFilter(), "newest": page[0].pk if page else None}
 
 
 @dataclass
@@ -481,38 +540,13 @@ def episode_view(r: Rollout) -> EpisodeView:
                        turns=turns, agents=" ".join(r.agent_names or []))
 
 
-_rendered: OrderedDict[tuple[Any, ...], str] = OrderedDict()
-_rendered_lock = threading.Lock()
-
-
-def _render_episodes(*, run: Run, rows: list[Rollout], more: bool) -> str:
-    """Every viewer of a live run gets the same new episodes at each step: render them once per
-    process. Rollout rows never change once written, so (ids, more) is a safe key."""
-    key = (run.pk, tuple(r.pk for r in rows), more)
-    with _rendered_lock:
-        if key in _rendered:
-            _rendered.move_to_end(key)
-            return _rendered[key]
-    html = render_to_string("runs/_episodes.html", {"run": run, "episodes": [episode_view(r) for r in rows], "more": more})
-    with _rendered_lock:
-        _rendered[key] = html
-        while len(_rendered) > 64:
-            _rendered.popitem(last=False)
-    return html
-
-
-def _rollouts_after(run: Run, cursor: StreamCursor, *, first: bool) -> dict[str, Any]:
-    after = cursor.rollout or 0
-    rows = list(Rollout.objects.filter(run_id=run.pk, id__gt=after).order_by("-id")[: EPISODES_PAGE + 1])
-    more = len(rows) > EPISODES_PAGE  # the episodes left out are older than the last one sent
-    rows = rows[:EPISODES_PAGE]
-    # A first connect replaces the page's list; so does a gap of more than one page (the list
-    # starts over from the newest episodes, older ones stay a "load older" away).
-    reset = (first and cursor.rollout is None) or more
-    if rows:
-        cursor.rollout = rows[0].pk
-    html = _render_episodes(run=run, rows=rows, more=more) if rows or reset else ""
-    return {"t": "rollouts", "html": html, "last_id": cursor.rollout, "reset": reset, "more": more}
+def _rollouts_note(cursor: StreamCursor) -> dict[str, Any]:
+    """The newest episode's id: the page fetches what it lacks over HTTP (runs/_episodes.html,
+    filtered on the server), so episodes of any size never go through the websocket."""
+    newest = Rollout.objects.filter(run_id=cursor.run_id).order_by("-id").values_list("id", flat=True).first()
+    if newest is not None:
+        cursor.rollout = max(cursor.rollout or 0, newest)
+    return {"t": "rollouts", "last_id": cursor.rollout}
 
 
 # -- log ------------------------------------------------------------------------------------------------
@@ -530,9 +564,16 @@ def _log_after(cursor: StreamCursor, *, first: bool) -> dict[str, Any]:
     return {"t": "log", "reset": reset, "lines": [_log_line(line) for line in lines]}
 
 
+LOG_LINE_CHARS = 2000
+"""Longer log lines are cut in the live tail (the database keeps them whole)."""
+
+
 def _log_line(line: Mapping[str, Any]) -> dict[str, Any]:
     when: datetime = line["time"]
-    return {"id": line["id"], "time": when.timestamp(), "level": line["level"], "message": line["message"]}
+    message = line["message"]
+    if len(message) > LOG_LINE_CHARS:
+        message = message[:LOG_LINE_CHARS] + f" … ({len(message) - LOG_LINE_CHARS} more characters)"
+    return {"id": line["id"], "time": when.timestamp(), "level": line["level"], "message": message}
 
 
 # == the dashboard =================================================================================

@@ -327,11 +327,13 @@ def run_detail(request: TeamRequest, pk: int) -> HttpResponse:
 
 @require_GET
 def run_rollouts(request: TeamRequest, pk: int) -> HttpResponse:
-    """The rollout viewer's episodes (htmx): a filter change, or "load older" (`before`=id)."""
+    """The rollout viewer's episodes: a filter change, "load older" (`before`=id), or the live
+    page fetching what a websocket notification announced (`after`=id)."""
     run = team_object_or_404(request, Run, pk)
-    before = request.GET.get("before", "")
+    before, after = request.GET.get("before", ""), request.GET.get("after", "")
     page = streaming.rollouts_page(run=run, filters=streaming.RolloutFilter.from_query(request.GET),
-                                   before=int(before) if before.isdigit() else None)
+                                   before=int(before) if before.isdigit() else None,
+                                   after=int(after) if after.isdigit() else None)
     return render(request, "runs/_episodes.html", page)
 
 

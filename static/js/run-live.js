@@ -7,13 +7,15 @@
  *
  * Reconnect and gap fill: on any close the page reconnects by itself (0.5 s doubling to 15 s,
  * jittered; at once when the browser comes back online or the tab becomes visible) and states what
- * it already has: ?step=<last metrics step>&rollout=<newest episode id>&log=<last log line id>.
- * The server answers with the database rows after those, then live deltas. Series are merged by
- * step (a duplicate step replaces, never doubles), so no step goes missing across a drop.
- * A half-open connection is caught by an application ping every 25 s (no answer in 10 s: reconnect).
+ * it already has: ?step=<last metrics step>&log=<last log line id>. The server answers with the
+ * database rows after those, then live deltas. Series are merged by step (a duplicate step
+ * replaces, never doubles), so no step goes missing across a drop. Every 25 s the page pings; the
+ * server re-joins the run's group and sends anything the database has that the page lacks, and
+ * no answer within 10 s means a half-open connection: reconnect.
  *
- * htmx still does the HTML parts that come from plain requests: the summary card (refreshed on
- * status changes, evaluations and checkpoints), the rollout filter and "load older".
+ * Episodes never travel over the socket: it announces the newest episode's id, and the page
+ * fetches what it lacks (after=<id>, with the viewer's filter) as rendered HTML over HTTP, the
+ * same fragment the filter and "load older" use (htmx).
  */
 (function () {
   "use strict";
@@ -51,7 +53,7 @@
     total: +root.dataset.total || 0,
     step: +root.dataset.step || 0,
     started: root.dataset.started ? +root.dataset.started : null,
-    lastStep: null, lastRollout: null, lastLog: null,
+    lastStep: null, lastLog: null,
     run: {}, agents: {}, agentOrder: [],
     hidden: {},              // agent -> true when toggled off
     evals: {},               // "step|temperature" -> row
@@ -63,6 +65,7 @@
     episodeCap: MAX_EPISODES,
     timings: [],             // [step, Date.now()] when a live step reached the DOM (bench/streaming.py)
     firstChartAt: null,
+    marks: {},               // performance.now() of this page's milestones (bench/streaming.py reads them)
   };
   var charts = {};           // chart id -> {u, sig, spec, el}
   var summaryTimer = null, summaryAt = 0;
@@ -383,7 +386,14 @@
     state.step = Math.max(state.step, m.last);
     if (m.total) state.total = m.total;
     root.dataset.lastStep = String(state.lastStep);
-    renderCharts(live ? m.last : null);
+    // A backlog comes in several messages: draw the first one at once (the first charts appear
+    // early), then only once more when the backlog is complete, not once per message.
+    if (state.loaded || !state.drawnOnce) {
+      renderCharts(live ? m.last : null);
+      state.drawnOnce = true;
+    } else {
+      state.redraw = true;
+    }
     renderProgress();
     var note = document.getElementById("charts-note");
     if (note) note.textContent = m.downsampled ? "long series downsampled to ≤2,000 points each (min/max per bucket)" : "";
@@ -405,22 +415,15 @@
     if (state.loaded && m.rows.length) refreshSummary(false);
   }
 
-  function currentFilter() {
+  function filterQuery() {
     var f = document.getElementById("rollout-filter");
-    if (!f) return {};
-    return { agent: f.elements.agent.value, success: f.elements.success.value, step: f.elements.step.value.trim() };
-  }
-
-  function filterActive() {
-    var f = currentFilter();
-    return !!(f.agent || f.success || f.step);
-  }
-
-  function matches(article, f) {
-    if (f.agent && article.dataset.agents.indexOf(" " + f.agent + " ") < 0) return false;
-    if (f.success && article.dataset.success !== f.success) return false;
-    if (f.step && article.dataset.step !== f.step) return false;
-    return true;
+    if (!f) return "";
+    var q = [];
+    ["agent", "success", "step"].forEach(function (name) {
+      var v = f.elements[name] && f.elements[name].value.trim();
+      if (v) q.push(name + "=" + encodeURIComponent(v));
+    });
+    return q.join("&");
   }
 
   function reloadEpisodes() {
@@ -445,25 +448,58 @@
     if (window.htmx) htmx.process(b);
   }
 
+  // Episodes: the socket only announces the newest episode's id; the page fetches what it lacks
+  // (newer than what it asked for last time, with its filter) as rendered HTML over plain HTTP.
+  var episodes = { asked: null, wanted: null, busy: false };
+
   function onRollouts(m) {
-    if (m.last_id != null) state.lastRollout = Math.max(state.lastRollout || 0, m.last_id);
+    if (m.last_id != null) episodes.wanted = Math.max(episodes.wanted || 0, m.last_id);
+    if (episodes.asked === null || (episodes.wanted !== null && episodes.wanted > episodes.asked)) fetchEpisodes();
+  }
+
+  function fetchEpisodes() {
+    if (episodes.busy) return;
+    var first = episodes.asked === null;
+    var target = episodes.wanted;
+    var filter = filterQuery(), q = filter;
+    if (!first) q = "after=" + episodes.asked + (q ? "&" + q : "");
+    episodes.busy = true;
+    fetch(root.dataset.rolloutsUrl + (q ? "?" + q : ""), { credentials: "same-origin", headers: { "HX-Request": "true" } })
+      .then(function (r) { if (!r.ok) throw new Error("HTTP " + r.status); return r.text(); })
+      .then(function (html) {
+        if (filter !== filterQuery()) return;  // the viewer changed the filter meanwhile: htmx reloads the list
+        showEpisodes(html, first);
+        episodes.asked = Math.max(episodes.asked || 0, target || 0, newestIn(html));
+      })
+      .catch(function () { /* the next announcement (or reconnect) asks again */ })
+      .then(function () {
+        episodes.busy = false;
+        if (episodes.wanted !== null && (episodes.asked === null || episodes.wanted > episodes.asked)) setTimeout(fetchEpisodes, 200);
+      });
+  }
+
+  function newestIn(html) {
+    var m = /id="ep-(\d+)"/.exec(html);
+    return m ? +m[1] : 0;
+  }
+
+  function showEpisodes(html, replace) {
     var box = episodesBox();
     if (!box) return;
-    if (m.reset) {
+    var tpl = document.createElement("template");
+    tpl.innerHTML = html;
+    // A first load, or more new episodes than one page (a gap): the list starts over.
+    if (replace || tpl.content.querySelector(".load-more")) {
       state.episodeCap = MAX_EPISODES;
-      if (filterActive()) { reloadEpisodes(); return; }
-      box.innerHTML = m.html;
+      box.innerHTML = html;
       if (window.htmx) htmx.process(box);
       return;
     }
-    if (!m.html) return;
-    var tpl = document.createElement("template");
-    tpl.innerHTML = m.html;
     var arts = tpl.content.querySelectorAll("article.episode");   // newest first
-    var f = currentFilter(), added = 0;
+    var added = 0;
     for (var i = arts.length - 1; i >= 0; i--) {
       var a = arts[i];
-      if (document.getElementById(a.id) || !matches(a, f)) continue;
+      if (document.getElementById(a.id)) continue;
       a.classList.add("fresh");
       box.insertBefore(a, box.firstChild);
       added++;
@@ -476,7 +512,6 @@
       for (var j = state.episodeCap; j < all.length; j++) all[j].remove();
       ensureLoadMore(box);
     }
-    if (window.htmx) htmx.process(box);
   }
 
   function fmtTime(epoch) {
@@ -519,6 +554,8 @@
   function markLoaded() {
     // The backlog ends with the log message; from here on a message is a live delta.
     state.loaded = true;
+    if (state.redraw) { state.redraw = false; renderCharts(null); }
+    if (!state.marks.loaded) state.marks.loaded = performance.now();
     root.dataset.loaded = "1";
   }
 
@@ -607,7 +644,6 @@
   function socketUrl() {
     var q = [];
     if (state.lastStep !== null) q.push("step=" + state.lastStep);
-    if (state.lastRollout !== null) q.push("rollout=" + state.lastRollout);
     if (state.lastLog !== null) q.push("log=" + state.lastLog);
     var scheme = location.protocol === "https:" ? "wss://" : "ws://";
     return scheme + location.host + root.dataset.ws + (q.length ? "?" + q.join("&") : "");
@@ -617,16 +653,19 @@
     clearTimeout(state.timer);
     state.timer = null;
     if (state.ws) return;
+    if (!state.marks.connect) state.marks.connect = performance.now();
     var ws = new WebSocket(socketUrl());
     state.ws = ws;
     setConn("connecting");
     ws.onopen = function () {
+      if (!state.marks.open) state.marks.open = performance.now();
       state.lastMessageAt = Date.now();
       setConn("live");
       clearInterval(state.pingTimer);
       state.pingTimer = setInterval(ping, PING_MS);
     };
     ws.onmessage = function (e) {
+      if (!state.marks.firstMessage) state.marks.firstMessage = performance.now();
       state.lastMessageAt = Date.now();
       clearTimeout(state.pongTimer);
       state.backoff = BACKOFF_MIN;

@@ -3,7 +3,11 @@ log), then the worker's live deltas, each step exactly once."""
 
 from __future__ import annotations
 
-from tests.webapp.streams import TRANSACTIONAL, Worker, by_type, metric_steps, receive_all, run, socket
+from channels.layers import get_channel_layer
+from django.urls import reverse
+
+from tests.webapp.streams import TRANSACTIONAL, Worker, by_type, metric_steps, orm, receive_all, run, socket
+from webapp.models import Rollout
 
 pytestmark = TRANSACTIONAL
 
@@ -26,7 +30,7 @@ def test_it_sends_the_backlog_then_live_deltas(alice, alice_world):
         assert backlog[0]["status"] == "running" and backlog[0]["total"] == 5
         assert metric_steps(backlog) == [1, 2] and backlog[1]["agents"]["tool"]["loss"][0] == [1, 2]
         assert backlog[2]["rows"][0]["team"] == 0.25 and backlog[2]["rows"][0]["agents"]["tool"]["success"] == 0.5
-        assert backlog[3]["reset"] and backlog[3]["html"].count('<article class="episode') == 4
+        assert backlog[3] == {"t": "rollouts", "last_id": await orm(lambda: Rollout.objects.latest("id").pk)}
         assert [line["message"] for line in backlog[4]["lines"]] == ["loaded policies"]
 
         await worker.metrics(3, total=5)
@@ -36,11 +40,11 @@ def test_it_sends_the_backlog_then_live_deltas(alice, alice_world):
         assert delta[0]["agents"]["reasoner"]["loss"] == [[3], [0.4]]
 
         await worker.rollouts(3, n=3, success=True)
-        episodes = by_type(await receive_all(ws), "rollouts")
-        assert len(episodes) == 1 and not episodes[0]["reset"]
-        html = episodes[0]["html"]
+        announced = await receive_all(ws)
+        newest = await orm(lambda: Rollout.objects.latest("id").pk)
+        assert announced == [{"t": "rollouts", "last_id": newest}]  # an id; the page fetches the episodes
+        html = (await orm(alice.client.get, reverse("run_rollouts", args=[alice_world.run.pk]), {"after": backlog[3]["last_id"]})).content.decode()
         assert html.count('<article class="episode ok"') == 3 and 'data-step="3"' in html and 'data-step="2"' not in html
-        assert "tool candidate 1" in html and 'class="candidate chosen"' in html and "stdout: 42" in html
 
         await worker.log("checkpoint saved")
         await worker.evaluation(3)
@@ -79,6 +83,37 @@ def test_it_answers_a_ping(alice, alice_world):
         await receive_all(ws, timeout=0.2)
         await ws.send_json_to({"t": "ping"})
         assert await ws.receive_json_from() == {"t": "pong"}
+        await ws.disconnect()
+
+    run(scenario)
+
+
+def test_it_catches_up_at_a_ping_after_losing_its_group(alice, alice_world):
+    """Redis restarted empty (or the day-long group expiry passed): the socket is open but no
+    longer in the run's group. The page's next ping re-joins and sends what the database has."""
+    worker = Worker(alice_world.run)
+
+    async def scenario():
+        await worker.started(total=5)
+        ws = socket(alice_world.run.pk, alice.client)
+        assert (await ws.connect())[0]
+        await receive_all(ws)
+        layer = get_channel_layer()
+        layer.groups.clear()  # every membership gone
+        await worker.metrics(1, total=5)
+        await worker.rollouts(1)
+        await worker.log("after the restart")
+        assert await receive_all(ws, timeout=0.2) == []
+
+        await ws.send_json_to({"t": "ping"})
+        caught_up = await receive_all(ws)
+        assert metric_steps(caught_up) == [1]
+        assert by_type(caught_up, "rollouts")[0]["last_id"] is not None
+        assert [line["message"] for line in by_type(caught_up, "log")[0]["lines"]] == ["after the restart"]
+        assert caught_up[-1] == {"t": "pong"}
+
+        await worker.metrics(2, total=5)  # and it is back in the group
+        assert metric_steps(await receive_all(ws)) == [2]
         await ws.disconnect()
 
     run(scenario)

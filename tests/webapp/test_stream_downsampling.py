@@ -3,6 +3,7 @@ points, keeping the first and last point and every bucket's extremes."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import numpy as np
@@ -66,3 +67,29 @@ def test_it_sends_nan_as_null_and_only_the_charted_series():
                                         "agents": {"tool": {"kl": float("inf"), "grad_norm": 1.0}}})
     assert message["run"] == {"success": [[3], [None]], "reward/total": [[3], [1.0]]}
     assert message["agents"]["tool"] == {"kl": [[3], [None]]}
+
+
+def test_it_splits_a_long_backlog_into_messages_under_the_frame_limit():
+    series = {f"k{i}": [list(range(2000)), [0.5] * 2000] for i in range(9)}
+    message = {"t": "metrics", "last": 1999, "total": 2000, "downsampled": True, "run": series,
+               "agents": {"tool": dict(series), "reasoner": dict(series)}, "times": [[1999], [1.0]]}
+    parts = streaming.split_metrics(message)
+    assert len(parts) > 1 and all(m["last"] == 1999 and m["downsampled"] for m in parts)
+    assert all(sum(len(s[0]) for s in [*m["run"].values(), *(v for a in m["agents"].values() for v in a.values())])
+               <= streaming.CHUNK_POINTS for m in parts)
+    assert parts[0]["times"] == [[1999], [1.0]] and all(m["times"] == [[], []] for m in parts[1:])
+    merged_run = {k: v for m in parts for k, v in m["run"].items()}
+    merged_tool = {k: v for m in parts for k, v in m["agents"].get("tool", {}).items()}
+    assert merged_run == series and merged_tool == series
+    assert all(len(json.dumps(m)) < 1_000_000 for m in parts)
+
+
+def test_it_skips_values_that_are_not_numbers(alice, alice_world):
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    MetricPoint.objects.bulk_create([
+        MetricPoint(run=alice_world.run, step=1, time=when, values={"reward/total": 0.5, "success": "n/a"}, agents={"tool": {"loss": True}}),
+        MetricPoint(run=alice_world.run, step=2, time=when, values={"reward/total": 0.25, "success": 1}, agents={"tool": {"loss": 0.125}}),
+    ])
+    message = streaming.metrics_message(run_id=alice_world.run.pk)
+    assert message["run"]["reward/total"] == [[1, 2], [0.5, 0.25]]
+    assert message["run"]["success"] == [[2], [1.0]] and message["agents"]["tool"]["loss"] == [[2], [0.125]]

@@ -44,7 +44,8 @@ def test_it_sends_rollout_summaries_not_episodes(alice_world, sent):
     from tests.webapp.streams import episode
 
     DatabaseSink(alice_world.run).rollouts(3, [episode(3, i) for i in range(4)])
-    assert sent[0][1]["payload"] == {"step": 3, "episodes": 4, "success": 0}
+    newest = alice_world.run.rollouts.latest("id").pk
+    assert sent[0][1]["payload"] == {"step": 3, "episodes": 4, "success": 0, "last_id": newest}
 
 
 def test_it_replaces_an_oversized_payload_with_a_stub(alice_world, sent):

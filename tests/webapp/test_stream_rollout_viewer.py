@@ -1,5 +1,5 @@
-"""The rollout viewer's htmx endpoint: newest episodes first, filtered by agent, success and step,
-"load older" by id, only within the team."""
+"""The rollout viewer's endpoint: newest episodes first, filtered by agent, success and step,
+"load older" by id, the live page's "newer than" by id, only within the team."""
 
 from __future__ import annotations
 
@@ -54,6 +54,22 @@ def test_it_loads_older_episodes_a_page_at_a_time(alice, alice_world):
     assert _ids(second) == [r.pk for r in rows[::-1][20:40]]
     third = alice.client.get(url, {"before": _ids(second)[-1]}).content.decode()
     assert _ids(third) == [r.pk for r in rows[::-1][40:]] and "load-more" not in third
+
+
+def test_it_serves_the_live_page_what_is_newer_than_it_has(alice, alice_world):
+    rows = _episodes(alice_world.run, [(s, s % 2 == 0, ("tool", "reasoner")) for s in range(1, 6)])
+    url = reverse("run_rollouts", args=[alice_world.run.pk])
+    assert _ids(alice.client.get(url, {"after": rows[2].pk}).content.decode()) == [rows[4].pk, rows[3].pk]
+    assert _ids(alice.client.get(url, {"after": rows[2].pk, "success": "yes"}).content.decode()) == [rows[3].pk]
+    assert _ids(alice.client.get(url, {"after": rows[4].pk}).content.decode()) == []
+
+
+def test_it_marks_a_gap_larger_than_a_page(alice, alice_world):
+    """More new episodes than one page: the newest page and a "load older" button, and the page
+    starts its list over with them."""
+    rows = _episodes(alice_world.run, [(s, False, ("tool",)) for s in range(1, 31)])
+    html = alice.client.get(reverse("run_rollouts", args=[alice_world.run.pk]), {"after": rows[2].pk}).content.decode()
+    assert _ids(html) == [r.pk for r in rows[::-1][:20]] and 'class="load-more"' in html
 
 
 def test_it_is_a_404_for_another_team(alice_world, bob):
