@@ -33,7 +33,8 @@ from webapp.models import Agent, Dataset, ModelSource, Run, Topology
 @require_GET
 def dashboard(request: TeamRequest) -> HttpResponse:
     runs = Run.objects.filter(team=request.team).select_related("owner", "topology")
-    return render(request, "dashboard.html", {
+    template = "dashboard.html#runs" if request.htmx else "dashboard.html"  # the runs part polls itself
+    return render(request, template, {
         "active": runs.filter(status__in=Run.ACTIVE).order_by("-status", *Run.QUEUE_ORDER),  # running, then queued in order
         "queue": lifecycle.run_queue_positions(),
         "can_reorder": request.user.is_staff or request.membership.role == "admin",

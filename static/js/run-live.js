@@ -205,7 +205,10 @@
         x: { time: false, range: padRange(0) },
         y: spec.range ? { range: [spec.range[0] - 0.03, spec.range[1] + 0.03] } : { range: padRange(0.1) },
       },
-      axes: [{ size: 32, space: 50 }, { size: 52, values: function (u, vals) { return vals.map(fmtAxis); } }],
+      axes: [
+        { size: 30, space: 60, incrs: STEP_INCRS, values: function (u, vals) { return vals.map(function (v) { return String(Math.round(v)); }); } },
+        { space: 28, values: function (u, vals) { return fmtTicks(vals); }, size: axisSize },
+      ],
       legend: { live: true },
       series: [{ label: "step", value: function (u, v) { return v == null ? "–" : "step " + v; } }].concat(series.map(function (s) {
         return {
@@ -730,11 +733,29 @@
     return +v.toPrecision(4) + "";
   }
 
-  function fmtAxis(v) {
-    if (v == null) return "";
-    var a = Math.abs(v);
-    if (a !== 0 && (a >= 1e5 || a < 1e-3)) return v.toExponential(1);
-    return +v.toPrecision(3) + "";
+  var STEP_INCRS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000, 10000, 20000, 25000, 50000, 100000,
+    200000, 250000, 500000, 1000000];  // steps are whole numbers: no "1.5" ticks
+
+  function fmtTicks(vals) {
+    // Enough decimals to tell neighbouring ticks apart (an entropy of 5.538..5.544 must not read
+    // "5.54, 5.54, 5.54"); exponents for very small or large numbers.
+    var nums = vals.filter(function (v) { return v != null; });
+    if (!nums.length) return vals.map(function () { return ""; });
+    var incr = nums.length > 1 ? Math.abs(nums[1] - nums[0]) : Math.abs(nums[0]) || 1;
+    var big = Math.max.apply(null, nums.map(Math.abs));
+    if (big >= 1e6 || (big > 0 && big < 1e-3)) {
+      var digits = Math.max(1, Math.min(6, Math.ceil(Math.log10(big / incr)) + 1));
+      return vals.map(function (v) { return v == null ? "" : v === 0 ? "0" : v.toExponential(digits - 1); });
+    }
+    var decimals = Math.max(0, Math.min(8, -Math.floor(Math.log10(incr) + 1e-9)));
+    return vals.map(function (v) { return v == null ? "" : v.toFixed(decimals); });
+  }
+
+  function axisSize(u, values, axisIdx, cycleNum) {
+    // Wide enough for the longest tick label (uPlot calls this again once the labels are known).
+    if (cycleNum > 1 || !values) return u.axes[axisIdx]._size || 40;
+    var longest = values.reduce(function (n, v) { return Math.max(n, v ? String(v).length : 0); }, 0);
+    return Math.max(36, longest * 7 + 16);
   }
 
   window.runLive = {

@@ -88,6 +88,9 @@ def test_it_streams_a_real_run_into_the_page(stack: Stack, alice: Member, tiny_w
         raise
     page.wait_for_timeout(2500)  # let the summary card refresh and the charts settle for the screenshot
     page.screenshot(path=str(shots / "run-live-end.png"), full_page=True)
+    page.locator("#run-summary").screenshot(path=str(shots / "run-live-end-summary.png"))
+    page.locator("#charts-card").screenshot(path=str(shots / "run-live-end-charts.png"))
+    page.locator("#episodes article.episode").first.screenshot(path=str(shots / "run-live-end-episode.png"))
 
     end = live_state(page)
     run = Run.objects.get(pk=run_id)
@@ -101,6 +104,13 @@ def test_it_streams_a_real_run_into_the_page(stack: Stack, alice: Member, tiny_w
     first = page.locator("#episodes article.episode").first
     assert first.locator("tr.candidate").count() >= 4 and first.locator("tr.candidate.chosen").count() >= 1
     assert first.locator(".tool-output").count() >= 1
+    # The filter asks the server: solved episodes only.
+    solved = Rollout.objects.filter(run=run, success=True).count()
+    page.select_option("#rollout-filter select[name=success]", "yes")
+    page.wait_for_function(f"() => document.querySelectorAll('#episodes article.episode').length === {solved}"
+                           " && (document.querySelector('#episodes .episodes-empty') !== null) === " + ("true" if not solved else "false"))
+    page.click("#filter-clear")
+    page.wait_for_function(f"() => document.querySelectorAll('#episodes article.episode').length === {steps * TASKS_PER_STEP}")
     # Per-agent toggle: hiding "tool" hides its series in every chart.
     page.click("#agent-toggles button[data-agent=tool]")
     hidden = page.evaluate("""() => Object.values(window.runLive.charts)
