@@ -125,7 +125,7 @@ def bravo_objects(team, user, data_dir) -> None:
         from webapp.models import Job
     except ImportError:
         return
-    Job.objects.create(pk=PK, team=team, owner=user, kind="playground", status="succeeded", params={"row": {"question": "1+1?", "prompt": "1+1?"}})
+    Job.objects.create(pk=PK, team=team, owner=user, kind="playground", status="succeeded", params={"row": {"question": "1+1?"}})
     Job.objects.create(pk=PK + 1, team=team, owner=user, kind="merge", status="succeeded", run=run)
     try:
         from webapp.tokens import api_token_create
