@@ -89,8 +89,9 @@ async def ws_viewer(port: int, path: str, cookie: str, stop: Any, out: list[tupl
         if not b0 & 0x80:
             continue
         message, buf = json.loads(buf), b""
-        if message.get("t") == "metrics" and loaded and len(message["times"][0]) == 1:
-            out.append((message["last"], time.time()))
+        if message.get("t") == "metrics" and loaded:
+            now = time.time()  # a live delta covers one step; a catch-up from the database several
+            out += [(step, now) for step in message["run"].get("reward/total", [[], []])[0]]
         if message.get("t") == "log" and not loaded:
             loaded = True
             ready()
@@ -287,10 +288,12 @@ def measure_latency(stack: Any, page: Any, team: Any, config_yaml: str, viewers:
         child.join(10)
     dom_ms = [(t / 1000 - emitted[s]) * 1000 for s, t in dom if s in emitted]
     raw_ms = [(t - emitted[s]) * 1000 for viewer in raw for s, t in viewer if s in emitted]
+    raw_complete = sum(1 for viewer in raw if {s for s, _ in viewer} >= set(emitted))
     return {
         "viewers": viewers, "steps": steps, "interval_s": interval,
         "browser_dom": summary(dom_ms), "browser_steps_seen": len(dom_ms),
-        "raw_clients": summary(raw_ms) if raw else None, "raw_messages_seen": len(raw_ms), "raw_messages_expected": (viewers - 1) * steps,
+        "raw_clients": summary(raw_ms) if raw else None, "raw_steps_seen": len(raw_ms), "raw_steps_expected": (viewers - 1) * steps,
+        "raw_viewers_with_every_step": raw_complete,
     }
 
 
@@ -315,6 +318,9 @@ def measure_heavy(stack: Any, browser: Any, team: Any, config_yaml: str, cookie:
     html_ms = html_ms[1:]  # the first request warms Daphne's imports
     log(f"HTML {html_ms}")
 
+    async def collect(cursor: Any) -> list[dict[str, Any]]:
+        return [m async for m in streaming.stream_open(cursor=cursor)]
+
     def server_side() -> tuple[list[float], int, int, list[float]]:
         # Its own thread, away from Playwright's event loop (async_to_sync and asyncio.run need that).
         from django.db import connection
@@ -323,10 +329,10 @@ def measure_heavy(stack: Any, browser: Any, team: Any, config_yaml: str, cookie:
         for _ in range(5):
             cursor = streaming.StreamCursor(run_id=run.pk)
             t = time.perf_counter()
-            messages = async_to_sync(streaming.stream_open)(cursor=cursor)
+            messages = async_to_sync(collect)(cursor)
             backlog_ms.append((time.perf_counter() - t) * 1000)
             size = sum(len(json.dumps(m)) for m in messages)
-            points = max(len(xs) for xs, _ in messages[1]["run"].values())
+            points = max(len(xs) for m in messages if m["t"] == "metrics" for xs, _ in m["run"].values())
 
         async def connect_to_backlog() -> float:
             """A raw socket: connect, read until the backlog's last message (the log tail)."""
@@ -359,12 +365,15 @@ def measure_heavy(stack: Any, browser: Any, team: Any, config_yaml: str, cookie:
         page.wait_for_selector("#run-live[data-loaded='1']", state="attached", timeout=60_000)
         page.wait_for_function("() => document.querySelectorAll('#charts figure.chart canvas').length >= 12", timeout=60_000)
         marks = page.evaluate("""() => Object.assign({first: window.runLive.state.firstChartAt, now: performance.now(),
+                                          html: performance.getEntriesByType('navigation')[0].responseEnd,
                                           dom: performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd},
                                           window.runLive.state.marks)""")
+        slow = page.evaluate("""() => performance.getEntriesByType('resource').sort((a, b) => b.responseEnd - a.responseEnd)
+                                .slice(0, 3).map(r => r.name.split('/').pop() + ' ' + Math.round(r.startTime) + '-' + Math.round(r.responseEnd))""")
         if i:  # the first load warms the browser's cache of the static files
             first_chart.append(marks["first"])
             all_charts.append(marks["now"])
-            log("browser marks " + ", ".join(f"{k} {v:.0f}" for k, v in marks.items() if v))
+            log("browser marks " + ", ".join(f"{k} {v:.0f}" for k, v in marks.items() if v) + "; last resources: " + "; ".join(slow))
         if i == 3:
             page.screenshot(path=str(Path(tempfile.gettempdir()) / "troupe-bench-heavy.png"), full_page=False)
         context.close()
@@ -418,7 +427,7 @@ def main() -> None:
                 raw = r["raw_clients"]
                 print(f"latency, {n:>2} viewer(s): browser DOM p50 {r['browser_dom']['p50_ms']} ms, p95 {r['browser_dom']['p95_ms']} ms "
                       f"(max {r['browser_dom']['max_ms']}, {r['browser_steps_seen']}/{args.steps} steps)"
-                      + (f"; raw clients p50 {raw['p50_ms']} ms, p95 {raw['p95_ms']} ms ({r['raw_messages_seen']}/{r['raw_messages_expected']} messages)"
+                      + (f"; raw clients p50 {raw['p50_ms']} ms, p95 {raw['p95_ms']} ms ({r['raw_steps_seen']}/{r['raw_steps_expected']} steps, {r['raw_viewers_with_every_step']}/{n - 1} viewers complete)"
                          if raw else ""), flush=True)
             if not args.no_heavy:
                 h = measure_heavy(stack, browser, team, config_yaml, cookie)

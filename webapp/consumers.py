@@ -30,7 +30,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         self.cursor = streaming.StreamCursor.from_query_string(run_id, self.scope.get("query_string", b""))
         await self.channel_layer.group_add(streaming.run_group(run_id), self.channel_name)
         await self.accept()
-        for message in await streaming.stream_open(cursor=self.cursor):
+        async for message in streaming.stream_open(cursor=self.cursor):
             await self.send_json(message)
 
     async def run_event(self, message: dict[str, Any]) -> None:

@@ -40,7 +40,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -116,10 +116,17 @@ def run_viewable(*, user: Any, run_id: int) -> bool:
     return Run.objects.filter(pk=run_id, team__memberships__user=user).exists()
 
 
+def _read(fn: Any) -> Any:
+    """Run read-only ORM work off the event loop in a thread pool, not in the single thread that
+    Django's ASGI handler shares among all sync views and middleware: a 10,000-step backlog must
+    not hold up every page and static file this Daphne serves meanwhile."""
+    return database_sync_to_async(fn, thread_sensitive=False)
+
+
 async def run_viewable_async(*, user: Any, run_id: int) -> bool:
     if user is None or not getattr(user, "is_authenticated", False):
         return False
-    return await database_sync_to_async(run_viewable)(user=user, run_id=run_id)
+    return await _read(run_viewable)(user=user, run_id=run_id)
 
 
 @dataclass
@@ -152,11 +159,27 @@ class StreamCursor:
 # == viewer side: messages ========================================================================
 
 
-async def stream_open(*, cursor: StreamCursor) -> list[dict[str, Any]]:
-    """Everything a socket needs first: status, metrics after `cursor.step` (all of them on a
-    first connect, downsampled), evaluations, the newest episodes after `cursor.rollout`, the log
-    tail after `cursor.log`. Advances the cursor to what the database holds now."""
-    return await database_sync_to_async(_backlog)(cursor)
+async def stream_open(*, cursor: StreamCursor) -> AsyncIterator[dict[str, Any]]:
+    """Everything a socket needs first, as soon as each part is read: status; metrics after
+    `cursor.step` (all of them on a first connect, downsampled), run-wide series first so the
+    first charts draw while the per-agent ones are read; evaluations; the newest episode's id;
+    the log tail after `cursor.log` (last: the page then knows the backlog is complete). Advances
+    the cursor to what the database holds now."""
+    since = cursor.step
+    status = await _read(_open_status)(cursor)
+    yield status
+    run_wide = await _read(metrics_message)(run_id=cursor.run_id, since=since, total=status["total"], per_agent=False)
+    for part in split_metrics(run_wide):
+        yield part
+    if run_wide["last"] is not None:
+        # The same steps as the run-wide part: a step committed meanwhile comes as a live delta.
+        per_agent = await _read(metrics_message)(run_id=cursor.run_id, since=since, until=run_wide["last"],
+                                                 total=status["total"], run_wide=False)
+        for part in split_metrics(per_agent):
+            yield part
+        cursor.step = run_wide["last"]
+    for message in await _read(_backlog_rest)(cursor, since):
+        yield message
 
 
 async def stream_event(*, cursor: StreamCursor, event: str, payload: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -178,25 +201,23 @@ async def stream_event(*, cursor: StreamCursor, event: str, payload: Mapping[str
         return [{"t": "evals", "rows": [_eval_row(payload)]}]
     if event == "checkpoint":
         return [{"t": "checkpoint", "step": payload.get("step"), "path": payload.get("path")}]
-    return await database_sync_to_async(_catch_up)(cursor, event)
+    return await _read(_catch_up)(cursor, event)
 
 
-def _backlog(cursor: StreamCursor) -> list[dict[str, Any]]:
+def _open_status(cursor: StreamCursor) -> dict[str, Any]:
     run = Run.objects.get(pk=cursor.run_id)
-    since = cursor.step
     cursor.status = run.status
-    metrics = metrics_message(run_id=run.pk, since=since, total=run.total_steps)
-    if metrics["last"] is not None:
-        cursor.step = metrics["last"]
+    return status_message(run)
+
+
+def _backlog_rest(cursor: StreamCursor, since: int | None) -> list[dict[str, Any]]:
     # Evaluations are few: all of them on a first connect; from the page's last step on (the
     # evaluation of that step may have been missed) on a reconnect. The page dedupes them.
-    evals = Evaluation.objects.filter(run_id=run.pk)
+    evals = Evaluation.objects.filter(run_id=cursor.run_id)
     if since is not None:
         evals = evals.filter(step__gte=since)
     eval_rows = [_eval_row(e.data or _eval_data(e)) for e in evals.order_by("-step", "-temperature")[:EVALS_MAX]][::-1]
     return [
-        status_message(run),
-        *split_metrics(metrics),
         {"t": "evals", "rows": eval_rows},
         _rollouts_note(cursor),
         _log_after(cursor, first=True),  # last: the page knows the backlog is complete
@@ -254,10 +275,12 @@ AGENT_SERIES = ("reward/total", "reward/team", "reward/local", "success", "loss"
 """Per-agent metrics the page charts."""
 
 
-def metrics_message(*, run_id: int, since: int | None = None, total: int = 0, max_points: int = MAX_POINTS) -> dict[str, Any]:
-    """The charted series of a run after step `since`, each downsampled to `max_points`. A
-    resumed run's series start with its ancestors' points up to the resumed step
-    (`Run.metric_lineage`); the ETA's times are the run's own.
+def metrics_message(*, run_id: int, since: int | None = None, until: int | None = None, total: int = 0,
+                    max_points: int = MAX_POINTS, run_wide: bool = True, per_agent: bool = True) -> dict[str, Any]:
+    """The charted series of a run for steps in (`since`, `until`], each downsampled to
+    `max_points`; the run-wide ones, the per-agent ones, or both. A resumed run's series start
+    with its ancestors' points up to the resumed step (`Run.metric_lineage`); the ETA's times
+    are the run's own.
 
     The database pulls the charted numbers out of the JSON columns (`_series_table`), so a
     10,000-step run costs one query and one numpy parse, not 20,000 json.loads."""
@@ -265,9 +288,11 @@ def metrics_message(*, run_id: int, since: int | None = None, total: int = 0, ma
     rows = MetricPoint.objects.filter(run.metric_lineage() if run is not None else Q(run_id=run_id))
     if since is not None:
         rows = rows.filter(step__gt=since)
-    agents = _agent_names(run, rows)
-    columns: list[tuple[str | None, str]] = [(None, key) for key in RUN_SERIES]
-    columns += [(agent, key) for agent in agents for key in AGENT_SERIES]
+    if until is not None:
+        rows = rows.filter(step__lte=until)
+    columns: list[tuple[str | None, str]] = [(None, key) for key in RUN_SERIES] if run_wide else []
+    if per_agent:
+        columns += [(agent, key) for agent in _agent_names(run, rows) for key in AGENT_SERIES]
     table = _series_table(rows, columns)  # (N, 1 + C)
     steps = table[:, 0].astype(np.int64) if len(table) else np.zeros(0, dtype=np.int64)  # (N,)
     downsampled = False
@@ -287,6 +312,8 @@ def metrics_message(*, run_id: int, since: int | None = None, total: int = 0, ma
     own = MetricPoint.objects.filter(run_id=run_id)
     if since is not None:
         own = own.filter(step__gt=since)
+    if until is not None:
+        own = own.filter(step__lte=until)
     recent = list(own.order_by("-step").values_list("step", "time")[:TIMES_TAIL])[::-1]
     return {
         "t": "metrics",
@@ -307,6 +334,9 @@ def _series_table(rows: Any, columns: list[tuple[str | None, str]]) -> np.ndarra
     small JSON array per row (SQLite: one JSON_EXTRACT with every path, so the row's text is
     parsed once, not once per key; PostgreSQL: jsonb_build_array of the keys), and numpy parses
     all those arrays at once."""
+    if not columns:
+        steps = list(rows.order_by("step").values_list("step", flat=True))
+        return np.array(steps, dtype=np.float64).reshape(-1, 1)
     sqlite = connections[rows.db].vendor == "sqlite"
     groups: dict[str | None, list[str]] = {}
     for agent, key in columns:

@@ -373,6 +373,7 @@
 
   function onMetrics(m) {
     if (m.last == null) return;
+    var before = state.lastStep;
     var live = state.loaded && !m.downsampled && m.times && m.times[0].length === 1 && (state.lastStep === null || m.last > state.lastStep);
     Object.keys(m.run).forEach(function (k) { merge(state.run, k, m.run[k][0], m.run[k][1]); });
     Object.keys(m.agents).forEach(function (a) {
@@ -400,9 +401,13 @@
     renderProgress();
     var note = document.getElementById("charts-note");
     if (note) note.textContent = m.downsampled ? "long series downsampled to ≤2,000 points each (min/max per bucket)" : "";
-    if (live) {
-      state.timings.push([m.last, Date.now()]);
+    if (state.loaded) {
+      // When each new step reached the page (a live delta, or a catch-up from the database).
+      var now = Date.now(), xs = (m.run["reward/total"] || [[]])[0];
+      xs.forEach(function (x) { if (before === null || x > before) state.timings.push([x, now]); });
       if (state.timings.length > 5000) state.timings.splice(0, 1000);
+    }
+    if (live) {
       if (Date.now() - summaryAt > SUMMARY_EVERY_MS) refreshSummary(false);
     }
   }
@@ -656,8 +661,13 @@
     clearTimeout(state.timer);
     state.timer = null;
     if (state.ws) return;
-    if (!state.marks.connect) state.marks.connect = performance.now();
-    var ws = new WebSocket(socketUrl());
+    // The page's inline script opened the first socket while the scripts were still loading
+    // (templates/runs/detail.html); adopt it and replay what it has buffered.
+    var early = window.troupeEarlySocket;
+    window.troupeEarlySocket = null;
+    if (early && (early.closed || early.ws.readyState > 1)) early = null;
+    if (!state.marks.connect) state.marks.connect = early ? early.at : performance.now();
+    var ws = early ? early.ws : new WebSocket(socketUrl());
     state.ws = ws;
     setConn("connecting");
     ws.onopen = function () {
@@ -684,6 +694,10 @@
       if (TERMINAL[state.status] && state.loaded) { setConn("done"); return; }
       scheduleReconnect();
     };
+    if (early) {
+      if (ws.readyState === 1) ws.onopen();
+      early.messages.forEach(function (e) { ws.onmessage(e); });
+    }
   }
 
   function ping() {

@@ -26,12 +26,12 @@ def test_it_sends_the_backlog_then_live_deltas(alice, alice_world):
         ws = socket(alice_world.run.pk, alice.client)
         assert (await ws.connect())[0]
         backlog = await receive_all(ws)
-        assert [m["t"] for m in backlog] == ["status", "metrics", "evals", "rollouts", "log"]
+        assert [m["t"] for m in backlog] == ["status", "metrics", "metrics", "evals", "rollouts", "log"]  # run-wide, then per agent
         assert backlog[0]["status"] == "running" and backlog[0]["total"] == 5
-        assert metric_steps(backlog) == [1, 2] and backlog[1]["agents"]["tool"]["loss"][0] == [1, 2]
-        assert backlog[2]["rows"][0]["team"] == 0.25 and backlog[2]["rows"][0]["agents"]["tool"]["success"] == 0.5
-        assert backlog[3] == {"t": "rollouts", "last_id": await orm(lambda: Rollout.objects.latest("id").pk)}
-        assert [line["message"] for line in backlog[4]["lines"]] == ["loaded policies"]
+        assert metric_steps(backlog) == [1, 2] and backlog[2]["agents"]["tool"]["loss"][0] == [1, 2]
+        assert backlog[3]["rows"][0]["team"] == 0.25 and backlog[3]["rows"][0]["agents"]["tool"]["success"] == 0.5
+        assert backlog[4] == {"t": "rollouts", "last_id": await orm(lambda: Rollout.objects.latest("id").pk)}
+        assert [line["message"] for line in backlog[5]["lines"]] == ["loaded policies"]
 
         await worker.metrics(3, total=5)
         delta = await receive_all(ws)
@@ -43,7 +43,7 @@ def test_it_sends_the_backlog_then_live_deltas(alice, alice_world):
         announced = await receive_all(ws)
         newest = await orm(lambda: Rollout.objects.latest("id").pk)
         assert announced == [{"t": "rollouts", "last_id": newest}]  # an id; the page fetches the episodes
-        html = (await orm(alice.client.get, reverse("run_rollouts", args=[alice_world.run.pk]), {"after": backlog[3]["last_id"]})).content.decode()
+        html = (await orm(alice.client.get, reverse("run_rollouts", args=[alice_world.run.pk]), {"after": backlog[4]["last_id"]})).content.decode()
         assert html.count('<article class="episode ok"') == 3 and 'data-step="3"' in html and 'data-step="2"' not in html
 
         await worker.log("checkpoint saved")

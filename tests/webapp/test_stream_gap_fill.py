@@ -25,7 +25,7 @@ def test_it_fills_the_gap_after_a_reconnect(alice, alice_world):
         assert (await first.connect())[0]
         backlog = await receive_all(first)
         assert metric_steps(backlog) == [1, 2, 3]
-        last_log = backlog[4]["lines"][-1]["id"]
+        last_log = by_type(backlog, "log")[0]["lines"][-1]["id"]
         await first.disconnect()  # the network drops; the run goes on
 
         for step in (4, 5):
