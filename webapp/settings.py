@@ -159,7 +159,10 @@ CSRF_COOKIE_HTTPONLY = False  # htmx reads it for hx-post (see base.html hx-head
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [_redis], "capacity": 1000, "expiry": 60},
+        # redis-py 8 reads with a 5 s socket timeout by default: the same 5 s that channels_redis
+        # blocks in BZPOPMIN waiting for a consumer's next message, so an idle websocket consumer
+        # died with "Timeout reading from ..." every few seconds. Reads get room above the pop.
+        "CONFIG": {"hosts": [{"address": _redis, "socket_timeout": 15}], "capacity": 1000, "expiry": 60},
     }
 }
 

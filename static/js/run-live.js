@@ -778,7 +778,10 @@
       var all = episodesBox().querySelectorAll("article.episode");
       return all.length ? all[all.length - 1].dataset.id : "";
     },
-    steps: function (key) { return (state.run[key || "reward/total"] || { x: [] }).x.slice(); },
+    steps: function (key, agent) {
+      var store = agent ? state.agents[agent] || {} : state.run;
+      return (store[key || "reward/total"] || { x: [] }).x.slice();
+    },
     charts: charts,
   };
 

@@ -151,6 +151,11 @@ def test_it_recovers_every_step_after_the_server_restarts(stack: Stack, alice: M
     assert end["steps"] == list(range(1, steps + 1))  # no step missing, none doubled
     for key in ("reward/team", "success", "step_time"):
         assert page.evaluate(f"() => window.runLive.steps('{key}')") == list(range(1, steps + 1))
+    for agent in ("tool", "reasoner"):
+        assert page.evaluate(f"() => window.runLive.steps('reward/total', '{agent}')") == list(range(1, steps + 1)), agent
+    # ... and the charts show them: the reward chart's data has every step for every series.
+    drawn = page.evaluate("() => window.runLive.charts.reward.u.data")
+    assert drawn[0] == list(range(1, steps + 1)) and all(None not in column for column in drawn[1:]), drawn
     run = Run.objects.get(pk=run_id)
     assert sorted(end["episodes"]) == sorted(Rollout.objects.filter(run=run).values_list("id", flat=True))
     assert end["logIds"] == list(LogLine.objects.filter(run=run).order_by("id").values_list("id", flat=True))
