@@ -169,12 +169,13 @@ async def stream_open(*, cursor: StreamCursor) -> AsyncIterator[dict[str, Any]]:
     status = await _read(_open_status)(cursor)
     yield status
     run_wide = await _read(metrics_message)(run_id=cursor.run_id, since=since, total=status["total"], per_agent=False)
-    for part in split_metrics(run_wide):
+    for part in split_metrics(run_wide, final=run_wide["last"] is None):
         yield part
     if run_wide["last"] is not None:
         # The same steps as the run-wide part: a step committed meanwhile comes as a live delta.
         per_agent = await _read(metrics_message)(run_id=cursor.run_id, since=since, until=run_wide["last"],
                                                  total=status["total"], run_wide=False)
+        per_agent["times"] = [[], []]  # sent with the run-wide part
         for part in split_metrics(per_agent):
             yield part
         cursor.step = run_wide["last"]
@@ -384,9 +385,11 @@ CHUNK_POINTS = 20_000
 """Most points in one websocket message (~0.4 MB of JSON; Daphne refuses messages over 1 MiB)."""
 
 
-def split_metrics(message: dict[str, Any], chunk_points: int = CHUNK_POINTS) -> list[dict[str, Any]]:
+def split_metrics(message: dict[str, Any], chunk_points: int = CHUNK_POINTS, *, final: bool = True) -> list[dict[str, Any]]:
     """A metrics message as several, none above `chunk_points` points: whole series per message,
-    the run-wide ones first; the times ride with the first. Each merges on its own on the page."""
+    the run-wide ones first; the times ride with the first. Each merges on its own on the page;
+    only the last carries `final` (when `final`), and only a final message moves the page's
+    reconnect cursor, so a socket that drops mid-way asks for the same steps again."""
     parts: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
     size = 0
@@ -404,7 +407,10 @@ def split_metrics(message: dict[str, Any], chunk_points: int = CHUNK_POINTS) -> 
             current, size = new(), 0
         size += len(series[0])
         (current["run"] if agent is None else current["agents"].setdefault(agent, {}))[key] = series
-    return parts or [message]
+    parts = parts or [dict(message)]
+    for i, part in enumerate(parts):
+        part["final"] = final and i == len(parts) - 1
+    return parts
 
 
 def _round(values: np.ndarray) -> list[float]:
@@ -443,6 +449,7 @@ def _metrics_delta(payload: Mapping[str, Any]) -> dict[str, Any]:
         "run": one(payload.get("values"), RUN_SERIES),
         "agents": {name: one(v, AGENT_SERIES) for name, v in (payload.get("agents") or {}).items()},
         "times": [[step], [payload.get("time")]],
+        "final": True,
     }
 
 

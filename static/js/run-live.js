@@ -53,7 +53,9 @@
     total: +root.dataset.total || 0,
     step: +root.dataset.step || 0,
     started: root.dataset.started ? +root.dataset.started : null,
-    lastStep: null, lastLog: null,
+    lastStep: null,          // the page holds every step up to here (what it asks for after on reconnect)
+    seenStep: null,          // the newest step it has any number of (a backlog still coming in may lead lastStep)
+    lastLog: null,
     run: {}, agents: {}, agentOrder: [],
     hidden: {},              // agent -> true when toggled off
     evals: {},               // "step|temperature" -> row
@@ -298,7 +300,7 @@
   function renderMissing() {
     // Charts the run has no numbers for (KL without a reference policy, evaluation switched off...).
     var note = document.getElementById("charts-missing");
-    if (!note || state.lastStep === null) return;
+    if (!note || state.seenStep === null) return;
     var missing = CHARTS.filter(function (spec) { return !charts[spec.id]; }).map(function (spec) { return spec.title; });
     note.textContent = missing.length ? "Not recorded in this run (so far): " + missing.join(", ") + "." : "";
   }
@@ -373,23 +375,27 @@
 
   function onMetrics(m) {
     if (m.last == null) return;
-    var before = state.lastStep;
-    var live = state.loaded && !m.downsampled && m.times && m.times[0].length === 1 && (state.lastStep === null || m.last > state.lastStep);
+    var before = state.seenStep;
+    var live = state.loaded && !m.downsampled && m.times && m.times[0].length === 1 && (before === null || m.last > before);
     Object.keys(m.run).forEach(function (k) { merge(state.run, k, m.run[k][0], m.run[k][1]); });
     Object.keys(m.agents).forEach(function (a) {
       noteAgent(a);
       var store = state.agents[a] || (state.agents[a] = {});
       Object.keys(m.agents[a]).forEach(function (k) { merge(store, k, m.agents[a][k][0], m.agents[a][k][1]); });
     });
-    if (m.times) {
-      for (var i = 0; i < m.times[0].length; i++) if (m.times[1][i] != null) state.times.push([m.times[0][i], m.times[1][i]]);
-      state.times.sort(function (a, b) { return a[0] - b[0]; });
-      if (state.times.length > 60) state.times = state.times.slice(-50);
+    if (m.times && m.times[0].length) {
+      var byStep = new Map(state.times);   // (step -> wall time), for the ETA; one entry per step
+      for (var i = 0; i < m.times[0].length; i++) if (m.times[1][i] != null) byStep.set(m.times[0][i], m.times[1][i]);
+      state.times = Array.from(byStep).sort(function (a, b) { return a[0] - b[0]; }).slice(-50);
     }
-    state.lastStep = state.lastStep === null ? m.last : Math.max(state.lastStep, m.last);
+    state.seenStep = before === null ? m.last : Math.max(before, m.last);
+    // Only a group's final message moves the reconnect cursor: a backlog comes as several
+    // messages (run-wide series, then per agent), and a socket that drops between them must
+    // ask for the same steps again, not for what follows the run-wide part.
+    if (m.final !== false) state.lastStep = state.lastStep === null ? m.last : Math.max(state.lastStep, m.last);
     state.step = Math.max(state.step, m.last);
     if (m.total) state.total = m.total;
-    root.dataset.lastStep = String(state.lastStep);
+    root.dataset.lastStep = String(state.seenStep);
     // A backlog comes in several messages: draw the first one at once (the first charts appear
     // early), then only once more when the backlog is complete, not once per message.
     if (state.loaded || !state.drawnOnce) {

@@ -29,6 +29,8 @@ def test_it_sends_the_backlog_then_live_deltas(alice, alice_world):
         assert [m["t"] for m in backlog] == ["status", "metrics", "metrics", "evals", "rollouts", "log"]  # run-wide, then per agent
         assert backlog[0]["status"] == "running" and backlog[0]["total"] == 5
         assert metric_steps(backlog) == [1, 2] and backlog[2]["agents"]["tool"]["loss"][0] == [1, 2]
+        # Only the last part moves the page's reconnect cursor (a drop in between asks again).
+        assert [m["final"] for m in by_type(backlog, "metrics")] == [False, True]
         assert backlog[3]["rows"][0]["team"] == 0.25 and backlog[3]["rows"][0]["agents"]["tool"]["success"] == 0.5
         assert backlog[4] == {"t": "rollouts", "last_id": await orm(lambda: Rollout.objects.latest("id").pk)}
         assert [line["message"] for line in backlog[5]["lines"]] == ["loaded policies"]
@@ -37,7 +39,7 @@ def test_it_sends_the_backlog_then_live_deltas(alice, alice_world):
         delta = await receive_all(ws)
         assert [m["t"] for m in delta] == ["metrics"]
         assert delta[0]["last"] == 3 and delta[0]["total"] == 5 and delta[0]["run"]["reward/total"][0] == [3]
-        assert delta[0]["agents"]["reasoner"]["loss"] == [[3], [0.4]]
+        assert delta[0]["agents"]["reasoner"]["loss"] == [[3], [0.4]] and delta[0]["final"]
 
         await worker.rollouts(3, n=3, success=True)
         announced = await receive_all(ws)
