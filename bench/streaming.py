@@ -19,7 +19,9 @@ Method
   series), 100 evaluations, 400 episodes and 500 log lines. Server time for the HTML (GET, median of
   5), server time to build the websocket backlog (median of 5, in-process, and over a real socket:
   connect to the last backlog message), the backlog's size, and in the browser the time from
-  navigation start to the first drawn chart and to all charts.
+  navigation start to the first drawn chart and to all charts (median of 3): with a cold browser
+  cache (a fresh profile: every script and stylesheet is fetched from Daphne too) and a warm one
+  (the same browser reloading the page).
 
 Figures are printed and written as JSON (default .data/bench/streaming.json). Targets on a 2-core
 machine: p95 < 300 ms with 50 viewers; heavy page < 1 s server time and < 1 s to first chart.
@@ -356,11 +358,7 @@ def measure_heavy(stack: Any, browser: Any, team: Any, config_yaml: str, cookie:
     backlog_ms, size, metrics_points, socket_ms = box[0]
     log(f"backlog {backlog_ms} socket {socket_ms}")
 
-    first_chart, all_charts = [], []
-    for i in range(4):
-        context = browser.new_context(viewport={"width": 1440, "height": 1000})
-        context.add_cookies([{"name": "sessionid", "value": cookie, "url": stack.url}])
-        page = context.new_page()
+    def load(page: Any) -> dict[str, float]:
         page.goto(url)
         page.wait_for_selector("#run-live[data-loaded='1']", state="attached", timeout=60_000)
         page.wait_for_function("() => document.querySelectorAll('#charts figure.chart canvas').length >= 12", timeout=60_000)
@@ -368,15 +366,30 @@ def measure_heavy(stack: Any, browser: Any, team: Any, config_yaml: str, cookie:
                                           html: performance.getEntriesByType('navigation')[0].responseEnd,
                                           dom: performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd},
                                           window.runLive.state.marks)""")
-        slow = page.evaluate("""() => performance.getEntriesByType('resource').sort((a, b) => b.responseEnd - a.responseEnd)
-                                .slice(0, 3).map(r => r.name.split('/').pop() + ' ' + Math.round(r.startTime) + '-' + Math.round(r.responseEnd))""")
-        if i:  # the first load warms the browser's cache of the static files
-            first_chart.append(marks["first"])
-            all_charts.append(marks["now"])
-            log("browser marks " + ", ".join(f"{k} {v:.0f}" for k, v in marks.items() if v) + "; last resources: " + "; ".join(slow))
-        if i == 3:
-            page.screenshot(path=str(Path(tempfile.gettempdir()) / "troupe-bench-heavy.png"), full_page=False)
+        log("browser marks " + ", ".join(f"{k} {v:.0f}" for k, v in marks.items() if v))
+        return marks
+
+    def new_page() -> tuple[Any, Any]:
+        context = browser.new_context(viewport={"width": 1440, "height": 1000})
+        context.add_cookies([{"name": "sessionid", "value": cookie, "url": stack.url}])
+        return context, context.new_page()
+
+    # Cold: a browser that has never loaded the app (every script and stylesheet fetched too).
+    cold = []
+    for _ in range(3):
+        context, page = new_page()
+        cold.append(load(page))
         context.close()
+    # Warm: the same browser reloading the page (scripts and stylesheets from its cache), as a
+    # person coming back to a run does.
+    context, page = new_page()
+    load(page)
+    warm = [load(page) for _ in range(3)]
+    page.screenshot(path=str(Path(tempfile.gettempdir()) / "troupe-bench-heavy.png"), full_page=False)
+    context.close()
+
+    def med(marks: list[dict[str, float]], key: str) -> float:
+        return round(statistics.median(m[key] for m in marks), 1)
 
     return {
         "steps": 10_000, "build_rows_s": round(build_s, 1), "html_bytes": len(body),
@@ -385,8 +398,8 @@ def measure_heavy(stack: Any, browser: Any, team: Any, config_yaml: str, cookie:
         "server_html_plus_backlog_ms": round(statistics.median(html_ms) + statistics.median(backlog_ms), 1),
         "socket_connect_to_backlog_ms": round(statistics.median(socket_ms), 1),
         "backlog_bytes": size, "points_per_series": metrics_points,
-        "browser_first_chart_ms": round(statistics.median(first_chart), 1),
-        "browser_all_charts_ms": round(statistics.median(all_charts), 1),
+        "browser_cold_first_chart_ms": med(cold, "first"), "browser_cold_all_charts_ms": med(cold, "now"),
+        "browser_warm_first_chart_ms": med(warm, "first"), "browser_warm_all_charts_ms": med(warm, "now"),
     }
 
 
@@ -435,7 +448,8 @@ def main() -> None:
                 print(f"heavy page (10,000 steps): server HTML {h['server_html_ms']} ms + backlog {h['server_backlog_ms']} ms "
                       f"= {h['server_html_plus_backlog_ms']} ms; socket connect->backlog {h['socket_connect_to_backlog_ms']} ms "
                       f"({h['backlog_bytes'] / 1e6:.2f} MB, <= {h['points_per_series']} points/series); "
-                      f"browser first chart {h['browser_first_chart_ms']} ms, all charts {h['browser_all_charts_ms']} ms", flush=True)
+                      f"browser, cold cache: first chart {h['browser_cold_first_chart_ms']} ms, all charts {h['browser_cold_all_charts_ms']} ms; "
+                      f"warm cache: first chart {h['browser_warm_first_chart_ms']} ms, all charts {h['browser_warm_all_charts_ms']} ms", flush=True)
             browser.close()
     finally:
         stack.stop()

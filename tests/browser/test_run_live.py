@@ -111,6 +111,19 @@ def test_it_streams_a_real_run_into_the_page(stack: Stack, alice: Member, tiny_w
                            " && (document.querySelector('#episodes .episodes-empty') !== null) === " + ("true" if not solved else "false"))
     page.click("#filter-clear")
     page.wait_for_function(f"() => document.querySelectorAll('#episodes article.episode').length === {steps * TASKS_PER_STEP}")
+    # Hover: the cursor moves in every chart (synchronized), legends show that step's values.
+    over = page.locator("#chart-reward .u-over").bounding_box()
+    page.mouse.move(over["x"] + over["width"] * 0.02, over["y"] + over["height"] / 2)
+    page.wait_for_function("() => window.runLive.charts.reward.u.cursor.idx === 0 && window.runLive.charts.len.u.cursor.idx === 0")
+    # Drag to zoom: every chart shows the same narrower step range; the reset button brings all back.
+    page.mouse.move(over["x"] + over["width"] * 0.3, over["y"] + over["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(over["x"] + over["width"] * 0.7, over["y"] + over["height"] / 2, steps=5)
+    page.mouse.up()
+    ranges = page.evaluate("() => Object.values(window.runLive.charts).map(c => [c.u.scales.x.min, c.u.scales.x.max])")
+    assert len({tuple(r) for r in ranges}) == 1 and ranges[0][1] - ranges[0][0] < steps - 1, ranges
+    page.click("#reset-zoom")
+    assert page.evaluate("() => window.runLive.charts.reward.u.scales.x.max - window.runLive.charts.reward.u.scales.x.min") >= steps - 1
     # Per-agent toggle: hiding "tool" hides its series in every chart.
     page.click("#agent-toggles button[data-agent=tool]")
     hidden = page.evaluate("""() => Object.values(window.runLive.charts)

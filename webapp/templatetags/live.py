@@ -23,6 +23,13 @@ def run_agent_names(run: Run) -> list[str]:
 
 
 @register.filter
+def newest(rows: Any, n: int) -> list[Any]:
+    """The last `n` rows of an ordered queryset, still in its order (a summary table stays short
+    on a 10,000-step run; its chart shows everything)."""
+    return list(rows.reverse()[:n])[::-1] if hasattr(rows, "reverse") else list(rows)[-n:]
+
+
+@register.filter
 def eta(run: Any) -> str:
     """"ETA 3m 20s" for a running run, else empty."""
     seconds = streaming.run_eta_seconds(run) if isinstance(run, Run) else None
