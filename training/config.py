@@ -159,6 +159,9 @@ class OptimConfig:
     """Linear learning-rate warm-up steps."""
     micro_batch_size: int = 8
     """Sequences per forward/backward pass (gradient accumulation over the rest)."""
+    micro_batch_tokens: int = 2048
+    """Padded prompt+completion tokens per forward/backward pass: long sequences get smaller
+    micro-batches, which bounds the activation memory of the update."""
 
 
 @dataclass(frozen=True)
@@ -334,6 +337,7 @@ class RunConfig:
         _positive_int("optim.steps", o.steps, 1, 1_000_000)
         _positive_int("optim.tasks_per_step", o.tasks_per_step, 1, 4096)
         _positive_int("optim.micro_batch_size", o.micro_batch_size, 1, 4096)
+        _positive_int("optim.micro_batch_tokens", o.micro_batch_tokens, 64, 1_000_000)
         if not o.lr > 0:
             raise ConfigError("optim.lr", f"must be positive, got {o.lr}")
         _range("optim.lr", o.lr, 0.0, 1.0)

@@ -245,11 +245,14 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
     pad = policy.tokenizer.pad_token_id or 0
     # micro-batches of one sampling temperature each, similar lengths together (less padding)
     samples = sorted(samples, key=lambda s: (s.temperature, len(s.prompt_ids) + len(s.completion_ids)))
-    size = cfg.optim.micro_batch_size
+    size, budget = cfg.optim.micro_batch_size, cfg.optim.micro_batch_tokens
     micro: list[list[Sample]] = []
     for s in samples:
-        if micro and len(micro[-1]) < size and micro[-1][0].temperature == s.temperature:
-            micro[-1].append(s)
+        last = micro[-1] if micro else None
+        # sorted by length, so this sample is the longest: the padded batch is (n+1) * its length
+        fits = last is not None and len(last) < size and (len(last) + 1) * (len(s.prompt_ids) + len(s.completion_ids)) <= budget
+        if last is not None and fits and last[0].temperature == s.temperature:
+            last.append(s)
         else:
             micro.append([s])
     batches = [_collate(mb, pad) for mb in micro]
