@@ -112,6 +112,7 @@ def test_it_streams_a_real_run_into_the_page(stack: Stack, alice: Member, tiny_w
     page.click("#filter-clear")
     page.wait_for_function(f"() => document.querySelectorAll('#episodes article.episode').length === {steps * TASKS_PER_STEP}")
     # Hover: the cursor moves in every chart (synchronized), legends show that step's values.
+    page.locator("#chart-reward").scroll_into_view_if_needed()
     over = page.locator("#chart-reward .u-over").bounding_box()
     page.mouse.move(over["x"] + over["width"] * 0.02, over["y"] + over["height"] / 2)
     page.wait_for_function("() => window.runLive.charts.reward.u.cursor.idx === 0 && window.runLive.charts.len.u.cursor.idx === 0")
