@@ -386,6 +386,7 @@ def measure_heavy(stack: Any, browser: Any, team: Any, config_yaml: str, cookie:
     load(page)
     warm = [load(page) for _ in range(3)]
     page.screenshot(path=str(Path(tempfile.gettempdir()) / "troupe-bench-heavy.png"), full_page=False)
+    page.locator("#charts-card").screenshot(path=str(Path(tempfile.gettempdir()) / "troupe-bench-heavy-charts.png"))
     context.close()
 
     def med(marks: list[dict[str, float]], key: str) -> float:
