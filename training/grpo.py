@@ -194,18 +194,22 @@ def token_logprobs(
     token rows at a time, log p = logit[target] - logsumexp(logits), in float32. Positions outside
     `completion_mask` are 0. Position ids follow the attention mask, as in `generate`.
     Works for any HF causal LM, PEFT-wrapped too; gradients flow when grad is enabled.
+    Rows with the same prompt (a GRPO group's candidates) forward that prompt once: see
+    `_shared_prompt_logits`.
     """
     tc = completion_mask.shape[1]
     temperature = temperature if temperature > 0 else 1.0
     position_ids = (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)  # (B, L)
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        logits_to_keep=tc + 1,
-        use_cache=False,
-    )
-    logits = out.logits[:, -(tc + 1) : -1, :]  # (B, Tc, V) position t predicts token t+1
+    logits = _shared_prompt_logits(model, input_ids, attention_mask, position_ids, tc)  # (B, Tc, V) or None
+    if logits is None:
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            logits_to_keep=tc + 1,
+            use_cache=False,
+        )
+        logits = out.logits[:, -(tc + 1) : -1, :]  # (B, Tc, V) position t predicts token t+1
     targets = input_ids[:, -tc:]  # (B, Tc)
     b, _, v = logits.shape
     flat_logits = logits.reshape(b * tc, v)  # (B*Tc, V)
@@ -223,3 +227,38 @@ def token_logprobs(
     logp = torch.cat(logps).reshape(b, tc)  # (B, Tc)
     entropy = torch.cat(entropies).reshape(b, tc)  # (B, Tc)
     return torch.where(keep, logp, 0.0), torch.where(keep, entropy, 0.0)  # (B, Tc), (B, Tc)
+
+
+def _shared_prompt_logits(model: Any, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, tc: int) -> Tensor | None:
+    """The (B, Tc, V) completion logits of `token_logprobs`, forwarding each distinct prompt once.
+
+    The K candidates of a group share their prompt, often the larger part of each row. The U
+    distinct prompts (U < B) run once, with grad, into a KV cache; the cache rows are gathered
+    per row (an indexing op, so each prompt's gradient sums its rows' contributions) and the
+    completions run on top of it. Same values as the full forward up to float rounding (with LoRA
+    dropout > 0 the rows of a group share one dropout mask on their prompt). Returns
+    None, and the caller runs the plain forward, when no prompt repeats or when gradient
+    checkpointing is on (it does not run with a cache).
+    """
+    p_width = input_ids.shape[1] - tc
+    if p_width < 1 or getattr(model, "is_activation_checkpointing", False):
+        return None
+    prompts = torch.cat([input_ids[:, :p_width], attention_mask[:, :p_width].long()], dim=1)  # (B, 2P)
+    unique, row_of = torch.unique(prompts, dim=0, return_inverse=True)  # (U, 2P), (B,)
+    if unique.shape[0] == prompts.shape[0]:
+        return None
+    u_ids, u_mask = unique[:, :p_width], unique[:, p_width:]  # (U, P), (U, P)
+    u_pos = (u_mask.cumsum(dim=1) - 1).clamp(min=0)  # (U, P)
+    head = model(input_ids=u_ids, attention_mask=u_mask, position_ids=u_pos, logits_to_keep=1, use_cache=True)
+    cache = head.past_key_values
+    cache.batch_select_indices(row_of)  # (U, ...) -> (B, ...) per layer
+    tail = model(
+        input_ids=input_ids[:, p_width:],
+        attention_mask=attention_mask,
+        position_ids=position_ids[:, p_width:],
+        past_key_values=cache,
+        logits_to_keep=tc,
+        use_cache=True,
+    )
+    first = head.logits[row_of]  # (B, 1, V) the last prompt position predicts completion token 0
+    return torch.cat([first, tail.logits[:, :-1, :]], dim=1)  # (B, Tc, V)
