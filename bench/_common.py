@@ -37,6 +37,15 @@ def machine() -> dict[str, Any]:
     }
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and its finished children (the sandboxed programs), user + system.
+
+    On a shared machine wall time mostly measures the neighbours; with one torch thread the CPU
+    time a step burns is the work it did, whoever else runs."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
 

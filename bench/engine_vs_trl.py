@@ -26,6 +26,9 @@ Part `single` (Troupe against TRL). One task, one model, one process, steps inte
   time spent in between, so it counts everything TRL does per step. Medians over the steps after
   `--warmup`. Generated tokens/s = completion tokens / generation seconds (TRL: time inside its
   `_generate_single_turn`; Troupe: its own generation timer).
+- Wall time and CPU time (user + system of the process and its sandbox children) per step. On a
+  shared machine wall time swings with the neighbours' load; with `--threads 1` CPU time is the
+  work each engine did, so `x TRL (cpu)` is the steadier ratio.
 
 Part `multi`: the two-agent math_tool topology (tool then reasoner, tree sampling) under `prompt`,
 `lora` and `full`, interleaved step by step: seconds per step, rollout/update split, tokens/s.
@@ -36,6 +39,7 @@ The machine is shared: compare the ratios, and read `machine.loadavg` in the JSO
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -44,7 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
-from _common import RESULTS, command_line, machine, median, table, write_json  # noqa: E402
+from _common import RESULTS, command_line, cpu_seconds, machine, median, table, write_json  # noqa: E402
 
 from agents.envs import load_environment  # noqa: E402
 from agents.envs._common import run_cached  # noqa: E402
@@ -96,13 +100,14 @@ class TroupeArm:
 
     def step(self) -> float:
         run_cached.cache_clear()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         m = train_step(self.sampler, self.tasks, len(self.steps) + 1, NullSink()).values
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
         secs = m["generated_tokens"] / m["tokens_per_s"] if m["tokens_per_s"] else 0.0
         self.steps.append(
             {
                 "step_time": wall,
+                "step_cpu": cpu,
                 "rollout_time": m["rollout_time"],
                 "update_time": m["update_time"],
                 "generated_tokens": m["generated_tokens"],
@@ -124,6 +129,7 @@ def summarize(steps: list[dict[str, float]], warmup: int) -> dict[str, float]:
     return {
         "steps": len(kept),
         "step_time_median": median([s["step_time"] for s in kept]),
+        "step_cpu_median": median([s["step_cpu"] for s in kept]),
         "step_time_mean": statistics.fmean(s["step_time"] for s in kept),
         "rollout_time_median": median([s["rollout_time"] for s in kept]),
         "update_time_median": median([s["update_time"] for s in kept]),
@@ -153,18 +159,19 @@ def run_single(args: argparse.Namespace) -> dict[str, Any]:
     class Interleave(TrainerCallback):
         """After each TRL optimizer step, one step of each Troupe arm; TRL's own time excludes them."""
 
-        mark = 0.0
+        mark = cpu_mark = 0.0
 
         def on_train_begin(self, *a: Any, **k: Any) -> None:
             run_cached.cache_clear()
-            self.mark = time.perf_counter()
+            self.mark, self.cpu_mark = time.perf_counter(), cpu_seconds()
 
         def on_step_end(self, *a: Any, **k: Any) -> None:
-            wall = time.perf_counter() - self.mark
+            wall, cpu = time.perf_counter() - self.mark, cpu_seconds() - self.cpu_mark
             call = reward.calls[-1]
             trl_steps.append(
                 {
                     "step_time": wall,
+                    "step_cpu": cpu,
                     "rollout_time": float("nan"),
                     "update_time": float("nan"),
                     "generated_tokens": call["tokens"],
@@ -174,9 +181,10 @@ def run_single(args: argparse.Namespace) -> dict[str, Any]:
                 }
             )
             times = [arm.step() for arm in arms]
-            print(f"step {len(trl_steps)}: trl {wall:.1f}s | " + " | ".join(f"{a.name} {t:.1f}s" for a, t in zip(arms, times)), flush=True)
+            print(f"step {len(trl_steps)}: trl {wall:.1f}s ({cpu:.1f} cpu-s) | "
+                  + " | ".join(f"{a.name} {t:.1f}s ({a.steps[-1]['step_cpu']:.1f} cpu-s)" for a, t in zip(arms, times)), flush=True)
             run_cached.cache_clear()
-            self.mark = time.perf_counter()
+            self.mark, self.cpu_mark = time.perf_counter(), cpu_seconds()
 
     trainer, reward, take_gen_secs = build_trainer(
         cfg, arms[0].sampler, arms[0].tasks, out_dir=Path(args.work_dir) / "trl", lora=True, callbacks=[Interleave()]
@@ -188,9 +196,10 @@ def run_single(args: argparse.Namespace) -> dict[str, Any]:
 
     results = {"trl": summarize(trl_steps, args.warmup)}
     results.update({arm.name: summarize(arm.steps, args.warmup) for arm in arms})
-    trl_time = results["trl"]["step_time_median"]
+    trl_time, trl_cpu = results["trl"]["step_time_median"], results["trl"]["step_cpu_median"]
     for name in results:
         results[name]["ratio_to_trl"] = results[name]["step_time_median"] / trl_time
+        results[name]["cpu_ratio_to_trl"] = results[name]["step_cpu_median"] / trl_cpu
     lc = cfg.lora
     return {
         "setup": {
@@ -243,27 +252,30 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    payload: dict[str, Any] = {"command": command_line(), "machine_start": machine()}
+    out = Path(args.out)
+    # one part at a time keeps the other part's latest figures in the same file
+    payload: dict[str, Any] = json.loads(out.read_text()) if out.is_file() and args.part != "all" else {}
+    payload.pop("command", None)
     t0 = time.perf_counter()
     if args.part in ("single", "all"):
-        payload["single"] = run_single(args)
+        payload["single"] = {"command": command_line(), "machine_start": machine(), **run_single(args), "machine_end": machine()}
         rows = [
-            [name, r["step_time_median"], r["ratio_to_trl"], r["gen_tokens_per_s"], r["step_tokens_per_s"], r["completion_len_mean"], r["reward_mean"]]
+            [name, r["step_time_median"], r["ratio_to_trl"], r["step_cpu_median"], r["cpu_ratio_to_trl"], r["gen_tokens_per_s"],
+             r["step_tokens_per_s"], r["completion_len_mean"], r["reward_mean"]]
             for name, r in payload["single"]["arms"].items()
         ]
         print(f"\nSingle agent, {payload['single']['setup']['task']}, {payload['single']['setup']['completions_per_step']} completions/step, medians of {args.steps} steps")
-        print(table(["arm", "s/step", "x TRL", "gen tok/s", "step tok/s", "mean len", "reward"], rows))
+        print(table(["arm", "wall s/step", "x TRL", "cpu s/step", "x TRL (cpu)", "gen tok/s", "step tok/s", "mean len", "reward"], rows))
     if args.part in ("multi", "all"):
-        payload["multi"] = run_multi(args)
+        payload["multi"] = {"command": command_line(), "machine_start": machine(), **run_multi(args), "machine_end": machine()}
         rows = [
-            [name, r["step_time_median"], r["rollout_time_median"], r["update_time_median"], r["gen_tokens_per_s"], r["step_tokens_per_s"]]
+            [name, r["step_time_median"], r["step_cpu_median"], r["rollout_time_median"], r["update_time_median"], r["gen_tokens_per_s"], r["step_tokens_per_s"]]
             for name, r in payload["multi"]["arms"].items()
         ]
         print(f"\nTwo agents, {payload['multi']['setup']['task']}, medians of {args.steps} steps")
-        print(table(["specialization", "s/step", "rollout s", "update s", "gen tok/s", "step tok/s"], rows))
-    payload["machine_end"] = machine()
+        print(table(["specialization", "wall s/step", "cpu s/step", "rollout s", "update s", "gen tok/s", "step tok/s"], rows))
     payload["wall_s"] = time.perf_counter() - t0
-    print(f"\nwrote {write_json(args.out, payload)}")
+    print(f"\nwrote {write_json(out, payload)}")
     return 0
 
 

@@ -6,7 +6,8 @@ Each specialization runs in a fresh Python process (so one's peak never hides an
 builds the policies for the two-agent math_tool topology (tool -> reasoner, configs/math-*.yaml)
 with the bundled SmolLM2-135M-Instruct, then runs `--steps` training steps (tree sampling, then
 the update with AdamW). Reported per process: resident memory after the imports, after the
-models and optimizers are built, and the peak (`ru_maxrss`, the kernel's high-water mark of the
+models and optimizers are built (safetensors are memory-mapped, so weights count once touched),
+and the peak (`ru_maxrss`, the kernel's high-water mark of the
 process itself; sandbox children are not counted). "x prompt" divides peaks by `prompt`'s.
 
 What to expect: `prompt` trains one full model (weights + gradients + two AdamW moments, about
@@ -73,7 +74,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     tasks, _ = load_tasks(config, env)
     policies = build_policies(config)
     after_build = rss_mib()
-    params = sum(p.numel() for pol in policies.policies.values() for p in _unique_params(pol.model))
+    params = sum(p.numel() for p in _unique_params([pol.model for pol in policies.policies.values()]))
     trainable = sum(p.numel() for pol in policies.policies.values() for p in pol.params)
     sampler = Sampler(env, policies, config, torch.Generator().manual_seed(config.seed))
     t0 = time.perf_counter()
@@ -95,8 +96,9 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _unique_params(model: Any) -> list[Any]:
-    return list({id(p): p for p in model.parameters()}.values())
+def _unique_params(models: list[Any]) -> list[Any]:
+    """Each parameter once (the `lora` policies share one PeftModel, tied embeddings share a tensor)."""
+    return list({id(p): p for m in models for p in m.parameters()}.values())
 
 
 def main(argv: list[str] | None = None) -> int:
