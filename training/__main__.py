@@ -66,12 +66,18 @@ def main(argv: list[str] | None = None) -> int:
         print("\ninterrupted", file=sys.stderr)
         return 130
     elapsed = time.perf_counter() - t0
-    steps = max(result.step, 1)
-    print(f"{result.status}: {result.step} steps in {elapsed:.0f}s ({elapsed / steps:.1f}s/step); output in {out}")
+    ran = result.step - result.start_step
+    resumed = f" (resumed at step {result.start_step})" if result.start_step else ""
+    print(f"{result.status}: {ran} steps{resumed} in {elapsed:.0f}s ({elapsed / max(ran, 1):.1f}s/step); output in {out}")
     if result.checkpoint:
         print(f"checkpoint: {result.checkpoint}")
     evals = result.evaluations
-    if evals:
+    if len(evals) == 1:
+        only = evals[0]
+        print(f"held-out team success at step {only['step']}: {only['team']['success']:.3f}")
+        for agent, values in only["agents"].items():
+            print(f"  {agent}: {values['success']:.3f}")
+    elif evals:
         first, last = evals[0], evals[-1]
         print(f"held-out team success: step {first['step']} {first['team']['success']:.3f} -> step {last['step']} {last['team']['success']:.3f}")
         for agent in last["agents"]:

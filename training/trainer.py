@@ -42,6 +42,8 @@ class TrainResult:
     status: str
     """`succeeded` or `cancelled`."""
     step: int
+    start_step: int = 0
+    """The step the run resumed from (0 for a fresh run)."""
     final_metrics: dict[str, float] = field(default_factory=dict)
     checkpoint: str | None = None
     evaluations: list[dict[str, Any]] = field(default_factory=list)
@@ -101,7 +103,7 @@ def _loop(
     policies, generator = sampler.policies, sampler.generator
     total = config.optim.steps
     sink.run_started(total_steps=total, start_step=start_step)
-    result = TrainResult(status="succeeded", step=start_step)
+    result = TrainResult(status="succeeded", step=start_step, start_step=start_step)
     if start_step == 0 and config.eval.every and eval_tasks:
         result.evaluations += evaluate(sampler, eval_tasks, step=0, sink=sink)
 
@@ -243,18 +245,7 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
         return {"lr": lr, "samples": 0.0}
     g = cfg.grpo
     pad = policy.tokenizer.pad_token_id or 0
-    # micro-batches of one sampling temperature each, similar lengths together (less padding)
-    samples = sorted(samples, key=lambda s: (s.temperature, len(s.prompt_ids) + len(s.completion_ids)))
-    size, budget = cfg.optim.micro_batch_size, cfg.optim.micro_batch_tokens
-    micro: list[list[Sample]] = []
-    for s in samples:
-        last = micro[-1] if micro else None
-        # sorted by length, so this sample is the longest: the padded batch is (n+1) * its length
-        fits = last is not None and len(last) < size and (len(last) + 1) * (len(s.prompt_ids) + len(s.completion_ids)) <= budget
-        if last is not None and fits and last[0].temperature == s.temperature:
-            last.append(s)
-        else:
-            micro.append([s])
+    micro = _micro_batches(samples, cfg.optim.micro_batch_size, cfg.optim.micro_batch_tokens)
     batches = [_collate(mb, pad) for mb in micro]
     temps = [mb[0].temperature for mb in micro]
     total_tokens = sum(len(s.completion_ids) for s in samples)
@@ -302,6 +293,33 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
     out = {k: v / (tok if k != "loss" else g.num_iterations) for k, v in sums.items()}
     out.update(grad_norm=grad_norm, lr=lr, samples=float(len(samples)))
     return out
+
+
+def _micro_batches(samples: list[Sample], size: int, budget: int) -> list[list[Sample]]:
+    """Split the update's samples into micro-batches of one sampling temperature each.
+
+    A group's candidates (same prompt) stay next to each other, so a micro-batch holds whole
+    groups where it can and `token_logprobs` forwards each prompt once; groups are ordered by
+    length, so rows of similar length share a batch (less padding). A micro-batch takes at most
+    `size` rows and at most `budget` padded tokens (rows x (longest prompt + longest completion)).
+    """
+    by_prompt: dict[tuple[float, tuple[int, ...]], list[Sample]] = defaultdict(list)
+    for s in samples:
+        by_prompt[(s.temperature, tuple(s.prompt_ids))].append(s)
+    groups = sorted(by_prompt.values(), key=lambda g: (g[0].temperature, max(len(s.prompt_ids) + len(s.completion_ids) for s in g)))
+    micro: list[list[Sample]] = []
+    width = (0, 0)  # the current micro-batch's longest prompt and completion
+    for group in groups:
+        for s in sorted(group, key=lambda s: len(s.completion_ids)):
+            last = micro[-1] if micro else None
+            grown = (max(width[0], len(s.prompt_ids)), max(width[1], len(s.completion_ids)))
+            if last is not None and last[0].temperature == s.temperature and len(last) < size and (len(last) + 1) * sum(grown) <= budget:
+                last.append(s)
+                width = grown
+            else:
+                micro.append([s])
+                width = (len(s.prompt_ids), len(s.completion_ids))
+    return micro
 
 
 def _collate(samples: list[Sample], pad: int) -> dict[str, torch.Tensor]:

@@ -59,3 +59,19 @@ def test_it_refuses_to_mix_two_runs_in_one_output_folder(tmp_path):
     )
     assert proc.returncode == 2
     assert "already holds a run's metrics" in proc.stderr
+
+
+def test_a_resumed_runs_summary_counts_only_its_own_steps(tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    subprocess.run(
+        [sys.executable, "-m", "training", "run", "configs/tiny-lora.yaml", "--out", str(first), "--set", "optim.steps=1"],
+        cwd=ROOT, check=True, capture_output=True, timeout=300,
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "training", "run", "configs/tiny-lora.yaml", "--out", str(second),
+         "--set", f"checkpoint.resume_from={first / 'checkpoints' / 'step-000001'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "succeeded: 1 steps (resumed at step 1)" in proc.stdout
+    assert "held-out team success at step 2:" in proc.stdout
