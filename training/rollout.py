@@ -154,7 +154,7 @@ class Sampler:
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator))
             return self.vllm.generate(
                 policy, [list(p) for p in prompt_ids], n=n, max_new_tokens=acfg.max_new_tokens or gen.max_new_tokens,
-                temperature=temperature, top_p=gen.top_p, seed=seed, stats=self.stats,
+                temperature=temperature, top_p=gen.top_p, seed=seed, stats=self.stats, stop=self.stop_pattern(acfg.role),
             )
         with policy.active() as model:
             return generate(

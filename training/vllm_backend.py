@@ -24,27 +24,40 @@ How the trainer drives a `VLLMGenerator` (one per run, built after `build_polici
   memory (sleep level 1) so the optimizer has the GPU; the next `generate` wakes it up.
 - `close()` at the end of the run (also when it fails: use try/finally).
 
-vLLM version assumptions. Written for vLLM 0.30.0, the release the GPU image installs (it pins
-torch==2.13.0 like requirements.txt; docker/constraints-gpu.txt). The calls below were read in
-vLLM's source (`vllm/entrypoints/llm.py`, `vllm/v1/engine/parallel_sampling.py`) and are the
-ones TRL's colocate mode uses:
+vLLM version assumptions. Written for vLLM 0.30.0, the release the GPU image installs (its wheel
+requires torch==2.13.0, the pin of requirements.txt; docker/constraints-gpu.txt). Each call below
+was read in the 0.30.0 wheel's source (paths relative to the `vllm` package); TRL 1.16's colocate
+mode (`trl/generation/vllm_generation.py`) drives the engine the same way:
 - `vllm.LLM(model=<HF folder>, distributed_executor_backend="external_launcher", ...)` keeps
-  the engine in this process (TRL "colocate"), so `LLM.apply_model(fn)` calls `fn(model)` on
-  the live `nn.Module` with no serialisation. It initialises torch.distributed from RANK,
-  LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (set here for a single process when
-  unset; torchrun sets them for multi-GPU runs). VLLM_ENABLE_V1_MULTIPROCESSING=0 is set too.
+  the engine in this process (TRL "colocate"): vLLM then forces VLLM_ENABLE_V1_MULTIPROCESSING=0
+  itself (`config/parallel.py`), so `LLM.apply_model(fn)` calls `fn(model)` on the live
+  `nn.Module` with no serialisation (`entrypoints/llm.py` -> `v1/engine/llm_engine.py` ->
+  `v1/executor/uniproc_executor.py` -> `v1/worker/worker_base.py`). TRL reaches the same module
+  as `llm.llm_engine.model_executor.driver_worker.model_runner.model`. The executor initialises
+  torch.distributed from RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (set here for
+  a single process when unset; torchrun sets them for multi-GPU runs).
 - the model's `load_weights(iterable of (hf_name, tensor))` accepts Hugging Face checkpoint
-  names (it packs q/k/v and gate/up itself).
+  names (it packs q/k/v and gate/up itself; a tied `lm_head.weight` lands on the embedding).
 - `LLM.generate(prompts, sampling_params, lora_request=..., use_tqdm=False)` takes
   `TokensPrompt(prompt_token_ids=...)` prompts and one `SamplingParams` per prompt; with
-  `n > 1` and a seed, vLLM gives the i-th sample of a prompt the seed `seed + i`.
-- `CompletionOutput.token_ids` includes the stop token; `finish_reason` is "stop" or "length".
-- `LLM.sleep(level=1)` / `LLM.wake_up()` need `enable_sleep_mode=True` (CUDA only).
-- `LLM.llm_engine.remove_lora(lora_int_id)` unloads an adapter.
-- `vllm.distributed.parallel_state.destroy_model_parallel()` and
-  `destroy_distributed_environment()` tear down what the engine initialised, so the same process
-  can build another engine later.
-- LoRA ranks must be one of `VLLM_LORA_RANKS`.
+  `n > 1` and a seed, vLLM gives the i-th sample of a prompt the seed `seed + i`
+  (`v1/engine/parallel_sampling.py`). `SamplingParams` refuses `n > 1` at temperature 0 and
+  raises a temperature in (0, 0.01) to 0.01 (`sampling_params.py`). vLLM has no regex stop, so
+  the environment's stop pattern is applied to the finished completions (`cut_at_stop`).
+- `CompletionOutput.token_ids` includes the stop token; `finish_reason` is "stop" or "length"
+  (`v1/core/sched/utils.py`, `v1/request.py`).
+- `LLM.sleep(level=1)` / `LLM.wake_up()` need `enable_sleep_mode=True` (CUDA only); level 1
+  backs the weights (LoRA slots included) up to CPU memory and drops the KV cache and the
+  prefix cache (`v1/engine/core.py`, `device_allocator/sleep_mode_backend.py`).
+- `LoRARequest(lora_name, lora_int_id, lora_path)`: an id already loaded is not read again
+  (`lora/worker_manager.py`), and the prefix cache keys blocks by `lora_name`
+  (`v1/core/kv_cache_utils.py`), so each adapter version gets a new id and a new name.
+  `LLM.llm_engine.remove_lora(lora_int_id)` unloads an adapter.
+- `LLM` has no shutdown: `llm_engine.engine_core.shutdown()` (the in-process client) shuts the
+  engine down, undoes the `gc.freeze()` of its start-up and runs
+  `vllm.distributed.parallel_state.cleanup_dist_env_and_memory()` (`v1/engine/core.py`), so the
+  same process can build another engine later; without it the engine's GPU memory leaks.
+- LoRA ranks must be one of `VLLM_LORA_RANKS` (`config/lora.py`).
 If a later vLLM moves one of these, this module is the only place to change.
 """
 
@@ -54,6 +67,7 @@ import gc
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -68,7 +82,7 @@ from training.policies import Policy, PolicySet
 
 log = logging.getLogger(__name__)
 
-VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """LoRA ranks vLLM accepts for `max_lora_rank`; the run's rank is rounded up to one of these."""
 
 
@@ -186,11 +200,17 @@ class VLLMGenerator:
         top_p: float = 1.0,
         seed: int | None = None,
         stats: GenerationStats | None = None,
+        stop: re.Pattern[str] | None = None,
+        stop_check_every: int = 4,
     ) -> list[list[Generation]]:
         """Sample `n` completions for each prompt (token ids) with `policy`'s current weights.
 
-        Same result as `training.generation.generate`. `seed` makes sampling reproducible: the
-        j-th sample of prompt b uses seed `seed + b * n + j`.
+        Same result as `training.generation.generate`, `stop` and `stop_check_every` included:
+        vLLM generates each completion to its end-of-turn token (or `max_new_tokens`) and the
+        completion is then cut where the HF backend would have stopped it (`cut_at_stop`).
+        `seed` makes sampling reproducible: the j-th sample of prompt b uses seed
+        `seed + b * n + j`. At temperature 0 (greedy) one completion per prompt is generated
+        and repeated `n` times, since vLLM refuses `n > 1` there.
         """
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
@@ -201,9 +221,10 @@ class VLLMGenerator:
         self._wake_up()
         lora_request = self._sync(policy)
         stops = stop_token_ids(policy.model, policy.tokenizer)
+        draws = 1 if temperature <= 0 else n  # greedy samples are all the same
         params = [
             SamplingParams(
-                n=n,
+                n=draws,
                 temperature=temperature,
                 top_p=top_p,
                 max_tokens=max_new_tokens,
@@ -219,9 +240,11 @@ class VLLMGenerator:
             lora_request=lora_request,
             use_tqdm=False,
         )
-        results = to_generations(outputs, policy.tokenizer)
+        results = to_generations(outputs, policy.tokenizer, stop=stop, stop_check_every=stop_check_every)
+        if draws < n:
+            results = [group * n for group in results]  # (B, 1) -> (B, n)
         if stats is not None:
-            stats.tokens += sum(len(g.token_ids) for group in results for g in group)
+            stats.tokens += sum(len(c.token_ids) for out in outputs for c in out.outputs)  # what the engine generated
             stats.seconds += time.perf_counter() - t0
         return results
 
@@ -237,18 +260,23 @@ class VLLMGenerator:
             self.asleep = True
 
     def close(self) -> None:
-        """Release the engine, its GPU memory and its torch.distributed group, and delete the
-        adapter folders, so a later run in the same process (a solo-pool Celery worker runs
-        one run after another) can build a new engine."""
+        """Shut the engine down and release its GPU memory and its torch.distributed group, and
+        delete the adapter folders, so a later run in the same process (a solo-pool Celery worker
+        runs one run after another) can build a new engine."""
         import torch
-        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
-        del self.llm
-        destroy_model_parallel()
-        destroy_distributed_environment()
-        gc.collect()
-        torch.cuda.empty_cache()
-        shutil.rmtree(self.adapter_root, ignore_errors=True)
+        try:
+            # The in-process engine core: shuts the executor down, undoes the gc.freeze() of the
+            # engine's start-up (else its GPU memory is never collected) and tears down
+            # torch.distributed. `LLM` itself has no shutdown method.
+            self.llm.llm_engine.engine_core.shutdown()
+        finally:
+            del self.llm
+            cleanup_dist_env_and_memory()  # idempotent; also covers a failed shutdown
+            gc.collect()
+            torch.cuda.empty_cache()
+            shutil.rmtree(self.adapter_root, ignore_errors=True)
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -304,22 +332,58 @@ def save_adapter(policy: Policy, folder: Path) -> Path:
     return nested if (nested / "adapter_config.json").is_file() else folder
 
 
-def to_generations(outputs: list[Any], tokenizer: Any) -> list[list[Generation]]:
-    """vLLM `RequestOutput`s (one per prompt, in prompt order) -> lists of `Generation`s."""
+def to_generations(
+    outputs: list[Any], tokenizer: Any, *, stop: re.Pattern[str] | None = None, stop_check_every: int = 4
+) -> list[list[Generation]]:
+    """vLLM `RequestOutput`s (one per prompt, in prompt order) -> lists of `Generation`s, each
+    cut at the stop pattern as the HF backend would have (`cut_at_stop`)."""
     results = []
     for out in outputs:
         group = []
         for completion in sorted(out.outputs, key=lambda c: c.index):
             ids = tuple(int(t) for t in completion.token_ids)
+            truncated = completion.finish_reason == "length"
+            if stop is not None:
+                kept = cut_at_stop(ids, tokenizer, stop, every=stop_check_every)
+                if kept is not None:
+                    ids, truncated = kept, False
             group.append(
                 Generation(
                     token_ids=ids,
                     text=tokenizer.decode(ids, skip_special_tokens=True),
-                    truncated=completion.finish_reason == "length",
+                    truncated=truncated,
                 )
             )
         results.append(group)
     return results
+
+
+def cut_at_stop(ids: tuple[int, ...], tokenizer: Any, stop: re.Pattern[str], *, every: int = 4) -> tuple[int, ...] | None:
+    """The tokens the HF backend would have kept of a finished completion `ids` for the stop
+    pattern, or None when the pattern never matches its text.
+
+    The HF backend checks the decoded text after every `every` tokens and keeps the first
+    prefix that matches; a completion that ended (end-of-turn token or `max_new_tokens`)
+    before such a check keeps all its tokens and is not truncated when its text matches. A
+    pattern that matches a prefix is assumed to match every longer one (true of patterns that
+    neither anchor at the end nor look ahead, like the environments'), so the shortest matching
+    prefix is found by bisection: O(log(len(ids))) decodes.
+    """
+
+    def matches(n: int) -> bool:
+        return stop.search(str(tokenizer.decode(list(ids[:n]), skip_special_tokens=True))) is not None
+
+    if not matches(len(ids)):
+        return None
+    checks = range(every, len(ids) + 1, every)  # prefix lengths the HF backend looks at
+    lo, hi = 0, len(checks)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if matches(checks[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return ids[: checks[lo]] if lo < len(checks) else ids
 
 
 def lora_rank_for_vllm(r: int) -> int:
@@ -336,13 +400,19 @@ def vllm_dtype(dtype: str) -> str:
     return "bfloat16" if dtype == "auto" else dtype
 
 
+_own_master_port: str | None = None
+"""The MASTER_PORT this module chose, if it chose one: a new engine gets a fresh port."""
+
+
 def _single_process_distributed_env() -> None:
-    """`external_launcher` initialises torch.distributed from the environment; outside torchrun
-    this process is rank 0 of 1. The engine core must run in this process (apply_model)."""
+    """`external_launcher` initialises torch.distributed from the environment (env://); outside
+    torchrun this process is rank 0 of 1. vLLM sets VLLM_ENABLE_V1_MULTIPROCESSING=0 itself for
+    this backend; it is set here too so the engine core stays in this process (apply_model)."""
+    global _own_master_port
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
         os.environ.setdefault(key, value)
-    if "MASTER_PORT" not in os.environ:
+    if "MASTER_PORT" not in os.environ or _own_master_port is not None:  # unset, or set by an earlier engine here
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+            _own_master_port = os.environ["MASTER_PORT"] = str(s.getsockname()[1])

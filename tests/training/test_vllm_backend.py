@@ -4,7 +4,9 @@ vLLM and CUDA (marked gpu) and skip cleanly without them."""
 from __future__ import annotations
 
 import logging
-from types import SimpleNamespace
+import re
+import sys
+from types import ModuleType, SimpleNamespace
 
 import pytest
 import torch
@@ -131,6 +133,88 @@ def test_it_turns_vllm_outputs_into_generations_in_sample_order():
         Generation(token_ids=(*hi, im_end), text="hi", truncated=False),
         Generation(token_ids=tuple(hi), text="hi", truncated=True),
     ]
+
+
+def completion(index: int, ids: list[int], finish_reason: str) -> SimpleNamespace:
+    return SimpleNamespace(index=index, token_ids=ids, finish_reason=finish_reason)
+
+
+def test_the_stop_pattern_cuts_a_completion_where_the_hf_backend_would_have_stopped():
+    from training.models import load_tokenizer
+
+    tok = load_tokenizer("tiny-random:llama")
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    ids = tok("Answer: 42\nand then some more words", add_special_tokens=False)["input_ids"]
+    stop = re.compile(r"Answer:[ \t]*\d+[ \t]*\n")
+    kept = vllm_backend.cut_at_stop(tuple(ids), tok, stop, every=4)
+    assert kept is not None and len(kept) % 4 == 0 and len(kept) < len(ids)
+    # the HF backend's rule: the first prefix of a multiple of 4 tokens whose text matches
+    first = next(n for n in range(4, len(ids) + 1, 4) if stop.search(tok.decode(ids[:n], skip_special_tokens=True)))
+    assert kept == tuple(ids[:first])
+    assert vllm_backend.cut_at_stop(tuple(ids), tok, re.compile("never there"), every=4) is None
+
+    outputs = [SimpleNamespace(outputs=[completion(0, ids, "length"), completion(1, [*ids[:3], im_end], "stop")])]
+    (group,) = vllm_backend.to_generations(outputs, tok, stop=stop)
+    assert group[0].token_ids == kept and group[0].truncated is False  # ended by the pattern
+    assert group[1].token_ids == (*ids[:3], im_end)  # no match: kept whole
+    (plain,) = vllm_backend.to_generations(outputs, tok)
+    assert plain[0].token_ids == tuple(ids) and plain[0].truncated is True
+
+
+def test_a_pattern_completed_in_the_last_tokens_keeps_them_all_and_is_not_truncated():
+    from training.models import load_tokenizer
+
+    tok = load_tokenizer("tiny-random:llama")
+    ids = tok("x Answer: 7\n", add_special_tokens=False)["input_ids"]
+    stop = re.compile(r"Answer:[ \t]*\d+[ \t]*\n")
+    # no check point falls inside the completion: the HF backend ran to max_new_tokens, then saw the match
+    outputs = [SimpleNamespace(outputs=[completion(0, ids, "length")])]
+    (group,) = vllm_backend.to_generations(outputs, tok, stop=stop, stop_check_every=len(ids) + 1)
+    assert group == [Generation(token_ids=tuple(ids), text=tok.decode(ids, skip_special_tokens=True), truncated=False)]
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    """Just enough of vllm's import surface for `VLLMGenerator.generate` to run on CPU."""
+    seen: list = []
+    vllm = ModuleType("vllm")
+    vllm.SamplingParams = lambda **kw: SimpleNamespace(**kw)  # type: ignore[attr-defined]
+    inputs = ModuleType("vllm.inputs")
+    inputs.TokensPrompt = dict  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
+
+    def generate(prompts, params, **kw):
+        seen.append(params)
+        return [SimpleNamespace(outputs=[completion(j, [10 + b, 20 + j], "length") for j in range(p.n)]) for b, p in enumerate(params)]
+
+    gen = vllm_backend.VLLMGenerator.__new__(vllm_backend.VLLMGenerator)
+    gen.llm = SimpleNamespace(generate=generate)
+    gen.asleep = False
+    monkeypatch.setattr(gen, "_sync", lambda policy: None)
+    from training.models import load_tokenizer
+
+    policy = SimpleNamespace(
+        model=SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=None)), tokenizer=load_tokenizer("tiny-random:llama")
+    )
+    return gen, policy, seen
+
+
+def test_greedy_sampling_asks_vllm_for_one_completion_and_repeats_it(fake_vllm):
+    gen, policy, seen = fake_vllm
+    groups = gen.generate(policy, [[1, 2], [3]], n=3, max_new_tokens=2, temperature=0.0)
+    assert [p.n for p in seen[-1]] == [1, 1]  # vLLM refuses n > 1 at temperature 0
+    assert [len(g) for g in groups] == [3, 3]
+    assert all(g == group[0] for group in groups for g in group)
+
+
+def test_sampling_seeds_each_prompt_past_the_previous_prompts_samples(fake_vllm):
+    gen, policy, seen = fake_vllm
+    stats = vllm_backend.GenerationStats()
+    groups = gen.generate(policy, [[1, 2], [3]], n=3, max_new_tokens=2, temperature=1.0, seed=100, stats=stats)
+    assert [(p.n, p.seed) for p in seen[-1]] == [(3, 100), (3, 103)]  # vLLM adds the sample index
+    assert [[g.token_ids for g in group] for group in groups] == [[(10, 20), (10, 21), (10, 22)], [(11, 20), (11, 21), (11, 22)]]
+    assert stats.tokens == 12
 
 
 def test_it_saves_one_agents_adapter_where_vllm_can_load_it(data_dir):
