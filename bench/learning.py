@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -39,6 +40,23 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 ARMS = ("untrained-single", "untrained-multi", "single", "prompt", "lora", "trl")
 CONFIG_OF = {"untrained-single": "single", "untrained-multi": "prompt", "single": "single", "prompt": "prompt", "lora": "lora", "trl": "single"}
 UNTRAINED_OF = {"single": "untrained-single", "trl": "untrained-single", "prompt": "untrained-multi", "lora": "untrained-multi"}
+
+
+def result_name(arm: str, args: argparse.Namespace) -> str:
+    """The arm's results file stem: `lora`, or `lora-4turns` for a multi-agent arm given more turns."""
+    multi = CONFIG_OF[arm] != "single"
+    return f"{arm}-{args.max_turns}turns" if multi and args.max_turns not in (None, 2) else arm
+
+
+def base_arm(name: str) -> str:
+    """`lora-4turns` -> `lora`."""
+    match = re.fullmatch(r"(.+?)(?:-(\d+)turns)?", name)
+    return match.group(1) if match else name
+
+
+def untrained_of(name: str) -> str:
+    base = UNTRAINED_OF.get(base_arm(name), "")
+    return name.replace(base_arm(name), base, 1) if base else ""
 
 
 def arm_config(arm: str, args: argparse.Namespace) -> Any:
@@ -59,6 +77,8 @@ def arm_config(arm: str, args: argparse.Namespace) -> Any:
     }
     if args.lr is not None:
         overrides["optim.lr"] = args.lr
+    if args.max_turns is not None and CONFIG_OF[arm] != "single":
+        overrides["topology.max_turns"] = args.max_turns
     return RunConfig.load(CONFIGS / f"math-{CONFIG_OF[arm]}.yaml").replace(**overrides)
 
 
@@ -96,7 +116,7 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     sampler = Sampler(env, build_policies(config), config, torch.Generator().manual_seed(config.seed))
     payload: dict[str, Any] = {"arm": arm, "command": command_line(), "machine_start": machine(), "config": config.to_dict(),
                                "steps": 0, "train_seconds": 0.0, "curve": [], "evals": []}
-    out = Path(args.out_dir) / f"{arm}.json"
+    out = Path(args.out_dir) / f"{result_name(arm, args)}.json"
     t_eval = 0.0
 
     def checkpoint_eval(step: int, train_seconds: float, final: bool) -> None:
@@ -181,20 +201,18 @@ def run_trl(config: Any, sampler: Any, train_tasks: list[Any], args: argparse.Na
 
 def report(args: argparse.Namespace) -> int:
     out_dir = Path(args.out_dir)
-    runs = {p.stem: json.loads(p.read_text()) for p in sorted(out_dir.glob("*.json")) if p.stem in ARMS}
+    found = {p.stem: json.loads(p.read_text()) for p in out_dir.glob("*.json") if base_arm(p.stem) in ARMS}
+    runs = dict(sorted(found.items(), key=lambda kv: (ARMS.index(base_arm(kv[0])), kv[0])))
     if not runs:
         print(f"no arm results in {out_dir}; run --arm first", file=sys.stderr)
         return 1
     rows = []
-    for arm in ARMS:
-        run = runs.get(arm)
-        if not run:
-            continue
+    for arm, run in runs.items():
         evals = run["evals"]
         greedy = [e for e in evals if e["temperature"] == 0.0]
         last_greedy = greedy[-1] if greedy else None
         sampled = [e for e in evals if e["temperature"] > 0.0]
-        base = runs.get(UNTRAINED_OF.get(arm, ""))
+        base = runs.get(untrained_of(arm))
         base_greedy = next((e for e in base["evals"] if e["temperature"] == 0.0), None) if base else None
         agents = last_greedy["agents"] if last_greedy else {}
         delta = (last_greedy["team"] - base_greedy["team"]) * 100 if last_greedy and base_greedy else None
@@ -232,7 +250,7 @@ def _plot(runs: dict[str, Any], png: Path) -> None:
             smooth = [sum(rewards[max(0, i - window + 1) : i + 1]) / len(rewards[max(0, i - window + 1) : i + 1]) for i in range(len(rewards))]
             ax1.plot(steps, smooth, label=arm)
         greedy = [e for e in run["evals"] if e["temperature"] == 0.0]
-        base = runs.get(UNTRAINED_OF.get(arm, ""))
+        base = runs.get(untrained_of(arm))
         start = [e for e in base["evals"] if e["temperature"] == 0.0][:1] if base and not arm.startswith("untrained") else []
         points = [(e["train_seconds"] / 60, e["team"]) for e in start + greedy]
         if points and not arm.startswith("untrained"):
@@ -261,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=4, help="group size")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--lr", type=float, default=None, help="default: the arm's config (single/prompt 2e-5, lora 2e-4)")
+    parser.add_argument("--max-turns", type=int, default=None,
+                        help="multi-agent arms: turns per episode (default: the config's 2, tool then reasoner; 4 lets the tool retry once "
+                             "after the reasoner disagrees); results go to ARM-Nturns.json")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--work-dir", default="/tmp/troupe-bench")

@@ -22,6 +22,8 @@ SCALE_REWARDS = ("group", "batch", "none")
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 BACKENDS = ("auto", "hf", "vllm")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+QUANTIZATIONS = ("none", "4bit")
+PARALLEL_MODES = ("data", "agents")
 BUILTIN_ENVIRONMENTS = ("arithmetic", "math_tool", "plan_path", "code_tests")
 MODEL_PREFIXES = ("bundled:", "tiny-random:", "hf:", "local:")
 BUNDLED_MODELS = ("smollm2-135m-instruct",)
@@ -49,6 +51,9 @@ class ModelConfig:
     """Weights dtype: `auto` is float32 on CPU and bfloat16 on GPU."""
     gradient_checkpointing: bool = False
     """Trade compute for memory during the update (useful for large bases on GPU)."""
+    quantization: str = "none"
+    """`4bit` loads the frozen base in 4-bit NF4 (QLoRA: bitsandbytes, CUDA, `lora` only) so a
+    large base fits beside its adapters; `none` keeps `dtype`."""
 
 
 @dataclass(frozen=True)
@@ -204,6 +209,18 @@ class CheckpointConfig:
 
 
 @dataclass(frozen=True)
+class ResourcesConfig:
+    gpus: int = 1
+    """GPUs the run uses on its worker's host. More than one: see `parallel`. On a host without
+    CUDA, `data` runs that many CPU processes instead (what the tests use)."""
+    parallel: str = "data"
+    """How several GPUs are used. `data`: one process per GPU, launched through torchrun; each
+    rolls out its share of `optim.tasks_per_step` and gradients are summed across processes
+    before every optimizer step, so all copies stay identical. `agents` (`full` only): one
+    process, agent i's model on GPU i mod `gpus`."""
+
+
+@dataclass(frozen=True)
 class RunConfig:
     name: str = "run"
     """Human name of the run."""
@@ -218,6 +235,7 @@ class RunConfig:
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -279,6 +297,15 @@ class RunConfig:
         _choice("grpo.loss_type", g.loss_type, LOSS_TYPES)
         _choice("generation.backend", self.generation.backend, BACKENDS)
         _choice("model.dtype", self.model.dtype, DTYPES)
+        _choice("model.quantization", self.model.quantization, QUANTIZATIONS)
+        _choice("resources.parallel", self.resources.parallel, PARALLEL_MODES)
+        _positive_int("resources.gpus", self.resources.gpus, 1, 64)
+        if self.model.quantization != "none" and t.specialization != "lora":
+            raise ConfigError("model.quantization", f"a quantized base trains only through LoRA adapters: use the `lora` specialization (this is {t.specialization!r})")
+        if self.resources.parallel == "agents" and t.specialization != "full":
+            raise ConfigError("resources.parallel", f"`agents` places each agent's own model on a GPU: it needs the `full` specialization (this is {t.specialization!r})")
+        if self.resources.parallel == "data" and o.tasks_per_step < self.resources.gpus:
+            raise ConfigError("optim.tasks_per_step", f"must be at least resources.gpus ({self.resources.gpus}): each process rolls out its share of the step's tasks")
         check_model_source("model.source", self.model.source)
         if t.environment not in BUILTIN_ENVIRONMENTS and not _DOTTED.match(t.environment):
             raise ConfigError(

@@ -158,4 +158,7 @@ def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: t
         keep = sorted_p.cumsum(-1) - sorted_p < top_p  # (R, V) always keeps the top token
         sorted_p = sorted_p * keep
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)  # (R, V)
+    if generator is not None and generator.device != probs.device:
+        # the run's seeded generator lives on the CPU: draw there, so a GPU run stays reproducible
+        return torch.multinomial(probs.float().cpu(), 1, generator=generator).squeeze(1).to(probs.device)  # (R,)
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (R,)

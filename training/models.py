@@ -79,11 +79,15 @@ def data_dir() -> Path:
 
 
 def load_model(
-    source: str, *, dtype: str = "auto", device: str | torch.device = "cpu"
+    source: str, *, dtype: str = "auto", device: str | torch.device = "cpu", quantization: str = "none"
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a causal LM and its tokenizer. `dtype="auto"` is float32 on CPU, bfloat16 on CUDA."""
+    """Load a causal LM and its tokenizer. `dtype="auto"` is float32 on CPU, bfloat16 on CUDA.
+    `quantization="4bit"` loads the weights in 4-bit NF4 through bitsandbytes (QLoRA's frozen
+    base: CUDA only; the compute dtype is `dtype`)."""
     device = _check_device(device)
     torch_dtype = _resolve_dtype(dtype, device)
+    if quantization == "4bit":
+        return _load_4bit(source, device, torch_dtype)
     if _kind(source) == "tiny-random":
         model: PreTrainedModel = _tiny_random_llama()
         tokenizer = _tiny_tokenizer()
@@ -96,6 +100,33 @@ def load_model(
         tokenizer = _tokenizer_from_dir(folder, source)
     # PreTrainedModel.to is wrapped with functools.wraps, which mypy mistypes as unbound.
     return model.to(device=device, dtype=torch_dtype), tokenizer  # type: ignore[call-arg]
+
+
+def _load_4bit(source: str, device: torch.device, compute_dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    if device.type != "cuda":
+        raise ModelLoadError("model.quantization: 4bit needs a CUDA GPU (bitsandbytes' 4-bit kernels); this run is on the CPU")
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        raise ModelLoadError("model.quantization: 4bit needs the bitsandbytes package: install the GPU extra (requirements-gpu.txt)") from None
+    from transformers import BitsAndBytesConfig
+
+    if _kind(source) == "tiny-random":
+        folder = data_dir() / "models" / "tiny-random-llama"
+        if not _is_model_dir(folder):
+            _tiny_random_llama().save_pretrained(folder)
+        tokenizer = _tiny_tokenizer()
+    else:
+        folder = resolve_model_dir(source)
+        tokenizer = _tokenizer_from_dir(folder, source)
+    quant = BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute_dtype
+    )
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, quantization_config=quant, dtype=compute_dtype, device_map={"": device.index or 0})
+    except Exception as exc:
+        raise ModelLoadError(f"could not load {source} in 4 bits from {folder}: {exc}") from exc
+    return model, tokenizer
 
 
 def load_tokenizer(source: str) -> PreTrainedTokenizerBase:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 from peft import LoraConfig as PeftLoraConfig
-from peft import PeftModel, get_peft_model, set_peft_model_state_dict
+from peft import PeftModel, get_peft_model, prepare_model_for_kbit_training, set_peft_model_state_dict
 from safetensors.torch import load_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -111,9 +111,11 @@ def build_policies(config: RunConfig, *, device: torch.device | None = None) -> 
         return PolicySet({SHARED: policy}, {a: SHARED for a in acting}, topo.specialization)
 
     if topo.specialization == "lora":
-        base, tok = load_model(config.model.source, dtype=config.model.dtype, device=device)
+        base, tok = load_model(config.model.source, dtype=config.model.dtype, device=device, quantization=config.model.quantization)
         for p in base.parameters():
             p.requires_grad_(False)
+        if config.model.quantization != "none":  # QLoRA: norms in float32, inputs that carry gradients
+            base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=config.model.gradient_checkpointing)
         lcfg = config.lora
         peft_cfg = PeftLoraConfig(
             r=lcfg.r,
@@ -135,8 +137,8 @@ def build_policies(config: RunConfig, *, device: torch.device | None = None) -> 
 
     if topo.specialization == "full":
         policies = {}
-        for a in agents:
-            model, tok = load_model(config.agent_model(a), dtype=config.model.dtype, device=device)
+        for i, a in enumerate(agents):
+            model, tok = load_model(config.agent_model(a), dtype=config.model.dtype, device=_agent_device(config, i, device))
             pol = Policy(a.name, model, tok, (a.name,), a.trainable)
             if need_ref and a.trainable:
                 pol.ref_model = _frozen_copy(model)
@@ -145,6 +147,14 @@ def build_policies(config: RunConfig, *, device: torch.device | None = None) -> 
         return PolicySet(policies, {a.name: a.name for a in agents}, "full")
 
     raise ValueError(f"unknown specialization {topo.specialization!r}")
+
+
+def _agent_device(config: RunConfig, index: int, device: torch.device) -> torch.device:
+    """`resources.parallel: agents` puts the i-th agent's model on GPU i mod `resources.gpus`."""
+    res = config.resources
+    if res.parallel == "agents" and res.gpus > 1 and device.type == "cuda":
+        return torch.device("cuda", index % res.gpus)
+    return device
 
 
 def _frozen_copy(model: PreTrainedModel) -> PreTrainedModel:

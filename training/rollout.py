@@ -23,6 +23,7 @@ import torch
 
 from agents.base import Environment, State, StepResult
 from training.config import RunConfig
+from training.distributed import Dist
 from training.generation import Generation, GenerationStats, generate
 from training.policies import PolicySet
 
@@ -119,6 +120,8 @@ class Sampler:
     vllm: Any = None
     """A `training.vllm_backend.VLLMGenerator` when the run generates with vLLM (GPU), else None."""
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=4))
+    dist: Dist = field(default_factory=Dist)
+    """This process's place in a data-parallel launch (`training.distributed`); one process by default."""
 
     def roles(self) -> tuple[str, ...]:
         order = self.config.topology.order()

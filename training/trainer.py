@@ -9,6 +9,9 @@ Deviations worth knowing:
   reported as `zero_std_frac`.
 - With `num_iterations == 1` the old log-probs equal the new ones (ratio 1), so no extra forward
   pass is spent on them (as TRL does); the reference pass runs only when `beta > 0`.
+- Under a data-parallel launch (`resources.gpus > 1`, see `training.distributed`) each process
+  rolls out its share of the step's tasks; the update, the metrics and the stop request are
+  global, and only rank 0 evaluates and saves.
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ from agents.envs import load_environment
 from agents.verifiers import load_reward_fn
 from training.config import RunConfig
 from training.data import Task, batch_indices, load_tasks
+from training.distributed import Dist, check_gpus, from_env, in_launch, launch
 from training.events import EventSink, StepMetrics
 from training.grpo import group_advantages, loss_stats, policy_loss, token_logprobs, zero_std_fraction
+from training.models import resolve_model_dir
 from training.policies import Policy, PolicySet, build_policies, load_policy_weights, save_policies
 from training.rollout import Episode, Sampler, rollout_independent, rollout_tree
 from training.vllm_backend import VLLMGenerator, resolve_backend
@@ -61,12 +66,21 @@ class Sample:
     """The temperature the completion was sampled at; log-probs are scored at the same one."""
 
 
-def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink) -> TrainResult:
-    """Run a whole training run. Raises on failure; returns `cancelled` when the sink asks to stop."""
+def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist | None = None) -> TrainResult:
+    """Run a whole training run. Raises on failure; returns `cancelled` when the sink asks to stop.
+
+    A run asking for several GPUs in data-parallel mode starts its processes through torchrun
+    from here (`training.distributed.launch`), and `sink` receives rank 0's events."""
     config.validate()
     out = Path(out_dir)
+    if dist is None and config.resources.gpus > 1 and config.resources.parallel == "data" and not in_launch():
+        return launch(config, out, sink)  # type: ignore[no-any-return]
+    dist = dist or from_env()
+    if config.resources.gpus > 1:
+        check_gpus(config)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
+    if dist.main:
+        (out / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
     seed_everything(config.seed)
     torch.set_num_threads(max(1, torch.get_num_threads()))
 
@@ -74,15 +88,19 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink) -> TrainRe
     train_tasks, eval_tasks = load_tasks(config, env)
     sink.log(f"{len(train_tasks)} training tasks, {len(eval_tasks)} held-out tasks ({env.name})")
     t_load = time.perf_counter()
-    policies = build_policies(config)
+    if dist.enabled:  # rank 0 converts or downloads the model once; the others then read it
+        if dist.main:
+            _prefetch_models(config)
+        dist.barrier()
+    policies = build_policies(config, device=dist.device())
     sink.log(f"loaded {config.topology.specialization} policies {sorted(policies.policies)} in {time.perf_counter() - t_load:.1f}s")
-    generator = torch.Generator().manual_seed(config.seed)
+    generator = torch.Generator().manual_seed(config.seed + 1_000_003 * dist.rank)
     reward_fn = load_reward_fn(config.data.reward_fn) if config.data.reward_fn else None
-    sampler = Sampler(env, policies, config, generator, reward_fn)
+    sampler = Sampler(env, policies, config, generator, reward_fn, dist=dist)
 
     start_step = 0
     if config.checkpoint.resume_from:
-        start_step = restore(Path(config.checkpoint.resume_from), policies, generator)
+        start_step = restore(Path(config.checkpoint.resume_from), policies, generator, dist=dist)
         sink.log(f"resumed from {config.checkpoint.resume_from} at step {start_step}")
 
     backend = resolve_backend(config)
@@ -100,17 +118,23 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink) -> TrainRe
 def _loop(
     config: RunConfig, out: Path, sink: EventSink, sampler: Sampler, train_tasks: list[Task], eval_tasks: list[Task], start_step: int
 ) -> TrainResult:
-    policies, generator = sampler.policies, sampler.generator
+    policies, generator, dist = sampler.policies, sampler.generator, sampler.dist
     total = config.optim.steps
     sink.run_started(total_steps=total, start_step=start_step)
     result = TrainResult(status="succeeded", step=start_step, start_step=start_step)
+
+    def run_eval(at: int) -> None:
+        if dist.main:
+            result.evaluations.extend(evaluate(sampler, eval_tasks, step=at, sink=sink))
+        dist.barrier()
+
     if start_step == 0 and config.eval.every and eval_tasks:
-        result.evaluations += evaluate(sampler, eval_tasks, step=0, sink=sink)
+        run_eval(0)
 
     step = start_step
     last_ckpt: str | None = None
     while step < total:
-        if sink.should_stop():
+        if dist.any(sink.should_stop()):
             result.status = "cancelled"
             sink.log(f"stop requested: saving a checkpoint at step {step}")
             break
@@ -118,16 +142,23 @@ def _loop(
         metrics = train_step(sampler, train_tasks, step, sink)
         result.final_metrics = metrics.values
         if config.eval.every and eval_tasks and step % config.eval.every == 0 and step < total:
-            result.evaluations += evaluate(sampler, eval_tasks, step=step, sink=sink)
+            run_eval(step)
         if config.checkpoint.every and step % config.checkpoint.every == 0 and step < total:
-            last_ckpt = save_checkpoint(out, step, policies, generator, config, sink)
+            last_ckpt = save_checkpoint(out, step, policies, generator, config, sink, dist=dist)
 
     if result.status == "succeeded" and config.eval.every and eval_tasks:
-        result.evaluations += evaluate(sampler, eval_tasks, step=step, sink=sink)
+        run_eval(step)
     if step > start_step or last_ckpt is None:
-        last_ckpt = save_checkpoint(out, step, policies, generator, config, sink)
+        last_ckpt = save_checkpoint(out, step, policies, generator, config, sink, dist=dist)
     result.step, result.checkpoint = step, last_ckpt
     return result
+
+
+def _prefetch_models(config: RunConfig) -> None:
+    """Resolve (convert, or find in the cache) every model the run loads."""
+    for source in {config.model.source, *(config.agent_model(a) for a in config.topology.agents)}:
+        if not source.startswith("tiny-random:"):
+            resolve_model_dir(source)
 
 
 # == one training step =============================================================================
@@ -138,9 +169,10 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
     t0 = time.perf_counter()
     gen_tokens0, gen_secs0 = sampler.stats.tokens, sampler.stats.seconds
 
-    # -- 1. rollout ------------------------------------------------------------------------------
+    # -- 1. rollout (each process of a data-parallel launch takes its share of the tasks) -----------
+    dist = sampler.dist
     batch = [tasks[i] for i in batch_indices(len(tasks), cfg.optim.tasks_per_step, step, cfg.seed)]
-    batch = [(f"{tid}@{step}", row) for tid, row in batch]
+    batch = [(f"{tid}@{step}", row) for tid, row in batch][dist.rank :: dist.world]
     if cfg.grpo.sampling == "tree":
         episodes = rollout_tree(sampler, batch)
     else:
@@ -167,7 +199,7 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
             for turn, c in cands
             if turn.agent in policy.agents and cfg.agent(turn.agent).trainable and turn.group in informative and c.token_ids
         ]
-        stats = update_policy(policy, samples, cfg, step)
+        stats = update_policy(policy, samples, cfg, step, dist=dist)
         if sampler.vllm is not None:
             sampler.vllm.weights_changed(policy)
         for agent in policy.agents:
@@ -177,6 +209,12 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
     # -- 4. report -------------------------------------------------------------------------------
     gen_tokens = sampler.stats.tokens - gen_tokens0
     gen_secs = sampler.stats.seconds - gen_secs0
+    if dist.enabled:  # the whole step's episodes, in rank order, on every rank
+        episodes = [ep for part in dist.gather(episodes) for ep in part]
+        cands = [(turn, c) for ep in episodes for turn in ep.turns for c in turn.candidates]
+        rewards = torch.tensor([c.reward for _, c in cands], dtype=torch.float32)  # (N,)
+        keys = [turn.group for turn, _ in cands]
+        gen_tokens, gen_secs = int(dist.sum([gen_tokens])[0]), dist.max(gen_secs)  # the ranks generate side by side
     values = _rollout_metrics(episodes, cands, rewards, keys, per_agent)
     values.update(
         step_time=time.perf_counter() - t0,
@@ -235,21 +273,26 @@ def _rollout_metrics(
 # == the update ====================================================================================
 
 
-def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: int) -> dict[str, float]:
-    """GRPO update of one policy: `num_iterations` passes, micro-batched, clipped, one optimizer step each."""
+def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: int, *, dist: Dist | None = None) -> dict[str, float]:
+    """GRPO update of one policy: `num_iterations` passes, micro-batched, clipped, one optimizer step each.
+
+    Under a data-parallel launch every rank calls this with its own samples (maybe none): the
+    loss is normalised by the global counts and the gradients are summed before the step."""
     assert policy.optimizer is not None
+    dist = dist or Dist()
     lr = _lr_at(cfg, step)
     for group in policy.optimizer.param_groups:
         group["lr"] = lr
-    if not samples:
+    n_samples, total_tokens = dist.sum([len(samples), sum(len(s.completion_ids) for s in samples)])
+    if not n_samples:
         return {"lr": lr, "samples": 0.0}
+    max_len = int(dist.max(max((len(s.completion_ids) for s in samples), default=0)))
     g = cfg.grpo
     pad = policy.tokenizer.pad_token_id or 0
+    device = next(policy.model.parameters()).device
     micro = _micro_batches(samples, cfg.optim.micro_batch_size, cfg.optim.micro_batch_tokens)
-    batches = [_collate(mb, pad) for mb in micro]
+    batches = [{k: v.to(device) for k, v in _collate(mb, pad).items()} for mb in micro]
     temps = [mb[0].temperature for mb in micro]
-    total_tokens = sum(len(s.completion_ids) for s in samples)
-    max_len = max(len(s.completion_ids) for s in samples)
 
     with policy.active() as model:
         model.train()
@@ -277,7 +320,7 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
                     eps_low=g.eps_low, eps_high=g.eps_high, loss_type=g.loss_type,
                     ref_logp=ref[i], beta=g.beta, max_completion_length=max_len,
                 )
-                weight = _micro_weight(g.loss_type, mask, len(samples), total_tokens)
+                weight = _micro_weight(g.loss_type, mask, int(n_samples), int(total_tokens))
                 (loss * weight).backward()
                 n_tok = float(mask.sum())
                 sums["loss"] += float(loss.detach()) * weight
@@ -285,13 +328,20 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
                 for name, value in loss_stats(logp.detach(), old_logp, b["advantages"], mask, g.eps_low, g.eps_high, ref_logp=ref[i]).items():
                     sums[name] += value * n_tok
                 sums["_tokens"] += n_tok
+            dist.sum_gradients(policy.params)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.params, cfg.optim.max_grad_norm))
             policy.optimizer.step()
         model.eval()
 
-    tok = max(sums.pop("_tokens"), 1.0)
+    if dist.enabled:
+        merged: dict[str, float] = defaultdict(float)
+        for part in dist.gather(dict(sums)):
+            for k, v in part.items():
+                merged[k] += v
+        sums = merged
+    tok = max(sums.pop("_tokens", 0.0), 1.0)
     out = {k: v / (tok if k != "loss" else g.num_iterations) for k, v in sums.items()}
-    out.update(grad_norm=grad_norm, lr=lr, samples=float(len(samples)))
+    out.update(grad_norm=grad_norm, lr=lr, samples=float(n_samples))
     return out
 
 
@@ -416,11 +466,19 @@ def evaluate_checkpoint(config: RunConfig, checkpoint: str | Path | None, *, sin
 # == checkpoints =====================================================================================
 
 
-def save_checkpoint(out: Path, step: int, policies: PolicySet, generator: torch.Generator, cfg: RunConfig, sink: EventSink) -> str:
+def save_checkpoint(
+    out: Path, step: int, policies: PolicySet, generator: torch.Generator, cfg: RunConfig, sink: EventSink, *, dist: Dist | None = None
+) -> str:
     """`out/checkpoints/step-NNNNNN/`: one HF/PEFT folder per policy plus optimizer, RNG and step
-    state. Written to a temp folder and renamed, so a crash never leaves half a checkpoint."""
+    state. Written to a temp folder and renamed, so a crash never leaves half a checkpoint.
+    Under a data-parallel launch rank 0 writes it, with every rank's sampling generator."""
+    dist = dist or Dist()
+    generators = dist.gather(generator.get_state())
     root = out / "checkpoints"
     final = root / f"step-{step:06d}"
+    if not dist.main:
+        dist.barrier()
+        return str(final)
     tmp = root / f".step-{step:06d}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     save_policies(policies, tmp)
@@ -429,6 +487,7 @@ def save_checkpoint(out: Path, step: int, policies: PolicySet, generator: torch.
             "step": step,
             "optimizers": {name: p.optimizer.state_dict() for name, p in policies.policies.items() if p.optimizer},
             "generator": generator.get_state(),
+            "generators": generators,
             "torch_rng": torch.get_rng_state(),
             "python_rng": random.getstate(),
             "numpy_rng": np.random.get_state(),
@@ -443,11 +502,16 @@ def save_checkpoint(out: Path, step: int, policies: PolicySet, generator: torch.
         for old in kept[: -cfg.checkpoint.keep]:
             shutil.rmtree(old, ignore_errors=True)
     sink.checkpoint(step, str(final))
+    dist.barrier()
     return str(final)
 
 
-def restore(folder: Path, policies: PolicySet, generator: torch.Generator) -> int:
-    """Load weights, optimizer and RNG state from a checkpoint; return its step."""
+def restore(folder: Path, policies: PolicySet, generator: torch.Generator, *, dist: Dist | None = None) -> int:
+    """Load weights, optimizer and RNG state from a checkpoint; return its step. A rank of a
+    data-parallel launch takes its own generator when the checkpoint has one for it (saved by a
+    launch of the same size); otherwise rank 0 takes the saved one and the others start fresh
+    streams from the seed, the step and their rank."""
+    dist = dist or Dist()
     state_file = folder / STATE_FILE
     if not state_file.is_file():
         raise FileNotFoundError(f"{folder} is not a Troupe checkpoint (no {STATE_FILE})")
@@ -457,7 +521,13 @@ def restore(folder: Path, policies: PolicySet, generator: torch.Generator) -> in
         opt = policies.policies[name].optimizer
         if opt is not None:
             opt.load_state_dict(opt_state)
-    generator.set_state(state["generator"])
+    saved = state.get("generators") or [state["generator"]]
+    if len(saved) == dist.world:
+        generator.set_state(saved[dist.rank])
+    elif dist.main:
+        generator.set_state(state["generator"])
+    else:
+        generator.manual_seed(hash((int(state["step"]), dist.rank)) % 2**63)
     torch.set_rng_state(state["torch_rng"])
     random.setstate(state["python_rng"])
     np.random.set_state(state["numpy_rng"])

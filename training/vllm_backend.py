@@ -174,6 +174,8 @@ class VLLMGenerator:
             gpu_memory_utilization=config.generation.vllm_gpu_memory_utilization,
             enable_sleep_mode=True,
             distributed_executor_backend="external_launcher",
+            # a QLoRA run's base is 4-bit: serve it quantized the same way (as TRL does)
+            **({"quantization": "bitsandbytes"} if config.model.quantization == "4bit" else {}),
             **lora,
             **(engine_kwargs or {}),
         )

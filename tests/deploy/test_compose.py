@@ -85,9 +85,13 @@ def test_every_variable_compose_sets_for_the_app_is_one_the_app_reads():
             assert not unknown, f"{name} {service} sets {sorted(unknown)}, which Troupe never reads"
 
 
+LAUNCHER_VARIABLES = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+"""Set by torchrun for the processes of one multi-GPU run (training.distributed), never by a deployer."""
+
+
 def test_every_variable_the_app_reads_is_documented_in_env_example():
     set_, commented = env_example()
-    missing = env_vars_the_app_reads() - set_ - commented
+    missing = env_vars_the_app_reads() - set_ - commented - LAUNCHER_VARIABLES
     assert not missing, f".env.example does not document {sorted(missing)}"
 
 

@@ -1,0 +1,138 @@
+"""Data-parallel training (`resources.gpus > 1`): the update over ranks equals the update over
+the whole batch, and a torchrun launch relays rank 0's events to the caller's sink."""
+
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from tests.training import _dist_update
+from tests.training.conftest import toy_config
+from training.config import ConfigError, RunConfig
+from training.distributed import DistributedRunError, replay
+from training.events import NullSink
+from training.models import ModelLoadError, load_model
+from training.policies import build_policies
+from training.trainer import train, update_policy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("specialization", ["lora", "prompt"])
+def test_two_ranks_update_the_weights_as_one_process_does_on_the_whole_batch(tmp_path, specialization):
+    mp.spawn(_dist_update.rank_main, args=(2, _free_port(), str(tmp_path), specialization), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    torch.manual_seed(0)
+    config = toy_config(specialization)
+    policy = _dist_update.sgd(build_policies(config, device=torch.device("cpu")).for_agent("writer"))
+    before = _dist_update.flat_params(policy)
+    whole = _dist_update.samples(policy, 0, 4) + _dist_update.samples(policy, 4, 3)
+    stats = update_policy(policy, whole, config, step=1)
+    after = _dist_update.flat_params(policy)
+    assert not torch.allclose(before, after)
+    for r in ranks:
+        assert torch.allclose(r["params"], after, atol=1e-6), "a rank's weights differ from the whole-batch update"
+        assert r["stats"]["samples"] == 7
+        assert r["stats"]["grad_norm"] == pytest.approx(stats["grad_norm"], rel=1e-4)
+        assert r["stats"]["loss"] == pytest.approx(stats["loss"], rel=1e-4, abs=1e-7)
+
+
+class Recorder(NullSink):
+    def __init__(self, stop_after: int | None = None):
+        self.events: list[tuple] = []
+        self.stop_after = stop_after
+
+    def run_started(self, *, total_steps, start_step):
+        self.events.append(("run_started", total_steps, start_step))
+
+    def metrics(self, m):
+        self.events.append(("metrics", m.step, m.values))
+
+    def rollouts(self, step, episodes):
+        self.events.append(("rollouts", step, episodes))
+
+    def checkpoint(self, step, path):
+        self.events.append(("checkpoint", step, path))
+
+    def evaluation(self, result):
+        self.events.append(("evaluation", result["step"], result))
+
+    def should_stop(self):
+        return self.stop_after is not None and sum(e[0] == "metrics" for e in self.events) >= self.stop_after
+
+    def of(self, kind):
+        return [e for e in self.events if e[0] == kind]
+
+
+def _launch_config(**overrides) -> RunConfig:
+    return RunConfig.load(ROOT / "configs/tiny-lora.yaml").replace(
+        **{"resources.gpus": 2, "optim.tasks_per_step": 4, "data.train_size": 16, "eval.every": 2, "eval.size": 4, "checkpoint.every": 0, **overrides}
+    )
+
+
+def test_a_two_process_launch_trains_and_relays_every_event_of_the_whole_step(tmp_path):
+    sink = Recorder()
+    result = train(_launch_config(), out_dir=tmp_path, sink=sink)
+    assert result.status == "succeeded" and result.step == 2
+    assert sink.of("run_started") == [("run_started", 2, 0)]
+    assert [e[1] for e in sink.of("metrics")] == [1, 2]
+    # each rank rolled out 2 of the step's 4 tasks; rank 0 reports all 4 episodes
+    for _, step, episodes in sink.of("rollouts"):
+        assert len(episodes) == 4 and len({ep["task_id"] for ep in episodes}) == 4
+    assert [e[1] for e in sink.of("evaluation")] == [0, 2]
+    ckpt = Path(result.checkpoint)
+    assert sink.of("checkpoint")[-1][2] == str(ckpt)
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
+    assert len(state["generators"]) == 2 and not torch.equal(state["generators"][0], state["generators"][1])
+
+
+def test_a_stop_request_reaches_every_rank(tmp_path):
+    sink = Recorder(stop_after=1)
+    result = train(_launch_config(**{"optim.steps": 5, "eval.every": 0}), out_dir=tmp_path, sink=sink)
+    # the launcher sees step 1's metrics within its poll interval; the ranks stop at the next step boundary
+    assert result.status == "cancelled" and 1 <= result.step <= 2
+    assert (Path(result.checkpoint) / "trainer_state.pt").exists()
+
+
+def test_a_failing_rank_fails_the_run_with_its_error(tmp_path):
+    config = _launch_config(**{"data.reward_fn": "tests.training.test_distributed:broken_reward"})
+    with pytest.raises(DistributedRunError, match="reward exploded"):
+        train(config, out_dir=tmp_path, sink=NullSink())
+
+
+def broken_reward(prompts, completions, **columns):
+    raise RuntimeError("reward exploded")
+
+
+def test_replay_ignores_the_launchers_own_records():
+    replay({"type": "unknown"}, NullSink())
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"resources.gpus": 0}, "resources.gpus"),
+        ({"resources.parallel": "pipeline"}, "resources.parallel"),
+        ({"resources.parallel": "agents"}, "resources.parallel"),  # tiny-lora is `lora`, not `full`
+        ({"resources.gpus": 4, "optim.tasks_per_step": 2}, "optim.tasks_per_step"),
+        ({"model.quantization": "8bit"}, "model.quantization"),
+        ({"model.quantization": "4bit", "topology.specialization": "prompt"}, "model.quantization"),
+    ],
+)
+def test_resource_settings_are_checked_by_field(overrides, field):
+    with pytest.raises(ConfigError) as err:
+        RunConfig.load(ROOT / "configs/tiny-lora.yaml").replace(**overrides)
+    assert err.value.field == field
+
+
+def test_a_4bit_base_on_the_cpu_says_what_it_needs():
+    with pytest.raises(ModelLoadError, match="4bit needs a CUDA GPU"):
+        load_model("tiny-random:llama", device="cpu", quantization="4bit")
