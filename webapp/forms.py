@@ -211,6 +211,8 @@ class RunForm(forms.Form):
     temperature = forms.FloatField(required=False, initial=_DEFAULTS.generation.temperature, widget=forms.TextInput)
     beta = forms.FloatField(required=False, initial=_DEFAULTS.grpo.beta, label="Beta (KL)", widget=forms.TextInput)
     eval_every = forms.IntegerField(required=False, initial=_DEFAULTS.eval.every, help_text="Steps between evaluations; 0 disables.")
+    gpus = forms.IntegerField(required=False, initial=_DEFAULTS.resources.gpus, label="GPUs",
+                              help_text="GPUs on the worker's host; more than 1 trains data-parallel, one process per GPU.")
     advanced_yaml = forms.CharField(
         required=False, label="Advanced YAML",
         widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false", "placeholder": "grpo:\n  alpha: 0.5\nseed: 1"}),

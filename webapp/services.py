@@ -389,6 +389,7 @@ RUN_OVERRIDES = {
     "temperature": "generation.temperature",
     "beta": "grpo.beta",
     "eval_every": "eval.every",
+    "gpus": "resources.gpus",
 }
 """Run form field -> the RunConfig field it overrides."""
 

@@ -85,7 +85,8 @@ def test_a_two_process_launch_trains_and_relays_every_event_of_the_whole_step(tm
     assert sink.of("run_started") == [("run_started", 2, 0)]
     assert [e[1] for e in sink.of("metrics")] == [1, 2]
     # each rank rolled out 2 of the step's 4 tasks; rank 0 reports all 4 episodes
-    for _, step, episodes in sink.of("rollouts"):
+    assert [e[1] for e in sink.of("rollouts")] == [1, 2]
+    for _, _, episodes in sink.of("rollouts"):
         assert len(episodes) == 4 and len({ep["task_id"] for ep in episodes}) == 4
     assert [e[1] for e in sink.of("evaluation")] == [0, 2]
     ckpt = Path(result.checkpoint)

@@ -92,3 +92,14 @@ def test_it_previews_errors(alice, alice_world):
 def test_it_keeps_the_preview_hint_until_both_are_picked(alice, alice_world):
     response = alice.client.post(reverse("run_preview"), {"topology": alice_world.topology.pk}, headers={"HX-Request": "true"})
     assert b"errors" not in response.content and b"Pick a topology" in response.content
+
+
+def test_a_run_on_several_gpus_needs_a_task_per_gpu(alice, alice_world, enqueued, django_capture_on_commit_callbacks):
+    response = alice.client.post(reverse("run_new"), _data(alice_world, gpus="2"))
+    assert response.context["form"].errors["tasks_per_step"] == [
+        "optim.tasks_per_step: must be at least resources.gpus (2): each process rolls out its share of the step's tasks"
+    ]
+    with django_capture_on_commit_callbacks(execute=True):
+        alice.client.post(reverse("run_new"), _data(alice_world, gpus="2", tasks_per_step="4"))
+    run = Run.objects.exclude(pk=alice_world.run.pk).get()
+    assert run.to_config().resources.gpus == 2 and enqueued == [run.pk]
