@@ -128,11 +128,12 @@ def run_claim(*, run_id: int, worker: str) -> Run | None:
     return Run.objects.get(pk=run_id)
 
 
-def run_claim_next(*, worker: str) -> Run | None:
-    """Claim the first queued run in queue order; None when nothing is queued. Each failed
+def run_claim_next(*, worker: str, gpus: int = 1) -> Run | None:
+    """Claim the first queued run in queue order among the runs needing `gpus` GPUs (the runs
+    whose messages go to the queue this message came from); None when there is none. Each failed
     attempt means another worker claimed that run, so the loop always makes progress."""
     while True:
-        candidate = run_queue().values_list("pk", flat=True).first()
+        candidate = run_queue().filter(gpus=gpus).values_list("pk", flat=True).first()
         if candidate is None:
             return None
         run = run_claim(run_id=candidate, worker=worker)

@@ -251,6 +251,13 @@ def queue_clock() -> int:
     return time.time_ns() // 1000
 
 
+def gpu_queue(gpus: int) -> str:
+    """The Celery queue of runs that need `gpus` GPUs: `gpu` for one, `gpu-x<N>` for N. A worker
+    serves the queues of the GPU counts it has (`-Q gpu` on a one-GPU worker, `-Q gpu-x2` on a
+    worker with two)."""
+    return "gpu" if gpus <= 1 else f"gpu-x{gpus}"
+
+
 class Run(models.Model):
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"
@@ -300,6 +307,9 @@ class Run(models.Model):
     archived = models.BooleanField(default=False, help_text="Hidden from the run list unless asked for.")
     environment = models.CharField(max_length=200, blank=True, help_text="config.topology.environment")
     specialization = models.CharField(max_length=10, blank=True, help_text="config.topology.specialization")
+    gpus = models.PositiveSmallIntegerField(
+        default=1, help_text="config.resources.gpus: the run waits on the queue of workers with that many GPUs (gpu, gpu-x2, ...).",
+    )
 
     class Meta:
         ordering = ["-created", "-id"]
@@ -314,6 +324,10 @@ class Run(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("run_detail", args=[self.pk])
+
+    @property
+    def queue_name(self) -> str:
+        return gpu_queue(self.gpus)
 
     @property
     def is_active(self) -> bool:

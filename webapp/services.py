@@ -484,18 +484,19 @@ def run_create(
             team=team, owner=user, name=name, topology=topology, dataset=dataset, config_yaml=config.to_yaml(),
             total_steps=config.optim.steps, resumed_from=resumed_from, celery_task_id=str(uuid.uuid4()),
             environment=config.topology.environment[:200], specialization=config.topology.specialization,
+            gpus=config.resources.gpus,
         )
         transaction.on_commit(lambda: run_enqueue(run=run))
     return run
 
 
 def run_enqueue(*, run: Run) -> None:
-    """Send the run to the `gpu` queue. A broker that is down leaves the run queued (the run
+    """Send the run to the queue of its GPU count (`Run.queue_name`). A broker that is down leaves the run queued (the run
     command re-enqueues queued runs when it starts; a redelivered task never runs twice)."""
     from webapp.tasks import run_execute
 
     try:
-        run_execute.apply_async(args=[run.pk], task_id=run.celery_task_id or None, retry=False)
+        run_execute.apply_async(args=[run.pk], task_id=run.celery_task_id or None, retry=False, queue=run.queue_name)
     except OperationalError as exc:
         log.warning("run %s: could not reach the broker: %s", run.pk, exc)
         run.log_lines.create(level="warning", message=f"could not reach the task queue ({exc}); the run stays queued")
@@ -545,14 +546,14 @@ def run_out_dir(run_id: int) -> Path:
 TrainFn = Callable[..., Any]
 
 
-def run_execute(*, run_id: int | None = None, worker: str = "", train: TrainFn | None = None) -> Run | None:
+def run_execute(*, run_id: int | None = None, worker: str = "", train: TrainFn | None = None, gpus: int = 1) -> Run | None:
     """Claim a queued run and execute it to its end: the run `run_id` if it is still queued, or
-    without one the first queued run in queue order (what the Celery task does, see
-    `webapp.lifecycle`). The claim is atomic, so a redelivered or duplicated task never runs a
+    without one the first queued run in queue order among runs needing `gpus` GPUs (what the
+    Celery task does, see `webapp.lifecycle`). The claim is atomic, so a redelivered or duplicated task never runs a
     run twice. Engine failures are recorded on the run, never raised; a heartbeat thread keeps
     the run from looking lost while it loads or steps."""
     if run_id is None:
-        run = lifecycle.run_claim_next(worker=worker)
+        run = lifecycle.run_claim_next(worker=worker, gpus=gpus)
     else:
         run = lifecycle.run_claim(run_id=run_id, worker=worker)
     if run is None:

@@ -172,14 +172,16 @@ def test_the_gpu_worker_reserves_an_nvidia_gpu_and_listens_on_the_gpu_queue(name
     (device,) = worker["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia"
     assert device["capabilities"] == ["gpu"]
-    assert device["device_ids"] == ["${TROUPE_GPU:-0}"]  # one GPU per worker
+    assert device["device_ids"] == ["${TROUPE_GPU:-0}"]  # one GPU per worker (or the list of a multi-GPU worker's)
     command = worker["command"]
     assert command[:4] == ["celery", "-A", "webapp", "worker"]
-    assert command[command.index("-Q") + 1] == "gpu"
+    # the queue of one-GPU runs; an extra worker may serve the queue of runs of its GPU count instead
+    assert command[command.index("-Q") + 1] == ("gpu" if name == "compose.yaml" else "${TROUPE_QUEUES:-gpu}")
     assert command[command.index("-P") + 1] == "solo"  # the run executes in the worker process: stop signals reach it
-    assert command[command.index("-c") + 1] == "1"  # one run per GPU
-    assert command[command.index("--hostname") + 1] == "gpu${TROUPE_GPU:-0}@%h"
-    assert worker["healthcheck"]["test"][-1] == "gpu${TROUPE_GPU:-0}@%h"  # pings this very worker
+    assert command[command.index("-c") + 1] == "1"  # one run at a time
+    node = "gpu${TROUPE_GPU:-0}@%h" if name == "compose.yaml" else "${TROUPE_WORKER_NAME:-gpu${TROUPE_GPU:-0}}@%h"
+    assert command[command.index("--hostname") + 1] == node
+    assert worker["healthcheck"]["test"][-1] == node  # pings this very worker
     assert worker["build"]["dockerfile"] == "docker/Dockerfile.gpu"
 
 

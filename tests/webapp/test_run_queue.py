@@ -132,3 +132,32 @@ def test_the_queue_line_is_empty_once_the_run_started(alice, alice_world):
     Run.objects.filter(pk=alice_world.run.pk).update(status=Run.Status.RUNNING)
     fragment = alice.client.get(reverse("run_queue_position", args=[alice_world.run.pk])).content.decode()
     assert "Queued" not in fragment and "hx-get" not in fragment  # stops polling
+
+
+def test_runs_needing_several_gpus_wait_for_a_worker_with_that_many(alice_world, monkeypatch, django_capture_on_commit_callbacks):
+    from webapp import tasks
+
+    sent = []
+    monkeypatch.setattr(tasks.run_execute, "apply_async", lambda args, **kw: sent.append((args[0], kw["queue"])))
+    config = alice_world.run.to_config().replace(**{"resources.gpus": 2, "optim.tasks_per_step": 2})
+    with django_capture_on_commit_callbacks(execute=True):
+        big = services.run_create(team=alice_world.run.team, user=None, name="big", config=config,
+                                  topology=alice_world.topology, dataset=alice_world.dataset)
+    Run.objects.filter(pk=big.pk).update(priority=5)  # first in the queue
+    assert big.gpus == 2 and sent == [(big.pk, "gpu-x2")]
+    # a one-GPU message passes over the two-GPU run at the head of the queue ...
+    assert executed("one-gpu") == alice_world.run.name
+    assert Run.objects.get(pk=big.pk).status == "queued"
+    # ... which the message from its own queue starts
+    ran = services.run_execute(worker="two-gpus", gpus=2, train=lambda config, *, out_dir, sink: FakeResult(status="succeeded", step=3))
+    assert ran.pk == big.pk and ran.worker == "two-gpus"
+
+
+def test_the_celery_message_takes_a_run_of_its_own_gpu_count(alice_world, monkeypatch):
+    from webapp import tasks
+
+    Run.objects.filter(pk=alice_world.run.pk).update(gpus=4)
+    seen = {}
+    monkeypatch.setattr(services, "run_execute", lambda **kw: seen.update(kw))
+    tasks.run_execute.apply(args=[alice_world.run.pk])
+    assert seen["gpus"] == 4

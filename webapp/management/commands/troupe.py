@@ -26,11 +26,15 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from webapp import services
+from webapp.models import gpu_queue
 
 WORKER_NAME = "troupe-local@" + socket.gethostname()
 """The local worker's Celery hostname; runs it left `running` when it died are marked failed."""
 WORKER_STOP_SECONDS = 60
-WORKER_CMD = [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", "gpu", "-P", "solo", "-c", "1", "-n", WORKER_NAME,
+LOCAL_QUEUES = ",".join(gpu_queue(n) for n in (1, 2, 4, 8))
+"""The local worker takes runs of any GPU count (on a machine without CUDA, `resources.gpus: N`
+runs N CPU processes)."""
+WORKER_CMD = [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", LOCAL_QUEUES, "-P", "solo", "-c", "1", "-n", WORKER_NAME,
               "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
 WORKER_MAX_RESTARTS = 3
 """A worker that dies is restarted, but not more than this many times in WORKER_RESTART_WINDOW_S."""
