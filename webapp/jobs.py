@@ -67,9 +67,12 @@ def job_enqueue(*, job: Job) -> None:
         Job.objects.filter(pk=job.pk).update(error=f"could not reach the task queue ({exc}); the job stays queued")
 
 
-def _claim(job_id: int, kind: str) -> Job | None:
+def _claim(job_id: int, kind: str, worker: str = "") -> Job | None:
     now = timezone.now()
-    if not Job.objects.filter(pk=job_id, kind=kind, status=Job.Status.QUEUED).update(status=Job.Status.RUNNING, started=now, error=""):
+    claimed = Job.objects.filter(pk=job_id, kind=kind, status=Job.Status.QUEUED).update(
+        status=Job.Status.RUNNING, started=now, error="", worker=worker[:200],
+    )
+    if not claimed:
         log.info("job %s is not queued any more; nothing to do", job_id)
         return None
     return Job.objects.select_related("run", "checkpoint", "dataset", "topology").get(pk=job_id)
@@ -151,8 +154,8 @@ def evaluation_request(*, run: Run, user: User | None, dataset: Dataset, checkpo
 EvaluateFn = Callable[..., list[dict[str, Any]]]
 
 
-def evaluation_execute(*, job_id: int, evaluate: EvaluateFn | None = None) -> Job | None:
-    job = _claim(job_id, Job.Kind.EVALUATE)
+def evaluation_execute(*, job_id: int, evaluate: EvaluateFn | None = None, worker: str = "") -> Job | None:
+    job = _claim(job_id, Job.Kind.EVALUATE, worker)
     if job is None:
         return None
 
@@ -195,8 +198,8 @@ def merge_out_dir(job: Job) -> Path:
     return Path(settings.TROUPE_DATA_DIR) / "exports" / str(job.team_id) / f"merge-{job.pk}"
 
 
-def merge_execute(*, job_id: int) -> Job | None:
-    job = _claim(job_id, Job.Kind.MERGE)
+def merge_execute(*, job_id: int, worker: str = "") -> Job | None:
+    job = _claim(job_id, Job.Kind.MERGE, worker)
     if job is None:
         return None
 
@@ -302,9 +305,9 @@ def playground_start(
     )
 
 
-def playground_execute(*, job_id: int) -> Job | None:
+def playground_execute(*, job_id: int, worker: str = "") -> Job | None:
     """Play the task in every lane, turn by turn, saving each turn to the row as it is done."""
-    job = _claim(job_id, Job.Kind.PLAYGROUND)
+    job = _claim(job_id, Job.Kind.PLAYGROUND, worker)
     if job is None:
         return None
 

@@ -44,7 +44,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from webapp import streaming
-from webapp.models import LogLine, Membership, Run, Worker
+from webapp.models import Job, LogLine, Membership, Run, Worker
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +198,28 @@ def run_sweep_lost(*, now: Any = None) -> list[int]:
     return marked
 
 
+JOB_LOST_MESSAGE = "worker lost: {worker} stopped while this job was running (killed, or silent for over {limit} s). Start it again."
+
+
+def job_sweep_lost(*, now: Any = None) -> list[int]:
+    """Mark failed every running job whose worker is gone: its worker row says it stopped or has
+    been silent for TROUPE_WORKER_LOST_SECONDS (a worker's beat thread writes the row during jobs
+    too). Jobs are short and keep no heartbeat of their own; a job claimed by an unnamed worker
+    (tests, scripts) is never swept. Returns the ids marked."""
+    now = now or timezone.now()
+    limit = settings.TROUPE_WORKER_LOST_SECONDS
+    alive = [w.hostname for w in Worker.objects.filter(stopped__isnull=True, last_seen__gte=now - timedelta(seconds=limit))]
+    marked = []
+    for job in Job.objects.filter(status=Job.Status.RUNNING).exclude(worker="").exclude(worker__in=alive).only("pk", "worker"):
+        done = Job.objects.filter(pk=job.pk, status=Job.Status.RUNNING, worker=job.worker).update(
+            status=Job.Status.FAILED, finished=now, error=JOB_LOST_MESSAGE.format(worker=job.worker, limit=limit),
+        )
+        if done:
+            marked.append(job.pk)
+            log.warning("job %s: worker %s lost", job.pk, job.worker)
+    return marked
+
+
 # == workers ==========================================================================================
 
 
@@ -211,6 +233,9 @@ def worker_started(*, hostname: str, queues: list[str], pid: int) -> int:
     Worker.objects.update_or_create(
         hostname=hostname[:200],
         defaults={"pid": pid, "queues": ",".join(queues)[:200], "started": now, "last_seen": now, "stopped": None, "run": None},
+    )
+    Job.objects.filter(status=Job.Status.RUNNING, worker=hostname).update(
+        status=Job.Status.FAILED, finished=now, error=JOB_LOST_MESSAGE.format(worker=hostname, limit=settings.TROUPE_WORKER_LOST_SECONDS),
     )
     return run_fail_lost(worker=hostname)
 
@@ -285,6 +310,7 @@ class Sweeper(threading.Thread):
 
     def tick(self) -> None:
         run_sweep_lost()
+        job_sweep_lost()
 
     def stop(self) -> None:
         self.halt.set()
@@ -302,3 +328,4 @@ class WorkerBeat(Sweeper):
         rss, gpu = process_memory()
         worker_beat(hostname=self.hostname, rss_bytes=rss, gpu=gpu)
         run_sweep_lost()
+        job_sweep_lost()

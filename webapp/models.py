@@ -496,6 +496,7 @@ class Job(models.Model):
     output = models.CharField(max_length=500, blank=True, help_text="A folder the job wrote (merged model).")
     error = models.TextField(blank=True)
     celery_task_id = models.CharField(max_length=64, blank=True)
+    worker = models.CharField(max_length=200, blank=True, help_text="Celery node name of the worker that took the job.")
     created = models.DateTimeField(default=timezone.now)
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)

@@ -23,16 +23,16 @@ def run_execute(self, run_id: int) -> None:  # type: ignore[no-untyped-def]
 # -- jobs (webapp/jobs.py): the row is claimed first, failures are recorded on it; no retries ----------
 
 
-@shared_task(name="webapp.tasks.evaluation_execute", acks_late=True, ignore_result=True)
-def evaluation_execute(job_id: int) -> None:
-    jobs.evaluation_execute(job_id=job_id)
+@shared_task(name="webapp.tasks.evaluation_execute", bind=True, acks_late=True, ignore_result=True)
+def evaluation_execute(self, job_id: int) -> None:  # type: ignore[no-untyped-def]
+    jobs.evaluation_execute(job_id=job_id, worker=self.request.hostname or "")
 
 
-@shared_task(name="webapp.tasks.merge_execute", acks_late=True, ignore_result=True)
-def merge_execute(job_id: int) -> None:
-    jobs.merge_execute(job_id=job_id)
+@shared_task(name="webapp.tasks.merge_execute", bind=True, acks_late=True, ignore_result=True)
+def merge_execute(self, job_id: int) -> None:  # type: ignore[no-untyped-def]
+    jobs.merge_execute(job_id=job_id, worker=self.request.hostname or "")
 
 
-@shared_task(name="webapp.tasks.playground_execute", acks_late=True, ignore_result=True)
-def playground_execute(job_id: int) -> None:
-    jobs.playground_execute(job_id=job_id)
+@shared_task(name="webapp.tasks.playground_execute", bind=True, acks_late=True, ignore_result=True)
+def playground_execute(self, job_id: int) -> None:  # type: ignore[no-untyped-def]
+    jobs.playground_execute(job_id=job_id, worker=self.request.hostname or "")
