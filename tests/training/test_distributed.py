@@ -96,11 +96,21 @@ def test_a_two_process_launch_trains_and_relays_every_event_of_the_whole_step(tm
 
 
 def test_a_stop_request_reaches_every_rank(tmp_path):
-    sink = Recorder(stop_after=1)
+    # the launcher passes the request on at its first poll, before the ranks reach step 1; a rank
+    # that missed it would wait in the next collective call forever instead of finishing
+    sink = Recorder(stop_after=0)
     result = train(_launch_config(**{"optim.steps": 5, "eval.every": 0}), out_dir=tmp_path, sink=sink)
-    # the launcher sees step 1's metrics within its poll interval; the ranks stop at the next step boundary
-    assert result.status == "cancelled" and 1 <= result.step <= 2
+    assert result.status == "cancelled" and result.step == 0
     assert (Path(result.checkpoint) / "trainer_state.pt").exists()
+    assert sink.of("metrics") == []
+
+
+def test_a_stop_request_mid_run_stops_within_a_few_steps(tmp_path):
+    sink = Recorder(stop_after=1)
+    result = train(_launch_config(**{"optim.steps": 20, "eval.every": 0}), out_dir=tmp_path, sink=sink)
+    # the launcher sees step 1 within its poll interval; the ranks stop at a following step boundary
+    assert result.status == "cancelled" and 1 <= result.step < 20
+    assert [e[1] for e in sink.of("metrics")] == list(range(1, result.step + 1))
 
 
 def test_a_failing_rank_fails_the_run_with_its_error(tmp_path):
