@@ -67,11 +67,18 @@ class MathToolReward:
         return rewards
 
 
+def _troupe_dtype(config: RunConfig) -> torch.dtype:
+    from training.models import _resolve_dtype
+
+    return _resolve_dtype(config.model.dtype, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+
+
 def build_trainer(
-    config: RunConfig, sampler: Sampler, tasks: list[Task], *, out_dir: Path, lora: bool, callbacks: list[Any]
+    config: RunConfig, sampler: Sampler, tasks: list[Task], *, out_dir: Path, lora: bool, callbacks: list[Any], use_vllm: bool = False
 ) -> tuple[Any, MathToolReward, Callable[[], float]]:
     """A GRPOTrainer mirroring `config`. Returns it, its reward function, and a function that
-    returns (and resets) the seconds spent in TRL's generation since the last call."""
+    returns (and resets) the seconds spent in TRL's generation since the last call. `use_vllm`:
+    TRL's colocated vLLM (GPU), with Troupe's share of GPU memory and sleep mode."""
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import PrinterCallback
@@ -88,7 +95,10 @@ def build_trainer(
         raise ValueError(f"tasks_per_step * k = {completions} must be a multiple of micro_batch_size {micro} for TRL")
     args = GRPOConfig(
         output_dir=str(out_dir),
-        use_vllm=False,
+        use_vllm=use_vllm,
+        vllm_mode="colocate",
+        vllm_gpu_memory_utilization=config.generation.vllm_gpu_memory_utilization,
+        vllm_enable_sleep_mode=use_vllm,
         max_steps=config.optim.steps,
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=completions // micro,  # one generation of tasks*k completions per step
@@ -111,7 +121,8 @@ def build_trainer(
         num_iterations=config.grpo.num_iterations,
         shuffle_dataset=False,  # Troupe's order, so step i trains on the same tasks
         gradient_checkpointing=config.model.gradient_checkpointing,
-        bf16=False,  # fp32, as Troupe on CPU
+        bf16=_troupe_dtype(config) == torch.bfloat16,  # Troupe's dtype: fp32 on CPU, bf16 on GPU
+        fp16=_troupe_dtype(config) == torch.float16,
         use_cpu=not torch.cuda.is_available(),
         logging_steps=1,
         save_strategy="no",

@@ -47,3 +47,31 @@ def test_it_writes_one_json_per_arm_and_a_report(tmp_path):
     assert trained["steps"] == 2 and [e["step"] for e in trained["evals"]] == [1, 2, 2]  # greedy each step, sampled at the end
     assert "| trl |" in run("learning.py", "--report", "--out-dir", str(tmp_path))
     assert (tmp_path / "learning.png").stat().st_size > 0
+
+
+def test_the_gpu_benchmark_says_what_it_needs_without_cuda_and_vllm(tmp_path):
+    import torch
+
+    from training import vllm_backend
+
+    if torch.cuda.is_available() and vllm_backend.installed():
+        pytest.skip("this machine has CUDA and vLLM: see test_it_compares_hf_vllm_and_trl_on_the_gpu")
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "gpu.py"), "--out", str(tmp_path / "gpu.json")],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 2 and "needs CUDA and vLLM" in proc.stderr
+    assert not (tmp_path / "gpu.json").exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_it_compares_hf_vllm_and_trl_on_the_gpu(tmp_path):
+    pytest.importorskip("vllm")
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    out = tmp_path / "gpu.json"
+    run("gpu.py", "--steps", "1", "--warmup", "0", "--tasks", "2", "--k", "2", "--max-new-tokens", "16",
+        "--work-dir", str(tmp_path), "--out", str(out))
+    data = json.loads(out.read_text())
+    assert data["generation"]["tokens_per_s"]["vllm"] > 0 and data["step"]["ratio"] > 0
