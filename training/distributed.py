@@ -208,6 +208,8 @@ def launch(config: RunConfig, out: Path, sink: EventSink, *, poll_s: float = 0.5
             proc.terminate()
             proc.wait(timeout=60)
             raise
+    relay.unlink(missing_ok=True)  # replayed: the caller's sink kept what it wanted of it
+    stop.unlink(missing_ok=True)
     if error is not None:
         raise DistributedRunError(f"{error['message']}\n\nrank 0 traceback:\n{error['traceback']}")
     if proc.returncode != 0 or result is None:

@@ -91,6 +91,7 @@ def test_a_two_process_launch_trains_and_relays_every_event_of_the_whole_step(tm
     assert [e[1] for e in sink.of("evaluation")] == [0, 2]
     ckpt = Path(result.checkpoint)
     assert sink.of("checkpoint")[-1][2] == str(ckpt)
+    assert not (tmp_path / "relay.jsonl").exists() and (tmp_path / "launch.log").exists()
     state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
     assert len(state["generators"]) == 2 and not torch.equal(state["generators"][0], state["generators"][1])
 
