@@ -30,7 +30,8 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from agents.base import Environment
-from agents.envs import EnvironmentInfo, list_environments, load_environment
+from agents.envs import EnvironmentInfo, describe_environment, list_environments, load_environment
+from agents.plugins import load_object
 from training.config import ConfigError, RunConfig
 from training.data import DataError, read_rows
 from webapp import lifecycle
@@ -55,8 +56,17 @@ PREVIEW_CHARS = 300
 
 
 def environment_infos() -> dict[str, EnvironmentInfo]:
-    """The built-in environments (name, summary, roles, required fields, arguments)."""
-    return {info.name: info for info in list_environments()}
+    """The environments the forms offer (name, summary, roles, required fields, arguments): the
+    built-ins, then the plugins the operator installed and listed in TROUPE_ENVIRONMENTS (named by
+    their dotted path). A listed plugin that does not load is logged and left out."""
+    infos = {info.name: info for info in list_environments()}
+    for path in settings.TROUPE_ENVIRONMENTS:
+        try:
+            cls = load_object(path, what="environment")
+            infos[path] = describe_environment(path, cls)
+        except Exception as exc:  # noqa: BLE001 (an operator's typo must not take every form down)
+            log.warning("TROUPE_ENVIRONMENTS: %s is left out: %s", path, exc)
+    return infos
 
 
 def environment_names() -> list[str]:

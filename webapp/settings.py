@@ -50,6 +50,9 @@ _redis = REDIS_URL or f"unix://{EMBEDDED_REDIS_SOCKET}"
 TROUPE_UPLOAD_MAX_BYTES = env_int("TROUPE_UPLOAD_MAX_BYTES", 50 * 1024 * 1024, minimum=1)
 """Largest dataset file accepted for upload."""
 TROUPE_UPLOAD_MAX_ROWS = env_int("TROUPE_UPLOAD_MAX_ROWS", 200_000, minimum=1)
+TROUPE_ENVIRONMENTS = env_list("TROUPE_ENVIRONMENTS", [])
+"""Plugin environments (`package.module:Class`, installed in the web and worker images) that the
+forms offer beside the built-ins."""
 """Most rows accepted in an uploaded dataset."""
 TROUPE_MAX_RUN_HOURS = env_int("TROUPE_MAX_RUN_HOURS", 7 * 24, minimum=1)
 """Longest a run may take; the broker redelivers an unacknowledged task only after this."""

@@ -92,19 +92,20 @@ def _check_args(name: str, factory: Any, env_args: dict[str, Any]) -> None:
 
 def list_environments() -> list[EnvironmentInfo]:
     """The built-in environments, in a stable order."""
-    out = []
-    for name, cls in BUILTIN.items():
-        params = inspect.signature(cls).parameters
-        out.append(
-            EnvironmentInfo(
-                name=name,
-                summary=(cls.__doc__ or "").strip().splitlines()[0],
-                roles=tuple(cls.roles),
-                required_fields=tuple(cls.required_fields),
-                args=tuple(n for n in params if n != "self"),
-            )
-        )
-    return out
+    return [describe_environment(name, cls) for name, cls in BUILTIN.items()]
+
+
+def describe_environment(name: str, cls: Any) -> EnvironmentInfo:
+    """What a page shows about an environment class (a built-in or a plugin named `name`)."""
+    params = inspect.signature(cls).parameters
+    doc = (cls.__doc__ or "").strip()
+    return EnvironmentInfo(
+        name=name,
+        summary=doc.splitlines()[0] if doc else name,
+        roles=tuple(cls.roles),
+        required_fields=tuple(getattr(cls, "required_fields", ())),
+        args=tuple(n for n in params if n != "self"),
+    )
 
 
 __all__ = ["BUILTIN", "EnvironmentInfo", "list_environments", "load_environment"]

@@ -101,3 +101,26 @@ def test_it_keeps_runs_when_a_finished_topology_is_deleted(alice, alice_world):
 def test_it_refuses_to_delete_a_topology_with_an_active_run(alice, alice_world):
     response = alice.client.post(reverse("topology_delete", args=[alice_world.topology.pk]))
     assert b"cancel it first" in response.content
+
+
+PLUGIN = "tests.training.toy_env:LetterEnv"
+
+
+def test_plugin_environments_the_operator_lists_are_offered_and_used(alice, alice_world, settings):
+    settings.TROUPE_ENVIRONMENTS = [PLUGIN, "no_such_pkg.envs:Missing"]  # a typo is left out, not fatal
+    form = alice.client.get(reverse("topology_create")).context["form"]
+    choices = [value for value, _ in form.fields["environment"].choices]
+    assert PLUGIN in choices and "no_such_pkg.envs:Missing" not in choices
+    w = alice_world
+    writer = Agent.objects.create(team=alice.team, name="writer", role="writer", model_source=w.source)
+    response = alice.client.post(reverse("topology_create"), _data(w, [writer], name="letters", environment=PLUGIN, env_args="{}",
+                                                                    specialization="single", max_turns="1"))
+    assert response.status_code == 302, response.context["form"].errors
+    assert Topology.objects.get(name="letters").environment == PLUGIN
+
+
+def test_an_unlisted_plugin_is_refused_by_the_form(alice, alice_world, settings):
+    settings.TROUPE_ENVIRONMENTS = []
+    w = alice_world
+    response = alice.client.post(reverse("topology_create"), _data(w, [w.tool], environment=PLUGIN, env_args="{}"))
+    assert response.status_code == 200 and "environment" in response.context["form"].errors
