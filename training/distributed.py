@@ -33,6 +33,7 @@ import time
 import traceback
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,9 @@ from training.events import EventSink, NullSink, StepMetrics
 
 RELAY_FILE = "relay.jsonl"
 STOP_FILE = "STOP"
+COLLECTIVE_TIMEOUT = timedelta(hours=6)
+"""How long a rank waits in a collective call (NCCL's default of 10 minutes is shorter than a
+held-out evaluation of a large model on rank 0)."""
 _BUCKET = 1 << 24
 """Gradient elements summed in one collective call."""
 
@@ -148,7 +152,8 @@ def from_env() -> Dist:
     if not torch_dist.is_initialized():
         if torch.cuda.is_available():
             torch.cuda.set_device(local_rank)
-        torch_dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+        # rank 0 evaluates and saves while the others wait in a barrier: allow long evaluations
+        torch_dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo", timeout=COLLECTIVE_TIMEOUT)
     return Dist(rank=rank, world=world, local_rank=local_rank)
 
 
