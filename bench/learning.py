@@ -259,9 +259,9 @@ def _plot(runs: dict[str, Any], png: Path) -> None:
             ax2.axhline(points[0][1], linestyle=":", color="grey" if arm.endswith("single") else "black", label=arm)
     ax1.set(title="Training reward (mean over the step's candidates, 5-step average)", xlabel="step", ylabel="reward")
     ax2.set(title="Held-out team success, greedy", xlabel="training wall-clock (min, evaluations excluded)", ylabel="success", ylim=(0, 1))
-    for ax in (ax1, ax2):
+    for ax, where in ((ax1, "best"), (ax2, "lower right")):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc=where)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 
