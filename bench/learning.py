@@ -43,14 +43,16 @@ UNTRAINED_OF = {"single": "untrained-single", "trl": "untrained-single", "prompt
 
 
 def result_name(arm: str, args: argparse.Namespace) -> str:
-    """The arm's results file stem: `lora`, or `lora-4turns` for a multi-agent arm given more turns."""
+    """The arm's results file stem: `lora`; `lora-4turns` for a multi-agent arm given more turns;
+    `-seed<N>` appended for a seed other than 0."""
     multi = CONFIG_OF[arm] != "single"
-    return f"{arm}-{args.max_turns}turns" if multi and args.max_turns not in (None, 2) else arm
+    name = f"{arm}-{args.max_turns}turns" if multi and args.max_turns not in (None, 2) else arm
+    return f"{name}-seed{args.seed}" if args.seed else name
 
 
 def base_arm(name: str) -> str:
-    """`lora-4turns` -> `lora`."""
-    match = re.fullmatch(r"(.+?)(?:-(\d+)turns)?", name)
+    """`lora-4turns-seed1` -> `lora`."""
+    match = re.fullmatch(r"(.+?)(?:-(\d+)turns)?(?:-seed(\d+))?", name)
     return match.group(1) if match else name
 
 
