@@ -258,7 +258,7 @@ def _plot(runs: dict[str, Any], png: Path) -> None:
         if points and not arm.startswith("untrained"):
             ax2.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=arm)
         elif points:
-            ax2.axhline(points[0][1], linestyle=":", color="grey" if arm.endswith("single") else "black", label=arm)
+            ax2.axhline(points[0][1], linestyle=":", color="grey" if base_arm(arm).endswith("single") else "black", label=arm)
     ax1.set(title="Training reward (mean over the step's candidates, 5-step average)", xlabel="step", ylabel="reward")
     ax2.set(title="Held-out team success, greedy", xlabel="training wall-clock (min, evaluations excluded)", ylabel="success", ylim=(0, 1))
     for ax, where in ((ax1, "best"), (ax2, "lower right")):
