@@ -145,9 +145,9 @@ def _sum_bucket(grads: list[torch.Tensor]) -> None:
 
 def from_env() -> Dist:
     """The launch this process is part of (torchrun's environment), joining its process group."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
+    if not in_launch():
         return Dist()
+    world = int(os.environ["WORLD_SIZE"])
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     if not torch_dist.is_initialized():
         if torch.cuda.is_available():
@@ -220,10 +220,7 @@ def launch(config: RunConfig, out: Path, sink: EventSink, *, poll_s: float = 0.5
     if proc.returncode != 0 or result is None:
         tail = log_file.read_text(encoding="utf-8", errors="replace")[-3000:]
         raise DistributedRunError(f"the {config.resources.gpus}-process launch exited with status {proc.returncode}:\n{tail}")
-    return TrainResult(
-        status=result["status"], step=result["step"], start_step=result["start_step"],
-        final_metrics=result["final_metrics"], checkpoint=result["checkpoint"], evaluations=result["evaluations"],
-    )
+    return TrainResult(**{k: v for k, v in result.items() if k != "type"})  # RelaySink.finish wrote asdict(result)
 
 
 def _die_with_parent() -> None:

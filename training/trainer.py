@@ -76,7 +76,7 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
     if dist is None and config.resources.gpus > 1 and config.resources.parallel == "data" and not in_launch():
         return launch(config, out, sink)  # type: ignore[no-any-return]
     dist = dist or from_env()
-    if config.resources.gpus > 1:
+    if config.resources.gpus > 1 and not dist.enabled:  # one process on several GPUs (`agents`); a launch checked before
         check_gpus(config)
     out.mkdir(parents=True, exist_ok=True)
     if dist.main:
@@ -180,9 +180,7 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
     t_rollout = time.perf_counter() - t0
 
     # -- 2. advantages per group key -------------------------------------------------------------
-    cands = [(turn, c) for ep in episodes for turn in ep.turns for c in turn.candidates]
-    rewards = torch.tensor([c.reward for _, c in cands], dtype=torch.float32)  # (N,)
-    keys = [turn.group for turn, _ in cands]
+    cands, rewards, keys = _candidates(episodes)
     adv = group_advantages(rewards, keys, scale=cfg.grpo.scale_rewards, eps=cfg.grpo.adv_eps)  # (N,)
     for (_, c), a in zip(cands, adv.tolist()):
         c.advantage = a
@@ -211,9 +209,7 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
     gen_secs = sampler.stats.seconds - gen_secs0
     if dist.enabled:  # the whole step's episodes, in rank order, on every rank
         episodes = [ep for part in dist.gather(episodes) for ep in part]
-        cands = [(turn, c) for ep in episodes for turn in ep.turns for c in turn.candidates]
-        rewards = torch.tensor([c.reward for _, c in cands], dtype=torch.float32)  # (N,)
-        keys = [turn.group for turn, _ in cands]
+        cands, rewards, keys = _candidates(episodes)
         gen_tokens, gen_secs = int(dist.sum([gen_tokens])[0]), dist.max(gen_secs)  # the ranks generate side by side
     values = _rollout_metrics(episodes, cands, rewards, keys, per_agent)
     values.update(
@@ -227,6 +223,13 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
     sink.metrics(metrics)
     sink.rollouts(step, [ep.to_dict(step) for ep in episodes])
     return metrics
+
+
+def _candidates(episodes: list[Episode]) -> tuple[list[tuple[Any, Any]], torch.Tensor, list[Any]]:
+    """Every (turn, candidate) of the episodes, their rewards (N,) and their GRPO group keys."""
+    cands = [(turn, c) for ep in episodes for turn in ep.turns for c in turn.candidates]
+    rewards = torch.tensor([c.reward for _, c in cands], dtype=torch.float32)  # (N,)
+    return cands, rewards, [turn.group for turn, _ in cands]
 
 
 def _informative_groups(cands: list[tuple[Any, Any]]) -> set[Any]:

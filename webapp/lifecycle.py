@@ -211,13 +211,17 @@ def job_sweep_lost(*, now: Any = None) -> list[int]:
     alive = [w.hostname for w in Worker.objects.filter(stopped__isnull=True, last_seen__gte=now - timedelta(seconds=limit))]
     marked = []
     for job in Job.objects.filter(status=Job.Status.RUNNING).exclude(worker="").exclude(worker__in=alive).only("pk", "worker"):
-        done = Job.objects.filter(pk=job.pk, status=Job.Status.RUNNING, worker=job.worker).update(
-            status=Job.Status.FAILED, finished=now, error=JOB_LOST_MESSAGE.format(worker=job.worker, limit=limit),
-        )
-        if done:
+        if _fail_lost_jobs(Job.objects.filter(pk=job.pk), worker=job.worker, now=now):
             marked.append(job.pk)
             log.warning("job %s: worker %s lost", job.pk, job.worker)
     return marked
+
+
+def _fail_lost_jobs(jobs: Any, *, worker: str, now: Any) -> int:
+    """Mark failed those of `jobs` still running on `worker` (one conditional UPDATE)."""
+    return int(jobs.filter(status=Job.Status.RUNNING, worker=worker).update(
+        status=Job.Status.FAILED, finished=now, error=JOB_LOST_MESSAGE.format(worker=worker, limit=settings.TROUPE_WORKER_LOST_SECONDS),
+    ))
 
 
 # == workers ==========================================================================================
@@ -234,9 +238,7 @@ def worker_started(*, hostname: str, queues: list[str], pid: int) -> int:
         hostname=hostname[:200],
         defaults={"pid": pid, "queues": ",".join(queues)[:200], "started": now, "last_seen": now, "stopped": None, "run": None},
     )
-    Job.objects.filter(status=Job.Status.RUNNING, worker=hostname).update(
-        status=Job.Status.FAILED, finished=now, error=JOB_LOST_MESSAGE.format(worker=hostname, limit=settings.TROUPE_WORKER_LOST_SECONDS),
-    )
+    _fail_lost_jobs(Job.objects.all(), worker=hostname, now=now)
     return run_fail_lost(worker=hostname)
 
 

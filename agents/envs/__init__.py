@@ -108,4 +108,4 @@ def describe_environment(name: str, cls: Any) -> EnvironmentInfo:
     )
 
 
-__all__ = ["BUILTIN", "EnvironmentInfo", "list_environments", "load_environment"]
+__all__ = ["BUILTIN", "EnvironmentInfo", "describe_environment", "list_environments", "load_environment"]
