@@ -17,7 +17,8 @@ Each has a TRL-style reward function factory (`numeric_reward(tol=...)` and so o
 message lists and `columns` are the dataset columns, one value per completion. Ready-made
 instances with the default settings can be named in a config as plugin paths:
 `agents.verifiers:exact_answer`, `:numeric_answer`, `:math_answer`, `:json_valid`,
-`:unit_tests_passed`. `load_reward_fn("pkg.mod:func")` loads any such function.
+`:unit_tests_passed` (always available). `load_reward_fn("pkg.mod:func")` returns one of those
+or a reward function the operator registered (see `agents.plugins`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents.parsing import answer_number, extract_answer, extract_code, normalize_number, numbers_equal
-from agents.plugins import PluginError, load_object
+from agents.plugins import REWARD_FUNCTION, PluginError, lookup
 from agents.sandbox import SandboxResult, run_python
 
 RewardFn = Callable[..., list[float]]
@@ -370,13 +371,23 @@ json_valid = json_reward()
 unit_tests_passed = unit_tests_reward()
 
 
-def load_reward_fn(path: str) -> RewardFn:
-    """Import a TRL-style reward function named `pkg.module:function`.
+BUILTIN_REWARDS: dict[str, RewardFn] = {
+    f"agents.verifiers:{name}": fn
+    for name, fn in (("exact_answer", exact_answer), ("numeric_answer", numeric_answer), ("math_answer", math_answer),
+                     ("json_valid", json_valid), ("unit_tests_passed", unit_tests_passed))
+}
+"""The ready-made reward functions a config may always name."""
 
-    Raises PluginError when the module or attribute is missing, the object is not callable,
-    or it cannot take `prompts=` and `completions=` keyword arguments.
+
+def load_reward_fn(path: str) -> RewardFn:
+    """A TRL-style reward function named `pkg.module:function`: a built-in or a registered plugin.
+
+    Raises PluginError when it is neither, the object is not callable, or it cannot take
+    `prompts=` and `completions=` keyword arguments.
     """
-    obj = load_object(path, what="reward function")
+    if path in BUILTIN_REWARDS:
+        return BUILTIN_REWARDS[path]
+    obj = lookup(path, kind=REWARD_FUNCTION)
     if not callable(obj):
         raise PluginError(f"reward function {path!r} is a {type(obj).__name__}, not a callable")
     fn: RewardFn = obj

@@ -35,6 +35,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"config error: no such file {args.config}", file=sys.stderr)
         return 2
 
+    from agents.plugins import PluginError, register_named_in
+
+    try:  # the command line is the operator's own: the plugins its config names may load
+        register_named_in(config.topology.environment, config.data.reward_fn)
+    except PluginError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+
     if args.command == "check":
         print(config.to_yaml(), end="")
         return 0

@@ -386,6 +386,19 @@ class RunConfig:
         _positive_int("seed", self.seed, 0, 2**32 - 1)
 
 
+_HUB_PART = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?")
+
+
+def is_hub_id(repo_id: str) -> bool:
+    """Whether `repo_id` is a well-formed Hugging Face repo id (`name` or `org/name`), by the hub's
+    own rules: each part of letters, digits, `-`, `_`, `.`, at most 96 characters, not starting or
+    ending with `-` or `.`, and no `..` or `--` anywhere (so never a path that climbs out)."""
+    parts = repo_id.split("/")
+    if len(parts) > 2 or ".." in repo_id or "--" in repo_id:
+        return False
+    return all(_HUB_PART.fullmatch(part) for part in parts)
+
+
 def check_model_source(where: str, source: str) -> None:
     """Validate a model source string without loading anything."""
     if not isinstance(source, str) or not source:
@@ -397,8 +410,12 @@ def check_model_source(where: str, source: str) -> None:
         if source[len("tiny-random:"):] not in TINY_RANDOM_ARCHS:
             raise ConfigError(where, f"unknown tiny-random architecture in {source!r}; use tiny-random:llama")
     elif source.startswith("hf:"):
-        if not re.match(r"^[\w.-]+(/[\w.-]+)?$", source[3:]):
-            raise ConfigError(where, f"{source!r} is not a hub id like hf:org/name")
+        if not is_hub_id(source[3:]):
+            raise ConfigError(
+                where,
+                f"{source!r} is not a hub id like hf:org/name (letters, digits, '-', '_' and '.', at most 96 "
+                "characters per part, no '..' or '--', not starting or ending with '-' or '.')",
+            )
     elif source.startswith(("local:", "/", ".")):
         path = Path(source.removeprefix("local:"))
         if not (path / "config.json").is_file():

@@ -18,12 +18,10 @@ everything is scoped to the token's team: another team's run is a 404, as on the
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-import yaml
 from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import RequestDataTooBig, ValidationError
 from django.core.paginator import Paginator
@@ -32,7 +30,7 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 
 from training.config import ConfigError
-from webapp import artifacts, history, services, tokens
+from webapp import artifacts, history, services, tokens, trust
 from webapp.downloads import checkpoint_download, merged_download, run_file_download
 from webapp.models import ApiToken, Dataset, Job, MetricPoint, Rollout, Run, Team
 
@@ -154,25 +152,27 @@ def _launch(request: ApiRequest) -> HttpResponse:
     try:
         body = request.body
     except RequestDataTooBig:
-        return error(413, "The request body is too large.")
+        return error(413, f"The request body is too large; a run config may be at most {trust.MAX_CONFIG_BYTES:,} bytes.")
     content_type = request.content_type or ""
     options: dict[str, Any] = dict(request.GET.items())
     try:
         if content_type == "application/json":
-            payload = json.loads(body or b"{}")
+            payload = trust.json_load(body, field="body")
             if not isinstance(payload, dict):
                 return error(400, "Send a JSON object: {\"config\": <YAML text or mapping>, \"name\", \"dataset\", \"tags\", \"notes\"}.")
             options.update({k: v for k, v in payload.items() if k != "config"})
             config: Any = payload.get("config")
-            tree = yaml.safe_load(config) if isinstance(config, str) else config
+            tree = trust.yaml_load(config, field="config") if isinstance(config, str) else config
         elif content_type in YAML_TYPES or not content_type:
-            tree = yaml.safe_load(body.decode("utf-8"))
+            try:
+                text = body.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return error(400, f"body: not valid UTF-8 (byte {exc.start})", field="body")
+            tree = trust.yaml_load(text, field="yaml")
         else:
             return error(415, f"Send the config as YAML ({YAML_TYPES[0]}) or JSON (application/json), not {content_type}.")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return error(400, f"The body is not valid JSON/UTF-8: {exc}")
-    except yaml.YAMLError as exc:
-        return error(400, f"yaml: not valid YAML: {exc}", field="yaml")
+    except ConfigError as exc:
+        return error(400, str(exc), field=exc.field)
     if not isinstance(tree, dict):
         return error(400, "config: the config must be a YAML mapping of sections (model, topology, data, grpo, ...)", field="config")
     dataset = None

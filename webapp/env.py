@@ -55,6 +55,15 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return items
 
 
+def env_paths(name: str) -> list[str]:
+    """A comma-separated list of absolute folder paths (empty when unset)."""
+    paths = env_list(name, [])
+    relative = [p for p in paths if not p.startswith("/")]
+    if relative:
+        raise ImproperlyConfigured(f"{name}: {relative[0]!r} is not an absolute path")
+    return paths
+
+
 def env_data_dir(name: str, default: Path) -> Path:
     raw = env_str(name)
     path = Path(raw).expanduser() if raw else default

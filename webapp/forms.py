@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
 from django import forms
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator
@@ -14,6 +13,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from training.config import ConfigError, RunConfig
+from webapp import trust
 from webapp.models import SPECIALIZATION_CHOICES, Agent, Dataset, ModelSource, Team, Topology
 from webapp.services import RUN_OVERRIDES, environment_names
 
@@ -113,10 +113,44 @@ class OrderedAgentsField(forms.Field):
         return [by_id[int(v)] for v in ids]
 
 
+class BoundedJSONField(forms.JSONField):
+    """Django's JSONField, parsing through the trust boundary (bounded size and depth; deep
+    nesting or a huge number is a form error, not a server error)."""
+
+    def to_python(self, value: Any) -> Any:
+        if self.disabled or value in self.empty_values or not isinstance(value, str):
+            return super().to_python(value)
+        try:
+            return trust.json_load(value, field="value")
+        except ConfigError as exc:
+            raise ValidationError(exc.message) from None
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if self.disabled:
+            return initial
+        if data is None:
+            return None
+        try:
+            return trust.json_load(data, field="value")
+        except ConfigError:
+            return forms.fields.InvalidJSONInput(data)
+
+
+def _env_args(value: Any) -> dict[str, Any]:
+    value = value or {}
+    if not isinstance(value, dict):
+        raise ValidationError('Give a JSON object, e.g. {"level": 2}.')
+    try:
+        trust.check_env_args(value, field="env_args")
+    except ConfigError as exc:
+        raise ValidationError(f"{exc.field}: {exc.message}" if exc.field != "env_args" else exc.message) from None
+    return value
+
+
 class TopologyForm(forms.ModelForm):
     environment = _environment_field()
     agents = OrderedAgentsField(help_text="In acting order; each agent's role must exist in the environment.")
-    env_args = forms.JSONField(required=False, initial=dict, widget=forms.TextInput,
+    env_args = BoundedJSONField(required=False, initial=dict, widget=forms.TextInput,
                                help_text='Environment arguments as JSON, e.g. {"level": 2}.')
 
     class Meta:
@@ -132,10 +166,7 @@ class TopologyForm(forms.ModelForm):
             self.initial["agents"] = [a.pk for a in self.instance.ordered_agents()]
 
     def clean_env_args(self) -> dict[str, Any]:
-        value = self.cleaned_data.get("env_args") or {}
-        if not isinstance(value, dict):
-            raise ValidationError('Give a JSON object, e.g. {"level": 2}.')
-        return value
+        return _env_args(self.cleaned_data.get("env_args"))
 
 
 class DatasetUploadForm(forms.Form):
@@ -147,7 +178,7 @@ class DatasetUploadForm(forms.Form):
 
 class DatasetGeneratorForm(forms.ModelForm):
     environment = _environment_field()
-    env_args = forms.JSONField(required=False, initial=dict, widget=forms.TextInput,
+    env_args = BoundedJSONField(required=False, initial=dict, widget=forms.TextInput,
                                help_text='Generator arguments as JSON, e.g. {"level": 2}.')
 
     class Meta:
@@ -167,10 +198,7 @@ class DatasetGeneratorForm(forms.ModelForm):
             self.initial.setdefault("eval_size", 100)
 
     def clean_env_args(self) -> dict[str, Any]:
-        value = self.cleaned_data.get("env_args") or {}
-        if not isinstance(value, dict):
-            raise ValidationError('Give a JSON object, e.g. {"level": 2}.')
-        return value
+        return _env_args(self.cleaned_data.get("env_args"))
 
 
 class DatasetUploadEditForm(forms.ModelForm):
@@ -214,7 +242,7 @@ class RunForm(forms.Form):
     gpus = forms.IntegerField(required=False, initial=_DEFAULTS.resources.gpus, label="GPUs",
                               help_text="GPUs on the worker's host; more than 1 trains data-parallel, one process per GPU.")
     advanced_yaml = forms.CharField(
-        required=False, label="Advanced YAML",
+        required=False, label="Advanced YAML", max_length=trust.MAX_CONFIG_BYTES,
         widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false", "placeholder": "grpo:\n  alpha: 0.5\nseed: 1"}),
         help_text="Any RunConfig fields, merged on top of everything above.",
     )
@@ -253,8 +281,8 @@ class RunForm(forms.Form):
 def _yaml_sets(text: str, dotted: str) -> bool:
     """Whether the advanced YAML sets this dotted field (so its error belongs at the YAML box)."""
     try:
-        node: Any = yaml.safe_load(text or "")
-    except yaml.YAMLError:
+        node: Any = trust.yaml_load(text or "")
+    except ConfigError:
         return False
     for part in dotted.split("."):
         if not isinstance(node, dict) or part.split("[")[0] not in node:

@@ -28,7 +28,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from training.config import ConfigError
-from webapp import services
+from webapp import services, trust
 from webapp.models import Evaluation, MetricPoint, Run, Tag, Team
 from webapp.streaming import downsample_minmax
 
@@ -507,62 +507,6 @@ def _tree_diff(base: Any, target: Any) -> Any:
 # == launching from a config (the API) ===================================================================
 
 
-def run_config_check_team(*, team: Team, config: Any) -> None:
-    """What a config may reach when it comes from outside the forms: files and models of this
-    team only, plugins that are what they claim to be. Raises ConfigError naming the field.
-
-    - `data.path` must be one of the team's uploaded datasets (or pass a dataset id instead);
-    - `checkpoint.resume_from` must be a checkpoint of one of the team's runs;
-    - a local model folder must be one of the team's models;
-    - a plugin environment must name an Environment class, a reward function a function taking
-      `completions` (nothing is instantiated or called here)."""
-    from pathlib import Path
-
-    from django.conf import settings
-
-    from webapp.models import Checkpoint, Dataset, ModelSource
-
-    if config.data.path is not None:
-        path = Path(config.data.path).resolve()
-        files = {str((Path(settings.TROUPE_DATA_DIR) / f).resolve()) for f in Dataset.objects.filter(team=team).exclude(file="").values_list("file", flat=True)}
-        if str(path) not in files:
-            raise ConfigError("data.path", "must be one of your team's uploaded datasets; pass its id as `dataset` instead of a path")
-    if config.checkpoint.resume_from is not None:
-        if not Checkpoint.objects.filter(run__team=team, path=config.checkpoint.resume_from).exists():
-            raise ConfigError("checkpoint.resume_from", "must be the path of a checkpoint of one of your team's runs")
-    team_sources = set(ModelSource.objects.filter(team=team).values_list("source", flat=True))
-    for where, source in [("model.source", config.model.source)] + [
-        (f"topology.agents[{i}].model", a.model) for i, a in enumerate(config.topology.agents) if a.model
-    ]:
-        if source.startswith(("local:", "/", ".")) and source not in team_sources:
-            raise ConfigError(where, f"{source!r} is a local folder that is not one of your team's models; add it on the Models page first")
-    _check_plugin(config)
-
-
-def _check_plugin(config: Any) -> None:
-    import inspect
-
-    from agents.envs import BUILTIN
-    from agents.plugins import PluginError, load_object
-
-    environment = config.topology.environment
-    if environment not in BUILTIN:
-        try:
-            cls = load_object(environment, what="environment")
-        except PluginError as exc:
-            raise ConfigError("topology.environment", str(exc)) from None
-        members = ("name", "roles", "required_fields", "generate", "reset", "observe", "step")
-        if not inspect.isclass(cls) or not all(hasattr(cls, m) for m in members):
-            raise ConfigError("topology.environment", f"{environment!r} is not an environment class (see agents.base.Environment)")
-    if config.data.reward_fn:
-        try:
-            fn = load_object(config.data.reward_fn, what="reward function")
-        except PluginError as exc:
-            raise ConfigError("data.reward_fn", str(exc)) from None
-        if not inspect.isfunction(fn) or "completions" not in inspect.signature(fn).parameters:
-            raise ConfigError("data.reward_fn", f"{config.data.reward_fn!r} is not a reward function taking `completions`")
-
-
 def run_launch(
     *, team: Team, user: Any, tree: dict[str, Any], name: str = "", dataset: Any = None, tags: str = "", notes: str = "",
 ) -> Run:
@@ -583,7 +527,7 @@ def run_launch(
     if name:
         tree["name"] = name
     config = RunConfig.from_dict(tree)
-    run_config_check_team(team=team, config=config)
+    trust.check_config(team_id=team.pk, config=config)
     with transaction.atomic():
         run = services.run_create(team=team, user=user, name=(name or config.name)[:200], config=config, dataset=dataset)
         if notes:

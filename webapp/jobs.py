@@ -35,7 +35,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from training.config import ConfigError, RunConfig
-from webapp import artifacts, services
+from webapp import artifacts, services, trust
 from webapp.models import Checkpoint, Dataset, Job, Run, Team, Topology
 from webapp.sink import storable
 
@@ -251,10 +251,10 @@ def playground_row(*, environment_fields: tuple[str, ...], values: dict[str, str
             raise ValidationError({key: f"At most {PLAYGROUND_FIELD_CHARS:,} characters."})
         if text.strip()[:1] in ("[", "{"):
             try:
-                row[key] = json.loads(text)
+                row[key] = trust.json_load(text, field=key)
                 continue
-            except json.JSONDecodeError as exc:
-                raise ValidationError({key: f"Looks like JSON but is not valid: {exc.msg}."}) from None
+            except ConfigError as exc:
+                raise ValidationError({key: f"Looks like JSON but is not usable: {exc.message}."}) from None
         row[key] = text
     primary = environment_fields[0] if environment_fields else None
     if primary and not str(row.get(primary, "")).strip():

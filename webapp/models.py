@@ -6,7 +6,9 @@ that touch several rows live in `webapp/services.py`.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from django.db import models
 from django.urls import reverse
 from django.utils import timezone
 
-from training.config import SPECIALIZATIONS, ConfigError, RunConfig, check_model_source
+from training.config import SPECIALIZATIONS, ConfigError, RunConfig
 
 agent_name_validator = RegexValidator(
     r"^[A-Za-z][A-Za-z0-9_-]{0,39}$",
@@ -87,10 +89,10 @@ class ModelSource(models.Model):
         return reverse("model_source_edit", args=[self.pk])
 
     def clean(self) -> None:
-        try:
-            check_model_source("source", self.source)
-        except ConfigError as exc:
-            raise ValidationError({"source": exc.message}) from None
+        from webapp import trust
+
+        with _field_errors("source"):
+            trust.check_model_source(team_id=self.team_id, source=self.source, field="source")
 
 
 class Agent(models.Model):
@@ -129,6 +131,12 @@ class Agent(models.Model):
             raise ValidationError({"model_source": "Pick one of your team's models."})
         if not isinstance(self.tools, list) or not all(isinstance(t, str) for t in self.tools):
             raise ValidationError({"tools": "A list of tool names."})
+        from webapp import trust
+
+        if len(self.instructions or "") > trust.MAX_STRING:
+            raise ValidationError({"instructions": f"At most {trust.MAX_STRING:,} characters (this is {len(self.instructions):,})."})
+        if len(self.tools) > 32 or any(len(t) > 60 for t in self.tools):
+            raise ValidationError({"tools": "At most 32 tool names of at most 60 characters each."})
 
 
 class Topology(models.Model):
@@ -155,6 +163,12 @@ class Topology(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("topology_edit", args=[self.pk])
+
+    def clean(self) -> None:
+        from webapp import trust
+
+        with _field_errors("env_args"):
+            trust.check_env_args(self.env_args)
 
     def ordered_agents(self) -> list[Agent]:
         return [ta.agent for ta in self.members.select_related("agent__model_source").order_by("position")]
@@ -569,3 +583,13 @@ class Worker(models.Model):
         """Heard from within the lost-worker timeout, and not shut down."""
         age = ((now or timezone.now()) - self.last_seen).total_seconds()
         return self.stopped is None and age < settings.TROUPE_WORKER_LOST_SECONDS
+
+
+
+@contextlib.contextmanager
+def _field_errors(field: str) -> Iterator[None]:
+    """Turn a trust-boundary ConfigError into a ValidationError on one model field."""
+    try:
+        yield
+    except ConfigError as exc:
+        raise ValidationError({field: exc.message}) from None

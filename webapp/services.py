@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
@@ -29,12 +28,12 @@ from django.db import transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
+from agents import plugins
 from agents.base import Environment
 from agents.envs import EnvironmentInfo, describe_environment, list_environments, load_environment
-from agents.plugins import load_object
 from training.config import ConfigError, RunConfig
 from training.data import DataError, read_rows
-from webapp import lifecycle
+from webapp import lifecycle, trust
 from webapp.models import (
     Agent,
     Dataset,
@@ -57,15 +56,14 @@ PREVIEW_CHARS = 300
 
 def environment_infos() -> dict[str, EnvironmentInfo]:
     """The environments the forms offer (name, summary, roles, required fields, arguments): the
-    built-ins, then the plugins the operator installed and listed in TROUPE_ENVIRONMENTS (named by
-    their dotted path). A listed plugin that does not load is logged and left out."""
+    built-ins, then the plugins the operator registered (`agents.plugins`, named by their dotted
+    path). A registered plugin whose class cannot even be described is logged and left out."""
     infos = {info.name: info for info in list_environments()}
-    for path in settings.TROUPE_ENVIRONMENTS:
+    for path, cls in plugins.registered(plugins.ENVIRONMENT).items():
         try:
-            cls = load_object(path, what="environment")
             infos[path] = describe_environment(path, cls)
-        except Exception as exc:  # noqa: BLE001 (an operator's typo must not take every form down)
-            log.warning("TROUPE_ENVIRONMENTS: %s is left out: %s", path, exc)
+        except Exception as exc:  # noqa: BLE001 (an operator's broken plugin must not take every form down)
+            log.warning("environment plugin %s is left out: %s", path, exc)
     return infos
 
 
@@ -424,18 +422,13 @@ def run_config_build(
             section, key = dotted.split(".")
             tree.setdefault(section, {})[key] = value
     if advanced_yaml.strip():
-        try:
-            extra = yaml.safe_load(advanced_yaml)
-        except yaml.YAMLError as exc:
-            raise ConfigError("yaml", f"not valid YAML: {exc}") from None
+        extra = trust.yaml_load(advanced_yaml, field="yaml")
         if extra is not None and not isinstance(extra, dict):
             raise ConfigError("yaml", "the advanced YAML must be a mapping of sections, like `grpo: {alpha: 0.5}`")
         _merge(tree, extra or {})
     config = RunConfig.from_dict(tree)
     # the advanced YAML may name files, checkpoints, models and plugins: only the team's own
-    from webapp.history import run_config_check_team
-
-    run_config_check_team(team=topology.team, config=config)
+    trust.check_config(team_id=topology.team_id, config=config)
     return config
 
 
@@ -579,6 +572,7 @@ def _run_train(run: Run, train: TrainFn | None) -> None:
     sink = DatabaseSink(run)
     try:
         config = run.to_config()
+        trust.check_config(team_id=run.team_id, config=config)  # again: the operator's roots or plugins may have changed
         if train is None:
             from training.trainer import (
                 train,  # imports torch: only inside the worker's task

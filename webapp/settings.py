@@ -18,6 +18,7 @@ from webapp.env import (
     env_database,
     env_int,
     env_list,
+    env_paths,
     env_redis_url,
     env_str,
 )
@@ -50,10 +51,13 @@ _redis = REDIS_URL or f"unix://{EMBEDDED_REDIS_SOCKET}"
 TROUPE_UPLOAD_MAX_BYTES = env_int("TROUPE_UPLOAD_MAX_BYTES", 50 * 1024 * 1024, minimum=1)
 """Largest dataset file accepted for upload."""
 TROUPE_UPLOAD_MAX_ROWS = env_int("TROUPE_UPLOAD_MAX_ROWS", 200_000, minimum=1)
-TROUPE_ENVIRONMENTS = env_list("TROUPE_ENVIRONMENTS", [])
-"""Plugin environments (`package.module:Class`, installed in the web and worker images) that the
-forms offer beside the built-ins."""
 """Most rows accepted in an uploaded dataset."""
+# Plugin environments and reward functions are registered from TROUPE_ENVIRONMENTS and
+# TROUPE_REWARD_FUNCTIONS by `agents.plugins` itself, once per process (the engine's processes
+# read them too); `webapp.apps` does it at start-up.
+TROUPE_MODEL_ROOTS = env_paths("TROUPE_MODEL_ROOTS")
+"""Folders (comma-separated absolute paths) under which a team may name `local:` model sources,
+besides its own runs and exports. Empty: teams use only bundled, tiny-random and hub models."""
 TROUPE_MAX_RUN_HOURS = env_int("TROUPE_MAX_RUN_HOURS", 7 * 24, minimum=1)
 """Longest a run may take; the broker redelivers an unacknowledged task only after this."""
 TROUPE_WORKER_LOST_SECONDS = env_int("TROUPE_WORKER_LOST_SECONDS", 60, minimum=3)

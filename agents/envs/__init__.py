@@ -8,7 +8,8 @@ Built-ins (each with a seeded procedural task generator, so no download is neede
 - `plan_path`: grid path planning; a `plan` agent states moves, a `tool` agent writes a search program.
 - `code_tests`: a `coder` writes a function, a `tester` writes unit tests for it.
 
-A plugin environment is any class (or factory) named `package.module:Name` whose instances
+A plugin environment is any class (or factory) named `package.module:Name`, registered by the
+operator (see `agents.plugins`: a config can only name registered plugins), whose instances
 provide the `agents.base.Environment` protocol: `name`, `roles`, `required_fields`,
 `generate(n, *, seed)`, `reset(row, *, task_id, roles)`, `observe(state, role)` and a pure
 `step(state, *, agent, role, action) -> StepResult`. It may also define
@@ -28,7 +29,7 @@ from agents.envs.arithmetic import Arithmetic
 from agents.envs.code_tests import CodeTests
 from agents.envs.math_tool import MathTool
 from agents.envs.plan_path import PlanPath
-from agents.plugins import PluginError, load_object
+from agents.plugins import ENVIRONMENT, PluginError, lookup
 
 BUILTIN: dict[str, type[Any]] = {
     "arithmetic": Arithmetic,
@@ -57,7 +58,7 @@ def load_environment(name_or_dotted: str, **env_args: Any) -> Environment:
     if name_or_dotted in BUILTIN:
         factory: Any = BUILTIN[name_or_dotted]
     elif ":" in name_or_dotted:
-        factory = load_object(name_or_dotted, what="environment")
+        factory = lookup(name_or_dotted, kind=ENVIRONMENT)
         if not callable(factory):
             raise PluginError(f"environment {name_or_dotted!r} is a {type(factory).__name__}, not a class or factory")
     else:

@@ -1,4 +1,5 @@
-"""Loading environments and reward functions named by dotted paths."""
+"""Loading environments and reward functions named by dotted paths (registered ones only:
+tests/conftest.py registers this suite's plugins as an operator would)."""
 
 from __future__ import annotations
 
@@ -24,9 +25,8 @@ def test_it_loads_a_plugin_environment_with_args() -> None:
     ("path", "message"),
     [
         ("no_such_env", "unknown environment 'no_such_env'; built-ins are arithmetic"),
-        ("tests.agents.nope:Env", "no module named 'tests.agents.nope'"),
-        (f"{PLUGIN}:Missing", "has no attribute 'Missing'; it defines: .*EchoEnv"),
-        (f"{PLUGIN}:NOT_CALLABLE", "is a int, not a class or factory"),
+        ("tests.agents.nope:Env", "'tests.agents.nope:Env' is not a registered plugin; .* TROUPE_ENVIRONMENTS"),
+        (f"{PLUGIN}:Missing", "is not a registered plugin"),
         (f"{PLUGIN}:NotAnEnv", "lacks roles, required_fields, generate, reset, observe, step"),
         ("tests.agents.example_plugin", "unknown environment"),
         ("bad path:Env", "not a plugin path"),
@@ -35,6 +35,25 @@ def test_it_loads_a_plugin_environment_with_args() -> None:
 def test_it_explains_why_an_environment_does_not_load(path: str, message: str) -> None:
     with pytest.raises(PluginError, match=message):
         load_environment(path)
+
+
+def test_it_refuses_a_registered_object_that_is_not_a_class(plugin_registry) -> None:
+    plugin_registry.register(f"{PLUGIN}:NOT_CALLABLE", kind=plugin_registry.ENVIRONMENT)
+    with pytest.raises(PluginError, match="is a int, not a class or factory"):
+        load_environment(f"{PLUGIN}:NOT_CALLABLE")
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("tests.agents.nope:Env", "no module named 'tests.agents.nope'"),
+        (f"{PLUGIN}:Missing", "has no attribute 'Missing'; it defines: .*EchoEnv"),
+        ("bad path:Env", "not a plugin path"),
+    ],
+)
+def test_it_explains_why_the_operator_cannot_register_a_path(plugin_registry, path: str, message: str) -> None:
+    with pytest.raises(PluginError, match=message):
+        plugin_registry.register(path, kind=plugin_registry.ENVIRONMENT)
 
 
 def test_it_names_unknown_environment_args() -> None:
@@ -53,9 +72,8 @@ def test_it_loads_a_plugin_reward_function() -> None:
 @pytest.mark.parametrize(
     ("path", "message"),
     [
-        ("no_such_pkg.rewards:fn", "no module named 'no_such_pkg'"),
-        (f"{PLUGIN}:nope", "has no attribute 'nope'"),
-        (f"{PLUGIN}:NOT_CALLABLE", "is a int, not a callable"),
+        ("no_such_pkg.rewards:fn", "is not a registered plugin; .* TROUPE_REWARD_FUNCTIONS"),
+        (f"{PLUGIN}:nope", "is not a registered plugin"),
         (f"{PLUGIN}:needs_a_label", r"must accept \(prompts, completions, \*\*columns\)"),
         ("numeric_answer", "not a plugin path"),
     ],
@@ -63,3 +81,9 @@ def test_it_loads_a_plugin_reward_function() -> None:
 def test_it_explains_why_a_reward_function_does_not_load(path: str, message: str) -> None:
     with pytest.raises(PluginError, match=message):
         load_reward_fn(path)
+
+
+def test_it_refuses_a_registered_reward_that_is_not_callable(plugin_registry) -> None:
+    plugin_registry.register(f"{PLUGIN}:NOT_CALLABLE", kind=plugin_registry.REWARD_FUNCTION)
+    with pytest.raises(PluginError, match="is a int, not a callable"):
+        load_reward_fn(f"{PLUGIN}:NOT_CALLABLE")

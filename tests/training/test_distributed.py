@@ -115,13 +115,9 @@ def test_a_stop_request_mid_run_stops_within_a_few_steps(tmp_path):
 
 
 def test_a_failing_rank_fails_the_run_with_its_error(tmp_path):
-    config = _launch_config(**{"data.reward_fn": "tests.training.test_distributed:broken_reward"})
-    with pytest.raises(DistributedRunError, match="reward exploded"):
+    config = _launch_config(**{"data.reward_fn": "tests.faults.plugins:exploding_reward"})
+    with pytest.raises(DistributedRunError, match="reward plugin exploded"):
         train(config, out_dir=tmp_path, sink=NullSink())
-
-
-def broken_reward(prompts, completions, **columns):
-    raise RuntimeError("reward exploded")
 
 
 def test_replay_ignores_the_launchers_own_records():

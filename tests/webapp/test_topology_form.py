@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from django.urls import reverse
 
 from webapp.models import Agent, Topology
@@ -106,8 +107,9 @@ def test_it_refuses_to_delete_a_topology_with_an_active_run(alice, alice_world):
 PLUGIN = "tests.training.toy_env:LetterEnv"
 
 
-def test_plugin_environments_the_operator_lists_are_offered_and_used(alice, alice_world, settings):
-    settings.TROUPE_ENVIRONMENTS = [PLUGIN, "no_such_pkg.envs:Missing"]  # a typo is left out, not fatal
+def test_plugin_environments_the_operator_lists_are_offered_and_used(alice, alice_world, plugin_registry):
+    with pytest.raises(plugin_registry.PluginError):  # an operator's typo is refused at registration, not fatal
+        plugin_registry.register("no_such_pkg.envs:Missing", kind=plugin_registry.ENVIRONMENT)
     form = alice.client.get(reverse("topology_create")).context["form"]
     choices = [value for value, _ in form.fields["environment"].choices]
     assert PLUGIN in choices and "no_such_pkg.envs:Missing" not in choices
@@ -119,8 +121,8 @@ def test_plugin_environments_the_operator_lists_are_offered_and_used(alice, alic
     assert Topology.objects.get(name="letters").environment == PLUGIN
 
 
-def test_an_unlisted_plugin_is_refused_by_the_form(alice, alice_world, settings):
-    settings.TROUPE_ENVIRONMENTS = []
+def test_an_unlisted_plugin_is_refused_by_the_form(alice, alice_world, plugin_registry):
+    plugin_registry.unregister(PLUGIN, kind=plugin_registry.ENVIRONMENT)
     w = alice_world
     response = alice.client.post(reverse("topology_create"), _data(w, [w.tool], environment=PLUGIN, env_args="{}"))
     assert response.status_code == 200 and "environment" in response.context["form"].errors
