@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import threading
+import traceback
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -151,7 +152,9 @@ def guard(obj: Any, *, what: str) -> Any:
 
 
 def _crash(exc: BaseException, what: str) -> PluginCrash:
-    return PluginCrash(f"{what} raised {type(exc).__name__}: {exc}")
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if len(frames) > 1 else ""
+    return PluginCrash(f"{what} raised {type(exc).__name__}: {exc}{where}")
 
 
 def _call(fn: Any, what: str, *args: Any, **kwargs: Any) -> Any:

@@ -21,11 +21,14 @@ TEST_PLUGINS = {
         "tests.agents.example_plugin:NotAnEnv",
         "tests.training.toy_env:LetterEnv",
         "tests.faults.plugins:BrokenEnv",
+        "tests.faults.plugins:ExitingEnv",
+        "tests.faults.plugins:ExitOnInit",
     ],
     plugins.REWARD_FUNCTION: [
         "tests.agents.example_plugin:length_reward",
         "tests.agents.example_plugin:needs_a_label",
         "tests.faults.plugins:exploding_reward",
+        "tests.faults.plugins:interrupting_reward",
     ],
 }
 

@@ -92,7 +92,7 @@ def model_source_list(request: TeamRequest) -> HttpResponse:
 
 def model_source_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
     source = team_object_or_404(request, ModelSource, pk) if pk else None
-    form = ModelSourceForm(request.POST or None, instance=source)
+    form = ModelSourceForm(request.POST or None, instance=source or ModelSource(team=request.team))  # team: what its folders may be
     if request.method == "POST" and form.is_valid():
         try:
             source = services.model_source_save(team=request.team, instance=source, **form.cleaned_data)

@@ -33,3 +33,26 @@ class BrokenEnv:
 
     def step(self, state: State, *, agent: str, role: str, action: str) -> StepResult:
         raise RuntimeError("environment exploded")
+
+
+class ExitingEnv(BrokenEnv):
+    """Calls `sys.exit` on the first action, as a careless plugin might: it must fail the run, not the worker."""
+
+    name = "exiting"
+
+    def step(self, state: State, *, agent: str, role: str, action: str) -> StepResult:
+        raise SystemExit("environment called sys.exit")
+
+
+def interrupting_reward(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float]:
+    """A reward function that raises KeyboardInterrupt (which `except Exception` does not catch)."""
+    raise KeyboardInterrupt("reward function interrupted")
+
+
+class ExitOnInit(BrokenEnv):
+    """Exits while it is being constructed (a web request builds environments for previews and forms)."""
+
+    name = "exit-on-init"
+
+    def __init__(self, level: int = 1) -> None:
+        raise SystemExit(3)

@@ -43,9 +43,10 @@ def assert_failed_on_the_page(alice, run: Run, *phrases: str) -> None:
     assert "Failed:" in page and "Traceback" in page
 
 
-def test_a_model_that_fails_to_load(alice, tmp_path: Path):
-    broken = tmp_path / "broken-model"
-    broken.mkdir()
+def test_a_model_that_fails_to_load(alice, tmp_path: Path, settings):
+    settings.TROUPE_MODEL_ROOTS = [str(tmp_path / "models")]  # the operator's folder of models
+    broken = tmp_path / "models" / "broken-model"
+    broken.mkdir(parents=True)
     (broken / "config.json").write_text("{ this is not json")
     run = execute(queue_run(alice.team, source=f"local:{broken}"))
     assert_failed_on_the_page(alice, run, "[raised in training/")
@@ -84,6 +85,18 @@ def test_a_reward_plugin_that_raises(alice):
 def test_an_environment_that_raises(alice):
     run = execute(queue_run(alice.team, advanced_yaml="topology: {environment: 'tests.faults.plugins:BrokenEnv'}\n"))
     assert_failed_on_the_page(alice, run, "RuntimeError: environment exploded", "tests/faults/plugins.py:", "in step]")
+
+
+@pytest.mark.parametrize(("advanced_yaml", "says"), [
+    ("topology: {environment: 'tests.faults.plugins:ExitingEnv'}\n", "raised SystemExit: environment called sys.exit"),
+    ("data: {reward_fn: 'tests.faults.plugins:interrupting_reward'}\n", "raised KeyboardInterrupt: reward function interrupted"),
+])
+def test_a_plugin_that_exits_fails_its_run_not_the_worker(alice, advanced_yaml, says):
+    run = execute(queue_run(alice.team, advanced_yaml=advanced_yaml))  # SystemExit here would end pytest itself
+    assert_failed_on_the_page(alice, run, "PluginCrash:", says, "tests/faults/plugins.py")
+    assert "the worker stopped" not in run.error_message
+    again = execute(queue_run(alice.team.__class__.objects.create(name="Next"), steps=1))
+    assert again.status == Run.Status.SUCCEEDED, again.error_message
 
 
 def test_the_next_run_still_trains_after_a_failure(alice):
