@@ -88,9 +88,10 @@ def yaml_load(text: str, *, field: str = "yaml") -> Any:
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > MAX_CONFIG_BYTES:
         raise ConfigError(field, f"is {size:,} bytes; the limit is {MAX_CONFIG_BYTES:,}")
-    loader = _NoAliasLoader(text)
-    loader.field = field
+    loader = None
     try:
+        loader = _NoAliasLoader(text)  # the reader refuses non-printable characters already here
+        loader.field = field
         tree = loader.get_single_data()
     except ConfigError:
         raise
@@ -101,7 +102,8 @@ def yaml_load(text: str, *, field: str = "yaml") -> Any:
     except (yaml.YAMLError, ValueError, OverflowError, RecursionError) as exc:
         raise ConfigError(field, f"not valid YAML: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     check_tree(tree, field=field)
     return tree
 
