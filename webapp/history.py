@@ -512,8 +512,6 @@ def run_launch(
 ) -> Run:
     """Validate a config tree (a parsed YAML mapping) for this team and queue it as a run.
     `dataset` (one of the team's) fills the `data` section as the run form does."""
-    from training.config import RunConfig
-
     tree = dict(tree)
     if dataset is not None:
         env_args, data = services.dataset_config_tree(dataset=dataset)
@@ -526,8 +524,7 @@ def run_launch(
         tree["data"] = {**extra, **data}
     if name:
         tree["name"] = name
-    config = RunConfig.from_dict(tree)
-    trust.check_config(team_id=team.pk, config=config)
+    config = trust.config_from_tree(team_id=team.pk, tree=tree)
     with transaction.atomic():
         run = services.run_create(team=team, user=user, name=(name or config.name)[:200], config=config, dataset=dataset)
         if notes:

@@ -161,6 +161,7 @@ def evaluation_execute(*, job_id: int, evaluate: EvaluateFn | None = None, worke
 
     def work(job: Job) -> dict[str, Any]:
         config = RunConfig.from_yaml(job.params["config_yaml"])
+        trust.check_config(team_id=job.team_id, config=config)
         results = (evaluate or _evaluate_checkpoint)(config, _checkpoint_path(job))
         return {"result": {"evaluations": storable(results)}}
 
@@ -319,6 +320,7 @@ def playground_execute(*, job_id: int, worker: str = "") -> Job | None:
         from training.rollout import Sampler, start_episodes
 
         config = RunConfig.from_yaml(job.params["config_yaml"])
+        trust.check_config(team_id=job.team_id, config=config)
         if job.params.get("max_new_tokens"):
             config = config.replace(**{"generation.max_new_tokens": int(job.params["max_new_tokens"])})
         temperature = float(job.params.get("temperature") or 0.0)

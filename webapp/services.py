@@ -426,10 +426,8 @@ def run_config_build(
         if extra is not None and not isinstance(extra, dict):
             raise ConfigError("yaml", "the advanced YAML must be a mapping of sections, like `grpo: {alpha: 0.5}`")
         _merge(tree, extra or {})
-    config = RunConfig.from_dict(tree)
     # the advanced YAML may name files, checkpoints, models and plugins: only the team's own
-    trust.check_config(team_id=topology.team_id, config=config)
-    return config
+    return trust.config_from_tree(team_id=topology.team_id, tree=tree)
 
 
 def topology_config_tree(*, topology: Topology) -> dict[str, Any]:

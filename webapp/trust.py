@@ -208,7 +208,7 @@ def team_model_folders(team_id: int) -> list[Path]:
     return [*runs, data / "exports" / str(team_id)]
 
 
-def check_model_source(*, team_id: int, source: str, field: str) -> None:
+def check_model_source(*, team_id: int, source: str, field: str, look_inside: bool = True) -> None:
     """A model source a team may use (see the module docstring). The folder is resolved (links
     followed) and checked against the allowed places before anything inside it is looked at, so
     a refusal says nothing about what exists elsewhere."""
@@ -229,7 +229,27 @@ def check_model_source(*, team_id: int, source: str, field: str) -> None:
                 f"{raw!r} is outside the folders your team may use: the operator's model roots ({roots}) "
                 "and your team's own runs and exports",
             )
-    engine_check_model_source(field, source)
+    if look_inside:
+        engine_check_model_source(field, source)
+
+
+def config_from_tree(*, team_id: int, tree: Any) -> RunConfig:
+    """The RunConfig a team submitted as a parsed tree, checked from end to end: its size first,
+    the folders it names before the engine's own validation looks inside any of them (so the
+    engine's "no config.json" cannot tell a team what exists elsewhere), then everything else."""
+    check_tree(tree, field="config")
+    if isinstance(tree, dict):
+        model = tree.get("model")
+        if isinstance(model, dict) and isinstance(model.get("source"), str):
+            check_model_source(team_id=team_id, source=model["source"], field="model.source", look_inside=False)
+        topology = tree.get("topology")
+        agents = topology.get("agents") if isinstance(topology, dict) else None
+        for i, agent in enumerate(agents if isinstance(agents, list) else []):
+            if isinstance(agent, dict) and isinstance(agent.get("model"), str):
+                check_model_source(team_id=team_id, source=agent["model"], field=f"topology.agents[{i}].model", look_inside=False)
+    config = RunConfig.from_dict(tree)
+    check_config(team_id=team_id, config=config)
+    return config
 
 
 def check_config(*, team_id: int, config: RunConfig) -> None:

@@ -90,6 +90,17 @@ def test_a_refusal_says_nothing_about_what_exists(bob, alpha_export, data_dir):
     assert there.replace(str(alpha_export), "X") == nowhere.replace(f"{alpha_export.parent}/merge-999", "X")
 
 
+def test_the_api_says_nothing_about_what_exists_either(bob, data_dir):
+    """The engine's own check ("no config.json") must never run on a folder the team may not use."""
+    api = Api(tokens.api_token_create(user=bob.user, team=bob.team, name="nb")[1])
+    answers = []
+    for folder in (data_dir, data_dir / "models", data_dir / "no-such-folder"):
+        response = api.post(reverse("api_runs"), TINY_CONFIG + f"model: {{source: 'local:{folder}'}}\n")
+        assert response.status_code == 400 and response.json()["field"] == "model.source"
+        answers.append(response.json()["error"].replace(str(folder), "X"))
+    assert len(set(answers)) == 1 and "outside the folders your team may use" in answers[0]
+
+
 @pytest.mark.parametrize("hub_id", [
     "../../etc/passwd", "org/..", "..", "org/../../x", "a/b/c", "./x", "org/.hidden", "-org/name", "org/name-",
     "org--x/name", "org/na me", "org\\name", "org/name\n", "o" * 97, "",
