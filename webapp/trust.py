@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 from django.conf import settings
 
-from agents.envs import BUILTIN
+from agents.envs import BUILTIN, load_environment
 from agents.plugins import ENVIRONMENT, REWARD_FUNCTION, PluginError, lookup
 from agents.verifiers import BUILTIN_REWARDS
 from training.config import ConfigError, RunConfig
@@ -265,6 +265,10 @@ def check_config(*, team_id: int, config: RunConfig) -> None:
     check_tree(config.to_dict(), field="config")
     check_env_args(config.topology.env_args, field="topology.env_args")
     check_plugins(config)
+    try:  # the environment's own checks on its arguments (e.g. a sandbox timeout of at most 30 s)
+        load_environment(config.topology.environment, **config.topology.env_args)
+    except Exception as exc:  # noqa: BLE001 (plugin constructors raise what they like; PluginCrash included)
+        raise ConfigError("topology.env_args", f"{config.topology.environment} refused these arguments: {exc}") from None
     for where, source in [("model.source", config.model.source)] + [
         (f"topology.agents[{i}].model", a.model) for i, a in enumerate(config.topology.agents) if a.model
     ]:

@@ -13,6 +13,15 @@ from agents.verifiers import TestReport, run_unit_tests
 
 TOOL_TIMEOUT_S = 3.0
 """Wall-clock limit for model-written code in the built-in environments."""
+MAX_TOOL_TIMEOUT_S = 30.0
+"""The most a config may raise that limit to (`env_args.timeout_s`): one program, not a worker's hour."""
+
+
+def tool_timeout(env: str, timeout_s: Any) -> float:
+    """A config's `timeout_s` for model-written code, checked: a number in (0, MAX_TOOL_TIMEOUT_S]."""
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s <= MAX_TOOL_TIMEOUT_S:
+        raise ValueError(f"{env}: timeout_s must be a number of seconds above 0 and at most {MAX_TOOL_TIMEOUT_S:g}, not {timeout_s!r}")
+    return float(timeout_s)
 
 STOP_AFTER_CODE_BLOCK = r"```(?:python|py)?[ \t]*\n.*?```"
 """A `stop_patterns` entry: the action is complete once a code block is closed."""

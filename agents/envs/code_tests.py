@@ -31,6 +31,7 @@ from agents.envs._common import (
     describe_run,
     run_cached,
     tests_cached,
+    tool_timeout,
 )
 from agents.envs.code_tasks import TEMPLATES, make_task
 from agents.parsing import extract_code
@@ -71,7 +72,7 @@ class CodeTests:
 
     def __init__(self, timeout_s: float = TOOL_TIMEOUT_S) -> None:
         """`timeout_s` limits each sandboxed run of code plus tests."""
-        self.timeout_s = float(timeout_s)
+        self.timeout_s = tool_timeout("code_tests", timeout_s)
 
     def generate(self, n: int, *, seed: int) -> list[dict[str, Any]]:
         rng = random.Random(seed)

@@ -26,6 +26,7 @@ from agents.envs._common import (
     clip,
     describe_run,
     run_cached,
+    tool_timeout,
 )
 from agents.parsing import Number, answer_number, extract_code, normalize_number, numbers_equal
 
@@ -111,7 +112,7 @@ class MathTool:
         if level not in (1, 2, 3):
             raise ValueError(f"math_tool: level must be 1, 2 or 3, not {level!r}")
         self.level = level
-        self.timeout_s = float(timeout_s)
+        self.timeout_s = tool_timeout("math_tool", timeout_s)
 
     # ------------------------------------------------------------ tasks
 

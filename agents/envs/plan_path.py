@@ -29,6 +29,7 @@ from agents.envs._common import (
     clip,
     describe_run,
     run_cached,
+    tool_timeout,
 )
 from agents.parsing import extract_code
 
@@ -148,7 +149,7 @@ class PlanPath:
             raise ValueError(f"plan_path: wall_density must be in [0, 0.6), not {wall_density!r}")
         self.size = size
         self.wall_density = wall_density
-        self.timeout_s = float(timeout_s)
+        self.timeout_s = tool_timeout("plan_path", timeout_s)
 
     # ------------------------------------------------------------ tasks
 

@@ -95,6 +95,14 @@ def test_the_api_refuses_oversized_env_args(alice, api):
     assert "limit is 16,384" in response.json()["error"]
 
 
+@pytest.mark.parametrize("timeout_s", ["1e9", ".inf", "-1", "'3'"])
+def test_a_sandbox_timeout_beyond_the_cap_is_refused_before_it_reaches_a_worker(alice, api, timeout_s):
+    response = api.post(reverse("api_runs"), TINY_CONFIG + f"topology: {{environment: math_tool, env_args: {{timeout_s: {timeout_s}}}, "
+                                                           "agents: [{name: tool, role: tool}]}\n")
+    assert response.status_code == 400 and response.json()["field"] == "topology.env_args", response.content
+    assert "at most 30" in response.json()["error"] and not Run.objects.exists()
+
+
 def test_the_run_form_and_preview_refuse_an_alias_bomb(alice, alice_world):
     response = alice.client.post(reverse("run_new"), _form(alice_world, LAUGHS))
     assert response.status_code == 200 and "aliases" in " ".join(response.context["form"].errors["advanced_yaml"])
