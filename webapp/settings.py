@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 
+from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from webapp.env import (
@@ -88,6 +90,34 @@ for _origin in CSRF_TRUSTED_ORIGINS:
         raise ImproperlyConfigured(f"CSRF_TRUSTED_ORIGINS: {_origin!r} must start with http:// or https://")
 SILENCED_SYSTEM_CHECKS = ["security.W021"]
 
+# -- Logins: password rules and failed-login throttling (django-axes) ----------------------------
+
+TROUPE_PASSWORD_MIN_LENGTH = env_int("TROUPE_PASSWORD_MIN_LENGTH", 10, minimum=8)
+"""Shortest password the admin's user forms and `createsuperuser`/`changepassword` accept."""
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": TROUPE_PASSWORD_MIN_LENGTH}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out login before any password check
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("TROUPE_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+"""Failed logins after which the login form refuses that username from that address (even with the right password)."""
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("TROUPE_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+"""How long a lockout lasts; another failed try while locked out starts it again."""
+_LOCKOUT_BY = {"username+ip": [["username", "ip_address"]], "username": ["username"], "ip": ["ip_address"]}
+_lockout_by = env_str("TROUPE_LOGIN_LOCKOUT_BY") or "username+ip"
+if _lockout_by not in _LOCKOUT_BY:
+    raise ImproperlyConfigured(f"TROUPE_LOGIN_LOCKOUT_BY={_lockout_by!r}: use one of {', '.join(_LOCKOUT_BY)}")
+AXES_LOCKOUT_PARAMETERS = _LOCKOUT_BY[_lockout_by]
+"""What a lockout is keyed on. username+ip (default): a guesser locks only itself out, never the
+user at their own desk; the client address is REMOTE_ADDR (behind a proxy run Daphne with --proxy-headers)."""
+AXES_RESET_ON_SUCCESS = True  # a good login forgets earlier typos
+AXES_LOCKOUT_CALLABLE = "webapp.views_login.login_locked_out"  # the login page with the reason, not a bare 403
+
 # -- Django ---------------------------------------------------------------------------------------
 
 INSTALLED_APPS = [
@@ -100,12 +130,15 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "template_partials",
+    "axes",
+    "csp",
     "webapp",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "webapp.csp.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -115,6 +148,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "webapp.access.CurrentTeamMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as axes asks: turns a lockout into its response
 ]
 
 ROOT_URLCONF = "webapp.urls"
@@ -160,6 +194,24 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads it for hx-post (see base.html hx-headers)
+
+# Content-Security-Policy (django-csp; webapp/csp.py adds this host's websocket origin to connect-src).
+# Scripts come from static/ or carry the request's nonce (`{{ request.csp_nonce }}`); no inline
+# event handlers, no eval (htmx runs with allowEval off, see base.html); no style attributes or
+# <style> in markup (styles set from JS through element.style are not governed by CSP).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF, NONCE],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],  # data: for the empty favicon
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
 
 # -- Channels ------------------------------------------------------------------------------------
 

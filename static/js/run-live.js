@@ -454,13 +454,18 @@
     b.className = "load-more";
     b.setAttribute("hx-get", root.dataset.rolloutsUrl);
     b.setAttribute("hx-include", "#rollout-filter");
-    b.setAttribute("hx-vals", "js:{before: window.runLive ? window.runLive.oldestEpisodeId() : ''}");
     b.setAttribute("hx-target", "this");
     b.setAttribute("hx-swap", "outerHTML");
     b.textContent = "Load older episodes";
     box.appendChild(b);
     if (window.htmx) htmx.process(b);
   }
+
+  // "Load older episodes" asks for the episodes before the oldest one shown. Added to its request
+  // here rather than with hx-vals="js:...": that is eval, which the Content-Security-Policy refuses.
+  document.addEventListener("htmx:configRequest", function (e) {
+    if (e.detail.elt.classList.contains("load-more")) e.detail.parameters.before = window.runLive.oldestEpisodeId();
+  });
 
   // Episodes: the socket only announces the newest episode's id; the page fetches what it lacks
   // (newer than what it asked for last time, with its filter) as rendered HTML over plain HTTP.
@@ -603,7 +608,7 @@
     if (box) {
       var pct = state.total ? Math.min(100, Math.floor(100 * state.step / state.total)) : 0;
       var bar = box.querySelector(".bar"), label = box.querySelector("span"), outer = box.querySelector(".progress");
-      if (bar) bar.style.width = pct + "%";
+      if (bar) bar.value = pct;
       if (label) label.textContent = state.step + "/" + state.total;
       if (outer) outer.title = "step " + state.step + " of " + state.total;
     }
