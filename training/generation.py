@@ -26,6 +26,9 @@ class Generation:
     """Decoded completion without special tokens."""
     truncated: bool
     """True when the completion hit max_new_tokens before an end-of-turn token."""
+    logprobs: tuple[float, ...] | None = None
+    """The sampler's log-prob of each completion token at the sampling temperature, when the
+    sampler is not the trainer (vLLM); None from the HF backend, whose weights are the trainer's."""
 
 
 @dataclass

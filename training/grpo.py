@@ -7,13 +7,17 @@ Shapes: B sequences, T completion tokens, V vocabulary, N samples, G groups.
     ratio       rho_t = exp(logp_t - old_logp_t)
     token loss  l_t = -min(rho_t * A, clip(rho_t, 1 - eps_low, 1 + eps_high) * A) + beta * KL_t
     KL (k3)     KL_t = exp(ref_t - logp_t) - (ref_t - logp_t) - 1
+    TIS weight  w_t = min(exp(old_logp_t - sampler_logp_t), C)   (tokens sampled by vLLM)
 
 References: GRPO (Shao et al. 2024, DeepSeekMath), DAPO (Yu et al. 2025: clip-higher, token-level
-mean), Dr. GRPO (Liu et al. 2025: no length or std normalisation), k3 KL estimator (Schulman 2020).
+mean), Dr. GRPO (Liu et al. 2025: no length or std normalisation), k3 KL estimator (Schulman 2020),
+truncated importance sampling (Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You
+Off-Policy RL Training"; TRL's `vllm_importance_sampling_correction`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -88,11 +92,15 @@ def policy_loss(
     ref_logp: Tensor | None = None,
     beta: float = 0.0,
     max_completion_length: int | None = None,
+    is_weights: Tensor | None = None,
 ) -> Tensor:
-    """Clipped surrogate loss l_t = -min(rho*A, clip(rho, 1-eps_low, 1+eps_high)*A) + beta*KL_t.
+    """Clipped surrogate loss l_t = -w_t * min(rho*A, clip(rho, 1-eps_low, 1+eps_high)*A) + beta*KL_t.
 
-    logp, old_logp, ref_logp, mask: (B, T); advantages: (B,). Gradients flow only through `logp`
-    (old_logp, ref_logp and advantages are detached). Aggregation by `loss_type`:
+    logp, old_logp, ref_logp, mask, is_weights: (B, T); advantages: (B,). Gradients flow only
+    through `logp` (old_logp, ref_logp, advantages and is_weights are detached). `is_weights` are
+    the truncated importance weights w_t of tokens another engine sampled
+    (`truncated_importance_weights`); None means w_t = 1 (the trainer's own weights sampled).
+    They weight the policy-gradient term only, not the KL penalty. Aggregation by `loss_type`:
       grpo     mean over each sequence's tokens, then over sequences (the GRPO paper)
       bnpo     sum over tokens / number of tokens in the batch
       dapo     the same here; DAPO divides by the tokens of the whole accumulated batch, so a
@@ -105,6 +113,8 @@ def policy_loss(
     ratio = torch.exp(logp - old_logp.detach())  # (B, T)
     clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)  # (B, T)
     per_token = -torch.min(ratio * adv, clipped * adv)  # (B, T)
+    if is_weights is not None:
+        per_token = per_token * is_weights.detach()  # (B, T)
     if beta > 0.0:
         if ref_logp is None:
             raise ValueError("beta > 0 needs ref_logp (the reference policy's log-probs)")
@@ -117,6 +127,33 @@ def policy_loss(
     if loss_type == "dr_grpo":
         return constant_length_loss(per_token, mask, max_completion_length or mask.shape[1])
     raise ValueError(f"unknown loss_type {loss_type!r}; allowed: grpo, bnpo, dr_grpo, dapo")
+
+
+def truncated_importance_weights(old_logp: Tensor, sampler_logp: Tensor, mask: Tensor, *, cap: float) -> Tensor:
+    """Truncated importance sampling (TIS) weights w_t = min(pi_old(y_t) / pi_sampler(y_t), cap). (B, T)
+
+    The tokens were drawn from the sampler's distribution (vLLM: other kernels, maybe another
+    dtype) while the loss is an expectation under the trainer's `old_logp`; reweighting each
+    token's policy-gradient term by the ratio corrects the difference, and capping the ratio at
+    `cap` (Yao et al. 2025's C) bounds the variance. Only the upper side is capped, as in TIS and
+    TRL's `token_truncate`. Positions outside `mask` get weight 0. Inputs are detached.
+    """
+    log_ratio = (old_logp.detach() - sampler_logp.detach()).clamp(max=20.0)  # (B, T) no inf from exp
+    return torch.exp(log_ratio).clamp(max=cap) * mask.to(old_logp.dtype)  # (B, T)
+
+
+@torch.no_grad()
+def sampler_mismatch(old_logp: Tensor, sampler_logp: Tensor, mask: Tensor, *, cap: float) -> dict[str, float]:
+    """How far the sampler's log-probs are from the trainer's, over the masked tokens:
+    `mismatch/logp_diff` mean |old_logp - sampler_logp|, `mismatch/capped` the share of tokens
+    whose ratio pi_old / pi_sampler is above `cap` (their weight was truncated)."""
+    keep = mask.to(torch.bool)  # (B, T)
+    n = keep.sum().clamp(min=1).float()  # ()
+    diff = old_logp - sampler_logp  # (B, T)
+    return {
+        "mismatch/logp_diff": float((diff.abs() * keep).sum() / n),
+        "mismatch/capped": float(((diff > math.log(cap)) & keep).sum() / n),
+    }
 
 
 def k3_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:

@@ -41,6 +41,8 @@ class Candidate:
     reward: float
     tool_output: str | None = None
     advantage: float = 0.0
+    sampler_logprobs: tuple[float, ...] | None = None
+    """vLLM's log-prob of each token in `token_ids` (see `Generation.logprobs`); None from the HF backend."""
     next_state: State | None = field(default=None, repr=False)
 
 
@@ -197,6 +199,7 @@ class Sampler:
                 local=r.local_reward + x,
                 reward=alpha * r.team_reward + r.local_reward + x,
                 tool_output=r.tool_output,
+                sampler_logprobs=g.logprobs,
                 next_state=r.state,
             )
             for g, r, x in zip(generations, results, extra)

@@ -33,7 +33,15 @@ from training.config import RunConfig
 from training.data import Task, batch_indices, load_tasks
 from training.distributed import Dist, check_gpus, from_env, in_launch, launch
 from training.events import EventSink, StepMetrics
-from training.grpo import group_advantages, loss_stats, policy_loss, token_logprobs, zero_std_fraction
+from training.grpo import (
+    group_advantages,
+    loss_stats,
+    policy_loss,
+    sampler_mismatch,
+    token_logprobs,
+    truncated_importance_weights,
+    zero_std_fraction,
+)
 from training.models import resolve_model_dir
 from training.policies import Policy, PolicySet, build_policies, load_policy_weights, save_policies
 from training.rollout import Episode, Sampler, rollout_independent, rollout_tree
@@ -64,6 +72,8 @@ class Sample:
     advantage: float
     temperature: float = 1.0
     """The temperature the completion was sampled at; log-probs are scored at the same one."""
+    sampler_logprobs: tuple[float, ...] | None = None
+    """The sampler's log-probs of `completion_ids` when vLLM sampled them (for the importance weights)."""
 
 
 def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist | None = None) -> TrainResult:
@@ -193,7 +203,7 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
         sampler.vllm.sleep()  # give the GPU memory to the update
     for policy in sampler.policies.trainable():
         samples = [
-            Sample(turn.agent, turn.prompt_ids, c.token_ids, c.advantage, sampler.train_temperature(turn.agent))
+            Sample(turn.agent, turn.prompt_ids, c.token_ids, c.advantage, sampler.train_temperature(turn.agent), c.sampler_logprobs)
             for turn, c in cands
             if turn.agent in policy.agents and cfg.agent(turn.agent).trainable and turn.group in informative and c.token_ids
         ]
@@ -301,6 +311,8 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
         model.train()
         old: list[torch.Tensor | None] = [None] * len(batches)
         ref: list[torch.Tensor | None] = [None] * len(batches)
+        is_w: list[torch.Tensor | None] = [None] * len(batches)  # truncated importance weights, from the first pass
+        mismatch: list[dict[str, float]] = [{} for _ in batches]
         with torch.no_grad():
             for i, b in enumerate(batches):
                 if g.num_iterations > 1:
@@ -318,10 +330,14 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
                 old_i = old[i]
                 old_logp = old_i if old_i is not None else logp.detach()  # (B, T)
                 mask = b["loss_mask"]  # (B, T)
+                if "sampler_logp" in b and not mismatch[i]:  # vLLM sampled: weigh by pi_old / pi_vLLM, once per batch
+                    mismatch[i] = sampler_mismatch(old_logp, b["sampler_logp"], mask, cap=g.importance_sampling_cap)
+                    if g.importance_sampling:
+                        is_w[i] = truncated_importance_weights(old_logp, b["sampler_logp"], mask, cap=g.importance_sampling_cap)
                 loss = policy_loss(
                     logp, old_logp, b["advantages"], mask,
                     eps_low=g.eps_low, eps_high=g.eps_high, loss_type=g.loss_type,
-                    ref_logp=ref[i], beta=g.beta, max_completion_length=max_len,
+                    ref_logp=ref[i], beta=g.beta, max_completion_length=max_len, is_weights=is_w[i],
                 )
                 weight = _micro_weight(g.loss_type, mask, int(n_samples), int(total_tokens))
                 (loss * weight).backward()
@@ -329,6 +345,8 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
                 sums["loss"] += float(loss.detach()) * weight
                 sums["entropy"] += float((entropy.detach() * mask).sum())
                 for name, value in loss_stats(logp.detach(), old_logp, b["advantages"], mask, g.eps_low, g.eps_high, ref_logp=ref[i]).items():
+                    sums[name] += value * n_tok
+                for name, value in mismatch[i].items():
                     sums[name] += value * n_tok
                 sums["_tokens"] += n_tok
             dist.sum_gradients(policy.params)
@@ -382,19 +400,25 @@ def _collate(samples: list[Sample], pad: int) -> dict[str, torch.Tensor]:
     ids = torch.full((len(samples), p_width + c_width), pad, dtype=torch.long)  # (B, P+Tc)
     attn = torch.zeros_like(ids)  # (B, P+Tc)
     comp = torch.zeros((len(samples), c_width), dtype=torch.long)  # (B, Tc)
+    sampler_logp = torch.zeros((len(samples), c_width), dtype=torch.float32)  # (B, Tc)
     for i, s in enumerate(samples):
         p, c = len(s.prompt_ids), len(s.completion_ids)
         ids[i, p_width - p : p_width] = torch.tensor(s.prompt_ids)
         ids[i, p_width : p_width + c] = torch.tensor(s.completion_ids)
         attn[i, p_width - p : p_width + c] = 1
         comp[i, :c] = 1
-    return {
+        if s.sampler_logprobs is not None:
+            sampler_logp[i, :c] = torch.tensor(s.sampler_logprobs, dtype=torch.float32)
+    batch = {
         "input_ids": ids,
         "attention_mask": attn,
         "completion_mask": comp,
         "loss_mask": comp.float(),  # (B, Tc)
         "advantages": torch.tensor([s.advantage for s in samples], dtype=torch.float32),  # (B,)
     }
+    if all(s.sampler_logprobs is not None for s in samples):  # vLLM sampled them
+        batch["sampler_logp"] = sampler_logp  # (B, Tc)
+    return batch
 
 
 def _micro_weight(loss_type: str, mask: torch.Tensor, n_samples: int, n_tokens: int) -> float:
