@@ -167,6 +167,8 @@ class Topology(models.Model):
     def clean(self) -> None:
         from webapp import trust
 
+        with _field_errors("environment"):
+            trust.check_environment(self.environment, field="environment")
         with _field_errors("env_args"):
             trust.check_env_args(self.env_args)
 
@@ -239,6 +241,14 @@ class Dataset(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("dataset_detail", args=[self.pk])
+
+    def clean(self) -> None:
+        from webapp import trust
+
+        with _field_errors("environment"):
+            trust.check_environment(self.environment, field="environment")
+        with _field_errors("env_args"):
+            trust.check_env_args(self.env_args)
 
     @property
     def path(self) -> Path | None:

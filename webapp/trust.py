@@ -170,18 +170,23 @@ def check_env_args(env_args: Any, *, field: str = "env_args") -> None:
 # == code ============================================================================================
 
 
+def check_environment(name: str, *, field: str) -> None:
+    """A built-in environment or a registered plugin environment: nothing is imported here."""
+    if name in BUILTIN:
+        return
+    try:
+        env = lookup(name, kind=ENVIRONMENT)
+    except PluginError as exc:
+        raise ConfigError(field, f"{exc}; built-ins are {', '.join(BUILTIN)}") from None
+    members = ("name", "roles", "required_fields", "generate", "reset", "observe", "step")
+    if not all(hasattr(env, m) for m in members):
+        raise ConfigError(field, f"{name!r} is not an environment class (see agents.base.Environment)")
+
+
 def check_plugins(config: RunConfig) -> None:
     """The environment and reward function must be built-in or registered by the operator:
     nothing is imported here (registered plugins loaded at process start)."""
-    environment = config.topology.environment
-    if environment not in BUILTIN:
-        try:
-            env = lookup(environment, kind=ENVIRONMENT)
-        except PluginError as exc:
-            raise ConfigError("topology.environment", f"{exc}; built-ins are {', '.join(BUILTIN)}") from None
-        members = ("name", "roles", "required_fields", "generate", "reset", "observe", "step")
-        if not all(hasattr(env, m) for m in members):
-            raise ConfigError("topology.environment", f"{environment!r} is not an environment class (see agents.base.Environment)")
+    check_environment(config.topology.environment, field="topology.environment")
     reward_fn = config.data.reward_fn
     if reward_fn and reward_fn not in BUILTIN_REWARDS:
         try:
