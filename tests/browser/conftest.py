@@ -91,16 +91,47 @@ def stack(data_dir: Path, tmp_path: Path, transactional_db: None) -> Iterator[St
         s.stop()
 
 
+def watch_csp(context: Any) -> list[str]:
+    """Every Content-Security-Policy violation Chromium reports in this browser context, on any page
+    it loads: the `securitypolicyviolation` events (an init script, which the policy does not govern)
+    and the "Refused to ..." console errors."""
+    violations: list[str] = []
+
+    def report(source: Any, text: str) -> None:
+        violations.append(f"{source['frame'].url}: {text}")
+
+    def console(message: Any) -> None:
+        if "Content Security Policy" in message.text:
+            violations.append(f"{message.location.get('url', '')}: {message.text}")
+
+    context.expose_binding("troupeCspViolation", report)
+    context.add_init_script("""document.addEventListener("securitypolicyviolation", function (e) {
+      window.troupeCspViolation(e.effectiveDirective + " refused " + (e.blockedURI || "inline") + " at " +
+                                e.sourceFile + ":" + e.lineNumber + " " + e.sample);
+    });""")
+    context.on("console", console)
+    return violations
+
+
+def assert_no_csp_violation(page: Any, violations: list[str]) -> None:
+    page.wait_for_timeout(200)  # reports still on their way from the page
+    assert not violations, "Content-Security-Policy violations:\n" + "\n".join(dict.fromkeys(violations))
+
+
 @pytest.fixture
 def browser_page(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A Chromium page; the test fails if any page it visits breaks the Content-Security-Policy."""
     from playwright.sync_api import sync_playwright
 
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # the ORM next to Playwright's event loop
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_context(viewport={"width": 1440, "height": 1000}).new_page()
+        context = browser.new_context(viewport={"width": 1440, "height": 1000})
+        violations = watch_csp(context)
+        page = context.new_page()
         page.set_default_timeout(30_000)
         yield page
+        assert_no_csp_violation(page, violations)
         browser.close()
 
 

@@ -1,5 +1,6 @@
 """In Chromium against Daphne: log in, every page renders with the vendored htmx loaded, and the
-htmx swaps work (environment hint, run config preview, run list filter)."""
+htmx swaps work (environment hint, run config preview, run list filter), with no violation of the
+Content-Security-Policy."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from tests.browser.conftest import assert_no_csp_violation, watch_csp
 from webapp import services
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,6 +73,7 @@ def test_it_serves_every_page_with_working_htmx(alice, alice_world, server, monk
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
         context = browser.new_context(viewport={"width": 1366, "height": 800})
+        violations = watch_csp(context)
         page = context.new_page()
         page.goto(server + "/")
         assert "/login/" in page.url and page.locator("#id_username").is_visible()
@@ -99,4 +102,5 @@ def test_it_serves_every_page_with_working_htmx(alice, alice_world, server, monk
         page.select_option("select[name=status]", "failed")
         page.wait_for_selector("#runs-table td.empty")
         assert "status=failed" in page.url
+        assert_no_csp_violation(page, violations)
         browser.close()
