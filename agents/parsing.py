@@ -88,7 +88,7 @@ def last_number(text: str) -> str | None:
 
 
 def normalize_number(text: str) -> Number | None:
-    """A number string as a value: "1,000" -> 1000, "3.0" -> 3, "$-2.50" -> -2.5, "3/4" -> 0.75, "50%" -> 50.
+    """A number string as a value: "1,000" -> 1000, "3.0" -> 3, "$-2.50" -> -2.5, "+45" -> 45, "3/4" -> 0.75, "50%" -> 50.
 
     Integral values come back as `int`. Anything that is not a single number gives None.
     """
@@ -99,11 +99,13 @@ def normalize_number(text: str) -> Number | None:
         return None
     if "/" in s:
         num, _, den = s.partition("/")
+        if "/" in den:  # before recursing: "1/1/1/..." must not recurse once per slash
+            return None
         a, b = normalize_number(num), normalize_number(den)
-        if a is None or b is None or b == 0 or "/" in den:
+        if a is None or b is None or b == 0:
             return None
         return _tidy(a / b)
-    if not re.fullmatch(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?", s) or not re.search(r"\d", s):
+    if not re.fullmatch(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?", s) or not re.search(r"\d", s):
         return None
     try:
         value = float(s.replace(",", ""))

@@ -44,13 +44,18 @@ def test_it_extracts_the_final_answer(text: str, expected: str | None) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [("1,000", 1000), ("3.0", 3), ("-2.5", -2.5), ("$1,234.50", 1234.5), ("3/4", 0.75), ("\\frac{3}{4}", 0.75),
-     ("50%", 50), ("1e3", 1000), ("7.", 7), ("abc", None), ("1,2,3", None), ("", None), ("1/0", None)],
+     ("50%", 50), ("1e3", 1000), ("7.", 7), ("abc", None), ("1,2,3", None), ("", None), ("1/0", None),
+     ("+45", 45), ("+4.5e1", 45)],
 )
 def test_it_normalises_numbers(text: str, expected: float | None) -> None:
     value = normalize_number(text)
     assert value == expected
     if expected is not None and float(expected).is_integer():
         assert isinstance(value, int)
+
+
+def test_it_refuses_a_chain_of_fractions_without_recursing_once_per_slash() -> None:
+    assert normalize_number("1/" * 5000 + "1") is None  # an uploaded answer; this used to be a RecursionError
 
 
 def test_it_reads_a_numeric_answer() -> None:
