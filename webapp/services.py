@@ -29,7 +29,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from agents import plugins
-from agents.base import Environment
+from agents.base import Environment, fields_of
 from agents.envs import EnvironmentInfo, describe_environment, list_environments, load_environment
 from training.config import ConfigError, RunConfig
 from training.data import DataError, read_rows
@@ -269,13 +269,16 @@ def _upload_format(upload: UploadedFile) -> str:
 
 
 def _dataset_read(path: Path, env: Environment, *, field: str) -> list[dict[str, Any]]:
-    with path.open("rb") as f:
-        if f.read(2) in (b"\xff\xfe", b"\xfe\xff"):
-            raise ValidationError({field: "The file is UTF-16 encoded; save it as UTF-8 (JSONL or CSV)."})
+    """The rows, checked against the environment's declared row fields; a ValidationError on
+    `field` naming the line, the field and the limit otherwise."""
+    try:
+        fields = fields_of(env)
+    except ValueError as exc:  # a plugin's malformed declaration
+        raise ValidationError({"environment": str(exc)}) from None
     try:
         return read_rows(
             path,
-            required_fields=env.required_fields,
+            fields=fields,
             max_rows=settings.TROUPE_UPLOAD_MAX_ROWS,
             max_bytes=settings.TROUPE_UPLOAD_MAX_BYTES,
         )

@@ -14,6 +14,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from training.config import ConfigError
+from training.data import MAX_FIELD_CHARS, MAX_FIELDS, MAX_JSON_DEPTH
 from webapp import history, lifecycle, services, streaming, views_history
 from webapp.access import SESSION_KEY, TeamRequest, team_object_or_404
 from webapp.forms import (
@@ -207,6 +208,8 @@ def dataset_upload(request: TeamRequest) -> HttpResponse:
     return render(request, "datasets/new.html", {
         "form": form, "mode": "upload", "env": services.environment_describe(name=form["environment"].value() or "math_tool"),
         "max_bytes": settings.TROUPE_UPLOAD_MAX_BYTES, "max_rows": settings.TROUPE_UPLOAD_MAX_ROWS,
+        "row_limits": {"fields": MAX_FIELDS, "chars": f"{MAX_FIELD_CHARS:,}", "depth": MAX_JSON_DEPTH},
+        "environments": services.environment_infos().values(),
     })
 
 

@@ -12,10 +12,21 @@ A plugin environment is any class (or factory) named `package.module:Name`, regi
 operator (see `agents.plugins`: a config can only name registered plugins), whose instances
 provide the `agents.base.Environment` protocol: `name`, `roles`, `required_fields`,
 `generate(n, *, seed)`, `reset(row, *, task_id, roles)`, `observe(state, role)` and a pure
-`step(state, *, agent, role, action) -> StepResult`. It may also define
+`step(state, *, agent, role, action) -> StepResult`. It should declare `row_fields: dict[str,
+RowField]`, the type of each field of its dataset rows (uploads are checked against it; without
+it, its `required_fields` are checked as scalars). It may also define
 `default_instructions: dict[str, str]`, a system prompt per role, and `stop_patterns: dict[str,
 str]`, a regex per role that ends an action early once it matches. Keyword arguments from the
 config's `env_args` are passed to its constructor.
+
+The built-ins' rows (`row_fields` of each class; all text unless said otherwise):
+
+- `arithmetic`, `math_tool`: `question`; `answer`, a number or text holding one ("42", "3/4");
+  optional `level` (a whole number).
+- `plan_path`: `grid`, one text of rows of `. # S G` (at most 2,000 characters); optional
+  `question`, `shortest` (a whole number).
+- `code_tests`: `prompt`, `reference`, `hidden_tests`; `mutants`, a list of code texts (in a CSV
+  cell, a JSON list); optional `entry_point`, `template`.
 """
 
 from __future__ import annotations
@@ -24,7 +35,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from agents.base import Environment
+from agents.base import Environment, RowField, fields_of
 from agents.envs.arithmetic import Arithmetic
 from agents.envs.code_tests import CodeTests
 from agents.envs.math_tool import MathTool
@@ -49,6 +60,9 @@ class EnvironmentInfo:
     summary: str
     roles: tuple[str, ...]
     required_fields: tuple[str, ...]
+    row_fields: dict[str, RowField]
+    """Every declared row field and its type (for an environment that declares only
+    `required_fields`, those as required scalars)."""
     args: tuple[str, ...]
     """Keyword arguments its constructor accepts (the config's `env_args`)."""
 
@@ -105,6 +119,7 @@ def describe_environment(name: str, cls: Any) -> EnvironmentInfo:
         summary=doc.splitlines()[0] if doc else name,
         roles=tuple(cls.roles),
         required_fields=tuple(getattr(cls, "required_fields", ())),
+        row_fields=fields_of(cls),
         args=tuple(n for n in params if n != "self"),
     )
 

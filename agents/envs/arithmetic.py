@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from agents.base import Message, State, StepResult
+from agents.base import Message, RowField, State, StepResult, required_of
 from agents.envs._common import STOP_AFTER_ANSWER_LINE, advance, check_roles, check_turn
 from agents.parsing import answer_number, normalize_number, numbers_equal
 
@@ -15,7 +15,13 @@ class Arithmetic:
 
     name = "arithmetic"
     roles: tuple[str, ...] = ("solver",)
-    required_fields: tuple[str, ...] = ("question", "answer")
+    row_fields: dict[str, RowField] = {
+        "question": RowField("text", help="the question the solver sees"),
+        "answer": RowField("number", help='the right answer: a number, or text holding one ("42", "-3.5", "1,234", "3/4")'),
+        "level": RowField("int", required=False, help="the generator's level (kept as metadata)"),
+    }
+    """What a dataset row holds (checked on upload; see `agents.base.RowField`)."""
+    required_fields: tuple[str, ...] = required_of(row_fields)
     default_instructions: dict[str, str] = {
         "solver": (
             "You solve arithmetic problems. Work it out briefly, then write the final answer "

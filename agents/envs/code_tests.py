@@ -20,7 +20,7 @@ import json
 import random
 from typing import Any
 
-from agents.base import Message, State, StepResult
+from agents.base import Message, RowField, State, StepResult, required_of
 from agents.envs._common import (
     STOP_AFTER_CODE_BLOCK,
     TOOL_TIMEOUT_S,
@@ -54,7 +54,16 @@ class CodeTests:
 
     name = "code_tests"
     roles: tuple[str, ...] = ("coder", "tester")
-    required_fields: tuple[str, ...] = ("prompt", "reference", "hidden_tests", "mutants")
+    row_fields: dict[str, RowField] = {
+        "prompt": RowField("text", help="the task both agents see"),
+        "reference": RowField("text", help="a correct solution (Python source)"),
+        "hidden_tests": RowField("text", help="assert lines the coder's code must pass (never shown)"),
+        "mutants": RowField("text_list", help="wrong solutions the tester's tests should catch (in CSV: a JSON list)"),
+        "entry_point": RowField("text", required=False, help="the function's name (kept as metadata)"),
+        "template": RowField("text", required=False, help="the generator's template (kept as metadata)"),
+    }
+    """What a dataset row holds (checked on upload; see `agents.base.RowField`)."""
+    required_fields: tuple[str, ...] = required_of(row_fields)
     default_instructions: dict[str, str] = {
         "coder": (
             "You are a Python programmer. Write the requested function. If tests are shown, make "

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from agents.base import Message, State, StepResult
+from agents.base import Message, RowField, State, StepResult, required_of
 from agents.envs._common import (
     STOP_AFTER_ANSWER_LINE,
     STOP_AFTER_CODE_BLOCK,
@@ -89,7 +89,13 @@ class MathTool:
 
     name = "math_tool"
     roles: tuple[str, ...] = ("tool", "reasoner")
-    required_fields: tuple[str, ...] = ("question", "answer")
+    row_fields: dict[str, RowField] = {
+        "question": RowField("text", help="the problem both agents see"),
+        "answer": RowField("number", help='the right answer: a number, or text holding one ("42", "-3.5", "1,234", "3/4")'),
+        "level": RowField("int", required=False, help="the generator's level (kept as metadata)"),
+    }
+    """What a dataset row holds (checked on upload; see `agents.base.RowField`)."""
+    required_fields: tuple[str, ...] = required_of(row_fields)
     default_instructions: dict[str, str] = {
         "tool": (
             "You are a Python programmer. Solve the math problem with a short Python program that "

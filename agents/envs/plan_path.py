@@ -19,7 +19,7 @@ import re
 from collections import deque
 from typing import Any
 
-from agents.base import Message, State, StepResult
+from agents.base import Message, RowField, State, StepResult, required_of
 from agents.envs._common import (
     STOP_AFTER_CODE_BLOCK,
     TOOL_TIMEOUT_S,
@@ -124,7 +124,15 @@ class PlanPath:
 
     name = "plan_path"
     roles: tuple[str, ...] = ("plan", "tool")
-    required_fields: tuple[str, ...] = ("grid",)
+    row_fields: dict[str, RowField] = {
+        "grid": RowField("text", max_length=2_000,
+                         help="rows of . # S G, one per line (a quoted CSV cell may hold line breaks); one S, one G"),
+        "question": RowField("text", required=False, help="not shown to the agents (kept as metadata)"),
+        "shortest": RowField("int", required=False, help="the shortest path's length (kept as metadata)"),
+    }
+    """What a dataset row holds (checked on upload; see `agents.base.RowField`). The grid is one
+    text, not a list of rows."""
+    required_fields: tuple[str, ...] = required_of(row_fields)
     default_instructions: dict[str, str] = {
         "plan": (
             "You plan a path on a grid from S to G. Moves: U = up, D = down, L = left, R = right. "
