@@ -105,6 +105,8 @@ def _read_bytes(path: Path, max_bytes: int | None) -> bytes:
 def _decode(raw: bytes) -> str:
     if not raw.strip():
         raise DataError("file is empty")
+    if raw.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
+        raise DataError("the file is UTF-32 encoded; save it as UTF-8 (JSONL or CSV)")
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise DataError("the file is UTF-16 encoded; save it as UTF-8 (JSONL or CSV)")
     nul = raw.find(b"\x00")
