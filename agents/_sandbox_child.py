@@ -6,16 +6,32 @@ Setting up here, in the child, instead of in a `preexec_fn` keeps the parent saf
 from a multi-threaded trainer. Every layer is best-effort; the layers that took hold are
 written as a JSON list to the status pipe before the model's code starts:
 
+- `pidns`: a new PID namespace. The process that was started unshares it and forks twice: a
+  do-nothing pid 1 that holds the namespace open (undumpable, dies with its parent), and the
+  process that runs the model's code as pid 2, whose parent is outside the namespace
+  (`os.getppid()` is 0). The started process waits for it and ends the same way it did
+  (exit status or signal). Nothing outside the namespace can be named by a pid.
 - `netns`: a new network namespace with no interface up (no TCP/UDP anywhere, 127.0.0.1 included);
-  `userns` when an unprivileged user needed a user namespace to get it.
+  `userns` when an unprivileged user needed a user namespace to get these.
 - `mountns`: a private mount namespace; with it `readonly-fs` (every mount read-only),
   `masked-paths` (empty read-only tmpfs over the project, /home, /root, /run, the temp
-  dirs...; the interpreter's own library directories are bound back in) and `private-tmpfs`
-  (the working directory is a fresh size-limited, noexec tmpfs).
+  dirs...; the interpreter's own library directories are bound back in), `private-proc` (a
+  fresh read-only /proc that shows only the PID namespace, or an empty one without it) and
+  `private-tmpfs` (the working directory is a fresh size-limited, noexec tmpfs).
 - `nobody`: when started as root, the process switches to uid/gid 65534 (so RLIMIT_NPROC
   and file permissions apply); `no-caps`: every capability dropped; `no-new-privs`.
 - `rlimits`: CPU seconds, address space, file size, processes (0: no fork, no threads),
   open files, no core dumps.
+- `landlock`: a Landlock domain (Linux 5.13+, no privileges needed): files may be read only
+  under the interpreter's library directories and the system's shared libraries, and written
+  only in the working directory (so no /proc at all, even on a host without namespaces);
+  from Landlock ABI 6 on, no signals to and no abstract unix sockets of processes outside it.
+- `seccomp`: a classic-BPF seccomp filter (see `_seccomp_program`) that kills the process
+  on a foreign architecture or ABI and refuses with EPERM: signals (kill, tkill, tgkill,
+  rt_(tg)sigqueueinfo) to anyone but itself, the pidfd calls, ptrace, process_vm_readv/writev,
+  kcmp, fork/vfork/clone/clone3 and execve/execveat, every socket (socketpair only for
+  AF_UNIX), namespace, mount, keyring, bpf, perf, userfaultfd, io_uring and personality
+  calls, and rlimit/priority/affinity/scheduler/page-migration calls on other processes.
 - `audit`: a `sys.addaudithook` hook refusing sockets, fork/exec/subprocess, ctypes,
   sub-interpreters, and file access outside the working directory (reads also allowed in
   the standard library). It holds no mutable state and calls no patchable Python code.
@@ -34,10 +50,11 @@ import stat
 import sys
 import traceback
 import types
-from typing import Any
+from typing import Any, NoReturn
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY = 0x1
 MS_NOSUID = 0x2
@@ -50,6 +67,8 @@ MS_PRIVATE = 0x40000
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
 SYS_MOUNT_SETATTR = 442  # the same number on every architecture (added in Linux 5.12)
 AT_FDCWD = -100
 AT_RECURSIVE = 0x8000
@@ -57,6 +76,113 @@ MOUNT_ATTR_RDONLY = 0x1
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 EXIT_SETUP_FAILED = 125
+
+# Syscall numbers, per architecture, of everything the seccomp filter refuses or checks.
+# x86_64: arch/x86/entry/syscalls/syscall_64.tbl; aarch64: include/uapi/asm-generic/unistd.h.
+# Calls added since Linux 5.1 have one number everywhere.
+_COMMON_SYSCALLS = {
+    "pidfd_send_signal": 424, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+    "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+    "pidfd_open": 434, "clone3": 435, "pidfd_getfd": 438, "process_madvise": 440, "mount_setattr": 442,
+    "process_mrelease": 448,
+}
+SYSCALLS: dict[str, dict[str, int]] = {
+    "x86_64": {
+        "socket": 41, "socketpair": 53, "clone": 56, "fork": 57, "vfork": 58, "execve": 59, "kill": 62,
+        "ptrace": 101, "syslog": 103, "rt_sigqueueinfo": 129, "personality": 135, "setpriority": 141,
+        "sched_setparam": 142, "sched_setscheduler": 144, "modify_ldt": 154, "pivot_root": 155, "chroot": 161,
+        "acct": 163, "mount": 165, "umount2": 166, "swapon": 167, "swapoff": 168, "reboot": 169, "iopl": 172,
+        "ioperm": 173, "init_module": 175, "delete_module": 176, "quotactl": 179, "tkill": 200,
+        "sched_setaffinity": 203, "tgkill": 234, "kexec_load": 246, "add_key": 248, "request_key": 249,
+        "keyctl": 250, "ioprio_set": 251, "migrate_pages": 256, "unshare": 272, "move_pages": 279,
+        "rt_tgsigqueueinfo": 297, "perf_event_open": 298, "prlimit64": 302, "open_by_handle_at": 304,
+        "setns": 308, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312, "finit_module": 313,
+        "sched_setattr": 314, "kexec_file_load": 320, "bpf": 321, "execveat": 322, "userfaultfd": 323,
+        **_COMMON_SYSCALLS,
+    },
+    "aarch64": {
+        "ioprio_set": 30, "umount2": 39, "mount": 40, "pivot_root": 41, "chroot": 51, "quotactl": 60,
+        "acct": 89, "personality": 92, "unshare": 97, "kexec_load": 104, "init_module": 105,
+        "delete_module": 106, "syslog": 116, "ptrace": 117, "sched_setparam": 118, "sched_setscheduler": 119,
+        "sched_setaffinity": 122, "kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138,
+        "setpriority": 140, "reboot": 142, "socket": 198, "socketpair": 199, "add_key": 217,
+        "request_key": 218, "keyctl": 219, "clone": 220, "execve": 221, "swapon": 224, "swapoff": 225,
+        "migrate_pages": 238, "move_pages": 239, "rt_tgsigqueueinfo": 240, "perf_event_open": 241,
+        "prlimit64": 261, "open_by_handle_at": 265, "setns": 268, "process_vm_readv": 270,
+        "process_vm_writev": 271, "kcmp": 272, "finit_module": 273, "sched_setattr": 274,
+        "kexec_file_load": 294, "bpf": 280, "execveat": 281, "userfaultfd": 282,
+        **_COMMON_SYSCALLS,
+    },
+}
+AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+X32_SYSCALL_BIT = 0x40000000  # x86_64's x32 ABI: same AUDIT_ARCH, numbers with this bit set
+
+REFUSED_SYSCALLS = (
+    # other processes: signals by pidfd, tracing, reading or writing their memory, comparing their files
+    "pidfd_open", "pidfd_send_signal", "pidfd_getfd", "process_madvise", "process_mrelease",
+    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp",
+    # new processes and new programs (RLIMIT_NPROC also stops threads)
+    "fork", "vfork", "clone", "clone3", "execve", "execveat",
+    # the network (socketpair stays for AF_UNIX, below); io_uring can open sockets without socket()
+    "socket", "io_uring_setup", "io_uring_enter", "io_uring_register",
+    # namespaces, mounts and kernel features an unprivileged process has no business with
+    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_tree", "move_mount", "fsopen",
+    "fsconfig", "fsmount", "fspick", "mount_setattr", "keyctl", "add_key", "request_key", "bpf",
+    "perf_event_open", "userfaultfd", "personality", "open_by_handle_at", "syslog", "acct", "quotactl",
+    "swapon", "swapoff", "reboot", "kexec_load", "kexec_file_load", "init_module", "finit_module",
+    "delete_module", "modify_ldt", "iopl", "ioperm",
+)
+"""Refused with EPERM whatever their arguments (names missing on an architecture are skipped)."""
+
+SELF = "self"
+"""Stands for the sandboxed process's own pid in `CHECKED_SYSCALLS`."""
+CHECKED_SYSCALLS: tuple[tuple[str, tuple[tuple[int, tuple[int | str, ...]], ...]], ...] = (
+    # signals only to itself (its pid is also its only thread's id); kill(0) and kill(-1) refused
+    ("kill", ((0, (SELF,)),)),
+    ("tkill", ((0, (SELF,)),)),
+    ("tgkill", ((0, (SELF,)), (1, (SELF,)))),
+    ("rt_sigqueueinfo", ((0, (SELF,)),)),
+    ("rt_tgsigqueueinfo", ((0, (SELF,)), (1, (SELF,)))),
+    # limits, priorities and placement of itself only (0 means "the caller")
+    ("prlimit64", ((0, (0, SELF)),)),
+    ("setpriority", ((0, (0,)), (1, (0, SELF)))),  # PRIO_PROCESS only: no PRIO_PGRP, PRIO_USER
+    ("ioprio_set", ((0, (1,)), (1, (0, SELF)))),  # IOPRIO_WHO_PROCESS only
+    ("sched_setaffinity", ((0, (0, SELF)),)),
+    ("sched_setscheduler", ((0, (0, SELF)),)),
+    ("sched_setparam", ((0, (0, SELF)),)),
+    ("sched_setattr", ((0, (0, SELF)),)),
+    ("migrate_pages", ((0, (0, SELF)),)),
+    ("move_pages", ((0, (0, SELF)),)),
+    ("socketpair", ((0, (1,)),)),  # AF_UNIX
+)
+"""Allowed only when every listed argument (index, allowed values) has one of its values,
+compared on the low 32 bits, as the kernel reads a pid_t or int; refused with EPERM otherwise."""
+
+# Classic BPF, as seccomp reads it (linux/filter.h, linux/seccomp.h).
+_BPF_LD_W_ABS = 0x20
+_BPF_JEQ_K = 0x15
+_BPF_JGE_K = 0x35
+_BPF_RET_K = 0x06
+SECCOMP_RET_KILL_PROCESS = 0x80000000
+SECCOMP_RET_ERRNO = 0x00050000
+SECCOMP_RET_ALLOW = 0x7FFF0000
+_EPERM = 1
+_DATA_NR, _DATA_ARCH, _DATA_ARGS = 0, 4, 16  # offsets in struct seccomp_data
+
+# Landlock (linux/landlock.h): one number for each call on every architecture.
+SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
+LANDLOCK_CREATE_RULESET_VERSION = 1
+LANDLOCK_RULE_PATH_BENEATH = 1
+FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+FS_TRUNCATE, FS_IOCTL_DEV = 1 << 14, 1 << 15
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
+_LANDLOCK_FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 4: (1 << 15) - 1, 5: (1 << 16) - 1}
+SYSTEM_READ_PATHS = (
+    "/lib", "/lib32", "/lib64", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache",
+    "/etc/localtime", "/usr/share/zoneinfo",
+)
+"""Readable under Landlock besides the interpreter's own directories: the shared libraries that
+extension modules load, and the time zone data."""
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -68,6 +194,23 @@ class _MountAttr(ctypes.Structure):
         ("propagation", ctypes.c_uint64),
         ("userns_fd", ctypes.c_uint64),
     ]
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+class _LandlockRulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+
+class _LandlockPathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
 class _CapHeader(ctypes.Structure):
@@ -109,16 +252,17 @@ def _libc_fn(name: str) -> Any:
     return getattr(_libc, name, None)
 
 
-def _enter_namespaces(root: bool, layers: list[str]) -> bool:
-    """Unshare network (and mount) namespaces; returns whether a private mount namespace is in place."""
+def _enter_namespaces(root: bool, layers: list[str]) -> int:
+    """Unshare the PID, network and mount namespaces, through a user namespace where root is not
+    at hand; returns the CLONE_NEW* flags that took hold (0 for none).
+
+    The PID namespace only applies to the children forked afterwards: see `_split_pid_namespace`."""
     unshare = _libc_fn("unshare")
     if unshare is None or not sys.platform.startswith("linux"):
-        return False
+        return 0
     uid, gid = os.getuid(), os.getgid()
-    attempts: list[int] = []
-    if root:
-        attempts += [CLONE_NEWNS | CLONE_NEWNET, CLONE_NEWNET]
-    attempts += [CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET, CLONE_NEWUSER | CLONE_NEWNET]
+    wanted = [CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET, CLONE_NEWNS | CLONE_NEWNET, CLONE_NEWNET]
+    attempts = (wanted if root else []) + [CLONE_NEWUSER | flags for flags in wanted]
     for flags in attempts:
         if unshare(ctypes.c_int(flags)) != 0:
             continue
@@ -130,14 +274,68 @@ def _enter_namespaces(root: bool, layers: list[str]) -> bool:
                 _write("/proc/self/uid_map", f"{uid} {uid} 1")
                 _write("/proc/self/gid_map", f"{gid} {gid} 1")
             except OSError:
-                return False
+                return 0
             layers.append("userns")
         layers.append("netns")
         if flags & CLONE_NEWNS:
             layers.append("mountns")
-            return True
-        return False
-    return False
+        return flags
+    return 0
+
+
+def _split_pid_namespace(status_fd: int) -> None:
+    """After unshare(CLONE_NEWPID): fork the namespace's pid 1, then the process that runs the
+    model's code (pid 2); only that one returns.
+
+    The process that was started stays outside the namespace, out of the model's reach: it
+    waits for pid 2 and ends as it did, so `agents.sandbox` sees the real exit status or signal.
+    Pid 1 runs no model code (an init process ignores the signals it has no handler for, which
+    would change how the model's own `os.kill(os.getpid(), ...)` behaves): it only holds the
+    namespace until the started process is gone, then exits, and the kernel kills what is left."""
+    hold_r, hold_w = os.pipe()
+    init = os.fork()
+    if init == 0:
+        _hold_namespace(hold_r)
+    worker = os.fork()
+    if worker == 0:
+        os.close(hold_r)
+        os.close(hold_w)
+        return
+    os.close(hold_r)
+    os.close(status_fd)
+    _, status = os.waitpid(worker, 0)
+    os.kill(init, signal.SIGKILL)
+    os.waitpid(init, 0)
+    _exit_like(status)
+
+
+def _hold_namespace(hold_fd: int) -> NoReturn:
+    """Pid 1 of the sandbox's PID namespace: block until the parent closes the pipe (or dies)."""
+    try:
+        prctl = _libc_fn("prctl")
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+            prctl(PR_SET_DUMPABLE, ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+        os.dup2(hold_fd, 0)
+        os.closerange(1, 65536)  # the output pipes too: the parent must see EOF when pid 2 is done
+        os.read(0, 1)
+    finally:
+        os._exit(0)
+
+
+def _exit_like(status: int) -> NoReturn:
+    """End this process the way a child with wait status `status` ended."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):  # SIGKILL and SIGSTOP cannot be set, and need not be
+            pass
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else EXIT_SETUP_FAILED)
 
 
 def _untraversable_ancestor(path: str, uid: int, gid: int) -> str | None:
@@ -165,8 +363,9 @@ def _is_within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _build_mount_view(cfg: dict[str, Any], needed: list[str], layers: list[str]) -> None:
-    """Make every mount read-only, mask sensitive trees, re-expose `needed`, mount the workdir tmpfs."""
+def _build_mount_view(cfg: dict[str, Any], needed: list[str], pidns: bool, layers: list[str]) -> None:
+    """Make every mount read-only, mask sensitive trees, re-expose `needed`, mount the workdir
+    tmpfs, and replace /proc: with the PID namespace's own, or with nothing without one."""
     workdir: str = cfg["workdir"]
     target_uid: int | None = cfg["uid"]
     target_gid: int | None = cfg["gid"]
@@ -221,6 +420,16 @@ def _build_mount_view(cfg: dict[str, Any], needed: list[str], layers: list[str])
     _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts)
     layers.append("private-tmpfs")
 
+    # Last: the steps above read /proc/self/fd. The host's /proc would show every process.
+    proc_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY
+    try:
+        if not pidns:
+            raise OSError("no PID namespace of our own to show")
+        _mount("proc", "/proc", "proc", proc_flags)
+    except OSError:
+        _mount("tmpfs", "/proc", "tmpfs", proc_flags, "size=4k,mode=555")
+    layers.append("private-proc")
+
 
 def _stdlib_reachable(needed: list[str], uid: int, gid: int) -> bool:
     return all(_untraversable_ancestor(p, uid, gid) is None for p in needed)
@@ -273,6 +482,103 @@ def _set_limits(cfg: dict[str, Any], layers: list[str]) -> None:
     if resource.RLIMIT_CPU in failed or resource.RLIMIT_FSIZE in failed:
         raise OSError("could not set the CPU and file-size limits")
     layers.append("rlimits" if not failed else "rlimits-partial")
+
+
+def _restrict_filesystem(workdir: str, read_roots: list[str], layers: list[str]) -> None:
+    """Enter a Landlock domain: read only `read_roots` (and a few devices), write only in `workdir`;
+    from ABI 6 on also no signals to, and no abstract unix sockets of, processes outside it.
+
+    All or nothing: if a rule cannot be added, no domain is entered (half a list of readable
+    directories could stop the interpreter), and the layer is missing from `layers`."""
+    syscall = _libc_fn("syscall")
+    if syscall is None or not sys.platform.startswith("linux"):
+        return
+    abi = syscall(ctypes.c_long(SYS_LANDLOCK_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))
+    if abi < 1:
+        return
+    handled = _LANDLOCK_FS_BY_ABI[min(abi, 5)]
+    file_rights = (FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV) & handled
+    attr = _LandlockRulesetAttr(
+        handled_access_fs=handled,
+        scoped=SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET if abi >= 6 else 0,
+    )
+    ruleset = syscall(
+        ctypes.c_long(SYS_LANDLOCK_CREATE_RULESET), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0),
+    )
+    if ruleset < 0:
+        return
+    read = FS_READ_FILE | FS_READ_DIR
+    device = FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE
+    rules = [(workdir, handled), *[(p, read) for p in read_roots]]
+    rules += [("/dev/null", device), ("/dev/zero", device), ("/dev/urandom", FS_READ_FILE), ("/dev/random", FS_READ_FILE)]
+    try:
+        for path, access in rules:
+            try:
+                fd = os.open(path, getattr(os, "O_PATH", 0) | os.O_CLOEXEC)
+            except OSError:
+                continue  # not on this machine
+            try:
+                if not stat.S_ISDIR(os.fstat(fd).st_mode):
+                    access &= file_rights
+                rule = _LandlockPathBeneath(allowed_access=access & handled, parent_fd=fd)
+                ret = syscall(
+                    ctypes.c_long(SYS_LANDLOCK_ADD_RULE), ctypes.c_int(ruleset), ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH),
+                    ctypes.byref(rule), ctypes.c_uint32(0),
+                )
+            finally:
+                os.close(fd)
+            if ret != 0:
+                return
+        if syscall(ctypes.c_long(SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0:
+            layers.append("landlock")
+    finally:
+        os.close(ruleset)
+
+
+def _seccomp_program(arch: str, self_pid: int) -> list[tuple[int, int, int, int]]:
+    """The seccomp filter as classic-BPF (code, jt, jf, k) instructions, for `arch` and the pid
+    the filtered process has in its own PID namespace.
+
+    A foreign architecture (or x86_64's x32 ABI) kills the process; `REFUSED_SYSCALLS` return
+    EPERM; `CHECKED_SYSCALLS` are allowed only with the arguments they list; everything else is
+    allowed. Each test jumps at most over its own block, so no offset nears BPF's 255."""
+    numbers = SYSCALLS[arch]
+    kill = (_BPF_RET_K, 0, 0, SECCOMP_RET_KILL_PROCESS)
+    deny = (_BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | _EPERM)
+    allow = (_BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW)
+    prog = [(_BPF_LD_W_ABS, 0, 0, _DATA_ARCH), (_BPF_JEQ_K, 1, 0, AUDIT_ARCH[arch]), kill, (_BPF_LD_W_ABS, 0, 0, _DATA_NR)]
+    if arch == "x86_64":
+        prog += [(_BPF_JGE_K, 0, 1, X32_SYSCALL_BIT), kill]
+    for name in REFUSED_SYSCALLS:
+        if name in numbers:
+            prog += [(_BPF_JEQ_K, 0, 1, numbers[name]), deny]
+    for name, conditions in CHECKED_SYSCALLS:
+        block: list[tuple[int, int, int, int]] = []
+        for index, values in conditions:
+            allowed = [self_pid if v == SELF else int(v) for v in values]
+            block.append((_BPF_LD_W_ABS, 0, 0, _DATA_ARGS + 8 * index))  # the low half (both arches are little-endian)
+            block += [(_BPF_JEQ_K, len(allowed) - i, 0, v & 0xFFFFFFFF) for i, v in enumerate(allowed)]
+            block.append(deny)
+        block.append(allow)
+        prog += [(_BPF_JEQ_K, 0, len(block), numbers[name]), *block]
+    prog.append(allow)
+    return prog
+
+
+def _install_seccomp(layers: list[str]) -> None:
+    """Install `_seccomp_program` for this process (it needs no-new-privs, set here too)."""
+    prctl = _libc_fn("prctl")
+    arch = os.uname().machine
+    if prctl is None or arch not in SYSCALLS or not sys.platform.startswith("linux"):
+        return
+    prog = _seccomp_program(arch, os.getpid())
+    filters = (_SockFilter * len(prog))(*(_SockFilter(*ins) for ins in prog))
+    fprog = _SockFprog(len(prog), filters)
+    zero = ctypes.c_ulong(0)
+    if prctl(PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), zero, zero, zero) != 0:
+        return
+    if prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog), zero, zero) == 0:
+        layers.append("seccomp")
 
 
 def _install_audit_hook(workdir: str, read_roots: tuple[str, ...]) -> None:
@@ -392,7 +698,7 @@ def _install_audit_hook(workdir: str, read_roots: tuple[str, ...]) -> None:
         elif event in _blocked:
             deny(event)
         elif event == "os.kill":
-            if args[0] != _getpid() and args[0] != 0:
+            if args[0] != _getpid():  # 0 and -1 too: its group holds the sandbox's own processes
                 deny("signalling other processes")
         elif _str.startswith(event, "socket.") or _str.startswith(event, "ctypes."):
             deny("network access" if _str.startswith(event, "socket.") else "ctypes")
@@ -452,14 +758,17 @@ def main() -> None:
         traceback.format_exception(type(e), e, e.__traceback__)
 
     try:
-        has_mountns = _enter_namespaces(root, layers)
+        namespaces = _enter_namespaces(root, layers) if cfg["namespaces"] else 0
+        if namespaces & CLONE_NEWPID:
+            _split_pid_namespace(status_fd)  # from here on, this is pid 2 of the new namespace
+            layers.append("pidns")
         if "userns" in layers:
             cfg = {**cfg, "uid": None, "gid": None}  # only our own ids exist in a user namespace
         uid, gid = cfg["uid"], cfg["gid"]
         view_ok = False
-        if has_mountns:
+        if namespaces & CLONE_NEWNS:
             try:
-                _build_mount_view(cfg, needed, layers)
+                _build_mount_view(cfg, needed, bool(namespaces & CLONE_NEWPID), layers)
                 view_ok = True
             except OSError:
                 layers.append("mount-view-failed")  # reported in SandboxResult.isolation, not to the model
@@ -474,11 +783,13 @@ def main() -> None:
             with open(name, "w", encoding="utf-8") as fh:
                 fh.write(text)
         _set_limits(cfg, layers)
+        real_workdir = os.getcwd()
+        _restrict_filesystem(real_workdir, [*needed, *SYSTEM_READ_PATHS], layers)
+        _install_seccomp(layers)
     except Exception as e:  # noqa: BLE001 - any setup failure must stop before the model's code runs
         sys.stderr.write(f"sandbox setup failed: {e}\n")
         os._exit(EXIT_SETUP_FAILED)
 
-    real_workdir = os.getcwd()
     read_roots = tuple(dict.fromkeys([real_workdir, *needed]))
     if cfg["audit_hook"]:
         layers.append("audit")

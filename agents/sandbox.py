@@ -5,17 +5,33 @@ environment, `PYTHONHASHSEED=0` so set ordering is reproducible) in a throwaway 
 directory, feeds it `stdin` from a file, reads its stdout and stderr incrementally with a
 byte cap, and kills its whole process group at the wall-clock timeout or when the output
 cap is hit. Inside, `agents/_sandbox_child.py` locks the process down before the model's
-code runs. The layers, each best-effort so that the sandbox works as root and as a normal
-user, with or without namespaces (the ones that took hold are in `SandboxResult.isolation`):
+code runs, so that the code cannot signal, trace or read the memory of its parent or any
+other process, whether the worker runs as root or as an ordinary user. The layers, each
+best-effort (the ones that took hold are in `SandboxResult.isolation`; `capabilities()`
+says which ones this host grants the current user, and names the missing ones):
 
-- kernel: a new network namespace (no network at all); a private mount namespace where every
-  mount is read-only, the project, /home, /root, /run, /mnt, /srv and the temp directories
-  are hidden under empty tmpfs mounts, and the working directory is a fresh noexec tmpfs;
+- kernel namespaces (as root directly; as an ordinary user inside a user namespace, where
+  the host allows one): a PID namespace, where the code runs as pid 2 under a do-nothing
+  pid 1 and no process outside can be named; a network namespace (no network at all); a
+  private mount namespace where every mount is read-only, the project, /home, /root, /run,
+  /mnt, /srv and the temp directories are hidden under empty tmpfs mounts, /proc shows only
+  the PID namespace, and the working directory is a fresh noexec tmpfs;
 - identity: root switches to uid/gid 65534 (nobody), all capabilities are dropped,
-  no-new-privs is set;
+  no-new-privs is set, the process is not dumpable (no /proc/<pid>/mem or ptrace of it);
 - rlimits: CPU seconds, address space, file size, no new processes or threads, 32 open files;
+- Landlock (Linux 5.13+, any user): files readable only in the interpreter's and the system's
+  library directories, writable only in the working directory (no /proc even without a
+  mount namespace); on Linux 6.12+ no signals to processes outside the sandbox;
+- seccomp (any user; it needs only no-new-privs): a filter that kills the process on a
+  foreign architecture and refuses with EPERM signals to any process but itself (kill(0)
+  and kill(-1) included), pidfd_open/pidfd_send_signal/pidfd_getfd, ptrace,
+  process_vm_readv/writev, kcmp, fork/vfork/clone/clone3, execve, every socket (a socketpair
+  of AF_UNIX aside), io_uring, unshare/setns/mount, keyrings, bpf, perf_event_open,
+  userfaultfd, personality, and rlimit/priority/scheduling calls aimed at other processes
+  (the full lists are in `agents/_sandbox_child.py`);
 - Python: an audit hook that refuses sockets, fork/exec/subprocess, ctypes, and file access
-  outside the working directory (reading the standard library is allowed).
+  outside the working directory (reading the standard library is allowed). It is a first
+  line only: the layers above are what hold if code gets around it.
 
 Extra directories to hide can be listed, separated by `:`, in `TROUPE_SANDBOX_HIDE`
 (for example a data directory outside the project).
@@ -23,6 +39,7 @@ Extra directories to hide can be listed, separated by `:`, in `TROUPE_SANDBOX_HI
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -44,6 +61,13 @@ FILE_BYTES = 8 * 1024 * 1024
 """The largest file the child may write (RLIMIT_FSIZE)."""
 DISK_MB = 64
 """The size of the child's private tmpfs working directory, where one is available."""
+
+EXPECTED_LAYERS = (
+    "pidns", "netns", "mountns", "readonly-fs", "masked-paths", "private-proc", "private-tmpfs",
+    "no-caps", "no-new-privs", "rlimits", "landlock", "seccomp", "audit",
+)
+"""The layers every run should get on a Linux host (root also switches to "nobody");
+`capabilities()` names the ones that did not take hold."""
 
 _CHILD = Path(__file__).with_name("_sandbox_child.py")
 _READ_CHUNK = 65536
@@ -95,6 +119,37 @@ def run_python(
     )
 
 
+@functools.cache
+def capabilities() -> dict[str, bool | str]:
+    """Which protection layers the sandbox gets on this host as the current user, probed once
+    per process by running an empty program in it (a fraction of a second).
+
+    Returns one bool per name in `EXPECTED_LAYERS`, plus "nobody" (the switch to uid 65534,
+    which only root can make) and "userns" (an ordinary user reached the namespaces through a
+    user namespace), and three strings:
+
+    - "user": who the sandbox runs as, "root" or "uid 1000";
+    - "missing": the expected layers that did not take hold, comma-separated, "" when none
+      (as root, "nobody" is expected too). A host that grants an ordinary user no namespaces
+      (a container's default seccomp profile, for example) reads "pidns, netns, mountns,
+      readonly-fs, masked-paths, private-proc, private-tmpfs": there seccomp and Landlock
+      still keep the code away from other processes, but the network is refused only by
+      seccomp and the audit hook;
+    - "error": why the probe itself failed, "" when it ran.
+
+    The worker shows "missing" on its start line and on /workers/.
+    """
+    root = os.geteuid() == 0
+    r = _run("pass", timeout_s=30.0, memory_mb=256, max_output_bytes=4096, files={}, stdin="", audit_hook=True)
+    held = set(r.isolation)
+    expected = [*EXPECTED_LAYERS, "nobody"] if root else list(EXPECTED_LAYERS)
+    caps: dict[str, bool | str] = {name: name in held for name in (*EXPECTED_LAYERS, "nobody", "userns")}
+    caps["user"] = "root" if root else f"uid {os.geteuid()}"
+    caps["missing"] = ", ".join(name for name in expected if name not in held)
+    caps["error"] = "" if r.ok else (r.error or r.stderr.strip().rsplit("\n", 1)[-1] or f"exit status {r.exit_code}")
+    return caps
+
+
 def _hidden_paths() -> list[str]:
     extra = [p for p in os.environ.get("TROUPE_SANDBOX_HIDE", "").split(":") if p]
     temp = [tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"]
@@ -117,8 +172,11 @@ def _run(
     files: dict[str, str],
     stdin: str,
     audit_hook: bool,
+    namespaces: bool = True,
 ) -> SandboxResult:
-    """`run_python` with the audit hook switchable, so tests can check the kernel layers alone."""
+    """`run_python` with the audit hook and the namespaces switchable, so tests can check the
+    kernel layers alone, and what holds on a host that grants no namespaces (seccomp, Landlock,
+    rlimits: a worker in a container as an ordinary user, for example)."""
     _check_file_names(files)
     start = time.monotonic()
     root = os.geteuid() == 0
@@ -143,6 +201,7 @@ def _run(
                 "payload_fd": payload.fileno(),
                 "status_fd": status_w,
                 "audit_hook": audit_hook,
+                "namespaces": namespaces,
             }
             env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}
             cmd = [

@@ -2,7 +2,8 @@
 loops that ignore signals or spin inside C, the parent's environment (where secrets live), the
 data directory, UDP, shared memory, and the memory limit without the audit hook. As in
 test_sandbox.py, kernel-only checks (`_run(audit_hook=False)`) skip when the layer they rely on
-could not be set up on this machine; as root here, every layer takes hold."""
+could not be set up on this machine; as root here, every layer takes hold. The attacks on other
+processes, tried as root and as an ordinary user, are in test_sandbox_attacks.py."""
 
 from __future__ import annotations
 
@@ -31,8 +32,9 @@ def test_it_has_every_layer_as_root():
     if os.geteuid() != 0:
         pytest.skip("the full set of layers needs root (as in the worker images' CI)")
     r = run_python("print(1)")
-    assert {"netns", "mountns", "readonly-fs", "masked-paths", "private-tmpfs", "nobody", "no-caps", "no-new-privs",
-            "rlimits", "audit"} <= set(r.isolation), r.isolation
+    assert {"pidns", "netns", "mountns", "readonly-fs", "masked-paths", "private-proc", "private-tmpfs", "nobody", "no-caps",
+            "no-new-privs", "rlimits", "landlock", "seccomp", "audit"} <= set(r.isolation), r.isolation
+    assert set(sandbox.EXPECTED_LAYERS) <= set(r.isolation)
 
 
 def test_it_caps_unbounded_stderr_too():
