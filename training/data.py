@@ -16,7 +16,8 @@ import json
 import math
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,9 @@ MAX_INT = 2**63 - 1
 _CSV_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _CSV_INT = re.compile(r"[+-]?\d{1,19}")
 _CSV_BOOL = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_PLAIN_NUMBER = re.compile(r"[+-]?\d{1,15}(?:\.\d{1,15})?")
+_NOT_TEXT = re.compile(r"[\x00\ud800-\udfff]")
+"""A NUL character or a lone surrogate: neither can be stored (Postgres text, UTF-8)."""
 
 
 class DataError(ValueError):
@@ -82,8 +85,12 @@ def read_rows(
     kind = Path(path).suffix.lower()
     if kind not in (".jsonl", ".csv", ".json", ".ndjson"):
         kind = ".jsonl" if text.lstrip().startswith("{") else ".csv"
-    lines = _jsonl_rows(text, max_rows) if kind != ".csv" else _csv_rows(text, max_rows)
-    rows = [check_row(row, declared, line=number, from_csv=kind == ".csv") for number, row in lines]
+    parsed = _csv_rows(text) if kind == ".csv" else _jsonl_rows(text)
+    rows = []
+    for number, row in parsed:  # one line at a time: the first bad line stops the reading
+        rows.append(check_row(row, declared, line=number, from_csv=kind == ".csv"))
+        if max_rows is not None and len(rows) > max_rows:
+            raise DataError(f"more than {max_rows:,} rows")
     if not rows:
         raise DataError("no rows")
     return rows
@@ -128,11 +135,13 @@ def _no_constants(name: str) -> Any:
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"field {_name(key)} appears twice")
-        out[key] = value
+    out = dict(pairs)
+    if len(out) != len(pairs):  # json.loads alone would keep the last one silently
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"field {_name(key)} appears twice")
+            seen.add(key)
     return out
 
 
@@ -141,8 +150,8 @@ def _json(text: str) -> Any:
     return json.loads(text, parse_constant=_no_constants, object_pairs_hook=_unique_keys)
 
 
-def _jsonl_rows(text: str, max_rows: int | None) -> list[tuple[int, dict[str, Any]]]:
-    rows: list[tuple[int, dict[str, Any]]] = []
+def _jsonl_rows(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line."""
     for number, line in enumerate(text.split("\n"), start=1):  # only \n ends a JSONL line (\u2028 may sit in a string)
         if not line.strip():
             continue
@@ -157,12 +166,9 @@ def _jsonl_rows(text: str, max_rows: int | None) -> list[tuple[int, dict[str, An
             raise DataError(f"invalid JSON: {message}", number) from None
         if not isinstance(value, dict):
             raise DataError("each line must be a JSON object", number)
-        if _depth(value, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        if line.count("[") + line.count("{") > MAX_JSON_DEPTH and _depth(value, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
             raise DataError(f"nested deeper than {MAX_JSON_DEPTH} levels", number)
-        rows.append((number, value))
-        if max_rows is not None and len(rows) > max_rows:
-            raise DataError(f"more than {max_rows:,} rows")
-    return rows
+        yield number, value
 
 
 def _depth(value: Any, limit: int) -> int:
@@ -176,9 +182,9 @@ def _depth(value: Any, limit: int) -> int:
 # -- CSV -----------------------------------------------------------------------------------------
 
 
-def _csv_rows(text: str, max_rows: int | None) -> list[tuple[int, dict[str, Any]]]:
+def _csv_rows(text: str) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line number where the row starts, cells by column) for each row with a non-blank cell."""
     reader = csv.reader(io.StringIO(text), strict=True)
-    rows: list[tuple[int, dict[str, Any]]] = []
     try:
         header = [h.strip() for h in next(reader, [])]
         _check_header(header)
@@ -190,12 +196,9 @@ def _csv_rows(text: str, max_rows: int | None) -> list[tuple[int, dict[str, Any]
             if len(cells) != len(header):
                 more = "more" if len(cells) > len(header) else "fewer"
                 raise DataError(f"{more} cells than header columns ({len(cells)}, the header has {len(header)})", line)
-            rows.append((line, dict(zip(header, cells))))
-            if max_rows is not None and len(rows) > max_rows:
-                raise DataError(f"more than {max_rows:,} rows")
+            yield line, dict(zip(header, cells))
     except csv.Error as exc:
         raise DataError(_csv_message(str(exc)), reader.line_num or 1) from None
-    return rows
 
 
 def _check_header(header: list[str]) -> None:
@@ -252,9 +255,23 @@ def _blank(value: Any, field: RowField) -> bool:
 
 
 def _check_name(name: str, line: int | None) -> None:
+    if len(name) > MAX_FIELD_NAME_CHARS:
+        raise DataError(f"a field name is {len(name):,} characters; the limit is {MAX_FIELD_NAME_CHARS}", line)
+    problem = _name_problem(name)
+    if problem:
+        raise DataError(problem, line)
+
+
+@lru_cache(maxsize=1024)
+def _name_problem(name: str) -> str | None:
+    """What is wrong with a (short) field name, or None; cached: every row repeats the same names."""
     if not name:
-        raise DataError("a field has an empty name", line)
-    _check_text(name, "a field name", MAX_FIELD_NAME_CHARS, line)
+        return "a field has an empty name"
+    try:
+        _check_text(name, "a field name", MAX_FIELD_NAME_CHARS, None)
+    except DataError as exc:
+        return exc.message
+    return None
 
 
 def _typed(name: str, value: Any, field: RowField, line: int | None, from_csv: bool) -> Any:
@@ -271,7 +288,7 @@ def _typed(name: str, value: Any, field: RowField, line: int | None, from_csv: b
         raise DataError(f"{what} must be {field.label}, got {_kind_of(value)}", line)
     if field.kind == "int" and abs(value) > MAX_INT:
         raise DataError(f"{what} is {_size(value)}; the limit is {MAX_INT:,}", line)
-    if field.kind == "number" and isinstance(value, str):
+    if field.kind == "number" and isinstance(value, str) and not _PLAIN_NUMBER.fullmatch(value):
         _check_text(value, what, MAX_NUMBER_CHARS, line)
         number = normalize_number(value)
         if number is None:
@@ -368,9 +385,10 @@ def _leaves(value: Any) -> list[Any]:
 def _check_text(text: str, what: str, limit: int, line: int | None) -> None:
     if len(text) > limit:
         raise DataError(f"{what} is {len(text):,} characters; the limit is {limit:,}", line)
-    if "\x00" in text:
+    bad = _NOT_TEXT.search(text)
+    if bad and bad.group() == "\x00":
         raise DataError(f"{what} contains a NUL character", line)
-    if _SURROGATE.search(text):
+    if bad:
         raise DataError(f"{what} contains a lone surrogate (\\ud800-\\udfff), which is not text", line)
 
 
