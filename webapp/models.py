@@ -582,6 +582,11 @@ class Worker(models.Model):
                             help_text="The run it is executing now.")
     rss_bytes = models.PositiveBigIntegerField(default=0, help_text="Resident memory of the worker process.")
     gpu = models.JSONField(default=dict, blank=True, help_text="GPU name and memory (bytes), when it uses one.")
+    sandbox = models.JSONField(
+        default=dict, blank=True,
+        help_text="The sandbox layers this worker's host provides (agents.sandbox.capabilities); 'missing' names those it lacks.",
+    )
+    plugin_problems = models.JSONField(default=dict, blank=True, help_text="Registered plugins that failed to load in this worker.")
 
     class Meta:
         ordering = ["hostname"]
