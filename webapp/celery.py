@@ -45,12 +45,36 @@ def _start_worker_beat(sender: Any, **kwargs: Any) -> None:
 
     hostname = getattr(sender, "hostname", "") or ""
     queues = [q.name for q in getattr(getattr(sender, "task_consumer", None), "queues", [])]
+    sandbox, problems = _host_report(hostname)
     try:
-        lifecycle.worker_started(hostname=hostname, queues=queues, pid=os.getpid())
+        lifecycle.worker_started(hostname=hostname, queues=queues, pid=os.getpid(), sandbox=sandbox, plugin_problems=problems)
     except Exception:  # the database is not up yet: the heartbeat thread writes the row when it is
         logging.getLogger(__name__).exception("worker %s: could not register", hostname)
     _beat = lifecycle.WorkerBeat(hostname=hostname)
     _beat.start()
+
+
+def _host_report(hostname: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """What this host provides, said once on the worker's start line (and stored for /workers/):
+    the sandbox layers it lacks, and the registered plugins that failed to load."""
+    from agents import plugins, sandbox
+
+    log = logging.getLogger(__name__)
+    try:
+        caps: dict[str, Any] = dict(sandbox.capabilities())
+    except Exception as exc:  # noqa: BLE001 (the probe must not keep a worker from starting)
+        caps = {"missing": "unknown", "error": f"{type(exc).__name__}: {exc}"}
+    if caps.get("error"):
+        log.warning("worker %s: the sandbox probe failed: %s", hostname, caps["error"])
+    elif caps.get("missing"):
+        log.warning("worker %s: the sandbox lacks on this host: %s (running as %s; see docs/security.md)",
+                    hostname, caps["missing"], caps.get("user"))
+    else:
+        log.info("worker %s: the sandbox has every layer (running as %s)", hostname, caps.get("user"))
+    problems = plugins.problems()
+    for what, why in problems.items():
+        log.warning("worker %s: plugin %s did not load: %s", hostname, what, why)
+    return caps, problems
 
 
 @worker_shutdown.connect

@@ -227,16 +227,21 @@ def _fail_lost_jobs(jobs: Any, *, worker: str, now: Any) -> int:
 # == workers ==========================================================================================
 
 
-def worker_started(*, hostname: str, queues: list[str], pid: int) -> int:
-    """A worker process came up under `hostname`: register it, and fail the runs an earlier
-    process under the same name left running (it died; this one is not running them).
-    Returns how many runs it failed."""
+def worker_started(
+    *, hostname: str, queues: list[str], pid: int, sandbox: dict[str, Any] | None = None,
+    plugin_problems: dict[str, str] | None = None,
+) -> int:
+    """A worker process came up under `hostname`: register it with what its host provides (the
+    sandbox layers, `agents.sandbox.capabilities`, and the operator's plugins that failed to load),
+    and fail the runs an earlier process under the same name left running (it died; this one is
+    not running them). Returns how many runs it failed."""
     from webapp.services import run_fail_lost
 
     now = timezone.now()
     Worker.objects.update_or_create(
         hostname=hostname[:200],
-        defaults={"pid": pid, "queues": ",".join(queues)[:200], "started": now, "last_seen": now, "stopped": None, "run": None},
+        defaults={"pid": pid, "queues": ",".join(queues)[:200], "started": now, "last_seen": now, "stopped": None, "run": None,
+                  "sandbox": sandbox or {}, "plugin_problems": plugin_problems or {}},
     )
     _fail_lost_jobs(Job.objects.all(), worker=hostname, now=now)
     return run_fail_lost(worker=hostname)

@@ -72,3 +72,24 @@ def test_it_reports_gpu_memory_once_the_worker_uses_cuda():
     _, gpu = lifecycle.process_memory()
     assert gpu["name"] and gpu["total"] > gpu["used"] > 0 and gpu["allocated"] >= 64 * 2**20
     del block
+
+
+def test_it_shows_which_sandbox_layers_a_workers_host_lacks(alice, alice_world):
+    lifecycle.worker_started(hostname="gpu0@container", queues=["gpu"], pid=7,
+                             sandbox={"user": "uid 1000", "missing": "pidns, netns", "error": "", "seccomp": True},
+                             plugin_problems={"environment mypkg.envs:Env": "no module named 'mypkg'"})
+    lifecycle.worker_started(hostname="gpu1@full", queues=["gpu"], pid=8, sandbox={"user": "root", "missing": "", "error": ""})
+    page = alice.client.get(reverse("worker_list")).content.decode()
+    assert "lacks pidns, netns" in page and "as uid 1000" in page
+    assert "every layer" in page and "as root" in page
+    assert "plugin environment mypkg.envs:Env did not load: no module named &#x27;mypkg&#x27;" in page
+
+
+def test_the_worker_reports_its_hosts_sandbox_at_start(db, caplog):
+    from webapp.celery import _host_report
+
+    with caplog.at_level("INFO", logger="webapp.celery"):
+        caps, problems = _host_report("gpu0@here")
+    assert caps["error"] == "" and caps["seccomp"] is True and problems == {}
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert ("lacks on this host: " + caps["missing"]) in said if caps["missing"] else "the sandbox has every layer" in said
