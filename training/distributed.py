@@ -265,6 +265,8 @@ def replay(event: dict[str, Any], sink: EventSink) -> None:
         sink.checkpoint(event["step"], event["path"])
     elif kind == "evaluation":
         sink.evaluation(event["result"])
+    elif kind == "status":
+        sink.status(event["phase"], event["detail"], progress=event["progress"], eta=event["eta"])
 
 
 # == inside the launch =============================================================================
@@ -297,6 +299,9 @@ class RelaySink(NullSink):
 
     def evaluation(self, result: dict[str, Any]) -> None:
         self._write({"type": "evaluation", "result": result})
+
+    def status(self, phase: str, detail: str, *, progress: float | None = None, eta: float | None = None) -> None:
+        self._write({"type": "status", "phase": phase, "detail": detail, "progress": progress, "eta": eta})
 
     def should_stop(self) -> bool:
         return self.stop_file.exists()

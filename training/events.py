@@ -1,5 +1,5 @@
-"""How the trainer reports: an EventSink receives metrics, rollouts, logs, checkpoints and
-evaluations, and is asked `should_stop()` once per step.
+"""How the trainer reports: an EventSink receives metrics, rollouts, logs, checkpoints,
+evaluations and what the run is doing now (`status`), and is asked `should_stop()` once per step.
 
 The CLI uses `JsonlSink` (metrics.jsonl, rollouts.jsonl, events.jsonl in the output folder) plus
 `ProgressSink` (a progress bar with ETA on stderr). The web's sink (webapp) writes the database
@@ -17,6 +17,12 @@ Payload shapes (the web and the CLI rely on them):
   "tokens", "truncated"}]}]}`
 - evaluation: `{"step", "split", "temperature", "n", "team": {"success"}, "agents":
   {name: {"success", "reward"}}}`
+- status: `status(phase, detail, progress=None, eta=None)`: the run entered (or moved on within)
+  one of `PHASES`; `detail` is one sentence for a person ("Evaluating at step 10: 50/100
+  held-out tasks"), `progress` the share of the phase done (0..1, None when unknown) and `eta`
+  the seconds the whole run still needs by the engine's estimate (None before it can tell).
+  Sent at each phase change and as a long phase advances (a few times per evaluation), never
+  per token.
 """
 
 from __future__ import annotations
@@ -27,6 +33,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
+
+PHASES = ("converting", "loading", "evaluating", "training", "checkpointing", "stopping")
+"""What a run can be doing: converting a model to a Hugging Face folder (first use only), loading
+its policies, evaluating on the held-out tasks, training a step, saving a checkpoint, stopping
+(asked to; saving a checkpoint first)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,8 @@ class EventSink(Protocol):
 
     def evaluation(self, result: dict[str, Any]) -> None: ...
 
+    def status(self, phase: str, detail: str, *, progress: float | None = None, eta: float | None = None) -> None: ...
+
     def should_stop(self) -> bool: ...
 
 
@@ -77,6 +90,9 @@ class NullSink:
         pass
 
     def evaluation(self, result: dict[str, Any]) -> None:
+        pass
+
+    def status(self, phase: str, detail: str, *, progress: float | None = None, eta: float | None = None) -> None:
         pass
 
     def should_stop(self) -> bool:
@@ -113,6 +129,10 @@ class MultiSink:
         for s in self.sinks:
             s.evaluation(result)
 
+    def status(self, phase: str, detail: str, *, progress: float | None = None, eta: float | None = None) -> None:
+        for s in self.sinks:
+            s.status(phase, detail, progress=progress, eta=eta)
+
     def should_stop(self) -> bool:
         return any(s.should_stop() for s in self.sinks)
 
@@ -144,9 +164,14 @@ class JsonlSink(NullSink):
     def evaluation(self, result: dict[str, Any]) -> None:
         self._append("evaluations.jsonl", result)
 
+    def status(self, phase: str, detail: str, *, progress: float | None = None, eta: float | None = None) -> None:
+        self._append("events.jsonl", {"type": "status", "phase": phase, "detail": detail, "progress": progress, "eta": eta,
+                                      "time": time.time()})
+
 
 class ProgressSink(NullSink):
-    """A one-line progress bar with ETA and the latest reward on a terminal stream."""
+    """A one-line progress bar with ETA and the latest reward on a terminal stream; between steps
+    the same line says what the run is doing (loading, evaluating 40/100, saving a checkpoint)."""
 
     def __init__(self, stream: TextIO | None = None, width: int = 28):
         self.stream = stream or sys.stderr
@@ -154,6 +179,9 @@ class ProgressSink(NullSink):
         self.start_step = 0
         self.total = 0
         self.t0 = time.monotonic()
+        self.eta: float | None = None
+        self.line = 0
+        """Characters of the transient line now on screen (the next line overwrites them)."""
 
     def run_started(self, *, total_steps: int, start_step: int) -> None:
         self.start_step, self.total, self.t0 = start_step, total_steps, time.monotonic()
@@ -161,29 +189,31 @@ class ProgressSink(NullSink):
     def metrics(self, m: StepMetrics) -> None:
         done = m.step - self.start_step
         elapsed = time.monotonic() - self.t0
-        eta = elapsed / max(done, 1) * (self.total - m.step)
+        eta = self.eta if self.eta is not None else elapsed / max(done, 1) * (self.total - m.step)
         filled = int(self.width * m.step / max(self.total, 1))
         bar = "#" * filled + "-" * (self.width - filled)
         reward = m.values.get("reward/total", float("nan"))
         success = m.values.get("success", float("nan"))
-        self.stream.write(
-            f"\rstep {m.step}/{self.total} [{bar}] reward {reward:+.3f} success {success:.2f} "
-            f"{m.values.get('step_time', 0):.1f}s/step ETA {_fmt_duration(eta)}   "
-        )
-        self.stream.flush()
-        if m.step >= self.total:
-            self.stream.write("\n")
+        self._put(f"step {m.step}/{self.total} [{bar}] reward {reward:+.3f} success {success:.2f} "
+                  f"{m.values.get('step_time', 0):.1f}s/step ETA {_fmt_duration(eta)}", end="\n" if m.step >= self.total else "")
+
+    def status(self, phase: str, detail: str, *, progress: float | None = None, eta: float | None = None) -> None:
+        self.eta = eta
+        if phase != "training":  # a step's bar says that
+            self._put(detail + (f" ({100 * progress:.0f}%)" if progress is not None else ""))
 
     def log(self, message: str, *, level: str = "info") -> None:
-        self.stream.write(f"\r[{level}] {message}\n")
-        self.stream.flush()
+        self._put(f"[{level}] {message}", end="\n")
 
     def evaluation(self, result: dict[str, Any]) -> None:
         agents = " ".join(f"{name}={v['success']:.2f}" for name, v in result.get("agents", {}).items())
-        self.stream.write(
-            f"\r[eval] step {result['step']} T={result['temperature']:g} n={result['n']} "
-            f"team success {result['team']['success']:.3f} | {agents}\n"
-        )
+        self._put(f"[eval] step {result['step']} T={result['temperature']:g} n={result['n']} "
+                  f"team success {result['team']['success']:.3f} | {agents}", end="\n")
+
+    def _put(self, text: str, *, end: str = "") -> None:
+        """Overwrite the current line (padding out what it held); a line ending in a newline stays."""
+        self.stream.write("\r" + text.ljust(self.line) + end)
+        self.line = 0 if end else len(text)
         self.stream.flush()
 
 

@@ -153,6 +153,15 @@ def resolve_model_dir(source: str) -> Path:
     return _hub_folder(name)
 
 
+def needs_conversion(source: str) -> bool:
+    """Whether `resolve_model_dir(source)` will convert a bundled model first (its first use
+    with this data dir: about half a minute for SmolLM2-135M on a laptop)."""
+    if not source.startswith("bundled:"):
+        return False
+    folder = data_dir() / "models" / source.split(":", 1)[1]
+    return not (folder.is_dir() and _is_model_dir(folder))
+
+
 # -- sources -------------------------------------------------------------------------------------
 
 

@@ -16,10 +16,12 @@ Deviations worth knowing:
 
 from __future__ import annotations
 
+import math
 import random
 import shutil
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,8 +44,9 @@ from training.grpo import (
     truncated_importance_weights,
     zero_std_fraction,
 )
-from training.models import resolve_model_dir
+from training.models import needs_conversion, resolve_model_dir
 from training.policies import Policy, PolicySet, build_policies, load_policy_weights, save_policies
+from training.progress import RunProgress
 from training.rollout import Episode, Sampler, rollout_independent, rollout_tree
 from training.vllm_backend import VLLMGenerator, resolve_backend
 
@@ -97,11 +100,13 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
     env = load_environment(config.topology.environment, **config.topology.env_args)
     train_tasks, eval_tasks = load_tasks(config, env)
     sink.log(f"{len(train_tasks)} training tasks, {len(eval_tasks)} held-out tasks ({env.name})")
+    progress = RunProgress(sink, config, has_eval=bool(config.eval.every and eval_tasks))
     t_load = time.perf_counter()
-    if dist.enabled:  # rank 0 converts or downloads the model once; the others then read it
-        if dist.main:
-            _prefetch_models(config)
+    if dist.main:  # rank 0 converts or downloads the models once; the other ranks then read them
+        _prefetch_models(config, progress)
+    if dist.enabled:
         dist.barrier()
+    progress.loading(f"{config.model.source} ({config.topology.specialization} policies)")
     policies = build_policies(config, device=dist.device())
     sink.log(f"loaded {config.topology.specialization} policies {sorted(policies.policies)} in {time.perf_counter() - t_load:.1f}s")
     generator = torch.Generator().manual_seed(config.seed + 1_000_003 * dist.rank)
@@ -118,7 +123,7 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
         sampler.vllm = VLLMGenerator(config, policies)
     sink.log(f"generation backend: {backend}")
     try:
-        return _loop(config, out, sink, sampler, train_tasks, eval_tasks, start_step)
+        return _loop(config, out, sink, sampler, train_tasks, eval_tasks, start_step, progress)
     finally:
         if sampler.vllm is not None:
             sampler.vllm.close()
@@ -126,7 +131,8 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
 
 
 def _loop(
-    config: RunConfig, out: Path, sink: EventSink, sampler: Sampler, train_tasks: list[Task], eval_tasks: list[Task], start_step: int
+    config: RunConfig, out: Path, sink: EventSink, sampler: Sampler, train_tasks: list[Task], eval_tasks: list[Task], start_step: int,
+    progress: RunProgress,
 ) -> TrainResult:
     policies, generator, dist = sampler.policies, sampler.generator, sampler.dist
     total = config.optim.steps
@@ -135,8 +141,15 @@ def _loop(
 
     def run_eval(at: int) -> None:
         if dist.main:
-            result.evaluations.extend(evaluate(sampler, eval_tasks, step=at, sink=sink))
+            result.evaluations.extend(evaluate(sampler, eval_tasks, step=at, sink=sink,
+                                               on_progress=lambda done, n: progress.evaluating(at, done, n)))
         dist.barrier()
+
+    def run_checkpoint(at: int) -> str:
+        progress.checkpointing(at)
+        path = save_checkpoint(out, at, policies, generator, config, sink, dist=dist)
+        progress.checkpointed()
+        return path
 
     if start_step == 0 and config.eval.every and eval_tasks:
         run_eval(0)
@@ -147,26 +160,31 @@ def _loop(
         if dist.any(sink.should_stop()):
             result.status = "cancelled"
             sink.log(f"stop requested: saving a checkpoint at step {step}")
+            progress.stopping(step)
             break
         step += 1
+        progress.training(step)
         metrics = train_step(sampler, train_tasks, step, sink)
+        progress.trained()
         result.final_metrics = metrics.values
         if config.eval.every and eval_tasks and step % config.eval.every == 0 and step < total:
             run_eval(step)
         if config.checkpoint.every and step % config.checkpoint.every == 0 and step < total:
-            last_ckpt = save_checkpoint(out, step, policies, generator, config, sink, dist=dist)
+            last_ckpt = run_checkpoint(step)
 
     if result.status == "succeeded" and config.eval.every and eval_tasks:
         run_eval(step)
     if step > start_step or last_ckpt is None:
-        last_ckpt = save_checkpoint(out, step, policies, generator, config, sink, dist=dist)
+        last_ckpt = run_checkpoint(step)
     result.step, result.checkpoint = step, last_ckpt
     return result
 
 
-def _prefetch_models(config: RunConfig) -> None:
+def _prefetch_models(config: RunConfig, progress: RunProgress) -> None:
     """Resolve (convert, or find in the cache) every model the run loads."""
-    for source in {config.model.source, *(config.agent_model(a) for a in config.topology.agents)}:
+    for source in sorted({config.model.source, *(config.agent_model(a) for a in config.topology.agents)}):
+        if needs_conversion(source):
+            progress.converting(source)
         if not source.startswith("tiny-random:"):
             resolve_model_dir(source)
 
@@ -435,10 +453,19 @@ def _lr_at(cfg: RunConfig, step: int) -> float:
 
 # == evaluation =====================================================================================
 
+EVAL_BATCH = 32
+"""Most held-out tasks generated together (an evaluation of 100 tasks runs as 4 batches of 25)."""
 
-def evaluate(sampler: Sampler, tasks: list[Task], *, step: int, sink: EventSink | None = None) -> list[dict[str, Any]]:
+
+def evaluate(
+    sampler: Sampler, tasks: list[Task], *, step: int, sink: EventSink | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> list[dict[str, Any]]:
     """Held-out success for the team and per agent: greedy (eval_temperature), and sampled at the
-    training temperature when `eval.sampled`. Uses its own RNG so training draws are unchanged."""
+    training temperature when `eval.sampled`. Uses its own RNG so training draws are unchanged.
+
+    The tasks go in a few batches of at most `EVAL_BATCH` (a long evaluation says how far it
+    got: `on_progress(done, n)` after each batch, and `(0, n)` first)."""
     cfg = sampler.config
     tasks = tasks[: cfg.eval.size]
     temps = [cfg.generation.eval_temperature]
@@ -446,9 +473,17 @@ def evaluate(sampler: Sampler, tasks: list[Task], *, step: int, sink: EventSink 
         temps.append(cfg.generation.temperature)
     saved = sampler.generator.get_state()
     results = []
-    for temp in temps:
+    n = len(tasks) * len(temps)
+    batch = math.ceil(len(tasks) / math.ceil(len(tasks) / EVAL_BATCH)) if tasks else 1
+    if on_progress is not None:
+        on_progress(0, n)
+    for i, temp in enumerate(temps):
         sampler.generator.manual_seed(cfg.seed + 99_991 * (step + 1))
-        episodes = rollout_independent(sampler, tasks, k=1, temperature=temp)
+        episodes: list[Episode] = []
+        for start in range(0, len(tasks), batch):
+            episodes += rollout_independent(sampler, tasks[start : start + batch], k=1, temperature=temp)
+            if on_progress is not None:
+                on_progress(i * len(tasks) + len(episodes), n)
         agents: dict[str, dict[str, float]] = {}
         for name in dict.fromkeys(cfg.topology.order()):
             mine = [t.candidates[0] for ep in episodes for t in ep.turns if t.agent == name]

@@ -84,6 +84,9 @@ class DatabaseSink:
         payload = {k: v for k, v in row.data.items() if k != "examples"}
         self._write("evaluation", payload, row.save)
 
+    def status(self, phase: str, detail: str, *, progress: float | None = None, eta: float | None = None) -> None:
+        streaming.publish(run_id=self.run_id, event="phase", payload={"phase": phase, "detail": detail, "progress": progress, "eta": eta})
+
     def should_stop(self) -> bool:
         """Polled once per step: the user's cancel flag, this worker shutting down, or the run no
         longer running (a sweep marked it lost while this process was frozen or cut off)."""

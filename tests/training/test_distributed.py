@@ -65,6 +65,9 @@ class Recorder(NullSink):
     def evaluation(self, result):
         self.events.append(("evaluation", result["step"], result))
 
+    def status(self, phase, detail, *, progress=None, eta=None):
+        self.events.append(("status", phase, detail))
+
     def should_stop(self):
         return self.stop_after is not None and sum(e[0] == "metrics" for e in self.events) >= self.stop_after
 
@@ -89,6 +92,7 @@ def test_a_two_process_launch_trains_and_relays_every_event_of_the_whole_step(tm
     for _, _, episodes in sink.of("rollouts"):
         assert len(episodes) == 4 and len({ep["task_id"] for ep in episodes}) == 4
     assert [e[1] for e in sink.of("evaluation")] == [0, 2]
+    assert [e[2] for e in sink.of("status") if e[1] == "training"] == ["Training step 1 of 2", "Training step 2 of 2"]
     ckpt = Path(result.checkpoint)
     assert sink.of("checkpoint")[-1][2] == str(ckpt)
     assert not (tmp_path / "relay.jsonl").exists() and (tmp_path / "launch.log").exists()
