@@ -272,8 +272,9 @@ RUN_SERIES = ("reward/total", "reward/team", "reward/local", "success", "complet
               "update_time", "tokens_per_s")
 """Run-wide metrics the page charts (and so streams); the summary card's table shows them all."""
 AGENT_SERIES = ("reward/total", "reward/team", "reward/local", "success", "loss", "kl", "entropy", "clip_region",
-                "completion_len")
-"""Per-agent metrics the page charts."""
+                "completion_len", "mismatch/logp_diff", "mismatch/capped")
+"""Per-agent metrics the page charts (`mismatch/*`: vLLM's log-probs against the trainer's, see
+`training.grpo.sampler_mismatch`; only runs that sample with vLLM have them)."""
 
 
 def metrics_message(*, run_id: int, since: int | None = None, until: int | None = None, total: int = 0,

@@ -42,6 +42,8 @@
     { id: "kl", title: "KL to the reference", agent: "kl" },
     { id: "entropy", title: "Entropy", agent: "entropy" },
     { id: "clip", title: "Clip ratio", agent: "clip_region" },
+    { id: "mismatch", title: "Sampler/trainer mismatch, mean |Δ log p| (vLLM)", agent: "mismatch/logp_diff" },
+    { id: "mismatch-capped", title: "Tokens whose importance weight was capped (vLLM)", agent: "mismatch/capped", range: [0, 1] },
     { id: "len", title: "Completion length (tokens)", run: ["completion_len"], agent: "completion_len" },
     { id: "step-time", title: "Step time (s)", run: ["step_time", "rollout_time", "update_time"] },
     { id: "tps", title: "Generated tokens / s", run: ["tokens_per_s"] },
