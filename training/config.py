@@ -13,6 +13,7 @@ import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -30,6 +31,10 @@ BUNDLED_MODELS = ("smollm2-135m-instruct",)
 TINY_RANDOM_ARCHS = ("llama",)
 _DOTTED = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _AGENT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,39}$")
+TRACKERS = ("tensorboard", "trackio", "mlflow", "wandb")
+WANDB_MODES = ("", "online", "offline", "disabled")
+_TRACKER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_CREDENTIAL_KEY = re.compile(r"key|token|secret|passw|credential|auth|login|bearer|cookie", re.IGNORECASE)
 
 
 class ConfigError(ValueError):
@@ -237,6 +242,38 @@ class ResourcesConfig:
 
 
 @dataclass(frozen=True)
+class ReportToConfig:
+    """Where else the run's metrics go, besides Troupe's own history (see `training.trackers`).
+    Credentials never go here: the config is stored with the run and shown to the team. Each
+    tracker reads its own from the worker's environment (WANDB_API_KEY, MLFLOW_TRACKING_TOKEN or
+    MLFLOW_TRACKING_USERNAME/PASSWORD, HF_TOKEN for a Trackio Space)."""
+
+    trackers: tuple[str, ...] = ()
+    """Trackers that receive the run's metrics: any of `tensorboard`, `trackio`, `mlflow`, `wandb`.
+    Empty: none. A tracker that fails to start or to log costs a warning, never the run."""
+    project: str = "troupe"
+    """The W&B and Trackio project and the MLflow experiment the run is filed under."""
+    run_name: str = ""
+    """The run's name in the trackers; empty uses the run's `name`."""
+    samples: int = 8
+    """Candidates per step sent as a table (prompt, completion, reward, advantage) to the trackers
+    that have tables (W&B, Trackio, MLflow); whole GRPO groups, first turns first. 0 sends none."""
+    tensorboard_dir: str = "tensorboard"
+    """Folder for TensorBoard's event files, relative to the run's output folder."""
+    trackio_space_id: str = ""
+    """A Hugging Face Space (`org/name`) that Trackio syncs to; empty keeps Trackio's local store
+    (TRACKIO_DIR on the worker, by default under the Hugging Face cache)."""
+    mlflow_tracking_uri: str = ""
+    """An MLflow tracking server, `http(s)://host[:port][/path]`. Empty: MLFLOW_TRACKING_URI from
+    the worker's environment, else a file store `mlruns/` inside the run's output folder."""
+    wandb_entity: str = ""
+    """The W&B team or user that owns the run; empty: WANDB_ENTITY, else the API key's default."""
+    wandb_mode: str = ""
+    """`online`, `offline` (written under the run's output folder or WANDB_DIR, uploaded later with
+    `wandb sync`) or `disabled`; empty: WANDB_MODE from the worker's environment, else online."""
+
+
+@dataclass(frozen=True)
 class RunConfig:
     name: str = "run"
     """Human name of the run."""
@@ -252,6 +289,7 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    report_to: ReportToConfig = field(default_factory=ReportToConfig)
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -402,6 +440,43 @@ class RunConfig:
         _positive_int("checkpoint.every", self.checkpoint.every, 0, 1_000_000)
         _positive_int("checkpoint.keep", self.checkpoint.keep, 0, 1000)
         _positive_int("seed", self.seed, 0, 2**32 - 1)
+        check_report_to(self.report_to)
+
+
+def check_report_to(r: ReportToConfig) -> None:
+    """Validate the `report_to` section: known trackers, names the trackers accept, files only
+    inside the run's output folder, and no credentials (they come from the worker's environment)."""
+    for i, name in enumerate(r.trackers):
+        _choice(f"report_to.trackers[{i}]", name, TRACKERS)
+        if name in r.trackers[:i]:
+            raise ConfigError(f"report_to.trackers[{i}]", f"{name!r} is listed twice")
+    if not _TRACKER_NAME.match(r.project):
+        raise ConfigError("report_to.project", f"{r.project!r} must use letters, digits, '.', '-' or '_' (at most 128)")
+    if len(r.run_name) > 128 or not r.run_name.isprintable():
+        raise ConfigError("report_to.run_name", "must be printable text of at most 128 characters")
+    _positive_int("report_to.samples", r.samples, 0, 64)
+    tb = Path(r.tensorboard_dir)
+    if not r.tensorboard_dir or tb.is_absolute() or ".." in tb.parts or len(r.tensorboard_dir) > 200 or "\0" in r.tensorboard_dir:
+        raise ConfigError("report_to.tensorboard_dir", f"{r.tensorboard_dir!r} must be a relative path inside the run's output folder")
+    if r.trackio_space_id and not ("/" in r.trackio_space_id and is_hub_id(r.trackio_space_id)):
+        raise ConfigError("report_to.trackio_space_id", f"{r.trackio_space_id!r} is not a Space id like org/name")
+    if r.mlflow_tracking_uri:
+        uri = urlsplit(r.mlflow_tracking_uri)
+        if uri.scheme not in ("http", "https") or not uri.hostname:
+            raise ConfigError(
+                "report_to.mlflow_tracking_uri",
+                f"{r.mlflow_tracking_uri!r} is not an http(s) URL of a tracking server; leave it empty for a file store in the run's output folder",
+            )
+        if uri.username or uri.password or uri.query or uri.fragment:
+            raise ConfigError(
+                "report_to.mlflow_tracking_uri",
+                "must not carry credentials or a query: set MLFLOW_TRACKING_TOKEN (or MLFLOW_TRACKING_USERNAME and "
+                "MLFLOW_TRACKING_PASSWORD) in the worker's environment",
+            )
+    if r.wandb_entity and not _TRACKER_NAME.match(r.wandb_entity):
+        raise ConfigError("report_to.wandb_entity", f"{r.wandb_entity!r} must use letters, digits, '.', '-' or '_' (at most 128)")
+    if r.wandb_mode not in WANDB_MODES:
+        raise ConfigError("report_to.wandb_mode", f"unknown value {r.wandb_mode!r}; allowed: online, offline, disabled, or empty for WANDB_MODE")
 
 
 _HUB_PART = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?")
@@ -456,6 +531,14 @@ def _build(cls: Any, data: Any, prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in fields(cls)}
     unknown = sorted(set(data) - set(known))
+    secret = [k for k in unknown if cls is ReportToConfig and _CREDENTIAL_KEY.search(str(k))]
+    if secret:
+        raise ConfigError(
+            f"{prefix}{secret[0]}",
+            "looks like a credential, and credentials never go in a run config (it is stored with the run and shown "
+            "to the team): set the tracker's variable in the worker's environment instead (WANDB_API_KEY, "
+            "MLFLOW_TRACKING_TOKEN, HF_TOKEN)",
+        )
     if unknown:
         raise ConfigError(f"{prefix}{unknown[0]}", f"unknown field; allowed: {', '.join(known)}")
     kwargs: dict[str, Any] = {}

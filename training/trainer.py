@@ -48,6 +48,7 @@ from training.models import needs_conversion, resolve_model_dir
 from training.policies import Policy, PolicySet, build_policies, load_policy_weights, save_policies
 from training.progress import RunProgress
 from training.rollout import Episode, Sampler, rollout_independent, rollout_tree
+from training.trackers import reporting
 from training.vllm_backend import VLLMGenerator, resolve_backend
 
 STATE_FILE = "trainer_state.pt"
@@ -123,7 +124,8 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
         sampler.vllm = VLLMGenerator(config, policies)
     sink.log(f"generation backend: {backend}")
     try:
-        return _loop(config, out, sink, sampler, train_tasks, eval_tasks, start_step, progress)
+        with reporting(config, out, sink, main=dist.main) as run_sink:  # + the trackers of `report_to`, on rank 0
+            return _loop(config, out, run_sink, sampler, train_tasks, eval_tasks, start_step, progress)
     finally:
         if sampler.vllm is not None:
             sampler.vllm.close()
