@@ -80,6 +80,7 @@ If a later vLLM moves one of these, this module is the only place to change.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib.metadata
 import importlib.util
@@ -88,8 +89,10 @@ import os
 import re
 import shutil
 import socket
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -217,7 +220,8 @@ class VLLMGenerator:
         if config.model.quantization == "4bit":
             kwargs["quantization"] = "bitsandbytes"  # a QLoRA run's base is 4-bit: serve it quantized the same way (as TRL does)
         kwargs.update(engine_kwargs or {})
-        self.llm = LLM(**kwargs)
+        with _std_streams_with_fileno():
+            self.llm = LLM(**kwargs)
         self.asleep = False
         self._lora_requests: dict[str, Any] = {}
         """Policy name -> the LoRARequest serving its newest adapter (lora only)."""
@@ -259,8 +263,9 @@ class VLLMGenerator:
         if not prompts:
             return []
         t0 = time.perf_counter()
-        self._wake_up()
-        lora_request = self._sync(policy)
+        with _std_streams_with_fileno():
+            self._wake_up()
+            lora_request = self._sync(policy)
         stops = stop_token_ids(policy.model, policy.tokenizer)
         draws = 1 if temperature <= 0 else n  # greedy samples are all the same
         params = [
@@ -276,12 +281,13 @@ class VLLMGenerator:
             )
             for b in range(len(prompts))
         ]
-        outputs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
-            params,
-            lora_request=lora_request,
-            use_tqdm=False,
-        )
+        with _std_streams_with_fileno():
+            outputs = self.llm.generate(
+                [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
+                params,
+                lora_request=lora_request,
+                use_tqdm=False,
+            )
         results = to_generations(outputs, policy.tokenizer, stop=stop, stop_check_every=stop_check_every)
         if draws < n:
             results = [group * n for group in results]  # (B, 1) -> (B, n)
@@ -318,7 +324,8 @@ class VLLMGenerator:
             # The in-process engine core: shuts the executor down, undoes the gc.freeze() of the
             # engine's start-up (else its memory is never collected) and tears down
             # torch.distributed. `LLM` itself has no shutdown method.
-            self.llm.llm_engine.engine_core.shutdown()
+            with _std_streams_with_fileno():
+                self.llm.llm_engine.engine_core.shutdown()
         finally:
             del self.llm
             cleanup_dist_env_and_memory()  # idempotent; also covers a failed shutdown
@@ -462,6 +469,23 @@ def vllm_dtype(dtype: str, *, cuda: bool = True) -> str:
     if dtype == "auto":
         return "bfloat16" if cuda else "float32"
     return dtype
+
+
+@contextlib.contextmanager
+def _std_streams_with_fileno() -> Iterator[None]:
+    """vLLM silences output by redirecting file descriptor 1 (`utils/system_utils.py::
+    suppress_stdout` calls `sys.stdout.fileno()`); a Celery worker's sys.stdout and sys.stderr
+    are LoggingProxy objects without a file descriptor. Meanwhile use the process's own streams."""
+    saved = sys.stdout, sys.stderr
+    try:
+        for name in ("stdout", "stderr"):
+            try:
+                getattr(sys, name).fileno()
+            except (AttributeError, OSError, ValueError):
+                setattr(sys, name, getattr(sys, f"__{name}__"))
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 _own_master_port: str | None = None
