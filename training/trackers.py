@@ -337,8 +337,14 @@ class WandbTracker(Tracker):
             self.run.log({"samples": wandb.Table(columns=list(SAMPLE_COLUMNS), data=[[row[c] for c in SAMPLE_COLUMNS] for row in rows])}, step=step)
 
     def finish(self, status: str) -> None:
+        import wandb
+
         self.run.summary["troupe/status"] = status  # W&B's own state tells only failed (exit code) from not
         self.run.finish(exit_code=1 if status == "failed" else 0)
+        # finish() returns before W&B's service has flushed the run's file; stopping the service
+        # flushes it, so an offline run is whole on disk (ready for `wandb sync`) when train returns,
+        # not when the worker process exits. The next run starts a new service.
+        wandb.teardown()
 
 
 TRACKERS: dict[str, type[Tracker]] = {
