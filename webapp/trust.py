@@ -9,6 +9,8 @@ YAML and live preview, the API, the model, agent and topology forms (through the
   of values in a tree (`check_tree`);
 - code: a config names only built-in environments and reward functions or plugins the operator
   registered at process start (`agents.plugins`); nothing is imported on a request;
+- destinations: a run's metrics go only to tracker destinations the operator lists
+  (`TROUPE_TRACKER_DESTINATIONS`), since the worker's credentials send them;
 - files: a model source is a bundled model, a tiny random model, a well-formed hub id, or a
   folder under an operator model root (`TROUPE_MODEL_ROOTS`) or in the team's own runs and
   exports; never another team's data and never the data dir's internals. A dataset file and a
@@ -195,6 +197,33 @@ def check_plugins(config: RunConfig) -> None:
             raise ConfigError("data.reward_fn", f"{exc}; built-ins are {', '.join(BUILTIN_REWARDS)}") from None
 
 
+# == where a run's data goes ==========================================================================
+
+TRACKER_DESTINATIONS = {
+    "mlflow_tracking_uri": "mlflow",
+    "trackio_space_id": "trackio",
+    "wandb_entity": "wandb",
+}
+"""`report_to` fields that send a run's data somewhere with the worker's credentials -> the prefix
+the operator lists allowed values under in TROUPE_TRACKER_DESTINATIONS (`mlflow:https://host`)."""
+
+
+def check_report_to(config: RunConfig) -> None:
+    """A team chooses which trackers get its metrics, the project and the run name; where the data
+    goes with the worker's credentials (an MLflow server, a Trackio Space, a W&B entity) is the
+    operator's choice: a value not listed in TROUPE_TRACKER_DESTINATIONS is refused. (Left empty,
+    each tracker uses the worker's own environment: MLFLOW_TRACKING_URI, WANDB_ENTITY...)"""
+    allowed = set(settings.TROUPE_TRACKER_DESTINATIONS)
+    for name, prefix in TRACKER_DESTINATIONS.items():
+        value = getattr(config.report_to, name)
+        if value and f"{prefix}:{value}" not in allowed:
+            raise ConfigError(
+                f"report_to.{name}",
+                f"{value!r} is not a destination the operator allows; leave it empty to use the worker's own "
+                f"settings, or ask the operator to list {prefix}:{value} in TROUPE_TRACKER_DESTINATIONS",
+            )
+
+
 # == files ===========================================================================================
 
 
@@ -270,6 +299,7 @@ def check_config(*, team_id: int, config: RunConfig) -> None:
     check_tree(config.to_dict(), field="config")
     check_env_args(config.topology.env_args, field="topology.env_args")
     check_plugins(config)
+    check_report_to(config)
     try:  # the environment's own checks on its arguments (e.g. a sandbox timeout of at most 30 s)
         load_environment(config.topology.environment, **config.topology.env_args)
     except Exception as exc:  # noqa: BLE001 (plugin constructors raise what they like; PluginCrash included)

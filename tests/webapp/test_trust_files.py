@@ -140,3 +140,19 @@ def test_the_worker_refuses_a_source_that_left_the_roots(bob, tmp_path, settings
 
     run = services.run_execute(run_id=world.run.pk, worker="w", train=lambda *a, **k: pytest.fail("the engine must not start"))
     assert run is not None and run.status == Run.Status.FAILED and "outside the folders your team may use" in run.error_message
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ("report_to: {trackers: [mlflow], mlflow_tracking_uri: 'http://169.254.169.254/latest'}", "report_to.mlflow_tracking_uri"),
+    ("report_to: {trackers: [trackio], trackio_space_id: other-org/their-space}", "report_to.trackio_space_id"),
+    ("report_to: {trackers: [wandb], wandb_entity: someone-else}", "report_to.wandb_entity"),
+])
+def test_tracker_destinations_are_the_operators(bob, settings, change, field):
+    """The worker's credentials send the data: a team may not point them elsewhere."""
+    api = Api(tokens.api_token_create(user=bob.user, team=bob.team, name="nb")[1])
+    response = api.post(reverse("api_runs"), TINY_CONFIG + change + "\n")
+    assert response.status_code == 400 and response.json()["field"] == field, response.content
+    assert "not a destination the operator allows" in response.json()["error"] and not Run.objects.exists()
+    value = change.split(": ")[-1].rstrip("}").strip("'")
+    settings.TROUPE_TRACKER_DESTINATIONS = [f"{field.split('.')[1].split('_')[0]}:{value}"]
+    assert api.post(reverse("api_runs"), TINY_CONFIG + change + "\n").status_code == 201
