@@ -58,12 +58,12 @@ TROUPE_UPLOAD_MAX_ROWS = env_int("TROUPE_UPLOAD_MAX_ROWS", 200_000, minimum=1)
 # TROUPE_REWARD_FUNCTIONS by `agents.plugins` itself, once per process (the engine's processes
 # read them too); `webapp.apps` does it at start-up.
 TROUPE_MODEL_ROOTS = env_paths("TROUPE_MODEL_ROOTS")
+"""Folders (comma-separated absolute paths) under which a team may name `local:` model sources,
+besides its own runs and exports. Empty: teams use only bundled, tiny-random and hub models."""
 TROUPE_TRACKER_DESTINATIONS = env_list("TROUPE_TRACKER_DESTINATIONS", [])
 """Where a team's `report_to` may send a run's metrics with the worker's credentials, as
 `mlflow:<tracking uri>`, `trackio:<org/space>`, `wandb:<entity>` (comma-separated). Empty: the
 trackers use only the worker's own environment (MLFLOW_TRACKING_URI, WANDB_ENTITY...)."""
-"""Folders (comma-separated absolute paths) under which a team may name `local:` model sources,
-besides its own runs and exports. Empty: teams use only bundled, tiny-random and hub models."""
 TROUPE_MAX_RUN_HOURS = env_int("TROUPE_MAX_RUN_HOURS", 7 * 24, minimum=1)
 """Longest a run may take; the broker redelivers an unacknowledged task only after this."""
 TROUPE_WORKER_LOST_SECONDS = env_int("TROUPE_WORKER_LOST_SECONDS", 60, minimum=3)
