@@ -43,16 +43,18 @@ class RunProgress:
     def loading(self, what: str) -> None:
         self._report("loading", f"Loading {what}")
 
-    def evaluating(self, step: int, done: int, n: int) -> None:
-        """`done` of the `n` held-out episodes at `step` are finished (0 at the start, `n` at the end)."""
-        if done == 0:
+    def evaluating(self, step: int, done: int, n: int, share: float | None = None) -> None:
+        """`done` of the `n` held-out episodes at `step` are finished, `share` of the work (by
+        default done/n): 0 at the start, 1 at the end."""
+        share = (done / n if n else 1.0) if share is None else share
+        if share == 0:
             self._started = time.monotonic()
         elapsed = time.monotonic() - self._started
-        if n and done >= n:
+        if share >= 1:
             self.eval_seconds = elapsed
-        expected = elapsed * n / done if done else self.eval_seconds
+        expected = elapsed / share if share else self.eval_seconds
         self._at, self._phase_left = (step, EVAL), max(0.0, (expected or 0.0) - elapsed)
-        self._report("evaluating", f"Evaluating at step {step}: {done}/{n} held-out tasks", progress=done / n if n else None)
+        self._report("evaluating", f"Evaluating at step {step}: {done}/{n} held-out tasks", progress=share)
 
     def training(self, step: int) -> None:
         """Step `step` starts."""

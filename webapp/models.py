@@ -334,6 +334,11 @@ class Run(models.Model):
     gpus = models.PositiveSmallIntegerField(
         default=1, help_text="config.resources.gpus: the run waits on the queue of workers with that many GPUs (gpu, gpu-x2, ...).",
     )
+    # What the engine says it is doing now (`EventSink.status`), kept while the run runs.
+    phase = models.CharField(max_length=20, blank=True, help_text="training.events.PHASES: loading, evaluating, training, ...")
+    phase_detail = models.CharField(max_length=300, blank=True, help_text="The engine's sentence about it, e.g. 'Evaluating at step 10: 50/100 held-out tasks'.")
+    phase_progress = models.FloatField(null=True, blank=True, help_text="Share of the phase done (0..1), when the engine knows.")
+    eta = models.DateTimeField(null=True, blank=True, help_text="When the engine expects the run to finish (from its own step, evaluation and checkpoint times).")
 
     class Meta:
         ordering = ["-created", "-id"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +27,7 @@ class DatabaseSink:
     def __init__(self, run: Run):
         self.run_id = run.pk
         self.stopped_by_shutdown = False
+        self.phase = ""
 
     # -- the EventSink protocol ----------------------------------------------------------------
 
@@ -45,6 +47,7 @@ class DatabaseSink:
 
         # final_metrics always holds the latest step's values, so the history sorts running runs too.
         self._write("metrics", point, write, run_fields={"step": m.step, "total_steps": m.total_steps, "final_metrics": values})
+        self.log(step_line(m))
 
     def rollouts(self, step: int, episodes: list[dict[str, Any]]) -> None:
         rows = [
@@ -74,6 +77,7 @@ class DatabaseSink:
             Checkpoint.objects.update_or_create(run_id=self.run_id, step=step, defaults={"path": path})
 
         self._write("checkpoint", {"step": step, "path": path}, write)
+        self.log(f"checkpoint saved at step {step}: {path}")
 
     def evaluation(self, result: dict[str, Any]) -> None:
         row = Evaluation(
@@ -83,9 +87,19 @@ class DatabaseSink:
         )
         payload = {k: v for k, v in row.data.items() if k != "examples"}
         self._write("evaluation", payload, row.save)
+        self.log(evaluation_line(result))
 
     def status(self, phase: str, detail: str, *, progress: float | None = None, eta: float | None = None) -> None:
-        streaming.publish(run_id=self.run_id, event="phase", payload={"phase": phase, "detail": detail, "progress": progress, "eta": eta})
+        """Kept on the run (a page opened later shows it) and published; a new phase other than
+        the next training step is also a log line (the step's own line says it finished)."""
+        finish = time.time() + eta if eta is not None and math.isfinite(eta) else None
+        fields = {"phase": phase[:20], "phase_detail": storable(detail)[:300], "eta": _from_epoch(finish) if finish else None,
+                  "phase_progress": min(1.0, max(0.0, progress)) if progress is not None and math.isfinite(progress) else None}
+        payload = {"phase": fields["phase"], "detail": fields["phase_detail"], "progress": fields["phase_progress"], "eta": finish}
+        self._write("phase", payload, run_fields=fields, only_running=True)
+        if phase != self.phase and phase != "training":
+            self.log(detail)
+        self.phase = phase
 
     def should_stop(self) -> bool:
         """Polled once per step: the user's cancel flag, this worker shutting down, or the run no
@@ -103,6 +117,7 @@ class DatabaseSink:
                error: str = "", traceback: str = "") -> None:
         fields: dict[str, Any] = {
             "status": status, "finished": timezone.now(), "error_message": storable(error), "traceback": storable(traceback),
+            "phase": "", "phase_detail": "", "phase_progress": None, "eta": None,
         }
         if step is not None:
             fields["step"] = step
@@ -127,6 +142,26 @@ class DatabaseSink:
     def published(self, event: str, payload: dict[str, Any]) -> None:
         """Called after each write commits: notify the run's live viewers (never raises)."""
         streaming.publish(run_id=self.run_id, event=event, payload=payload)
+
+
+def step_line(m: StepMetrics) -> str:
+    """The run log's line for a finished step: "step 3/50: reward +0.250, success 0.40, 12.3 s"."""
+    v = m.values
+    parts = [f"step {m.step}/{m.total_steps}:"]
+    for key, label, fmt in (("reward/total", "reward", "+.3f"), ("success", "success", ".2f")):
+        if isinstance(v.get(key), (int, float)) and math.isfinite(v[key]):
+            parts.append(f"{label} {v[key]:{fmt}},")
+    if isinstance(v.get("step_time"), (int, float)) and math.isfinite(v["step_time"]):
+        parts.append(f"{v['step_time']:.1f} s")
+    return " ".join(parts).rstrip(",")
+
+
+def evaluation_line(result: dict[str, Any]) -> str:
+    """"held-out at step 10 (T=0, 100 tasks): team success 0.420 · tool 0.50 · reasoner 0.38"."""
+    agents = " · ".join(f"{name} {a.get('success', 0):.2f}" for name, a in (result.get("agents") or {}).items() if isinstance(a, dict))
+    team = (result.get("team") or {}).get("success", 0.0)
+    return (f"held-out at step {result.get('step', 0)} (T={result.get('temperature', 0):g}, {result.get('n', 0)} tasks): "
+            f"team success {team:.3f}" + (f" · {agents}" if agents else ""))
 
 
 def storable(value: Any) -> Any:

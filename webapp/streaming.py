@@ -15,7 +15,9 @@ reconnects stating what it has (`?step=&log=`).
 Viewer side. `stream_open()` builds the backlog for a new socket and `stream_event()` turns one
 group message into messages for one socket. Messages to the browser are JSON with a `t` key:
 
-- `status`:  `{status, label, step, total, started, finished, error, cancel_requested}` (epoch seconds)
+- `status`:  `{status, label, step, total, started, finished, error, cancel_requested, phase, detail,
+              progress, eta}` (times in epoch seconds; `eta` is when the engine expects the run to end)
+- `phase`:   `{phase, detail, progress, eta}`: what the running engine is doing now (`EventSink.status`)
 - `metrics`: `{last, total, downsampled, run: {key: [[steps], [values]]},
               agents: {agent: {key: [[steps], [values]]}}, times: [[steps], [epoch]]}`
              A backlog comes as several such messages (`split_metrics`, none near Daphne's 1 MiB
@@ -142,6 +144,8 @@ class StreamCursor:
     """Highest LogLine id sent."""
     status: str | None = None
     """Last status sent."""
+    phase: tuple[str, str] | None = None
+    """Last (phase, detail) sent."""
 
     @classmethod
     def from_query_string(cls, run_id: int, query_string: bytes | str) -> StreamCursor:
@@ -202,12 +206,16 @@ async def stream_event(*, cursor: StreamCursor, event: str, payload: Mapping[str
         return [{"t": "evals", "rows": [_eval_row(payload)]}]
     if event == "checkpoint":
         return [{"t": "checkpoint", "step": payload.get("step"), "path": payload.get("path")}]
+    if event == "phase" and "phase" in payload:
+        cursor.phase = (str(payload.get("phase") or ""), str(payload.get("detail") or ""))
+        return [{"t": "phase", "phase": cursor.phase[0], "detail": cursor.phase[1], "progress": _finite(payload.get("progress")),
+                 "eta": _finite(payload.get("eta"))}]
     return await _read(_catch_up)(cursor, event)
 
 
 def _open_status(cursor: StreamCursor) -> dict[str, Any]:
     run = Run.objects.get(pk=cursor.run_id)
-    cursor.status = run.status
+    cursor.status, cursor.phase = run.status, (run.phase, run.phase_detail)
     return status_message(run)
 
 
@@ -231,8 +239,8 @@ def _catch_up(cursor: StreamCursor, event: str) -> list[dict[str, Any]]:
         return []
     everything = event in ("heartbeat", "finished")
     messages: list[dict[str, Any]] = []
-    if run.status != cursor.status or event in ("run_started", "finished"):
-        cursor.status = run.status
+    if run.status != cursor.status or event in ("run_started", "finished") or (everything and cursor.phase != (run.phase, run.phase_detail)):
+        cursor.status, cursor.phase = run.status, (run.phase, run.phase_detail)
         messages.append(status_message(run))
     if everything or event in ("metrics", "run_started"):
         metrics = metrics_message(run_id=run.pk, since=cursor.step, total=run.total_steps)
@@ -262,6 +270,10 @@ def status_message(run: Run) -> dict[str, Any]:
         "finished": run.finished.timestamp() if run.finished else None,
         "error": run.error_message,
         "cancel_requested": run.cancel_requested,
+        "phase": run.phase,
+        "detail": run.phase_detail,
+        "progress": run.phase_progress,
+        "eta": run.eta.timestamp() if run.eta else None,
     }
 
 
@@ -618,11 +630,9 @@ def _log_line(line: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run_eta_seconds(run: Run, now: datetime | None = None) -> float | None:
-    """Rough time left for a running run: elapsed time per finished step (model loading
-    included, so it errs long early on) times the steps left. The run page does better from
-    the steps' own timestamps."""
-    if run.status != Run.Status.RUNNING or not run.started or not run.step or not run.total_steps:
+    """Time left for a running run, by the engine's estimate (`Run.eta`: its own step,
+    evaluation and checkpoint times); None while it cannot tell (before the first step)."""
+    if run.status != Run.Status.RUNNING or run.eta is None:
         return None
-    elapsed = ((now or timezone.now()) - run.started).total_seconds()
-    return max(0.0, elapsed / run.step * (run.total_steps - run.step))
+    return max(0.0, (run.eta - (now or timezone.now())).total_seconds())
 

@@ -275,7 +275,7 @@ def run_new(request: TeamRequest) -> HttpResponse:
         else:
             run = services.run_create(team=request.team, user=request.user, name=form.run_name(), config=config,
                                       topology=data["topology"], dataset=data["dataset"])
-            messages.success(request, f"Queued run #{run.pk}.")
+            messages.success(request, f"Queued run #{run.pk}.", extra_tags="while-queued")  # the run page drops it once it runs
             return redirect(run)
     return render(request, "runs/new.html", {"form": form})
 
@@ -314,18 +314,24 @@ def run_preview(request: TeamRequest) -> HttpResponse:
     return render(request, "runs/new.html#preview", {"config_yaml": config_yaml, "errors": errors})
 
 
+RUN_PARTS = ("actions", "held-out", "artifacts", "eval-panel")
+"""Parts of the run page outside its live card that the live page refreshes with the summary
+(`?parts=actions,held-out`), swapped out-of-band: they change with the run's state too."""
+
+
 def run_detail(request: TeamRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(Run.objects.select_related("owner", "topology", "dataset", "resumed_from"), pk=pk, team=request.team)
+    parts = [p for p in request.GET.get("parts", "").split(",") if p in RUN_PARTS] if request.htmx else []
     context = {
         "run": run,
         "latest": run.metric_points.order_by("-step").first(),
-        "evaluations": run.evaluations.all(),
         "checkpoints": run.checkpoints.all(),
         "log_lines": list(run.log_lines.order_by("-time", "-id")[:50])[::-1],
+        "parts": parts,
     }
-    if not request.htmx:
+    if not request.htmx or parts:
         context.update(views_history.run_history_context(run=run))
-    template = "runs/detail.html#summary" if request.htmx else "runs/detail.html"
+    template = "runs/detail.html#refresh" if request.htmx else "runs/detail.html"
     return render(request, template, context)
 
 
@@ -344,7 +350,10 @@ def run_rollouts(request: TeamRequest, pk: int) -> HttpResponse:
 @require_POST
 def run_cancel(request: TeamRequest, pk: int) -> HttpResponse:
     run = services.run_cancel(run=team_object_or_404(request, Run, pk))
-    messages.info(request, "Cancelled." if run.status == Run.Status.CANCELLED else "Asked the run to stop after its current step.")
+    if run.status == Run.Status.CANCELLED:
+        messages.info(request, "Cancelled.")
+    else:
+        messages.info(request, "Asked the run to stop after its current step.", extra_tags="while-running")
     return redirect(run)
 
 
@@ -356,5 +365,5 @@ def run_resume(request: TeamRequest, pk: int) -> HttpResponse:
     except (ValidationError, ConfigError) as exc:
         messages.error(request, " ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc))
         return redirect(run)
-    messages.success(request, f"Queued run #{new.pk}, resuming #{run.pk}.")
+    messages.success(request, f"Queued run #{new.pk}, resuming #{run.pk}.", extra_tags="while-queued")
     return redirect(new)

@@ -6,7 +6,8 @@
   var COLORS = ["#4b50d6", "#e0692b", "#18794e", "#c22f2f", "#8e44ad", "#1d6fd1", "#9a6200", "#2f8f9d"];
   var DASHES = [null, [6, 4], [2, 3], [10, 3, 2, 3], [1, 5]];
   var card = document.getElementById("compare-chart-card");
-  if (!card || !window.uPlot) return;
+  var CH = window.troupeCharts;
+  if (!card || !window.uPlot || !CH) return;
   var box = document.getElementById("compare-chart");
   var metricSel = document.getElementById("compare-metric");
   var viewSel = document.getElementById("compare-view");
@@ -58,8 +59,8 @@
     var width = Math.max(320, box.clientWidth || 900);
     plot = new uPlot({
       width: width, height: 320, series: series,
-      scales: {x: {time: false}},
-      axes: [{label: "step"}, {label: last.metric, size: 60}],
+      scales: {x: {time: false, range: CH.stepRange}},
+      axes: [CH.stepAxis({label: "step"}), CH.valueAxis({label: last.metric, size: 60})],
       cursor: {drag: {x: true, y: false}},
       legend: {live: true},
     }, data, box);

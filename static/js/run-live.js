@@ -22,6 +22,7 @@
 
   var root = document.getElementById("run-live");
   if (!root || !window.WebSocket) return;
+  var CH = window.troupeCharts;
 
   var TERMINAL = { succeeded: 1, failed: 1, cancelled: 1 };
   var MAX_EPISODES = 60;   // newest episodes kept in the DOM (more only when the user loads older ones)
@@ -55,6 +56,8 @@
     total: +root.dataset.total || 0,
     step: +root.dataset.step || 0,
     started: root.dataset.started ? +root.dataset.started : null,
+    eta: root.dataset.eta ? +root.dataset.eta : null,   // when the engine expects the run to end (epoch s)
+    phase: null,             // the last {phase, detail, progress} the engine reported
     lastStep: null,          // the page holds every step up to here (what it asks for after on reconnect)
     seenStep: null,          // the newest step it has any number of (a backlog still coming in may lead lastStep)
     lastLog: null,
@@ -206,19 +209,16 @@
         drag: { x: true, y: false, setScale: false },
       },
       scales: {
-        x: { time: false, range: padRange(0) },
-        y: spec.range ? { range: [spec.range[0] - 0.03, spec.range[1] + 0.03] } : { range: padRange(0.1) },
+        x: { time: false, range: CH.stepRange },
+        y: spec.range ? { range: [spec.range[0] - 0.03, spec.range[1] + 0.03] } : { range: CH.padRange(0.1) },
       },
-      axes: [
-        { size: 30, space: 60, incrs: STEP_INCRS, values: function (u, vals) { return vals.map(function (v) { return String(Math.round(v)); }); } },
-        { space: 28, values: function (u, vals) { return fmtTicks(vals); }, size: axisSize },
-      ],
+      axes: [CH.stepAxis({ size: 30 }), CH.valueAxis()],
       legend: { live: true },
       series: [{ label: "step", value: function (u, v) { return v == null ? "–" : "step " + v; } }].concat(series.map(function (s) {
         return {
           label: s.label, stroke: s.color, width: s.width || 1.6, dash: s.dash || undefined, spanGaps: true,
           show: !(s.agent && state.hidden[s.agent]),
-          value: function (u, v) { return v == null ? "–" : fmtValue(v); },
+          value: function (u, v) { return v == null ? "–" : CH.fmtValue(v); },
         };
       })),
       hooks: {
@@ -240,18 +240,6 @@
       if (performance.mark) performance.mark("troupe:first-chart");
       root.dataset.firstChart = String(Math.round(state.firstChartAt));
     }
-  }
-
-  function padRange(frac) {
-    // uPlot's auto range, except that a flat series (one point, or all zeros) gets a small band
-    // around its value instead of 0..100.
-    return function (u, min, max) {
-      if (min == null || max == null) return [0, 1];
-      if (min === max) { var d = Math.abs(min) * 0.1 || 1; return [min - d, max + d]; }
-      if (!frac) return [min, max];
-      var pad = (max - min) * frac;
-      return [min - pad, max + pad];
-    };
   }
 
   function showLatest(u) {
@@ -354,7 +342,9 @@
   // == messages ==================================================================================
 
   function onStatus(m) {
-    var changed = state.loaded && m.status !== state.status;
+    // Any change from the status the page was rendered with (or last showed) means the parts
+    // outside the live card are stale too: the head's buttons, held-out results, artifacts.
+    var changed = m.status !== state.status;
     state.status = m.status;
     state.total = m.total || state.total;
     state.step = Math.max(state.step, m.step || 0);
@@ -366,13 +356,51 @@
       badge.firstChild.className = "badge status-" + m.status;
       badge.firstChild.textContent = m.label + (m.cancel_requested && m.status === "running" ? " · stopping" : "");
     }
-    renderProgress();
+    onPhase(m);
+    dropStaleFlash(m.status);
     if (TERMINAL[m.status]) {
-      // The page head's Stop button belongs to an active run (Resume appears on the next load).
+      // The page head's Stop button belongs to an active run; the refresh brings Resume, Archive...
       var stop = document.querySelector(".head-actions form[action$='/cancel/']");
       if (stop) stop.remove();
     }
-    if (changed) refreshSummary(true);
+    if (changed) refreshSummary(true, TERMINAL[m.status] ? ["actions", "held-out", "artifacts", "eval-panel"] : ["actions"]);
+  }
+
+  function onPhase(m) {
+    // What the engine is doing now: "Loading ...", "Evaluating at step 0: 25/100 held-out tasks", ...
+    state.phase = { phase: m.phase || "", detail: m.detail || "", progress: m.progress };
+    if (m.eta !== undefined) state.eta = m.eta;
+    renderPhase();
+    renderProgress();
+  }
+
+  function renderPhase() {
+    var box = document.getElementById("run-phase");
+    var p = state.phase;
+    if (box) {
+      box.hidden = state.status !== "running";
+      if (p) {
+        box.querySelector(".phase-detail").textContent = p.detail || "Starting…";
+        box.dataset.phase = p.phase;
+        var bar = box.querySelector("progress");
+        if (p.progress == null) bar.removeAttribute("value"); else bar.value = Math.round(100 * p.progress);
+      }
+    }
+    // Before the first held-out results, their card says what the evaluation is doing.
+    var note = document.getElementById("held-out-note");
+    if (note && note.dataset.empty && p) {
+      note.textContent = p.phase === "evaluating" ? p.detail : (state.status === "running" ? "none recorded yet" : note.textContent);
+    }
+  }
+
+  function dropStaleFlash(status) {
+    // "Queued run #3." or "Asked the run to stop..." are true only while the run is in that state.
+    document.querySelectorAll(".flash li").forEach(function (li) {
+      var m = /(?:^| )while-(\w+)/.exec(li.className);
+      if (m && m[1] !== status) li.remove();
+    });
+    var flash = document.querySelector(".flash");
+    if (flash && !flash.children.length) flash.remove();
   }
 
   function onMetrics(m) {
@@ -428,7 +456,7 @@
     var spec = CHARTS.filter(function (s) { return s.evals; })[0];
     if (Object.keys(state.evals).length) renderChart(spec, null);
     renderMissing();
-    if (state.loaded && m.rows.length) refreshSummary(false);
+    if (state.loaded && m.rows.length) refreshSummary(false, ["held-out"]);
   }
 
   function filterQuery() {
@@ -567,7 +595,8 @@
       case "evals": onEvals(m); break;
       case "rollouts": onRollouts(m); break;
       case "log": onLog(m); if (!state.loaded) markLoaded(); break;
-      case "checkpoint": refreshSummary(false); break;
+      case "phase": onPhase(m); break;
+      case "checkpoint": refreshSummary(false, ["actions", "artifacts"]); break;
       case "pong": break;
     }
   }
@@ -591,18 +620,9 @@
   }
 
   function etaSeconds() {
-    if (state.status !== "running" || !state.total || state.step >= state.total) return null;
-    var t = state.times, perStep = null, lastAt = null, lastStep = state.step;
-    if (t.length >= 2) {
-      var a = t[Math.max(0, t.length - 20)], b = t[t.length - 1];
-      if (b[0] > a[0]) { perStep = (b[1] - a[1]) / (b[0] - a[0]); lastAt = b[1]; lastStep = b[0]; }
-    } else if (t.length === 1 && state.started) {
-      perStep = (t[0][1] - state.started) / Math.max(1, t[0][0]);
-      lastAt = t[0][1]; lastStep = t[0][0];
-    }
-    if (perStep === null) return null;
-    var left = perStep * (state.total - lastStep) - (Date.now() / 1000 - lastAt);
-    return Math.max(0, left);
+    // The engine's estimate (its own step, evaluation and checkpoint times), counting down.
+    if (state.status !== "running" || state.eta == null) return null;
+    return Math.max(0, state.eta - Date.now() / 1000);
   }
 
   function renderProgress() {
@@ -617,7 +637,7 @@
     var eta = document.getElementById("run-eta");
     if (eta) {
       var s = etaSeconds();
-      eta.textContent = s === null ? "" : "ETA " + fmtDuration(s);
+      eta.textContent = s === null || s < 1 ? "" : "ETA " + fmtDuration(s);
     }
   }
 
@@ -641,13 +661,22 @@
     el.hidden = !text;
   }
 
-  function refreshSummary(soon) {
-    if (!window.htmx || summaryTimer) return;
+  var pendingParts = {};
+
+  function refreshSummary(soon, parts) {
+    // The summary card, and the parts named (page head actions, held-out results, artifacts,
+    // the evaluate form) swapped out-of-band from the same response: at most one every 2 s.
+    (parts || []).forEach(function (p) { pendingParts[p] = 1; });
+    if (!window.htmx) return;
     var wait = Math.max(0, 2000 - (Date.now() - summaryAt));
+    if (summaryTimer && !soon) return;
+    clearTimeout(summaryTimer);
     summaryTimer = setTimeout(function () {
       summaryTimer = null;
       summaryAt = Date.now();
-      htmx.ajax("GET", root.dataset.summaryUrl, { target: "#run-summary", swap: "outerHTML" });
+      var names = Object.keys(pendingParts);
+      pendingParts = {};
+      htmx.ajax("GET", root.dataset.summaryUrl + (names.length ? "?parts=" + names.join(",") : ""), { target: "#run-summary", swap: "outerHTML" });
     }, soon ? Math.min(wait, 250) : wait);
   }
 
@@ -656,6 +685,7 @@
     // A filter or "load older" swap sets how many episodes the list may hold before trimming.
     renderProgress();
     renderConn();
+    renderPhase();
     var box = episodesBox();
     if (box) state.episodeCap = Math.max(MAX_EPISODES, box.querySelectorAll("article.episode").length);
   });
@@ -753,37 +783,6 @@
     f.reset();
     reloadEpisodes();
   });
-
-  function fmtValue(v) {
-    var a = Math.abs(v);
-    if (a !== 0 && (a >= 1e5 || a < 1e-3)) return v.toExponential(3);
-    return +v.toPrecision(4) + "";
-  }
-
-  var STEP_INCRS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000, 10000, 20000, 25000, 50000, 100000,
-    200000, 250000, 500000, 1000000];  // steps are whole numbers: no "1.5" ticks
-
-  function fmtTicks(vals) {
-    // Enough decimals to tell neighbouring ticks apart (an entropy of 5.538..5.544 must not read
-    // "5.54, 5.54, 5.54"); exponents for very small or large numbers.
-    var nums = vals.filter(function (v) { return v != null; });
-    if (!nums.length) return vals.map(function () { return ""; });
-    var incr = nums.length > 1 ? Math.abs(nums[1] - nums[0]) : Math.abs(nums[0]) || 1;
-    var big = Math.max.apply(null, nums.map(Math.abs));
-    if (big >= 1e6 || (big > 0 && big < 1e-3)) {
-      var digits = Math.max(1, Math.min(6, Math.ceil(Math.log10(big / incr)) + 1));
-      return vals.map(function (v) { return v == null ? "" : v === 0 ? "0" : v.toExponential(digits - 1); });
-    }
-    var decimals = Math.max(0, Math.min(8, -Math.floor(Math.log10(incr) + 1e-9)));
-    return vals.map(function (v) { return v == null ? "" : v.toFixed(decimals); });
-  }
-
-  function axisSize(u, values, axisIdx, cycleNum) {
-    // Wide enough for the longest tick label (uPlot calls this again once the labels are known).
-    if (cycleNum > 1 || !values) return u.axes[axisIdx]._size || 40;
-    var longest = values.reduce(function (n, v) { return Math.max(n, v ? String(v).length : 0); }, 0);
-    return Math.max(36, longest * 7 + 16);
-  }
 
   window.runLive = {
     state: state,

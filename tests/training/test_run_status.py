@@ -38,10 +38,11 @@ def test_it_reports_each_phase_of_a_run_in_order(tmp_path):
     assert {phase for phase, *_ in sink.calls} <= set(PHASES)
     phases = [p for p, *_ in sink.calls]
     assert phases[0] == "loading"
-    # step 0's evaluation, with its progress from 0 to all 4 tasks, before the first step
+    # step 0's evaluation, with its progress from none to all 4 tasks, before the first step
     first_step = sink.order.index("status:training")
     evals0 = [c for c in sink.calls[: phases.index("training")] if c[0] == "evaluating"]
-    assert [c[2] for c in evals0] == [0.0, 1.0] and evals0[-1][1] == "Evaluating at step 0: 4/4 held-out tasks"
+    assert [c[2] for c in evals0] == [0.0, 0.5, 1.0]  # after each of its 2 turns
+    assert evals0[-1][1] == "Evaluating at step 0: 4/4 held-out tasks"
     assert sink.order.index("evaluation:0") < first_step
     assert [d for p, d, *_ in sink.calls if p == "training"] == [f"Training step {s} of 3" for s in (1, 2, 3)]
     assert [d for p, d, *_ in sink.calls if p == "checkpointing"] == ["Saving the checkpoint at step 2", "Saving the checkpoint at step 3"]

@@ -33,11 +33,13 @@ def test_it_sends_the_backlog_then_live_deltas(alice, alice_world):
         assert [m["final"] for m in by_type(backlog, "metrics")] == [False, True]
         assert backlog[3]["rows"][0]["team"] == 0.25 and backlog[3]["rows"][0]["agents"]["tool"]["success"] == 0.5
         assert backlog[4] == {"t": "rollouts", "last_id": await orm(lambda: Rollout.objects.latest("id").pk)}
-        assert [line["message"] for line in backlog[5]["lines"]] == ["loaded policies"]
+        # the engine's line, then the sink's own line per step and per evaluation
+        assert [line["message"].split(":")[0] for line in backlog[5]["lines"]] == [
+            "loaded policies", "step 1/5", "step 2/5", "held-out at step 2 (T=0, 8 tasks)"]
 
         await worker.metrics(3, total=5)
         delta = await receive_all(ws)
-        assert [m["t"] for m in delta] == ["metrics"]
+        assert [m["t"] for m in delta] == ["metrics", "log"]
         assert delta[0]["last"] == 3 and delta[0]["total"] == 5 and delta[0]["run"]["reward/total"][0] == [3]
         assert delta[0]["agents"]["reasoner"]["loss"] == [[3], [0.4]] and delta[0]["final"]
 
@@ -52,7 +54,8 @@ def test_it_sends_the_backlog_then_live_deltas(alice, alice_world):
         await worker.evaluation(3)
         await worker.finish("succeeded", step=3)
         tail = await receive_all(ws)
-        assert [line["message"] for m in by_type(tail, "log") for line in m["lines"]] == ["checkpoint saved"]
+        assert [line["message"].split(":")[0] for m in by_type(tail, "log") for line in m["lines"]] == [
+            "checkpoint saved", "held-out at step 3 (T=0, 8 tasks)"]
         assert [r["step"] for m in by_type(tail, "evals") for r in m["rows"]] == [3]
         assert by_type(tail, "status")[-1]["status"] == "succeeded"
         assert metric_steps(tail) == []  # nothing sent twice
@@ -111,7 +114,7 @@ def test_it_catches_up_at_a_ping_after_losing_its_group(alice, alice_world):
         caught_up = await receive_all(ws)
         assert metric_steps(caught_up) == [1]
         assert by_type(caught_up, "rollouts")[0]["last_id"] is not None
-        assert [line["message"] for line in by_type(caught_up, "log")[0]["lines"]] == ["after the restart"]
+        assert [line["message"].split(":")[0] for line in by_type(caught_up, "log")[0]["lines"]] == ["step 1/5", "after the restart"]
         assert caught_up[-1] == {"t": "pong"}
 
         await worker.metrics(2, total=5)  # and it is back in the group

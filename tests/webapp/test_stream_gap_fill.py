@@ -38,7 +38,7 @@ def test_it_fills_the_gap_after_a_reconnect(alice, alice_world):
         refill = await receive_all(again)
         assert metric_steps(refill) == [4, 5]
         assert by_type(refill, "rollouts")[0]["last_id"] == await orm(lambda: Rollout.objects.latest("id").pk)
-        assert [line["message"] for line in by_type(refill, "log")[0]["lines"]] == ["step 4", "step 5"]
+        assert [line["message"].split(":")[0] for line in by_type(refill, "log")[0]["lines"]] == ["step 4/8", "step 4", "step 5/8", "step 5"]
 
         await worker.metrics(6, total=8)
         assert metric_steps(await receive_all(again)) == [6]
@@ -82,7 +82,7 @@ def test_it_ignores_a_malformed_cursor(alice, alice_world):
         ws = socket(alice_world.run.pk, alice.client, "step=abc&log=1e9&rollout=-1")
         assert (await ws.connect())[0]
         backlog = await receive_all(ws)
-        assert metric_steps(backlog) == [1] and by_type(backlog, "log")[0]["lines"][0]["message"] == "hello"
+        assert metric_steps(backlog) == [1] and by_type(backlog, "log")[0]["lines"][-1]["message"] == "hello"
         await ws.disconnect()
 
     run(scenario)

@@ -31,13 +31,14 @@ def test_it_publishes_after_the_commit_and_not_on_rollback(alice_world, sent):
     with transaction.atomic():
         sink.metrics(step_metrics(1))
         assert sent == []  # not yet: the row is not committed
-    assert [(g, m["event"], m["payload"]["step"]) for g, m in sent] == [(f"run-{alice_world.run.pk}", "metrics", 1)]
-    assert sent[0][1]["type"] == "run.event" and sent[0][1]["payload"]["total_steps"] == 10
+    assert [(g, m["event"]) for g, m in sent] == [(f"run-{alice_world.run.pk}", "metrics"), (f"run-{alice_world.run.pk}", "log")]
+    assert sent[0][1]["type"] == "run.event" and sent[0][1]["payload"]["step"] == 1 and sent[0][1]["payload"]["total_steps"] == 10
+    assert sent[1][1]["payload"]["message"].startswith("step 1/10: reward +")  # the run log's line for the step
 
     with pytest.raises(RuntimeError), transaction.atomic():
         sink.metrics(step_metrics(2))
         raise RuntimeError
-    assert len(sent) == 1
+    assert len(sent) == 2
 
 
 def test_it_sends_rollout_summaries_not_episodes(alice_world, sent):

@@ -15,10 +15,12 @@ def test_it_wires_the_page_to_its_socket_and_rollouts(alice, alice_world):
     assert '<option value="tool">tool</option>' in html and '<option value="reasoner">reasoner</option>' in html  # filter
 
 
-def test_it_lists_only_the_latest_evaluations_in_the_summary(alice, alice_world):
+def test_it_lists_only_the_latest_evaluations_in_the_held_out_table(alice, alice_world):
     Evaluation.objects.bulk_create([
         Evaluation(run=alice_world.run, step=s, team_success=s / 100, agents={}, data={"n": 8}) for s in range(1, 101)
     ])
-    html = alice.client.get(reverse("run_detail", args=[alice_world.run.pk]), headers={"HX-Request": "true"}).content.decode()
-    assert "the latest 10 of 100" in html
-    assert ">100</td>" in html and ">91</td>" in html and ">90</td>" not in html
+    html = alice.client.get(reverse("run_detail", args=[alice_world.run.pk]), {"parts": "held-out"},
+                            headers={"HX-Request": "true"}).content.decode()
+    assert 'id="held-out-results" hx-swap-oob="true"' in html
+    assert "The latest 10 of 100" in html
+    assert "<td>100</td>" in html and "<td>91</td>" in html and "<td>90</td>" not in html

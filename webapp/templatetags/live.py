@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import template
+from django.db.models import QuerySet
 
 from training.config import ConfigError
 from webapp import streaming
@@ -26,7 +27,9 @@ def run_agent_names(run: Run) -> list[str]:
 def newest(rows: Any, n: int) -> list[Any]:
     """The last `n` rows of an ordered queryset, still in its order (a summary table stays short
     on a 10,000-step run; its chart shows everything)."""
-    return list(rows.reverse()[:n])[::-1] if hasattr(rows, "reverse") else list(rows)[-n:]
+    if isinstance(rows, QuerySet):
+        return list(rows.reverse()[:n])[::-1]
+    return list(rows)[-n:]
 
 
 @register.filter

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import datetime
 from typing import Any
 
 from django import template
+from django.utils import timezone
+from django.utils.timesince import timesince
 
 register = template.Library()
 
@@ -50,3 +53,42 @@ def agent_table(agents: Any) -> dict[str, Any]:
     names = list(agents)
     keys = sorted({k for values in agents.values() if isinstance(values, dict) for k in values})
     return {"agents": names, "rows": [(k, [agents[n].get(k) for n in names]) for k in keys]}
+
+
+@register.filter
+def percent(share: Any) -> int:
+    """0.374 -> 37 (a share as whole percent, for <progress max="100">)."""
+    try:
+        return max(0, min(100, round(100 * float(share))))
+    except (TypeError, ValueError):
+        return 0
+
+
+@register.filter
+def ago(when: Any) -> str:
+    """How long ago, as a person says it: "just now", "42 s ago", "3 min ago", "2 days, 4 hours ago"."""
+    if not isinstance(when, datetime):
+        return ""
+    seconds = (timezone.now() - when).total_seconds()
+    if seconds < 5:
+        return "just now"
+    if seconds < 60:
+        return f"{int(seconds)} s ago"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min ago"
+    return f"{timesince(when)} ago"
+
+
+@register.filter
+def took(start: Any, end: Any) -> str:
+    """The time between two datetimes: "48 s", "3 min 05 s", "2 h 10 min"."""
+    if not isinstance(start, datetime) or not isinstance(end, datetime):
+        return ""
+    s = max(0, round((end - start).total_seconds()))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    if h:
+        return f"{h} h {m:02d} min"
+    if m:
+        return f"{m} min {sec:02d} s"
+    return f"{sec} s"
