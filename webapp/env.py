@@ -130,3 +130,30 @@ def celery_broker_url(redis_url: str) -> str:
     if redis_url.startswith("unix://"):
         return "redis+socket://" + redis_url.removeprefix("unix://")
     return redis_url
+
+
+def data_dir_secret_key(data_dir: Path) -> str:
+    """The secret key kept in `data_dir/secret_key`, generated there once (mode 0600) when the file
+    is missing: every process sharing the data dir (web, worker, commands) reads the same key, and
+    sessions survive restarts. Two processes starting at once agree: the first file linked in wins."""
+    path = data_dir / "secret_key"
+    if not path.exists():
+        import secrets
+        import tempfile
+
+        fd, tmp = tempfile.mkstemp(prefix=".secret_key.", dir=data_dir)
+        try:
+            with os.fdopen(fd, "w") as f:  # mkstemp: mode 0600
+                f.write(secrets.token_urlsafe(50))
+            os.link(tmp, path)  # fails if another process made it first: use theirs
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    try:
+        key = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ImproperlyConfigured(f"SECRET_KEY is unset and {path} cannot be read: {exc.strerror}") from None
+    if len(key) < 32:
+        raise ImproperlyConfigured(f"SECRET_KEY is unset and {path} holds no usable key (under 32 characters); delete it to get a new one")
+    return key

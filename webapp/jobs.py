@@ -85,12 +85,15 @@ def _finish(job: Job, *, status: str, error: str = "", **fields: Any) -> Job:
 
 
 def _run_job(job: Job, work: Callable[[Job], dict[str, Any]]) -> Job:
-    """Do the work; any failure is the job's outcome (with its traceback in the log)."""
+    """Do the work; any failure is the job's outcome (one line in the log; the traceback at debug level)."""
+    log.info("job #%s started: %s%s", job.pk, job.get_kind_display().lower(), f" for run #{job.run_id}" if job.run_id else "")
     try:
         fields = work(job)
     except Exception as exc:  # model, data or sandbox failures all end the job, never the worker
-        log.warning("job %s failed:\n%s", job.pk, traceback.format_exc())
+        log.warning("job #%s failed: %s: %s", job.pk, type(exc).__name__, exc)
+        log.debug("job #%s traceback:\n%s", job.pk, traceback.format_exc())
         return _finish(job, status=Job.Status.FAILED, error=f"{type(exc).__name__}: {exc}")
+    log.info("job #%s succeeded", job.pk)
     return _finish(job, status=Job.Status.SUCCEEDED, **fields)
 
 

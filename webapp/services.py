@@ -490,6 +490,7 @@ def run_create(
             environment=config.topology.environment[:200], specialization=config.topology.specialization,
             gpus=config.resources.gpus,
         )
+        log.info("run #%s queued by %s: %s", run.pk, user or "the API", name)
         transaction.on_commit(lambda: run_enqueue(run=run))
     return run
 
@@ -561,7 +562,7 @@ def run_execute(*, run_id: int | None = None, worker: str = "", train: TrainFn |
     else:
         run = lifecycle.run_claim(run_id=run_id, worker=worker)
     if run is None:
-        log.info("no queued run to execute (run %s)", run_id)
+        log.debug("no queued run to execute (run %s)", run_id)
         return None
     with lifecycle.run_heartbeat(run_id=run.pk, worker=worker):
         _run_train(run, train)
@@ -571,6 +572,7 @@ def run_execute(*, run_id: int | None = None, worker: str = "", train: TrainFn |
 
 def _run_train(run: Run, train: TrainFn | None) -> None:
     sink = DatabaseSink(run)
+    log.info("run #%s started on %s: %s", run.pk, run.worker or "this worker", run.name)
     try:
         config = run.to_config()
         trust.check_config(team_id=run.team_id, config=config)  # again: the operator's roots or plugins may have changed
@@ -581,6 +583,7 @@ def _run_train(run: Run, train: TrainFn | None) -> None:
         result = train(config, out_dir=Path(run.out_dir), sink=sink)
     except Exception as exc:  # any engine failure is the run's outcome, recorded with its traceback
         sink.finish(status=Run.Status.FAILED, error=run_failure_message(exc), traceback=traceback.format_exc())
+        log.warning("run #%s failed: %s", run.pk, run_failure_message(exc))
     except BaseException as exc:  # the worker is being killed: record it, then let it die
         sink.finish(status=Run.Status.FAILED, error=f"the worker stopped during the run ({type(exc).__name__})", traceback=traceback.format_exc())
         raise
@@ -593,6 +596,7 @@ def _run_train(run: Run, train: TrainFn | None) -> None:
             status=Run.Status.CANCELLED if cancelled else Run.Status.SUCCEEDED,
             step=result.step, final_metrics=dict(result.final_metrics), error=error,
         )
+        log.info("run #%s %s at step %s of %s", run.pk, "cancelled" if cancelled else "succeeded", result.step, run.total_steps)
 
 
 def run_failure_message(exc: BaseException) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from webapp.env import (
     celery_broker_url,
+    data_dir_secret_key,
     embedded_redis_socket,
     env_bool,
     env_data_dir,
@@ -36,10 +38,9 @@ TROUPE_DATA_DIR = env_data_dir("TROUPE_DATA_DIR", BASE_DIR / ".data")
 """Database (SQLite), uploaded datasets, run outputs and the embedded Redis live here."""
 
 SECRET_KEY = env_str("SECRET_KEY") or ""
+"""Unset: a key generated once into the data dir (`secret_key`), shared by every process using it."""
 if not SECRET_KEY:
-    if not (DEBUG or TESTING):
-        raise ImproperlyConfigured("SECRET_KEY is required when DEBUG is off")
-    SECRET_KEY = "django-insecure-troupe-local-debug-only"
+    SECRET_KEY = "django-insecure-troupe-tests-only" if TESTING else data_dir_secret_key(TROUPE_DATA_DIR)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 
@@ -188,8 +189,10 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
-# WhiteNoise serves static/ straight from the finders, so the app runs without collectstatic.
+# WhiteNoise serves static/ straight from the finders, so the app runs without collectstatic (and
+# need not warn at every start that STATIC_ROOT, which only the Docker image fills, is missing).
 WHITENOISE_USE_FINDERS = True
+warnings.filterwarnings("ignore", message="No directory at: ", category=UserWarning)
 WHITENOISE_AUTOREFRESH = DEBUG
 
 # Uploaded datasets are read by the views into memory-bounded temp files and then stored under
@@ -254,8 +257,15 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"line": {"format": "%(asctime)s %(message)s", "datefmt": "%H:%M:%S"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"}},
     "root": {"handlers": ["console"], "level": "INFO" if DEBUG else "WARNING"},
+    "loggers": {
+        # One line per event on the console: a run queued, started, finished; a job; a worker's start.
+        "webapp": {"level": "INFO"},
+        # A 404 or a refused request is the page's business; server errors still print.
+        "django.request": {"level": "ERROR"},
+    },
 }
 
 # -- Test speed knobs: the only place the test suite changes settings ----------------------------

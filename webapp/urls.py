@@ -9,6 +9,7 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(template_name="login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", views_ops.healthz, name="healthz"),
+    path("favicon.ico", views_ops.favicon, name="favicon"),  # asked for by browsers on pages without a link (the admin)
     path("workers/", views_ops.worker_list, name="worker_list"),
     path("team/", views.team_switch, name="team_switch"),
     path("environment-hint/", views.environment_hint, name="environment_hint"),

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.templatetags.static import static
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
@@ -22,6 +23,13 @@ def healthz(request: TeamRequest) -> JsonResponse:
     """Database, Redis and workers as JSON: 200 when the web can serve, else 503."""
     healthy, body = health.health_report(require_workers=request.GET.get("require") == "workers")
     return JsonResponse(body, status=200 if healthy else 503)
+
+
+@login_not_required
+@require_GET
+def favicon(request: TeamRequest) -> HttpResponse:
+    """/favicon.ico, which browsers ask for on pages that name no icon: the static one."""
+    return redirect(static("favicon.svg"), permanent=True)
 
 
 @require_GET

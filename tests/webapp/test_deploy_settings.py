@@ -81,3 +81,33 @@ def test_debug_stays_off_unless_asked(tmp_path):
     env = production_env(tmp_path)
     env.pop("DEBUG")
     assert settings_in(env)["DEBUG"] is False
+
+
+def shipped_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """What `make run` starts with on a fresh laptop: no DEBUG, no SECRET_KEY, the data dir only."""
+    env = production_env(tmp_path, **extra)
+    for name in ("DEBUG", "SECRET_KEY", "ALLOWED_HOSTS"):
+        if name not in extra:
+            env.pop(name)
+    return env
+
+
+SERVE = ("import os, json, django; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'webapp.settings'); django.setup(); "
+         "from django.test import Client; c = Client(HTTP_HOST='127.0.0.1'); "
+         "out = {p: [r.status_code, r.get('Location', ''), r.get('Content-Type', '')] for p, r in "
+         "((p, c.get(p)) for p in ('/static/css/troupe.css', '/static/favicon.svg', '/favicon.ico', '/login/'))}; "
+         "print(json.dumps(out))")
+
+
+def test_the_shipped_default_serves_static_files_without_debug_and_plain_http_only_when_asked(tmp_path):
+    # what `manage.py troupe` on 127.0.0.1 gives its web server: TROUPE_HTTPS=0 (see test_troupe_local_defaults)
+    proc = run(["-c", SERVE], shipped_env(tmp_path, TROUPE_HTTPS="0"))
+    assert proc.returncode == 0, proc.stderr
+    served = json.loads(proc.stdout)
+    assert served["/static/css/troupe.css"][0] == 200 and served["/static/css/troupe.css"][2].startswith("text/css")  # WhiteNoise
+    assert served["/static/favicon.svg"][0] == 200
+    assert served["/favicon.ico"][:2] == [301, "/static/favicon.svg"]
+    assert served["/login/"][0] == 200  # plain HTTP, no redirect
+    # anywhere else HTTPS is the default: the same request is sent to https://
+    secure = json.loads(run(["-c", SERVE], shipped_env(tmp_path)).stdout)
+    assert secure["/login/"][:2] == [301, "https://127.0.0.1/login/"]

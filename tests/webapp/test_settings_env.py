@@ -62,11 +62,31 @@ def test_it_uses_the_embedded_redis_socket_without_redis_url(monkeypatch, tmp_pa
     assert str(s["EMBEDDED_REDIS_SOCKET"]).endswith(".sock")
 
 
-def test_it_requires_a_secret_key_when_debug_is_off(tmp_path):
-    # Outside pytest (a plain process), where no test knob supplies a key.
+def test_it_generates_a_secret_key_once_into_the_data_dir(tmp_path):
+    # Outside pytest (plain processes), where no test knob supplies a key: the shipped default.
     env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DEBUG", "DATABASE_URL")}
-    env.update(TROUPE_DATA_DIR=str(tmp_path), DEBUG="0")
+    env.update(TROUPE_DATA_DIR=str(tmp_path))
+
+    def key() -> str:
+        proc = subprocess.run([sys.executable, "-c", "import webapp.settings as s; print(s.DEBUG, s.SECRET_KEY)"], env=env,
+                              capture_output=True, text=True, cwd=SETTINGS.parents[1])
+        assert proc.returncode == 0, proc.stderr
+        debug, value = proc.stdout.split()
+        assert debug == "False"
+        return value
+
+    first = key()
+    assert len(first) >= 50 and "insecure" not in first
+    assert (tmp_path / "secret_key").read_text() == first and (tmp_path / "secret_key").stat().st_mode & 0o777 == 0o600
+    assert key() == first  # the web, the worker and every command after it read the same one
+    env["SECRET_KEY"] = "k" * 50
+    assert key() == "k" * 50  # the environment's wins
+
+
+def test_a_broken_key_file_stops_startup_naming_it(tmp_path):
+    (tmp_path / "secret_key").write_text("short")
+    env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DEBUG", "DATABASE_URL")}
+    env.update(TROUPE_DATA_DIR=str(tmp_path))
     proc = subprocess.run([sys.executable, "-c", "import webapp.settings"], env=env, capture_output=True, text=True,
                           cwd=SETTINGS.parents[1])
-    assert proc.returncode != 0
-    assert "SECRET_KEY is required when DEBUG is off" in proc.stderr
+    assert proc.returncode != 0 and "secret_key holds no usable key" in proc.stderr

@@ -2,7 +2,7 @@
 isolation. The test walks `get_resolver().url_patterns` (new URLs are covered without editing it):
 
 - anonymous: pages redirect to the login page, the admin to its login, the bearer-token API
-  answers 401, websockets are closed; only login, /healthz and static files are open;
+  answers 401, websockets are closed; only login, /healthz, /favicon.ico and static files are open;
 - alice (team Alpha) with bob's (team Bravo) object ids in every path parameter: 404 (or 405 for
   a method the view never accepts), on the API with alice's own token too; bob himself is served
   (so the 404 is isolation, not a bad test URL); websockets are closed for alice, open for bob.
@@ -42,7 +42,7 @@ from webapp.models import (
 from webapp.routing import websocket_urlpatterns
 
 PK = 4242
-OPEN = {"login", "healthz"}
+OPEN = {"login", "healthz", "favicon"}
 """URL names anyone may fetch (static files are served by WhiteNoise, outside the URL map)."""
 TEXT_VALUES = {"name": "tool", "direction": "up", "app_label": "webapp", "url": "nothing/here/", "object_id": str(PK)}
 

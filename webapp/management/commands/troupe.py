@@ -8,6 +8,11 @@ stops at its next step and is recorded as cancelled), Redis.
 While it runs, it restarts the worker if it dies (its run is marked failed at once, "worker lost",
 and can be resumed from its last checkpoint). Lost runs are also swept every few seconds by the
 web process and the worker (`webapp.lifecycle`), as in a team deployment.
+
+It runs as a self-hosted product does (DEBUG off, the secret key generated once into the data
+dir), with a quiet console: no access log or banners, one line per event (a run queued, started,
+finished). Bound to a loopback address it serves plain HTTP (TROUPE_HTTPS=0 unless set): nobody
+else can reach it, and a browser on the same machine needs no certificate.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +40,9 @@ WORKER_STOP_SECONDS = 60
 LOCAL_QUEUES = ",".join(gpu_queue(n) for n in (1, 2, 4, 8))
 """The local worker takes runs of any GPU count (on a machine without CUDA, `resources.gpus: N`
 runs N CPU processes)."""
-WORKER_CMD = [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", LOCAL_QUEUES, "-P", "solo", "-c", "1", "-n", WORKER_NAME,
-              "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+WORKER_CMD = [sys.executable, "-m", "celery", "-A", "webapp", "--quiet", "worker", "-Q", LOCAL_QUEUES, "-P", "solo", "-c", "1",
+              "-n", WORKER_NAME, "--loglevel", "WARNING", "--without-gossip", "--without-mingle"]
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 WORKER_MAX_RESTARTS = 3
 """A worker that dies is restarted, but not more than this many times in WORKER_RESTART_WINDOW_S."""
 WORKER_RESTART_WINDOW_S = 60
@@ -58,7 +65,13 @@ class Command(BaseCommand):
         if options["seed_only"]:
             return
 
-        env = dict(os.environ)
+        env = child_env(os.environ, host=options["host"])
+        if env.get("TROUPE_HTTPS") == "0" and "TROUPE_HTTPS" not in os.environ:
+            self.stdout.write(f"Plain HTTP on {options['host']} (loopback only); behind a TLS proxy set TROUPE_HTTPS=1")
+        elif not settings.DEBUG and "TROUPE_HTTPS" not in os.environ:
+            self.stdout.write(self.style.WARNING(
+                f"Listening on {options['host']} with HTTPS redirects and secure cookies: put a TLS proxy in front, "
+                "or set TROUPE_HTTPS=0 on a network you trust"))
         procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         stopping = False
 
@@ -82,7 +95,8 @@ class Command(BaseCommand):
                 procs.append(("worker", _spawn(WORKER_CMD, env)))
             if _port_open(options["host"], port):
                 raise CommandError(f"port {port} on {options['host']} is already in use; set PORT (or --port) to another one")
-            procs.append(("web", _spawn([sys.executable, "-m", "daphne", "-b", options["host"], "-p", str(port), "webapp.asgi:application"], env)))
+            procs.append(("web", _spawn([sys.executable, "-m", "daphne", "-v", "0", "-b", options["host"], "-p", str(port),
+                                         "webapp.asgi:application"], env)))
             _wait_for(lambda: _port_open(options["host"], port), f"Daphne on port {port}", procs[-1][1])
             if not options["no_worker"]:
                 requeued = services.run_enqueue_queued()  # harmless duplicates: the task claims the row
@@ -133,6 +147,15 @@ class Command(BaseCommand):
                 proc.wait()
         if procs:
             self.stdout.write("Stopped.")
+
+
+def child_env(environ: Mapping[str, str], *, host: str) -> dict[str, str]:
+    """The environment of the web server and the worker: this one, plus plain HTTP on a loopback
+    address (unless TROUPE_HTTPS says otherwise)."""
+    env = dict(environ)
+    if host in LOOPBACK:
+        env.setdefault("TROUPE_HTTPS", "0")
+    return env
 
 
 def _port_from_env() -> int:
