@@ -13,7 +13,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from training.config import ConfigError, RunConfig
-from webapp import trust
+from webapp import services, trust
 from webapp.models import SPECIALIZATION_CHOICES, Agent, Dataset, ModelSource, Team, Topology
 from webapp.services import RUN_OVERRIDES, environment_names
 
@@ -59,9 +59,11 @@ class AgentForm(forms.ModelForm):
 
 
 class OrderedAgentsWidget(forms.Widget):
-    """Numbered agent selects sharing one name; their order is the acting order."""
+    """Numbered agent selects sharing one name; their order is the acting order. It shows the
+    chosen agents, then empty slots up to `slots` (at least one, for one more), never more slots
+    than there are agents to pick: the same count however often the form comes back."""
 
-    def __init__(self, slots: int = 4):
+    def __init__(self, slots: int = 2):
         super().__init__()
         self.slots = slots
         self.choices: list[tuple[str, str]] = []
@@ -71,7 +73,8 @@ class OrderedAgentsWidget(forms.Widget):
 
     def render(self, name: str, value: Any, attrs: dict[str, Any] | None = None, renderer: Any = None) -> SafeString:
         chosen = [str(v) for v in (value or []) if v not in ("", None)]
-        slots = chosen + [""] * max(self.slots - len(chosen), 1)
+        empty = min(max(self.slots - len(chosen), 1), max(len(self.choices) - len(chosen), 0))
+        slots = chosen + [""] * empty
         rows = []
         for i, current in enumerate(slots, start=1):
             options = format_html_join(
@@ -95,7 +98,6 @@ class OrderedAgentsField(forms.Field):
     def set_queryset(self, queryset: QuerySet[Agent]) -> None:
         self.queryset = queryset
         self.widget.choices = [(str(a.pk), f"{a.name} · {a.role} · {a.model_source.name}") for a in queryset.select_related("model_source")]
-        self.widget.slots = max(3, min(len(self.widget.choices), 6))
 
     def prepare_value(self, value: Any) -> Any:
         return [a.pk if isinstance(a, Agent) else a for a in (value or [])]
@@ -159,6 +161,7 @@ class TopologyForm(forms.ModelForm):
 
     def __init__(self, *args: Any, team: Team, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.team = team
         agents_field = self.fields["agents"]
         assert isinstance(agents_field, OrderedAgentsField)
         agents_field.set_queryset(Agent.objects.filter(team=team))
@@ -167,6 +170,18 @@ class TopologyForm(forms.ModelForm):
 
     def clean_env_args(self) -> dict[str, Any]:
         return _env_args(self.cleaned_data.get("env_args"))
+
+    def clean(self) -> dict[str, Any]:
+        """Whether the agents fit the environment and the specialization, with the other field
+        errors (not after them): `services.topology_problems`, which saving checks again."""
+        data = super().clean() or {}
+        if data.get("environment") and "agents" in data and "env_args" in data:
+            draft = Topology(team=self.team, environment=data["environment"], env_args=data["env_args"],
+                             specialization=data.get("specialization") or "", max_turns=data.get("max_turns") or 1)
+            for field, messages in services.topology_problems(topology=draft, agents=data["agents"]).items():
+                for message in messages:
+                    self.add_error(field if field in self.fields else None, message)
+        return data
 
 
 class DatasetUploadForm(forms.Form):
@@ -221,26 +236,41 @@ class DatasetChoiceField(forms.ModelChoiceField):
         return f"{obj.name} ({obj.environment}, {train}+{held} tasks)"
 
 
+def _default(dotted: str) -> str:
+    """The engine default of a dotted RunConfig field, as the form shows it (a placeholder)."""
+    section, key = dotted.split(".")
+    return f"{getattr(getattr(_DEFAULTS, section), key):g}"
+
+
+def _hyper(field: type[forms.Field], dotted: str, *, placeholder: str | None = None, **kwargs: Any) -> forms.Field:
+    """A hyperparameter field: empty by default, its placeholder saying what empty means."""
+    widget = forms.TextInput if field is forms.FloatField else forms.NumberInput
+    attrs = {"placeholder": placeholder or _default(dotted), "inputmode": "decimal" if field is forms.FloatField else "numeric"}
+    return field(required=False, widget=widget(attrs=attrs), **kwargs)
+
+
 class RunForm(forms.Form):
-    """Topology, dataset, the main hyperparameters (empty = the engine default) and advanced YAML."""
+    """Topology, dataset, the main hyperparameters (empty: the default its placeholder shows) and
+    advanced YAML. Every problem is reported at once, next to the field it concerns."""
 
     name = forms.CharField(max_length=200, required=False, help_text="Defaults to topology · dataset.")
     topology = TopologyChoiceField(queryset=Topology.objects.none())
     dataset = DatasetChoiceField(queryset=Dataset.objects.none())
     specialization = forms.ChoiceField(required=False, choices=[("", "as in the topology")] + SPECIALIZATION_CHOICES)
-    steps = forms.IntegerField(required=False, initial=_DEFAULTS.optim.steps, help_text="Training steps.")
-    k = forms.IntegerField(required=False, initial=_DEFAULTS.grpo.k, label="K (group size)",
-                           help_text="Candidates per (task, turn, agent).")
-    tasks_per_step = forms.IntegerField(required=False, initial=_DEFAULTS.optim.tasks_per_step)
-    lr = forms.FloatField(required=False, initial=_DEFAULTS.optim.lr, label="Learning rate", widget=forms.TextInput,
-                          help_text="LoRA usually wants ~1e-4; full fine-tuning 1e-6 to 1e-5.")
-    lora_r = forms.IntegerField(required=False, initial=_DEFAULTS.lora.r, label="LoRA r")
-    max_new_tokens = forms.IntegerField(required=False, initial=_DEFAULTS.generation.max_new_tokens)
-    temperature = forms.FloatField(required=False, initial=_DEFAULTS.generation.temperature, widget=forms.TextInput)
-    beta = forms.FloatField(required=False, initial=_DEFAULTS.grpo.beta, label="Beta (KL)", widget=forms.TextInput)
-    eval_every = forms.IntegerField(required=False, initial=_DEFAULTS.eval.every, help_text="Steps between evaluations; 0 disables.")
-    gpus = forms.IntegerField(required=False, initial=_DEFAULTS.resources.gpus, label="GPUs",
-                              help_text="GPUs on the worker's host; more than 1 trains data-parallel, one process per GPU.")
+    steps = _hyper(forms.IntegerField, "optim.steps", help_text="Training steps.")
+    k = _hyper(forms.IntegerField, "grpo.k", label="K (group size)", help_text="Candidates per (task, turn, agent).")
+    tasks_per_step = _hyper(forms.IntegerField, "optim.tasks_per_step", min_value=1,
+                            error_messages={"min_value": "At least 1 task per step (optim.tasks_per_step)."},
+                            help_text="Tasks rolled out per step.")
+    lr = _hyper(forms.FloatField, "optim.lr", placeholder="1e-4 or 1e-5", label="Learning rate",
+                help_text="Empty: 1e-4 for LoRA adapters, 1e-5 for fine-tuning whole models (single, prompt, full).")
+    lora_r = _hyper(forms.IntegerField, "lora.r", label="LoRA r", help_text="Adapter rank (lora only).")
+    max_new_tokens = _hyper(forms.IntegerField, "generation.max_new_tokens", help_text="Longest completion per turn.")
+    temperature = _hyper(forms.FloatField, "generation.temperature", help_text="Sampling temperature while training.")
+    beta = _hyper(forms.FloatField, "grpo.beta", label="Beta (KL)", help_text="Weight of the KL penalty; 0 turns it off.")
+    eval_every = _hyper(forms.IntegerField, "eval.every", help_text="Steps between held-out evaluations; 0 disables.")
+    gpus = _hyper(forms.IntegerField, "resources.gpus", label="GPUs",
+                  help_text="GPUs on the worker's host; more than 1 trains data-parallel, one process per GPU.")
     advanced_yaml = forms.CharField(
         required=False, label="Advanced YAML", max_length=trust.MAX_CONFIG_BYTES,
         widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false", "placeholder": "grpo:\n  alpha: 0.5\nseed: 1"}),
@@ -261,9 +291,18 @@ class RunForm(forms.Form):
     def run_name(self) -> str:
         return self.cleaned_data.get("name") or f"{self.cleaned_data['topology'].name} · {self.cleaned_data['dataset'].name}"
 
-    def add_config_error(self, exc: ConfigError) -> None:
-        """Show an engine error next to the field it names; else at the advanced YAML box."""
-        self.add_error(self.field_for(exc.field), f"{exc.field}: {exc.message}")
+    def add_config_error(self, exc: ConfigError, source: str | None = None) -> None:
+        """Show an engine error next to the field it concerns, in words: at the form field that
+        caused it (`source`: a dotted override, or "yaml"), else the field it names."""
+        field = {dotted: name for name, dotted in RUN_OVERRIDES.items()}.get(source or "") or (
+            "advanced_yaml" if source == "yaml" else self.field_for(exc.field))
+        if exc.field == "yaml":
+            message = exc.message[:1].upper() + exc.message[1:]
+        elif field != "advanced_yaml" and RUN_OVERRIDES.get(field) == exc.field:
+            message = f"{exc.message[:1].upper()}{exc.message[1:].rstrip('.')} ({exc.field})."
+        else:
+            message = f"{exc.field}: {exc.message}"
+        self.add_error(field, message)
 
     def field_for(self, dotted: str) -> str:
         if dotted == "yaml" or _yaml_sets(self.cleaned_data.get("advanced_yaml", ""), dotted):

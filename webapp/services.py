@@ -15,6 +15,7 @@ import secrets
 import sys
 import traceback
 import uuid
+from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,11 +122,23 @@ def agent_create(*, team: Team, **values: Any) -> Agent:
 
 
 def agent_update(*, agent: Agent, **values: Any) -> Agent:
+    """Save an agent; every problem at once: its name taken, bad fields, a role no environment has."""
     for key in AGENT_FIELDS:
         if key in values:
             setattr(agent, key, values[key])
-    _check_name_free(agent)
-    agent.full_clean()
+    problems: dict[str, list[str]] = defaultdict(list)
+    for check in (lambda: _check_name_free(agent), agent.full_clean):
+        try:
+            check()
+        except ValidationError as exc:
+            for field, messages in exc.message_dict.items():
+                problems[field] += [m for m in messages if m not in problems[field]]
+    roles = environment_roles()
+    if agent.role and not any(agent.role in env_roles for env_roles in roles.values()):
+        by_env = "; ".join(f"{env}: {', '.join(env_roles)}" for env, env_roles in roles.items())
+        problems["role"].append(f"No environment has the role {agent.role!r}, so no topology could use this agent. Roles by environment: {by_env}.")
+    if problems:
+        raise ValidationError(dict(problems))
     agent.save()
     return agent
 
@@ -162,8 +175,9 @@ def topology_update(
     topology.max_turns, topology.specialization = max_turns, specialization
     _check_name_free(topology)
     topology.full_clean()
-    env = environment_load(name=environment, env_args=topology.env_args)
-    _topology_check_agents(topology, env, agents)
+    problems = topology_problems(topology=topology, agents=agents)
+    if problems:
+        raise ValidationError(problems)
     topology.save()
     topology.members.all().delete()
     TopologyAgent.objects.bulk_create(
@@ -172,27 +186,34 @@ def topology_update(
     return topology
 
 
-def _topology_check_agents(topology: Topology, env: Environment, agents: list[Agent]) -> None:
+def topology_problems(*, topology: Topology, agents: list[Agent]) -> dict[str, list[str]]:
+    """Every reason these agents, in this order, cannot make this topology, by field (all of them
+    at once, for the form to show): unknown environment or bad arguments, roles the environment
+    lacks, repeats, another team's agents, a specialization that does not fit."""
+    problems: dict[str, list[str]] = defaultdict(list)
+    env: Environment | None = None
+    try:
+        env = environment_load(name=topology.environment, env_args=topology.env_args)
+    except ValidationError as exc:
+        for field, messages in exc.message_dict.items():
+            problems[field] += messages
     if not agents:
-        raise ValidationError({"agents": "Add at least one agent."})
+        problems["agents"].append("Add at least one agent.")
     if len({a.pk for a in agents}) != len(agents):
-        raise ValidationError({"agents": "Each agent can appear only once."})
+        problems["agents"].append("Each agent can appear only once.")
     if any(a.team_id != topology.team_id for a in agents):
-        raise ValidationError({"agents": "Pick agents of your own team."})
-    wrong = [f"{a.name} ({a.role})" for a in agents if a.role not in env.roles]
-    if wrong:
-        raise ValidationError(
-            {"agents": f"{', '.join(wrong)}: role not in {env.name}; its roles are {', '.join(env.roles)}."}
-        )
-    if topology.specialization == "single" and len(agents) != 1:
-        raise ValidationError({"specialization": f"`single` trains exactly one agent; this topology has {len(agents)}."})
+        problems["agents"].append("Pick agents of your own team.")
+    wrong = [f"{a.name} ({a.role})" for a in agents if env is not None and a.role not in env.roles]
+    if wrong and env is not None:
+        problems["agents"].append(f"{', '.join(wrong)}: role not in {env.name}; its roles are {', '.join(env.roles)}.")
+    if topology.specialization == "single" and len(agents) > 1:
+        problems["specialization"].append(f"`single` trains exactly one agent; this topology has {len(agents)}.")
     sources = {a.model_source.source for a in agents}
     if topology.specialization != "full" and len(sources) > 1:
-        raise ValidationError(
-            {"specialization": f"Only `full` lets agents use different models (these use {', '.join(sorted(sources))})."}
-        )
-    if not any(a.trainable for a in agents):
-        raise ValidationError({"agents": "At least one agent must be trainable."})
+        problems["specialization"].append(f"Only `full` lets agents use different models (these use {', '.join(sorted(sources))}).")
+    if agents and not any(a.trainable for a in agents):
+        problems["agents"].append("At least one agent must be trainable.")
+    return dict(problems)
 
 
 def topology_duplicate(*, topology: Topology) -> Topology:
@@ -404,6 +425,11 @@ RUN_OVERRIDES = {
 }
 """Run form field -> the RunConfig field it overrides."""
 
+SPECIALIZATION_DEFAULTS: dict[str, dict[str, Any]] = {"lora": {"optim.lr": 1e-4}}
+"""What the run form uses where the engine's default does not fit a specialization: LoRA adapters
+want a learning rate about ten times the full model's (the engine's 1e-5). A form field or the
+advanced YAML still sets its own."""
+
 
 def run_config_build(
     *, topology: Topology, dataset: Dataset, name: str = "run", overrides: Mapping[str, Any] | None = None,
@@ -420,7 +446,8 @@ def run_config_build(
         )
     env_args, tree["data"] = dataset_config_tree(dataset=dataset)
     tree["topology"]["env_args"].update(env_args)
-    for dotted, value in (overrides or {}).items():
+    specialization = (overrides or {}).get("topology.specialization") or topology.specialization
+    for dotted, value in {**SPECIALIZATION_DEFAULTS.get(specialization, {}), **(overrides or {})}.items():
         if value is not None:
             section, key = dotted.split(".")
             tree.setdefault(section, {})[key] = value
@@ -431,6 +458,39 @@ def run_config_build(
         _merge(tree, extra or {})
     # the advanced YAML may name files, checkpoints, models and plugins: only the team's own
     return trust.config_from_tree(team_id=topology.team_id, tree=tree)
+
+
+def run_config_check(
+    *, topology: Topology, dataset: Dataset, name: str = "run", overrides: Mapping[str, Any] | None = None,
+    advanced_yaml: str = "",
+) -> tuple[RunConfig | None, list[tuple[str | None, ConfigError]]]:
+    """The run form's config, or every problem with it at once: (config, []) or (None, [(source,
+    error), ...]) where `source` is the override (a dotted field) or "yaml" that caused an error on
+    its own, or None for one only their combination has. Each override and the YAML are tried
+    alone first, so one bad field never hides another."""
+    base = {"topology": topology, "dataset": dataset, "name": name}
+    given = {dotted: value for dotted, value in (overrides or {}).items() if value is not None}
+    try:
+        run_config_build(**base)
+    except ConfigError as exc:
+        return None, [(None, exc)]  # the topology and dataset themselves
+    errors: list[tuple[str | None, ConfigError]] = []
+    for dotted, value in given.items():
+        try:
+            run_config_build(**base, overrides={dotted: value})
+        except ConfigError as exc:
+            errors.append((dotted, exc))
+    if advanced_yaml.strip():
+        try:
+            run_config_build(**base, advanced_yaml=advanced_yaml)
+        except ConfigError as exc:
+            errors.append(("yaml", exc))
+    if errors:
+        return None, errors
+    try:
+        return run_config_build(**base, overrides=given, advanced_yaml=advanced_yaml), []
+    except ConfigError as exc:
+        return None, [(None, exc)]
 
 
 def topology_config_tree(*, topology: Topology) -> dict[str, Any]:
@@ -710,7 +770,8 @@ def _check_name_free(obj: Any) -> None:
     """Names are unique per team; say so next to the name field (the DB constraint backs it)."""
     taken = type(obj).objects.filter(team_id=obj.team_id, name=obj.name).exclude(pk=obj.pk).exists()
     if taken:
-        raise ValidationError({"name": f"Your team already has a {type(obj)._meta.verbose_name} named {obj.name!r}."})
+        kind = str(type(obj)._meta.verbose_name)
+        raise ValidationError({"name": f"Your team already has {'an' if kind[:1] in 'aeiou' else 'a'} {kind} named {obj.name!r}."})
 
 
 def _free_name(model: Any, team: Team, name: str, *, max_length: int) -> str:

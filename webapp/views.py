@@ -13,7 +13,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from training.config import ConfigError
+from training.config import ConfigError, RunConfig
 from training.data import MAX_FIELD_CHARS, MAX_FIELDS, MAX_JSON_DEPTH
 from webapp import history, lifecycle, services, streaming, views_history
 from webapp.access import SESSION_KEY, TeamRequest, team_object_or_404
@@ -263,21 +263,31 @@ def dataset_delete(request: TeamRequest, pk: int) -> HttpResponse:
 
 def run_new(request: TeamRequest) -> HttpResponse:
     form = RunForm(request.POST or None, team=request.team, initial=_run_initial(request))
-    if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
-        try:
-            config = services.run_config_build(
-                topology=data["topology"], dataset=data["dataset"], name=form.run_name(),
-                overrides=form.overrides(), advanced_yaml=data["advanced_yaml"],
-            )
-        except ConfigError as exc:
-            form.add_config_error(exc)
-        else:
+    if request.method == "POST":
+        config = _run_form_config(form)
+        if config is not None:
+            data = form.cleaned_data
             run = services.run_create(team=request.team, user=request.user, name=form.run_name(), config=config,
                                       topology=data["topology"], dataset=data["dataset"])
             messages.success(request, f"Queued run #{run.pk}.", extra_tags="while-queued")  # the run page drops it once it runs
             return redirect(run)
     return render(request, "runs/new.html", {"form": form})
+
+
+def _run_form_config(form: RunForm) -> RunConfig | None:
+    """The form's RunConfig, or None with every problem added to the form at once: its own field
+    errors, and the engine's for each field that parsed (`services.run_config_check`)."""
+    form.is_valid()
+    data = form.cleaned_data
+    if not (data.get("topology") and data.get("dataset")):
+        return None
+    config, errors = services.run_config_check(
+        topology=data["topology"], dataset=data["dataset"], name=form.run_name(), overrides=form.overrides(),
+        advanced_yaml=data.get("advanced_yaml", ""),
+    )
+    for source, exc in errors:
+        form.add_config_error(exc, source)
+    return config if not form.errors else None
 
 
 def _run_initial(request: TeamRequest) -> dict[str, Any]:
@@ -293,25 +303,17 @@ def _run_initial(request: TeamRequest) -> dict[str, Any]:
 
 @require_POST
 def run_preview(request: TeamRequest) -> HttpResponse:
-    """The resolved config YAML for the run form as it stands (htmx)."""
+    """The resolved config YAML for the run form as it stands (htmx), or every problem with it;
+    each field's error block is swapped in out of band, so a fixed field loses its old error."""
     form = RunForm(request.POST, team=request.team)
-    config_yaml, errors = None, []
-    if not (request.POST.get("topology") and request.POST.get("dataset")):
-        pass  # nothing to resolve yet: the pane keeps its hint
-    elif form.is_valid():
-        data = form.cleaned_data
-        try:
-            config = services.run_config_build(
-                topology=data["topology"], dataset=data["dataset"], name=form.run_name(),
-                overrides=form.overrides(), advanced_yaml=data["advanced_yaml"],
-            )
-            config_yaml = config.to_yaml()
-        except ConfigError as exc:
-            errors = [f"{exc.field}: {exc.message}"]
-    else:
-        errors = [f"{form[name].label}: {' '.join(errs)}" if name in form.fields else " ".join(errs)
-                  for name, errs in form.errors.items()]
-    return render(request, "runs/new.html#preview", {"config_yaml": config_yaml, "errors": errors})
+    picked = bool(request.POST.get("topology") and request.POST.get("dataset"))
+    config = _run_form_config(form) if picked else None
+    order = [*form.fields, "__all__"]  # the form's order, not the order the checks found them in
+    errors = [f"{form[name].label}: {' '.join(errs)}" if name in form.fields else " ".join(errs)
+              for name, errs in sorted(form.errors.items(), key=lambda item: order.index(item[0]))] if picked else []
+    return render(request, "runs/new.html#preview", {
+        "form": form, "config_yaml": config.to_yaml() if config is not None else None, "errors": errors, "oob_errors": picked,
+    })
 
 
 RUN_PARTS = ("actions", "held-out", "artifacts", "eval-panel")

@@ -85,7 +85,7 @@ BAD_YAML = [
     ("absurd completion length", "generation: {max_new_tokens: 10000000}", "generation.max_new_tokens", "between 1 and"),
     ("unknown loss", "grpo: {loss_type: magic}", "grpo.loss_type", "allowed"),
     ("negative seed", "seed: -1", "seed", "between 0 and"),
-    ("not YAML", "grpo: [1, 2", "yaml", "not valid YAML"),
+    ("not YAML", "grpo: [1, 2", "yaml", "valid YAML"),
     ("not a mapping", "- 1\n- 2", "yaml", "mapping"),
     ("clip out of range", "grpo: {eps_low: 5}", "grpo.eps_low", "between"),
 ]

@@ -75,3 +75,11 @@ def test_it_deletes_an_unused_agent(alice, alice_world):
     response = alice.client.post(reverse("agent_delete", args=[spare.pk]))
     assert response.status_code == 302
     assert not Agent.objects.filter(pk=spare.pk).exists()
+
+
+def test_it_refuses_a_role_no_environment_has_with_the_other_errors(alice, alice_world):
+    response = alice.client.post(reverse("agent_create"), _data(alice_world, name="tool", role="poet"))
+    errors = response.context["form"].errors
+    assert errors["name"] == ["Your team already has an agent named 'tool'."]  # ("an agent", and at the same time)
+    assert errors["role"][0].startswith("No environment has the role 'poet'") and "math_tool: tool, reasoner" in errors["role"][0]
+    assert not Agent.objects.filter(role="poet").exists()

@@ -17,9 +17,11 @@ def _data(world, **overrides):
     return data
 
 
-def test_it_shows_the_engine_defaults(alice, alice_world):
-    form = alice.client.get(reverse("run_new")).context["form"]
-    assert form["steps"].value() == 50 and form["k"].value() == 4 and form["lr"].value() == 1e-5
+def test_it_shows_the_defaults_an_empty_field_takes(alice, alice_world):
+    html = alice.client.get(reverse("run_new")).content.decode()
+    assert 'name="steps" placeholder="50"' in html and 'name="k" placeholder="4"' in html
+    assert 'placeholder="1e-4 or 1e-5"' in html and "an empty field takes the default shown in it" in html
+    assert "empty = engine default" not in html
 
 
 def test_it_preselects_a_topology_from_the_query_string(alice, alice_world):
@@ -49,10 +51,10 @@ def test_it_does_not_enqueue_before_commit(alice, alice_world, enqueued, django_
 def test_it_shows_an_engine_error_next_to_the_field(alice, alice_world, enqueued):
     response = alice.client.post(reverse("run_new"), _data(alice_world, k="1"))
     assert response.status_code == 200
-    assert response.context["form"].errors["k"] == ["grpo.k: must be at least 2 (a group of 1 has no advantage signal)"]
+    assert response.context["form"].errors["k"] == ["Must be at least 2 (a group of 1 has no advantage signal) (grpo.k)."]
     html = response.content.decode()
     field = html[html.index('id="field-k"'):]
-    assert "grpo.k: must be at least 2" in field[: field.index("</div>")]
+    assert "Must be at least 2" in field[: field.index("</div>")]
     assert Run.objects.count() == 1 and enqueued == []
 
 
@@ -83,7 +85,7 @@ def test_it_previews_the_resolved_config(alice, alice_world):
 
 def test_it_previews_errors(alice, alice_world):
     response = alice.client.post(reverse("run_preview"), _data(alice_world, k="1"), headers={"HX-Request": "true"})
-    assert b"grpo.k: must be at least 2" in response.content
+    assert b"K (group size): Must be at least 2" in response.content
     response = alice.client.post(reverse("run_preview"), {"topology": alice_world.topology.pk, "dataset": "999"},
                                  headers={"HX-Request": "true"})
     assert b"Dataset: Select a valid choice" in response.content
@@ -97,7 +99,7 @@ def test_it_keeps_the_preview_hint_until_both_are_picked(alice, alice_world):
 def test_a_run_on_several_gpus_needs_a_task_per_gpu(alice, alice_world, enqueued, django_capture_on_commit_callbacks):
     response = alice.client.post(reverse("run_new"), _data(alice_world, gpus="2"))
     assert response.context["form"].errors["tasks_per_step"] == [
-        "optim.tasks_per_step: must be at least resources.gpus (2): each process rolls out its share of the step's tasks"
+        "Must be at least resources.gpus (2): each process rolls out its share of the step's tasks (optim.tasks_per_step)."
     ]
     with django_capture_on_commit_callbacks(execute=True):
         alice.client.post(reverse("run_new"), _data(alice_world, gpus="2", tasks_per_step="4"))

@@ -126,3 +126,29 @@ def test_an_unlisted_plugin_is_refused_by_the_form(alice, alice_world, plugin_re
     w = alice_world
     response = alice.client.post(reverse("topology_create"), _data(w, [w.tool], environment=PLUGIN, env_args="{}"))
     assert response.status_code == 200 and "environment" in response.context["form"].errors
+
+
+def test_it_reports_every_problem_at_once(alice, alice_world):
+    w = alice_world
+    poet = Agent.objects.create(team=alice.team, name="poet", role="poet", model_source=w.source)
+    response = alice.client.post(reverse("topology_create"), _data(w, [w.tool, poet], max_turns="0", specialization="single"))
+    errors = response.context["form"].errors
+    assert set(errors) == {"max_turns", "agents", "specialization"}, errors  # the field errors and the agents' together
+    assert "poet (poet): role not in math_tool" in errors["agents"][0]
+
+
+def _slots(response) -> int:
+    return response.content.decode().count('<select name="agents"')
+
+
+def test_it_shows_the_same_agent_slots_however_often_the_form_comes_back(alice, alice_world):
+    w = alice_world
+    assert _slots(alice.client.get(reverse("topology_create"))) == 2  # two agents in the team: two slots
+    data = _data(w, [w.tool], max_turns="0")
+    data["agents"] = [str(w.tool.pk), ""]
+    for _ in range(3):  # an error sends the form back; again, and again
+        response = alice.client.post(reverse("topology_create"), data)
+        assert response.status_code == 200 and _slots(response) == 2
+        data["agents"] = [str(w.tool.pk)] + [""] * (_slots(response) - 1)
+    both = _data(w, [w.tool, w.reasoner], max_turns="0")
+    assert _slots(alice.client.post(reverse("topology_create"), both)) == 2  # no empty slot past the team's agents
