@@ -57,6 +57,9 @@ class Turn:
     chosen: int
     group: GroupKey
     """The GRPO group this turn's candidates belong to."""
+    policy: str = ""
+    """What generated the candidates, as read at generation time ("adapter tool on ...", "shared
+    model ..."): a candidate served by the wrong adapter shows here."""
 
 
 @dataclass
@@ -89,6 +92,7 @@ class Episode:
                     "agent": t.agent,
                     "role": t.role,
                     "prompt": t.prompt,
+                    "policy": t.policy,
                     "chosen": t.chosen,
                     "candidates": [
                         {
@@ -124,6 +128,8 @@ class Sampler:
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=4))
     dist: Dist = field(default_factory=Dist)
     """This process's place in a data-parallel launch (`training.distributed`); one process by default."""
+    served: dict[str, str] = field(default_factory=dict)
+    """Agent -> what generated its last sample (`Turn.policy`)."""
 
     def roles(self) -> tuple[str, ...]:
         order = self.config.topology.order()
@@ -157,11 +163,14 @@ class Sampler:
         gen = self.config.generation
         if self.vllm is not None:
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator))
+            self.served[agent] = self._served_by(agent, policy.adapter) + " (vLLM)"
             return self.vllm.generate(
                 policy, [list(p) for p in prompt_ids], n=n, max_new_tokens=acfg.max_new_tokens or gen.max_new_tokens,
                 temperature=temperature, top_p=gen.top_p, seed=seed, stats=self.stats, stop=self.stop_pattern(acfg.role),
             )
         with policy.active() as model:
+            active = getattr(model, "active_adapter", None) if policy.adapter is not None else None  # what PEFT will run
+            self.served[agent] = self._served_by(agent, active if isinstance(active, str) else policy.adapter)
             return generate(
                 model,
                 policy.tokenizer,
@@ -174,6 +183,12 @@ class Sampler:
                 stats=self.stats,
                 stop=self.stop_pattern(acfg.role),
             )
+
+    def _served_by(self, agent: str, adapter: str | None) -> str:
+        if adapter is not None:
+            return f"adapter {adapter} on {self.config.model.source}"
+        policy = self.policies.for_agent(agent)
+        return f"{'shared' if policy.name == 'shared' else policy.name} model {self.config.agent_model(self.config.agent(agent))}"
 
     def train_temperature(self, agent: str) -> float:
         t = self.config.agent(agent).temperature
@@ -226,7 +241,8 @@ def rollout_tree(sampler: Sampler, tasks: Sequence[tuple[str, dict[str, Any]]]) 
         for ep, (text, ids), gens in zip(active, prompts, groups):
             cands = sampler.score(ep.state, agent, text, gens)
             best = max(range(len(cands)), key=lambda i: cands[i].reward)  # ties: first sampled
-            ep.turns.append(Turn(turn, agent, cfg.agent(agent).role, text, ids, cands, best, (ep.task_id, turn, agent)))
+            ep.turns.append(Turn(turn, agent, cfg.agent(agent).role, text, ids, cands, best, (ep.task_id, turn, agent),
+                                 sampler.served.get(agent, "")))
             next_state = cands[best].next_state
             assert next_state is not None
             ep.state = next_state
@@ -260,7 +276,7 @@ def rollout_independent(
             gens = [group[0] for group in sampler.sample(agent, [ids for _, ids in prompts], 1, temp)]
         for ep, (text, ids), g in zip(active, prompts, gens):
             (cand,) = sampler.score(ep.state, agent, text, [g])
-            ep.turns.append(Turn(turn, agent, cfg.agent(agent).role, text, ids, [cand], 0, (ep.task_id, agent)))
+            ep.turns.append(Turn(turn, agent, cfg.agent(agent).role, text, ids, [cand], 0, (ep.task_id, agent), sampler.served.get(agent, "")))
             assert cand.next_state is not None
             ep.state = cand.next_state
         if on_turn is not None:

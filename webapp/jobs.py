@@ -356,6 +356,7 @@ def playground_execute(*, job_id: int, worker: str = "") -> Job | None:
                         "index": turn, "agent": agent, "role": config.agent(agent).role, "prompt": text,
                         "text": candidate.text, "tool_output": candidate.tool_output, "local": candidate.local,
                         "team": candidate.team, "tokens": len(candidate.token_ids), "truncated": candidate.truncated,
+                        "policy": sampler.served.get(agent, ""),
                     })
                     lane["done"], lane["success"] = episode.state.done, episode.state.success
                     Job.objects.filter(pk=job.pk).update(result=storable(result))

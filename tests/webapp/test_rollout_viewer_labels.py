@@ -1,0 +1,27 @@
+"""The rollout viewer numbers turns from 1 as the playground does, says what generated each turn's
+candidates, and says what its "team" column means (a solved episode's early turns show 0 there)."""
+
+from __future__ import annotations
+
+from django.urls import reverse
+
+from tests.webapp.streams import episode
+from webapp.models import Rollout
+
+
+def test_turns_count_from_one_and_name_what_served_them(alice, alice_world):
+    data = episode(3, success=True)
+    for turn, policy in zip(data["turns"], ("adapter tool on tiny-random:llama", "adapter reasoner on tiny-random:llama")):
+        turn["policy"] = policy
+    Rollout.objects.create(run=alice_world.run, step=3, episode=0, success=True, agent_names=["tool", "reasoner"], data=data)
+    html = alice.client.get(reverse("run_rollouts", args=[alice_world.run.pk])).content.decode()
+    assert '<span class="turn-index">turn 1</span>' in html and '<span class="turn-index">turn 2</span>' in html
+    assert "turn 0" not in html
+    assert "by adapter tool on tiny-random:llama" in html and "by adapter reasoner on tiny-random:llama" in html
+    assert ">team now</th>" in html and "earlier turns of a solved episode can show 0" in html
+
+
+def test_episodes_recorded_before_policies_were_recorded_still_show(alice, alice_world):
+    Rollout.objects.create(run=alice_world.run, step=1, episode=0, success=False, agent_names=["tool"], data=episode(1))
+    html = alice.client.get(reverse("run_rollouts", args=[alice_world.run.pk])).content.decode()
+    assert "turn 1" in html and 'class="served"' not in html
