@@ -105,10 +105,15 @@ def model_source_save(*, team: Team, name: str, source: str, notes: str = "", in
     return obj
 
 
-def model_source_delete(*, source: ModelSource) -> None:
+def model_source_delete_blocker(*, source: ModelSource) -> str | None:
+    """Why this model cannot be deleted now (the confirmation page says it before the click), or None."""
     users = list(source.agents.values_list("name", flat=True))
-    if users:
-        raise ValidationError(f"Agents use this model: {', '.join(users)}. Point them elsewhere first.")
+    return f"Agents use this model: {', '.join(users)}. Point them elsewhere first." if users else None
+
+
+def model_source_delete(*, source: ModelSource) -> None:
+    if blocker := model_source_delete_blocker(source=source):
+        raise ValidationError(blocker)
     source.delete()
 
 
@@ -151,10 +156,14 @@ def agent_duplicate(*, agent: Agent) -> Agent:
     return copy
 
 
-def agent_delete(*, agent: Agent) -> None:
+def agent_delete_blocker(*, agent: Agent) -> str | None:
     names = sorted(set(agent.memberships.values_list("topology__name", flat=True)))
-    if names:
-        raise ValidationError(f"Used by topologies: {', '.join(names)}. Remove it there first.")
+    return f"Used by topologies: {', '.join(names)}. Remove it there first." if names else None
+
+
+def agent_delete(*, agent: Agent) -> None:
+    if blocker := agent_delete_blocker(agent=agent):
+        raise ValidationError(blocker)
     agent.delete()
 
 
@@ -228,9 +237,15 @@ def topology_duplicate(*, topology: Topology) -> Topology:
     )
 
 
-def topology_delete(*, topology: Topology) -> None:
+def topology_delete_blocker(*, topology: Topology) -> str | None:
     if topology.runs.filter(status__in=Run.ACTIVE).exists():
-        raise ValidationError("A queued or running run uses this topology; cancel it first.")
+        return "A queued or running run uses this topology; cancel it first."
+    return None
+
+
+def topology_delete(*, topology: Topology) -> None:
+    if blocker := topology_delete_blocker(topology=topology):
+        raise ValidationError(blocker)
     topology.delete()  # finished runs keep their config snapshot
 
 
@@ -398,9 +413,15 @@ def dataset_revalidate(*, dataset: Dataset) -> Dataset:
     return dataset
 
 
-def dataset_delete(*, dataset: Dataset) -> None:
+def dataset_delete_blocker(*, dataset: Dataset) -> str | None:
     if dataset.runs.filter(status__in=Run.ACTIVE).exists():
-        raise ValidationError("A queued or running run uses this dataset; cancel it first.")
+        return "A queued or running run uses this dataset; cancel it first."
+    return None
+
+
+def dataset_delete(*, dataset: Dataset) -> None:
+    if blocker := dataset_delete_blocker(dataset=dataset):
+        raise ValidationError(blocker)
     path = dataset.path
     with transaction.atomic():
         dataset.delete()

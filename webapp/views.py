@@ -68,9 +68,10 @@ def environment_hint(request: TeamRequest) -> HttpResponse:
     return render(request, "_environment_hint.html", {"env": env})
 
 
-def _delete(request: TeamRequest, obj: Any, delete: Any, kind: str, back: str) -> HttpResponse:
-    """Confirm on GET; delete through the service on POST, or show why not."""
-    error = None
+def _delete(request: TeamRequest, obj: Any, delete: Any, kind: str, back: str, blocker: Any) -> HttpResponse:
+    """Confirm on GET, saying already why it cannot be deleted if it cannot (`blocker(obj)`);
+    delete through the service on POST, or show why not."""
+    error = blocker(obj)
     if request.method == "POST":
         try:
             delete(obj)
@@ -107,7 +108,8 @@ def model_source_edit(request: TeamRequest, pk: int | None = None) -> HttpRespon
 
 def model_source_delete(request: TeamRequest, pk: int) -> HttpResponse:
     source = team_object_or_404(request, ModelSource, pk)
-    return _delete(request, source, lambda s: services.model_source_delete(source=s), "model", "model_source_list")
+    return _delete(request, source, lambda s: services.model_source_delete(source=s), "model", "model_source_list",
+                   lambda s: services.model_source_delete_blocker(source=s))
 
 
 # == agents =======================================================================================
@@ -145,7 +147,8 @@ def agent_duplicate(request: TeamRequest, pk: int) -> HttpResponse:
 
 def agent_delete(request: TeamRequest, pk: int) -> HttpResponse:
     agent = team_object_or_404(request, Agent, pk)
-    return _delete(request, agent, lambda a: services.agent_delete(agent=a), "agent", "agent_list")
+    return _delete(request, agent, lambda a: services.agent_delete(agent=a), "agent", "agent_list",
+                   lambda a: services.agent_delete_blocker(agent=a))
 
 
 # == topologies ===================================================================================
@@ -184,7 +187,8 @@ def topology_duplicate(request: TeamRequest, pk: int) -> HttpResponse:
 
 def topology_delete(request: TeamRequest, pk: int) -> HttpResponse:
     topology = team_object_or_404(request, Topology, pk)
-    return _delete(request, topology, lambda t: services.topology_delete(topology=t), "topology", "topology_list")
+    return _delete(request, topology, lambda t: services.topology_delete(topology=t), "topology", "topology_list",
+                   lambda t: services.topology_delete_blocker(topology=t))
 
 
 # == datasets =====================================================================================
@@ -255,7 +259,8 @@ def dataset_revalidate(request: TeamRequest, pk: int) -> HttpResponse:
 
 def dataset_delete(request: TeamRequest, pk: int) -> HttpResponse:
     dataset = team_object_or_404(request, Dataset, pk)
-    return _delete(request, dataset, lambda d: services.dataset_delete(dataset=d), "dataset", "dataset_list")
+    return _delete(request, dataset, lambda d: services.dataset_delete(dataset=d), "dataset", "dataset_list",
+                   lambda d: services.dataset_delete_blocker(dataset=d))
 
 
 # == runs =========================================================================================
