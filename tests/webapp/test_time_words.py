@@ -16,7 +16,7 @@ def test_ago_and_took_say_seconds_and_minutes():
     assert ago(now) == "just now"
     assert ago(now - timedelta(seconds=42)) == "42 s ago"
     assert ago(now - timedelta(minutes=3, seconds=5)) == "3 min ago"
-    assert ago(now - timedelta(days=2, hours=4)) == "2 days, 4 hours ago"
+    assert ago(now - timedelta(days=2, hours=4)).replace("\xa0", " ") == "2 days, 4 hours ago"
     assert took(now - timedelta(seconds=48), now) == "48 s"
     assert took(now - timedelta(minutes=3, seconds=41), now) == "3 min 41 s"
     assert took(now - timedelta(hours=2, minutes=10), now) == "2 h 10 min"
