@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -66,8 +68,9 @@ class Fleet:
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
+        # The tests' own secret key: the web child reads the sessions this process's test client makes.
         env.update(DATABASE_URL=database_url(), REDIS_URL=self.redis_url, TROUPE_DATA_DIR=str(self.data_dir), DEBUG="1",
-                   PYTHONUNBUFFERED="1", **self.extra_env)
+                   SECRET_KEY=settings.SECRET_KEY, PYTHONUNBUFFERED="1", **self.extra_env)
         env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
         return env
 
