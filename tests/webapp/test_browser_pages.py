@@ -45,7 +45,8 @@ def _database_url() -> str:
 @pytest.fixture
 def server(data_dir: Path, tmp_path: Path) -> Iterator[str]:
     port = _free_port()
-    env = dict(os.environ, DATABASE_URL=_database_url(), TROUPE_DATA_DIR=str(data_dir), DEBUG="1")
+    env = dict(os.environ, DATABASE_URL=_database_url(), TROUPE_DATA_DIR=str(data_dir), DEBUG="1",
+               SECRET_KEY=settings.SECRET_KEY)  # the server reads the sessions the test client makes
     log = (tmp_path / "daphne.log").open("wb")
     proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"],
                             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
