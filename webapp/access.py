@@ -71,4 +71,12 @@ def team_context(request: HttpRequest) -> dict[str, Any]:
     return {
         "team": getattr(request, "team", None),
         "memberships": getattr(request, "memberships", []),
+        "team_admin": is_team_admin(request),
     }
+
+
+def is_team_admin(request: HttpRequest) -> bool:
+    """An admin of the current team, or site staff: may delete the team's checkpoints and exports."""
+    user = getattr(request, "user", None)
+    membership = getattr(request, "membership", None)
+    return bool(user is not None and user.is_authenticated and (user.is_staff or (membership is not None and membership.role == "admin")))

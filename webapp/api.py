@@ -281,7 +281,7 @@ def _artifact_links(request: HttpRequest, run: Run) -> dict[str, Any]:
     ]
     merged = [
         {"job": j.pk, "agent": j.params.get("agent"), "checkpoint_step": j.params.get("checkpoint_step"), "status": j.status,
-         "url": _absolute(request, reverse("api_merged_download", args=[run.pk, j.pk])) if j.status == Job.Status.SUCCEEDED else None}
+         "url": _absolute(request, reverse("api_merged_download", args=[run.pk, j.pk])) if j.status == Job.Status.SUCCEEDED and j.output else None}
         for j in run.jobs.filter(kind=Job.Kind.MERGE).order_by("-created")
     ]
     return {"files": files, "checkpoints": checkpoints, "merged": merged}

@@ -75,9 +75,13 @@ def checkpoint_policies(folder: Path) -> list[PolicyArtifact]:
 
 
 def run_artifacts(*, run: Run) -> list[CheckpointArtifacts]:
-    """Every recorded checkpoint, newest first, with the policy folders still on disk."""
+    """Every recorded checkpoint, newest first, with the policy folders still on disk (one Troupe
+    deleted is not looked for)."""
     out = []
     for checkpoint in run.checkpoints.order_by("-step"):
+        if checkpoint.deleted is not None:
+            out.append(CheckpointArtifacts(checkpoint, on_disk=False))
+            continue
         try:
             folder = checkpoint_folder(run=run, checkpoint=checkpoint)
         except ArtifactMissing:

@@ -180,9 +180,17 @@ def _evaluate_checkpoint(config: RunConfig, checkpoint: str | None) -> list[dict
 # == merged export ====================================================================================
 
 
-def merge_request(*, run: Run, user: User | None, checkpoint: Checkpoint, agent: str) -> Job:
-    """Queue merging `agent`'s LoRA adapter at `checkpoint` into the run's base model. A finished
-    export of the same adapter whose folder still exists is returned instead of a new job."""
+MERGE_DTYPES = {"bfloat16": "bf16", "trained": "as trained"}
+"""How a merged model is saved: bf16 (half the size of fp32, what GPUs serve), or the dtype the
+run trained in (`model.dtype`; `auto` trains in bf16 on a GPU and fp32 on a CPU)."""
+
+
+def merge_request(*, run: Run, user: User | None, checkpoint: Checkpoint, agent: str, dtype: str = "bfloat16") -> Job:
+    """Queue merging `agent`'s LoRA adapter at `checkpoint` into the run's base model, saved in
+    `dtype` (`MERGE_DTYPES`). A finished export of the same adapter and dtype whose folder still
+    exists is returned instead of a new job."""
+    if dtype not in MERGE_DTYPES:
+        raise ValidationError({"dtype": f"Export as one of: {', '.join(MERGE_DTYPES)}."})
     _checked_checkpoint(run, checkpoint)
     try:
         _, policy = artifacts.policy_folder(run=run, checkpoint=checkpoint, name=agent)
@@ -190,12 +198,12 @@ def merge_request(*, run: Run, user: User | None, checkpoint: Checkpoint, agent:
         raise ValidationError({"agent": str(exc)}) from None
     if policy.kind != "adapter":
         raise ValidationError({"agent": f"{agent} is a full model already; download it as it is."})
-    existing = Job.objects.filter(run=run, kind=Job.Kind.MERGE, checkpoint=checkpoint, params__agent=agent) \
+    existing = Job.objects.filter(run=run, kind=Job.Kind.MERGE, checkpoint=checkpoint, params__agent=agent, params__dtype=dtype) \
         .exclude(status=Job.Status.FAILED).order_by("-created").first()
     if existing is not None and (existing.is_active or Path(existing.output or "/nonexistent").is_dir()):
         return existing
     return job_create(team=run.team, user=user, kind=Job.Kind.MERGE, run=run, checkpoint=checkpoint,
-                      params={"agent": agent, "checkpoint_step": checkpoint.step})
+                      params={"agent": agent, "checkpoint_step": checkpoint.step, "dtype": dtype})
 
 
 def merge_out_dir(job: Job) -> Path:
@@ -208,15 +216,20 @@ def merge_execute(*, job_id: int, worker: str = "") -> Job | None:
         return None
 
     def work(job: Job) -> dict[str, Any]:
-        from peft import PeftModel  # imports torch: only in the worker
+        import torch  # only in the worker
+        from peft import PeftModel
 
         from training.models import load_model
 
         assert job.run is not None and job.checkpoint is not None
         config = job.run.to_config()
         adapter, _ = artifacts.policy_folder(run=job.run, checkpoint=job.checkpoint, name=job.params["agent"])
-        base, tokenizer = load_model(config.agent_model(config.agent(job.params["agent"])), dtype=config.model.dtype, device="cpu")
+        # merged in fp32 (no rounding of the adapter's update into the base), then saved in the dtype asked for
+        base, tokenizer = load_model(config.agent_model(config.agent(job.params["agent"])), dtype="float32", device="cpu")
         merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+        trained = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
+            config.model.dtype, torch.bfloat16 if torch.cuda.is_available() else torch.float32)
+        merged = merged.to(torch.bfloat16 if job.params.get("dtype", "bfloat16") == "bfloat16" else trained)
         out = merge_out_dir(job)
         tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -225,6 +238,7 @@ def merge_execute(*, job_id: int, worker: str = "") -> Job | None:
         (tmp / "troupe.json").write_text(json.dumps({
             "run": job.run.pk, "run_name": job.run.name, "checkpoint_step": job.checkpoint.step,
             "agent": job.params["agent"], "base_model": config.agent_model(config.agent(job.params["agent"])),
+            "dtype": str(merged.dtype).removeprefix("torch."),
         }, indent=2))
         shutil.rmtree(out, ignore_errors=True)
         tmp.rename(out)

@@ -432,6 +432,9 @@ class Checkpoint(models.Model):
     step = models.PositiveIntegerField()
     path = models.CharField(max_length=500)
     created = models.DateTimeField(default=timezone.now)
+    deleted = models.DateTimeField(
+        null=True, blank=True, help_text="When its files went (checkpoint.keep, or a team admin); the row stays for the record.",
+    )
 
     class Meta:
         ordering = ["step"]

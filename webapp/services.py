@@ -611,7 +611,7 @@ def run_resume(*, run: Run, user: User) -> Run:
     """A new run continuing a failed or cancelled run from its latest checkpoint, with the same
     config: the engine restores weights, optimizer and RNG state and replays the same data order,
     so the new run's first step is the checkpoint's step + 1 (its charts continue the old ones)."""
-    checkpoint = run.checkpoints.order_by("-step").first()
+    checkpoint = run.checkpoints.filter(deleted__isnull=True).order_by("-step").first()
     if not run.can_resume or checkpoint is None:
         raise ValidationError("Only a failed or cancelled run with a checkpoint can be resumed.")
     config = run.to_config().replace(**{"checkpoint.resume_from": checkpoint.path})

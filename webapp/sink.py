@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from django.db import transaction
@@ -73,11 +74,20 @@ class DatabaseSink:
         self._write("log", {"level": level, "message": message}, line.save)
 
     def checkpoint(self, step: int, path: str) -> None:
+        """Record the new checkpoint, and the older ones whose folders the engine just deleted
+        (`checkpoint.keep`): their rows stay, marked deleted, and no page links to them any more."""
+        gone: list[int] = []
+
         def write() -> None:
-            Checkpoint.objects.update_or_create(run_id=self.run_id, step=step, defaults={"path": path})
+            Checkpoint.objects.update_or_create(run_id=self.run_id, step=step, defaults={"path": path, "deleted": None})
+            for old in Checkpoint.objects.filter(run_id=self.run_id, deleted__isnull=True).exclude(step=step):
+                if not Path(old.path).is_dir():
+                    gone.append(old.step)
+            Checkpoint.objects.filter(run_id=self.run_id, step__in=gone).update(deleted=timezone.now())
 
         self._write("checkpoint", {"step": step, "path": path}, write)
-        self.log(f"checkpoint saved at step {step}: {path}")
+        self.log(f"checkpoint saved at step {step}: {path}"
+                 + (f"; deleted step {', '.join(map(str, gone))} (checkpoint.keep)" if gone else ""))
 
     def evaluation(self, result: dict[str, Any]) -> None:
         row = Evaluation(

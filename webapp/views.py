@@ -332,7 +332,7 @@ def run_detail(request: TeamRequest, pk: int) -> HttpResponse:
     context = {
         "run": run,
         "latest": run.metric_points.order_by("-step").first(),
-        "checkpoints": run.checkpoints.all(),
+        "checkpoints": run.checkpoints.filter(deleted__isnull=True),
         "log_lines": list(run.log_lines.order_by("-time", "-id")[:50])[::-1],
         "parts": parts,
     }

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -17,8 +17,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from training.config import ConfigError
-from webapp import artifacts, history, jobs, services, tokens
-from webapp.access import TeamRequest, team_object_or_404
+from webapp import artifacts, history, jobs, services, storage, tokens
+from webapp.access import TeamRequest, is_team_admin, team_object_or_404
 from webapp.downloads import checkpoint_download, merged_download, run_file_download, streamed
 from webapp.forms_history import ApiTokenForm, EvaluationForm, PlaygroundForm, RunNotesForm, RunTagsForm, playground_agents
 from webapp.models import SPECIALIZATION_LABELS, ApiToken, Checkpoint, Job, Run, Topology
@@ -113,10 +113,32 @@ def run_history_context(*, run: Run) -> dict[str, Any]:
         "eval_chart": _eval_chart(run, evaluations),
         "eval_jobs": run.jobs.filter(kind=Job.Kind.EVALUATE).select_related("checkpoint")[:20],
         "eval_form": EvaluationForm(run=run),
-        "artifacts": artifacts.run_artifacts(run=run),
-        "merge_jobs": run.jobs.filter(kind=Job.Kind.MERGE)[:20],
-        "latest_checkpoint": run.checkpoints.order_by("-step").first(),
+        **_artifacts_context(run),
+        "latest_checkpoint": run.checkpoints.filter(deleted__isnull=True).order_by("-step").first(),
     }
+
+
+def _artifacts_context(run: Run) -> dict[str, Any]:
+    """The artifacts section: checkpoints on disk with their sizes and whether they may be deleted,
+    the ones deleted, merged exports with their sizes."""
+    merge_jobs = list(run.jobs.filter(kind=Job.Kind.MERGE)[:20])
+    found = artifacts.run_artifacts(run=run)
+    return {
+        "artifacts": found,
+        "deletable": {c.pk for c in run.checkpoints.filter(deleted__isnull=True) if storage.checkpoint_delete_blocker(checkpoint=c) is None},
+        "deleted_steps": sorted({c.step for c in run.checkpoints.filter(deleted__isnull=False)}
+                                | {a.checkpoint.step for a in found if not a.on_disk}),
+        "merge_jobs": merge_jobs,
+        "export_sizes": {job.pk: storage.folder_size(job.output) for job in merge_jobs if job.output},
+        "model_dtype": _model_dtype(run),
+    }
+
+
+def _model_dtype(run: Run) -> str:
+    try:
+        return run.to_config().model.dtype
+    except ConfigError:
+        return ""
 
 
 def _eval_chart(run: Run, evaluations: list[Any]) -> dict[str, Any]:
@@ -212,8 +234,42 @@ def run_evaluate(request: TeamRequest, pk: int) -> HttpResponse:
 def run_artifacts(request: TeamRequest, pk: int) -> HttpResponse:
     """The artifacts section (htmx polls it while a merged export is being built)."""
     run = _run(request, pk)
-    context = {"run": run, "artifacts": artifacts.run_artifacts(run=run), "merge_jobs": run.jobs.filter(kind=Job.Kind.MERGE)[:20]}
-    return render(request, f"{SECTIONS}#artifacts", context)
+    return render(request, f"{SECTIONS}#artifacts", {"run": run, **_artifacts_context(run)})
+
+
+def _team_admin(request: TeamRequest) -> None:
+    if not is_team_admin(request):
+        raise PermissionDenied("Only a team admin can delete checkpoints and exports.")
+
+
+@require_POST
+def run_checkpoint_delete(request: TeamRequest, pk: int, step: int) -> HttpResponse:
+    """A team admin deletes one of a finished run's older checkpoints from disk."""
+    run = _run(request, pk)
+    checkpoint = get_object_or_404(Checkpoint, run=run, step=step)
+    _team_admin(request)
+    try:
+        storage.checkpoint_delete(checkpoint=checkpoint)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, f"Deleted checkpoint step {step} of run #{run.pk}.")
+    return redirect(request.POST.get("next") if request.POST.get("next") == reverse("storage") else run.get_absolute_url() + "#artifacts")
+
+
+@require_POST
+def run_export_delete(request: TeamRequest, pk: int, job_id: int) -> HttpResponse:
+    """A team admin deletes a merged export."""
+    run = _run(request, pk)
+    job = get_object_or_404(Job, pk=job_id, run=run, kind=Job.Kind.MERGE)
+    _team_admin(request)
+    try:
+        storage.export_delete(job=job)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, f"Deleted the merged export of {job.params.get('agent', 'the agent')} (job #{job.pk}).")
+    return redirect(request.POST.get("next") if request.POST.get("next") == reverse("storage") else run.get_absolute_url() + "#artifacts")
 
 
 @require_GET
@@ -238,7 +294,8 @@ def run_merge(request: TeamRequest, pk: int, step: int, name: str) -> HttpRespon
     run = _run(request, pk)
     checkpoint = get_object_or_404(Checkpoint, run=run, step=step)
     try:
-        job = jobs.merge_request(run=run, user=request.user, checkpoint=checkpoint, agent=name)
+        job = jobs.merge_request(run=run, user=request.user, checkpoint=checkpoint, agent=name,
+                                 dtype=request.POST.get("dtype") or "bfloat16")
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
     else:

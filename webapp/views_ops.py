@@ -11,7 +11,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from webapp import health, lifecycle
+from webapp import health, lifecycle, storage
 from webapp.access import TeamRequest, team_object_or_404
 from webapp.models import Run
 
@@ -43,6 +43,12 @@ def worker_list(request: TeamRequest) -> HttpResponse:
         "queued_team": queued.filter(team=request.team).count(),
         "lost_seconds": settings.TROUPE_WORKER_LOST_SECONDS,
     })
+
+
+@require_GET
+def storage_page(request: TeamRequest) -> HttpResponse:
+    """What the team keeps on disk (runs, exports, uploads) and the shared model cache."""
+    return render(request, "storage.html", {"report": storage.storage_report(team=request.team)})
 
 
 @require_POST

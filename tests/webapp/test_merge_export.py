@@ -31,10 +31,10 @@ def test_it_merges_an_adapter_into_a_standalone_model(alice, run, jobs_sent, tmp
     from training.models import load_model
 
     with django_capture_on_commit_callbacks(execute=True):
-        response = alice.client.post(reverse("run_merge", args=[run.pk, 4, "tool"]))
+        response = alice.client.post(reverse("run_merge", args=[run.pk, 4, "tool"]), {"dtype": "trained"})  # fp32 on a CPU
     assert response.status_code == 302
     job = Job.objects.get(kind="merge")
-    assert jobs_sent == [("merge_execute", job.pk)] and job.params == {"agent": "tool", "checkpoint_step": 4}
+    assert jobs_sent == [("merge_execute", job.pk)] and job.params == {"agent": "tool", "checkpoint_step": 4, "dtype": "trained"}
     assert "Queued" in alice.client.get(reverse("run_artifacts", args=[run.pk])).content.decode()
 
     done = jobs.merge_execute(job_id=job.pk)
