@@ -26,9 +26,23 @@ s = socket.socket(); s.settimeout(1)
 sys.exit(0 if s.connect_ex(("127.0.0.1", 5432)) == 0 else 1)
 PYEOF
 then
-  echo "== web tests (PostgreSQL at 127.0.0.1:5432)"
-  DATABASE_URL=${TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres} \
-    $PY -m pytest tests/webapp -m "not browser" -q -p no:cacheprovider
+  pg_url=${TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+  # which server this pass tests against (its version, host and database; never the password)
+  pg_server=$($PY - "$pg_url" <<'PYEOF' 2>/dev/null
+import sys
+import psycopg
+from urllib.parse import urlsplit
+url = urlsplit(sys.argv[1])
+try:
+    with psycopg.connect(sys.argv[1], connect_timeout=5) as conn:
+        version = conn.execute("SHOW server_version").fetchone()[0]
+except psycopg.Error as exc:
+    version = f"(version unknown: {str(exc).splitlines()[0]})"
+print(f"PostgreSQL {version} at {url.hostname}:{url.port or 5432}, database {url.path.lstrip('/') or 'postgres'}, user {url.username}")
+PYEOF
+)
+  echo "== web tests ($pg_server)"
+  DATABASE_URL=$pg_url $PY -m pytest tests/webapp -m "not browser" -p no:cacheprovider  # -q once (pytest.ini): a summary line
   pg=$?
   [ $pg -eq 5 ] && pg=0
   [ $pg -ne 0 ] && status=$pg

@@ -129,7 +129,7 @@ def browser_page(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         context = browser.new_context(viewport={"width": 1440, "height": 1000})
         violations = watch_csp(context)
         page = context.new_page()
-        page.set_default_timeout(30_000)
+        page.set_default_timeout(90_000)  # a safety net: tests wait on events, a loaded machine is slow
         yield page
         assert_no_csp_violation(page, violations)
         browser.close()

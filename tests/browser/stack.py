@@ -110,7 +110,7 @@ class Stack:
             cwd=REPO, env=self.env(), stdout=self._log("daphne"), stderr=subprocess.STDOUT,
         )
         self.web_starts += 1
-        _wait(lambda: port_open(self.port), "daphne", self.web, 30)
+        _wait(lambda: port_open(self.port), "daphne", self.web, 120)
 
     def kill_web(self) -> None:
         """Kill Daphne outright (no close frames: the browser sees an abnormal close)."""

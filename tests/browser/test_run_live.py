@@ -69,9 +69,9 @@ def test_it_streams_a_real_run_into_the_page(stack: Stack, alice: Member, tiny_w
     run_id = launch(page, stack, tiny_world, steps=steps, eval_every=2)
     page.wait_for_selector("#run-live[data-conn=live]")
     try:
-        wait_for_status(page, "running", 60)
+        wait_for_status(page, "running", 180)
         # The first step's points and episodes appear without a reload.
-        page.wait_for_function("() => window.runLive.steps('reward/total').length >= 1", timeout=60_000)
+        page.wait_for_function("() => window.runLive.steps('reward/total').length >= 1", timeout=180_000)
         page.wait_for_selector("#chart-reward canvas")
         page.wait_for_selector("#episodes article.episode")
         mid = live_state(page)
@@ -79,9 +79,9 @@ def test_it_streams_a_real_run_into_the_page(stack: Stack, alice: Member, tiny_w
         assert mid["badge"] == "Running" and mid["charts"] >= 6
         assert 1 <= len(mid["steps"]) < steps, "the page should be watching a run still in progress"
 
-        wait_for_status(page, "succeeded", 90)
-        page.wait_for_function(f"() => window.runLive.steps('reward/total').length === {steps}", timeout=10_000)
-        page.wait_for_function("() => Object.keys(window.runLive.state.evals).length >= 2", timeout=10_000)
+        wait_for_status(page, "succeeded", 300)
+        page.wait_for_function(f"() => window.runLive.steps('reward/total').length === {steps}", timeout=120_000)
+        page.wait_for_function("() => Object.keys(window.runLive.state.evals).length >= 2", timeout=120_000)
     except Exception:
         page.screenshot(path=str(shots / "run-live-failure.png"), full_page=True)
         print(stack.logs())
@@ -139,21 +139,21 @@ def test_it_recovers_every_step_after_the_server_restarts(stack: Stack, alice: M
     log_in(page, stack, alice)
     run_id = launch(page, stack, tiny_world, steps=steps, eval_every=0)
     try:
-        page.wait_for_function("() => window.runLive.steps('reward/total').length >= 1", timeout=90_000)
+        page.wait_for_function("() => window.runLive.steps('reward/total').length >= 1", timeout=180_000)
         seen = live_state(page)["steps"][-1]
 
         stack.kill_web()  # the socket drops abnormally; the run goes on in the worker
-        page.wait_for_selector("#run-live[data-conn=reconnecting]", state="attached", timeout=10_000)
-        deadline = time.monotonic() + 60
+        page.wait_for_selector("#run-live[data-conn=reconnecting]", state="attached", timeout=60_000)
+        deadline = time.monotonic() + 300
         while MetricPoint.objects.filter(run_id=run_id, step__gt=seen).count() < 2 and time.monotonic() < deadline:
             time.sleep(0.5)  # steps the page cannot hear about: they go to the database only
         assert MetricPoint.objects.filter(run_id=run_id, step__gt=seen).count() >= 2
         page.screenshot(path=str(shots / "run-live-disconnected.png"), full_page=True)
         stack.start_web()
 
-        page.wait_for_selector("#run-live[data-conn=live]", state="attached", timeout=30_000)
-        wait_for_status(page, "succeeded", 90)
-        page.wait_for_function(f"() => window.runLive.steps('reward/total').length === {steps}", timeout=10_000)
+        page.wait_for_selector("#run-live[data-conn=live]", state="attached", timeout=120_000)
+        wait_for_status(page, "succeeded", 300)
+        page.wait_for_function(f"() => window.runLive.steps('reward/total').length === {steps}", timeout=120_000)
     except Exception:
         page.screenshot(path=str(shots / "run-live-reconnect-failure.png"), full_page=True)
         print(stack.logs())

@@ -42,11 +42,11 @@ def test_an_open_page_follows_the_run_from_queued_to_succeeded(stack: Stack, ali
     run_id = launch(page, stack, tiny_world, steps=steps, eval_every=2)
     page.evaluate(WATCH)  # (the "Queued run #N." note may already be gone: the worker can be that quick)
     try:
-        wait_for_status(page, "running", 60)
-        page.wait_for_selector("#run-phase:not([hidden])", timeout=60_000)
-        wait_for_status(page, "succeeded", 180)
-        page.wait_for_selector("#run-actions a:has-text('Try in playground')", timeout=15_000)
-        page.wait_for_function("() => !document.getElementById('held-out-note').dataset.empty", timeout=15_000)
+        wait_for_status(page, "running", 180)
+        page.wait_for_selector("#run-phase:not([hidden])", timeout=180_000)
+        wait_for_status(page, "succeeded", 300)
+        page.wait_for_selector("#run-actions a:has-text('Try in playground')", timeout=60_000)
+        page.wait_for_function("() => !document.getElementById('held-out-note').dataset.empty", timeout=60_000)
     except Exception:
         page.screenshot(path=str(shots / "run-states-failure.png"), full_page=True)
         print(stack.logs())

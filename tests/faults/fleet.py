@@ -148,7 +148,7 @@ class Fleet:
                 s.settimeout(0.3)
                 return s.connect_ex(("127.0.0.1", self.port)) == 0
 
-        wait_for(up, "daphne", 30)
+        wait_for(up, "daphne", 120)
 
     # -- teardown -----------------------------------------------------------------------------------
 

@@ -4,7 +4,6 @@ run page, reconnecting as the page does, ends up with every step and the final s
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,16 +58,21 @@ def test_training_and_the_live_page_survive_a_redis_restart(alice, fleet):
             run.refresh_from_db()
             return run.step
 
-        wait_for(lambda: step() >= 2, "step 2", 90)
-        wait_for(lambda: {1, 2} <= viewer.steps, "the viewer to see steps 1-2", 20)
+        wait_for(lambda: step() >= 2, "step 2", 300)
+        wait_for(lambda: {1, 2} <= viewer.steps, "the viewer to see steps 1-2", 120)
         fleet.kill_redis()
         down_at = step()
-        time.sleep(5)
-        assert run.status == Run.Status.RUNNING or run.status == Run.Status.SUCCEEDED
-        assert step() > down_at, f"training stalled while Redis was down\n{fleet.logs()}"
+        # Training goes on while Redis is down: wait for the next step (an event, not a time budget
+        # that a loaded machine misses), however long a step takes here.
+        try:
+            wait_for(lambda: step() > down_at or not run.is_active, "a step while Redis is down", 180)
+        except AssertionError:
+            raise AssertionError(f"training stalled while Redis was down\n{fleet.logs()}") from None
+        assert run.status == Run.Status.RUNNING or run.status == Run.Status.SUCCEEDED, run.error_message
+        assert step() > down_at
         fleet.start_redis()  # empty: no groups, no queues
 
-        wait_for(lambda: step() and not run.is_active, "the run to finish", 90)
+        wait_for(lambda: step() and not run.is_active, "the run to finish", 300)
         assert run.status == Run.Status.SUCCEEDED, f"{run.error_message}\n{fleet.logs()}"
         assert list(run.metric_points.values_list("step", flat=True)) == list(range(1, STEPS + 1))  # no metric lost
         wait_for(lambda: set(range(1, STEPS + 1)) <= viewer.steps and "succeeded" in viewer.statuses,

@@ -29,8 +29,10 @@ from webapp.models import Checkpoint, Run, Worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-LOST_SECONDS = 4
-"""TROUPE_WORKER_LOST_SECONDS for the workers and this process (heartbeats every second)."""
+LOST_SECONDS = 15
+"""TROUPE_WORKER_LOST_SECONDS for the workers and this process (a heartbeat every 2.5 s). Short
+enough for a test, long enough that a healthy worker on a loaded 2-core machine (its heartbeat
+thread starved for a few seconds while torch loads) is never taken for a dead one."""
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +81,7 @@ def queue(team, *, steps: int, advanced_yaml: str = "", name: str = "fault", wor
     return services.run_create(team=team, user=None, name=name, config=config, topology=world.topology, dataset=world.dataset)
 
 
-def until(run: Run, what: str, check, fleet: Fleet, timeout: float = 60):  # type: ignore[no-untyped-def]
+def until(run: Run, what: str, check, fleet: Fleet, timeout: float = 300):  # type: ignore[no-untyped-def]
     def probe():  # type: ignore[no-untyped-def]
         run.refresh_from_db()
         return check(run)
@@ -106,10 +108,14 @@ def test_a_killed_workers_run_is_marked_lost_and_resumes_on_another_worker(alice
     run.refresh_from_db()
     assert run.status == Run.Status.RUNNING  # nothing knows yet
 
-    until(run, "the sweep", lambda r: r.status == Run.Status.FAILED, fleet, timeout=LOST_SECONDS + 15)
+    until(run, "the sweep", lambda r: r.status == Run.Status.FAILED, fleet, timeout=LOST_SECONDS + 120)
     noticed_after = time.monotonic() - killed_at
     assert run.error_message.startswith(f"worker lost: {victim} stopped sending heartbeats"), run.error_message
-    assert noticed_after < LOST_SECONDS + 4, noticed_after  # limit + one heartbeat + one sweep, with slack
+    # Not before the limit (how soon after it is the sweep's timing, which a loaded machine stretches:
+    # tests/webapp/test_run_sweep_lost.py checks the rule itself on a fixed clock).
+    assert noticed_after >= LOST_SECONDS - 1, noticed_after
+    heard = int(run.error_message.split("last heard ")[1].split(" s ago")[0])
+    assert heard >= LOST_SECONDS, run.error_message
     assert run.log_lines.filter(level="error", message__startswith="worker lost").exists()
 
     resumed_at = run.checkpoints.order_by("-step").first().step
@@ -136,7 +142,7 @@ def test_cancel_stops_within_a_step_saves_a_checkpoint_and_resume_continues(alic
     until(run, "step 2", lambda r: r.step >= 2, fleet)
     alice.client.post(reverse("run_cancel", args=[run.pk]))
     asked_at = Run.objects.get(pk=run.pk).step
-    until(run, "the stop", lambda r: not r.is_active, fleet, timeout=30)
+    until(run, "the stop", lambda r: not r.is_active, fleet, timeout=120)
     assert run.status == Run.Status.CANCELLED and run.error_message == ""
     assert asked_at <= run.step <= asked_at + 1 < 6
     checkpoint = Checkpoint.objects.get(run=run)

@@ -50,7 +50,7 @@ def server(data_dir: Path, tmp_path: Path) -> Iterator[str]:
     log = (tmp_path / "daphne.log").open("wb")
     proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"],
                             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
@@ -76,6 +76,7 @@ def test_it_serves_every_page_with_working_htmx(alice, alice_world, server, monk
         context = browser.new_context(viewport={"width": 1366, "height": 800})
         violations = watch_csp(context)
         page = context.new_page()
+        page.set_default_timeout(90_000)  # a safety net: a loaded machine is slow, every wait is on an event
         page.goto(server + "/")
         assert "/login/" in page.url and page.locator("#id_username").is_visible()
         # Log in with alice's test-client session (her password hash uses the tests' fast hasher,
