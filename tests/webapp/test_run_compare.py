@@ -38,7 +38,7 @@ def test_it_shows_final_and_held_out_metrics_and_the_config_diff(alice, alice_wo
     assert held[0].team == (0.1, 0.3) and round(held[0].team_delta, 3) == 0.2 and held[1].team_delta < 0
     assert 'class="delta up"' in html and 'class="delta down"' in html
     diff = {row.key: row for row in response.context["diff"]}
-    assert diff["optim.lr"].differs and diff["optim.lr"].values == ["1e-05", "0.0003"]
+    assert diff["optim.lr"].differs and diff["optim.lr"].values == ["0.0001", "0.0003"]  # a lora run: 1e-4 by default
     assert diff["grpo.k"].values == ["4", "8"] and not diff["grpo.alpha"].differs
     assert "topology.agents[1].role" in diff and "name" not in diff
     assert response.context["metrics"][:2] == ["reward/total", "success"] and "loss" in response.context["metrics"]
