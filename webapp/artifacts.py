@@ -44,6 +44,8 @@ class CheckpointArtifacts:
     checkpoint: Checkpoint
     on_disk: bool
     policies: list[PolicyArtifact] = field(default_factory=list)
+    size: int = 0
+    """Bytes of the whole folder: the policies and the optimizer and RNG state (what deleting it frees)."""
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -87,7 +89,8 @@ def run_artifacts(*, run: Run) -> list[CheckpointArtifacts]:
         except ArtifactMissing:
             out.append(CheckpointArtifacts(checkpoint, on_disk=False))
         else:
-            out.append(CheckpointArtifacts(checkpoint, on_disk=True, policies=checkpoint_policies(folder)))
+            size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+            out.append(CheckpointArtifacts(checkpoint, on_disk=True, policies=checkpoint_policies(folder), size=size))
     return out
 
 

@@ -34,12 +34,6 @@ def filesize(n: Any) -> str:
 
 
 @register.filter
-def total_size(items: Any) -> int:
-    """The sum of the items' `size` (a checkpoint's policy folders)."""
-    return sum(getattr(item, "size", 0) or 0 for item in items or [])
-
-
-@register.filter
 def any_active(jobs: Any) -> bool:
     """Whether a job in the list is still queued or running (its section keeps polling)."""
     return any(getattr(job, "is_active", False) for job in jobs or [])
