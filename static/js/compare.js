@@ -9,6 +9,13 @@
   var CH = window.troupeCharts;
   if (!card || !window.uPlot || !CH) return;
   var box = document.getElementById("compare-chart");
+
+  function say(where, cls, text) {  // a message as text, never as markup (it may echo a metric name or a server error)
+    var p = document.createElement("p");
+    p.className = cls;
+    p.textContent = text;
+    where.replaceChildren(p);
+  }
   var metricSel = document.getElementById("compare-metric");
   var viewSel = document.getElementById("compare-view");
   var note = document.getElementById("compare-note");
@@ -25,13 +32,13 @@
     fetch(url, {credentials: "same-origin", headers: {"Accept": "application/json"}})
       .then(function (r) { return r.json(); })
       .then(function (data) { last = data; draw(); })
-      .catch(function (e) { box.innerHTML = '<p class="errors">Could not load the curves: ' + e + "</p>"; })
+      .catch(function (e) { say(box, "errors", "Could not load the curves: " + e); })
       .finally(function () { box.removeAttribute("aria-busy"); });
   }
 
   function draw() {
     if (!last) return;
-    if (last.error) { box.innerHTML = '<p class="errors">' + last.error + "</p>"; return; }
+    if (last.error) { say(box, "errors", last.error); return; }
     var perAgent = viewSel.value === "agents";
     var tables = [], series = [{label: "step"}];
     last.runs.forEach(function (run, i) {
@@ -50,7 +57,7 @@
     if (plot) { plot.destroy(); plot = null; }
     box.innerHTML = "";
     if (!tables.length) {
-      box.innerHTML = '<p class="empty">No run recorded ' + (perAgent ? "a per-agent " : "") + "<code>" + last.metric + "</code>.</p>";
+      say(box, "empty", "No run recorded " + (perAgent ? "a per-agent " : "") + last.metric + ".");
       note.textContent = "";
       return;
     }
