@@ -6,6 +6,7 @@ render or redirect; htmx requests get the page's named partial."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -248,13 +249,8 @@ def run_checkpoint_delete(request: TeamRequest, pk: int, step: int) -> HttpRespo
     run = _run(request, pk)
     checkpoint = get_object_or_404(Checkpoint, run=run, step=step)
     _team_admin(request)
-    try:
-        storage.checkpoint_delete(checkpoint=checkpoint)
-    except ValidationError as exc:
-        messages.error(request, " ".join(exc.messages))
-    else:
-        messages.success(request, f"Deleted checkpoint step {step} of run #{run.pk}.")
-    return redirect(request.POST.get("next") if request.POST.get("next") == reverse("storage") else run.get_absolute_url() + "#artifacts")
+    return _delete_then_back(request, run, lambda: storage.checkpoint_delete(checkpoint=checkpoint),
+                             f"Deleted checkpoint step {step} of run #{run.pk}.")
 
 
 @require_POST
@@ -263,12 +259,18 @@ def run_export_delete(request: TeamRequest, pk: int, job_id: int) -> HttpRespons
     run = _run(request, pk)
     job = get_object_or_404(Job, pk=job_id, run=run, kind=Job.Kind.MERGE)
     _team_admin(request)
+    return _delete_then_back(request, run, lambda: storage.export_delete(job=job),
+                             f"Deleted the merged export of {job.params.get('agent', 'the agent')} (job #{job.pk}).")
+
+
+def _delete_then_back(request: TeamRequest, run: Run, delete: Callable[[], object], done: str) -> HttpResponse:
+    """Run one storage deletion, say how it went, and go back to the storage page or the run's artifacts."""
     try:
-        storage.export_delete(job=job)
+        delete()
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
     else:
-        messages.success(request, f"Deleted the merged export of {job.params.get('agent', 'the agent')} (job #{job.pk}).")
+        messages.success(request, done)
     return redirect(request.POST.get("next") if request.POST.get("next") == reverse("storage") else run.get_absolute_url() + "#artifacts")
 
 
