@@ -2,7 +2,7 @@
 
 A run with `resources.gpus: N > 1` and `resources.parallel: data` calls `train` as usual; `train`
 sees that it is not inside a torchrun launch and calls `launch`, which starts
-`torchrun --nproc_per_node N -m training.distributed CONFIG OUT` and relays what rank 0 reports
+`torchrun --nproc_per_node N -m training.rank CONFIG OUT` and relays what rank 0 reports
 to the caller's sink. Inside the launch every rank runs the same `train`:
 
 - each rank rolls out its share of the step's tasks (tasks i, i+N, ... of the step's batch),
@@ -41,7 +41,7 @@ import torch
 import torch.distributed as torch_dist
 
 from training.config import RunConfig
-from training.events import EventSink, NullSink, StepMetrics
+from training.events import EventSink, NullSink, StepMetrics, TrainResult
 
 RELAY_FILE = "relay.jsonl"
 STOP_FILE = "STOP"
@@ -174,8 +174,6 @@ def check_gpus(config: RunConfig) -> None:
 def launch(config: RunConfig, out: Path, sink: EventSink, *, poll_s: float = 0.5) -> Any:
     """Run `config` in `resources.gpus` processes and relay rank 0's events to `sink`; return
     the `TrainResult` rank 0 reported. Raises `DistributedRunError` when the launch fails."""
-    from training.trainer import TrainResult
-
     check_gpus(config)
     out.mkdir(parents=True, exist_ok=True)
     relay, stop = out / RELAY_FILE, out / STOP_FILE
@@ -184,8 +182,15 @@ def launch(config: RunConfig, out: Path, sink: EventSink, *, poll_s: float = 0.5
     config_file = out / "launch-config.yaml"
     config_file.write_text(config.to_yaml(), encoding="utf-8")
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={config.resources.gpus}",
-        "-m", "training.distributed", str(config_file), str(out),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={config.resources.gpus}",
+        "-m",
+        "training.rank",
+        str(config_file),
+        str(out),
     ]
     sink.log(f"launching {config.resources.gpus} processes: {' '.join(cmd[2:])}")
     log_file = out / "launch.log"
@@ -311,28 +316,3 @@ class RelaySink(NullSink):
 
     def fail(self, exc: BaseException) -> None:
         self._write({"type": "error", "message": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m training.distributed CONFIG OUT`, as torchrun starts it on every rank."""
-    from training.trainer import train
-
-    config_file, out = (argv or sys.argv[1:])[:2]
-    dist = from_env()
-    config = RunConfig.load(config_file)
-    relay = RelaySink(Path(out)) if dist.main else None
-    try:
-        result = train(config, out_dir=out, sink=relay or NullSink(), dist=dist)
-    except BaseException as exc:
-        if relay is not None:
-            relay.fail(exc)
-        raise
-    if relay is not None:
-        relay.finish(result)
-    if torch_dist.is_initialized():  # a vLLM engine's teardown may have destroyed it already
-        torch_dist.destroy_process_group()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -53,6 +53,20 @@ class StepMetrics:
     """Wall-clock time (epoch seconds) when the step ended."""
 
 
+@dataclass
+class TrainResult:
+    """What `train` returns (and a multi-process launch relays from rank 0)."""
+
+    status: str
+    """`succeeded` or `cancelled`."""
+    step: int
+    start_step: int = 0
+    """The step the run resumed from (0 for a fresh run)."""
+    final_metrics: dict[str, float] = field(default_factory=dict)
+    checkpoint: str | None = None
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
+
+
 class EventSink(Protocol):
     def run_started(self, *, total_steps: int, start_step: int) -> None: ...
 
@@ -165,8 +179,9 @@ class JsonlSink(NullSink):
         self._append("evaluations.jsonl", result)
 
     def status(self, phase: str, detail: str, *, progress: float | None = None, eta: float | None = None) -> None:
-        self._append("events.jsonl", {"type": "status", "phase": phase, "detail": detail, "progress": progress, "eta": eta,
-                                      "time": time.time()})
+        self._append(
+            "events.jsonl", {"type": "status", "phase": phase, "detail": detail, "progress": progress, "eta": eta, "time": time.time()}
+        )
 
 
 class ProgressSink(NullSink):
@@ -194,8 +209,11 @@ class ProgressSink(NullSink):
         bar = "#" * filled + "-" * (self.width - filled)
         reward = m.values.get("reward/total", float("nan"))
         success = m.values.get("success", float("nan"))
-        self._put(f"step {m.step}/{self.total} [{bar}] reward {reward:+.3f} success {success:.2f} "
-                  f"{m.values.get('step_time', 0):.1f}s/step ETA {_fmt_duration(eta)}", end="\n" if m.step >= self.total else "")
+        self._put(
+            f"step {m.step}/{self.total} [{bar}] reward {reward:+.3f} success {success:.2f} "
+            f"{m.values.get('step_time', 0):.1f}s/step ETA {_fmt_duration(eta)}",
+            end="\n" if m.step >= self.total else "",
+        )
 
     def status(self, phase: str, detail: str, *, progress: float | None = None, eta: float | None = None) -> None:
         self.eta = eta
@@ -207,8 +225,11 @@ class ProgressSink(NullSink):
 
     def evaluation(self, result: dict[str, Any]) -> None:
         agents = " ".join(f"{name}={v['success']:.2f}" for name, v in result.get("agents", {}).items())
-        self._put(f"[eval] step {result['step']} T={result['temperature']:g} n={result['n']} "
-                  f"team success {result['team']['success']:.3f} | {agents}", end="\n")
+        self._put(
+            f"[eval] step {result['step']} T={result['temperature']:g} n={result['n']} "
+            f"team success {result['team']['success']:.3f} | {agents}",
+            end="\n",
+        )
 
     def _put(self, text: str, *, end: str = "") -> None:
         """Overwrite the current line (padding out what it held); a line ending in a newline stays."""

@@ -22,7 +22,7 @@ import shutil
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from agents.verifiers import load_reward_fn
 from training.config import RunConfig
 from training.data import Task, batch_indices, load_tasks
 from training.distributed import Dist, check_gpus, from_env, in_launch, launch
-from training.events import EventSink, StepMetrics
+from training.events import EventSink, StepMetrics, TrainResult
 from training.grpo import (
     group_advantages,
     loss_stats,
@@ -53,18 +53,6 @@ from training.trackers import reporting
 from training.vllm_backend import VLLMGenerator, resolve_backend
 
 STATE_FILE = "trainer_state.pt"
-
-
-@dataclass
-class TrainResult:
-    status: str
-    """`succeeded` or `cancelled`."""
-    step: int
-    start_step: int = 0
-    """The step the run resumed from (0 for a fresh run)."""
-    final_metrics: dict[str, float] = field(default_factory=dict)
-    checkpoint: str | None = None
-    evaluations: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -134,7 +122,13 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
 
 
 def _loop(
-    config: RunConfig, out: Path, sink: EventSink, sampler: Sampler, train_tasks: list[Task], eval_tasks: list[Task], start_step: int,
+    config: RunConfig,
+    out: Path,
+    sink: EventSink,
+    sampler: Sampler,
+    train_tasks: list[Task],
+    eval_tasks: list[Task],
+    start_step: int,
     progress: RunProgress,
 ) -> TrainResult:
     policies, generator, dist = sampler.policies, sampler.generator, sampler.dist
@@ -144,8 +138,11 @@ def _loop(
 
     def run_eval(at: int) -> None:
         if dist.main:
-            result.evaluations.extend(evaluate(sampler, eval_tasks, step=at, sink=sink,
-                                               on_progress=lambda share, done, n: progress.evaluating(at, done, n, share)))
+            result.evaluations.extend(
+                evaluate(
+                    sampler, eval_tasks, step=at, sink=sink, on_progress=lambda share, done, n: progress.evaluating(at, done, n, share)
+                )
+            )
         dist.barrier()
 
     def run_checkpoint(at: int) -> str:
@@ -340,14 +337,18 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
                     old[i] = token_logprobs(model, b["input_ids"], b["attention_mask"], b["completion_mask"], temperature=temps[i])[0]
                 if g.beta > 0:
                     with policy.reference() as ref_model:
-                        ref[i] = token_logprobs(ref_model, b["input_ids"], b["attention_mask"], b["completion_mask"], temperature=temps[i])[0]
+                        ref[i] = token_logprobs(ref_model, b["input_ids"], b["attention_mask"], b["completion_mask"], temperature=temps[i])[
+                            0
+                        ]
 
         sums: dict[str, float] = defaultdict(float)
         grad_norm = 0.0
         for _ in range(g.num_iterations):
             policy.optimizer.zero_grad(set_to_none=True)
             for i, b in enumerate(batches):
-                logp, entropy = token_logprobs(model, b["input_ids"], b["attention_mask"], b["completion_mask"], temperature=temps[i])  # (B, T)
+                logp, entropy = token_logprobs(
+                    model, b["input_ids"], b["attention_mask"], b["completion_mask"], temperature=temps[i]
+                )  # (B, T)
                 old_i = old[i]
                 old_logp = old_i if old_i is not None else logp.detach()  # (B, T)
                 mask = b["loss_mask"]  # (B, T)
@@ -356,16 +357,26 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
                     if g.importance_sampling:
                         is_w[i] = truncated_importance_weights(old_logp, b["sampler_logp"], mask, cap=g.importance_sampling_cap)
                 loss = policy_loss(
-                    logp, old_logp, b["advantages"], mask,
-                    eps_low=g.eps_low, eps_high=g.eps_high, loss_type=g.loss_type,
-                    ref_logp=ref[i], beta=g.beta, max_completion_length=max_len, is_weights=is_w[i],
+                    logp,
+                    old_logp,
+                    b["advantages"],
+                    mask,
+                    eps_low=g.eps_low,
+                    eps_high=g.eps_high,
+                    loss_type=g.loss_type,
+                    ref_logp=ref[i],
+                    beta=g.beta,
+                    max_completion_length=max_len,
+                    is_weights=is_w[i],
                 )
                 weight = _micro_weight(g.loss_type, mask, int(n_samples), int(total_tokens))
                 (loss * weight).backward()
                 n_tok = float(mask.sum())
                 sums["loss"] += float(loss.detach()) * weight
                 sums["entropy"] += float((entropy.detach() * mask).sum())
-                for name, value in loss_stats(logp.detach(), old_logp, b["advantages"], mask, g.eps_low, g.eps_high, ref_logp=ref[i]).items():
+                for name, value in loss_stats(
+                    logp.detach(), old_logp, b["advantages"], mask, g.eps_low, g.eps_high, ref_logp=ref[i]
+                ).items():
                     sums[name] += value * n_tok
                 for name, value in mismatch[i].items():
                     sums[name] += value * n_tok
@@ -462,7 +473,11 @@ fewer would slow it down (the tiny model's 100 tasks in batches of 25 took twice
 
 
 def evaluate(
-    sampler: Sampler, tasks: list[Task], *, step: int, sink: EventSink | None = None,
+    sampler: Sampler,
+    tasks: list[Task],
+    *,
+    step: int,
+    sink: EventSink | None = None,
     on_progress: Callable[[float, int, int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Held-out success for the team and per agent: greedy (eval_temperature), and sampled at the
@@ -492,7 +507,9 @@ def evaluate(
         episodes: list[Episode] = []
         for start in range(0, len(tasks), batch):
             chunk, before = tasks[start : start + batch], i * len(tasks) + len(episodes)
-            episodes += rollout_independent(sampler, chunk, k=1, temperature=temp, on_turn=partial(_turn_done, report, before, len(chunk), turns))
+            episodes += rollout_independent(
+                sampler, chunk, k=1, temperature=temp, on_turn=partial(_turn_done, report, before, len(chunk), turns)
+            )
             report(before + len(chunk), before + len(chunk))
         agents: dict[str, dict[str, float]] = {}
         for name in dict.fromkeys(cfg.topology.order()):
@@ -617,5 +634,3 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
