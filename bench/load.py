@@ -109,14 +109,15 @@ def make_data(*, users: int, runs: int, history: int = 40, steps: int = 200) -> 
     from django.contrib.auth.models import User
     from django.test import Client
 
-    from webapp import services
     from webapp.models import Evaluation, LogLine, Membership, MetricPoint, Rollout, Run, Topology
+    from webapp.ops import demo
+    from webapp.runs import services as run_services
 
-    seed = services.demo_seed()
+    seed = demo.demo_seed()
     team = seed.team
     topology = Topology.objects.get(team=team, name="math_tool lora (tiny, smoke test)")
     dataset = team.datasets.get(name="math_tool level 1")
-    config = services.run_config_build(topology=topology, dataset=dataset, name="load", overrides={"optim.steps": 100_000})
+    config = run_services.run_config_build(topology=topology, dataset=dataset, name="load", overrides={"optim.steps": 100_000})
     cookies = []
     for i in range(users):
         user = User.objects.create_user(f"user{i:02d}", password="unused-" + os.urandom(8).hex())
@@ -182,7 +183,7 @@ def stream(run_id: int, stop: threading.Event, counts: dict[int, int]) -> None:
 
     from training.events import StepMetrics
     from webapp.models import Run
-    from webapp.sink import DatabaseSink
+    from webapp.runs.sink import DatabaseSink
 
     sink = DatabaseSink(Run.objects.get(pk=run_id))
     rng = random.Random(run_id)

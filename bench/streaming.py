@@ -141,8 +141,8 @@ def make_world() -> tuple[Any, Any, str]:
     from django.contrib.auth.hashers import PBKDF2PasswordHasher
     from django.contrib.auth.models import User
 
-    from webapp import services
     from webapp.models import Agent, Dataset, Membership, ModelSource, Team, Topology, TopologyAgent
+    from webapp.runs import services as run_services
 
     team = Team.objects.create(name="Bench")
     password = "bench-password"
@@ -155,7 +155,7 @@ def make_world() -> tuple[Any, Any, str]:
         TopologyAgent.objects.create(topology=topology, agent=agent, position=i)
     dataset = Dataset.objects.create(team=team, name="gen", kind=Dataset.Kind.GENERATOR, environment="math_tool",
                                      env_args={"level": 1}, size=32, eval_size=8, row_count=40, schema=["question", "answer"])
-    config = services.run_config_build(topology=topology, dataset=dataset, name="bench", overrides={"optim.steps": 100_000})
+    config = run_services.run_config_build(topology=topology, dataset=dataset, name="bench", overrides={"optim.steps": 100_000})
     return team, (user, password), config.to_yaml()
 
 
@@ -241,7 +241,7 @@ def measure_latency(stack: Any, page: Any, team: Any, config_yaml: str, viewers:
 
     from training.events import StepMetrics
     from webapp.models import Run
-    from webapp.sink import DatabaseSink
+    from webapp.runs.sink import DatabaseSink
 
     run = Run.objects.create(team=team, name=f"latency x{viewers}", config_yaml=config_yaml, total_steps=steps, status="running",
                              started=timezone.now())
@@ -302,7 +302,7 @@ def measure_latency(stack: Any, page: Any, team: Any, config_yaml: str, viewers:
 def measure_heavy(stack: Any, browser: Any, team: Any, config_yaml: str, cookie: str) -> dict[str, Any]:
     from asgiref.sync import async_to_sync
 
-    from webapp import streaming
+    from webapp.runs import streaming
 
     t0 = time.perf_counter()
     run = heavy_run(team, config_yaml)

@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from webapp import services
+from webapp.catalog import services as catalog
 from webapp.models import (
     Agent,
     ApiToken,
@@ -30,7 +30,8 @@ from webapp.models import (
     TopologyAgent,
     Worker,
 )
-from webapp.tokens import api_token_revoke
+from webapp.runs import services as run_services
+from webapp.teams.services import api_token_revoke
 
 admin.site.site_header = admin.site.site_title = "Troupe administration"
 # The app list is one click away (Home); the 300 px it took left the run list no room on a 1280 px screen.
@@ -75,7 +76,7 @@ class AgentAdmin(admin.ModelAdmin):
 
     @admin.action(description="Duplicate selected agents")
     def duplicate(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
-        copies = [services.agent_duplicate(agent=agent) for agent in queryset]
+        copies = [catalog.agent_duplicate(agent=agent) for agent in queryset]
         self.message_user(request, f"Created {', '.join(a.name for a in copies)}.", messages.SUCCESS)
 
 
@@ -103,7 +104,7 @@ class TopologyAdmin(admin.ModelAdmin):
 
     @admin.action(description="Duplicate selected topologies")
     def duplicate(self, request: HttpRequest, queryset: QuerySet[Topology]) -> None:
-        copies = [services.topology_duplicate(topology=t) for t in queryset]
+        copies = [catalog.topology_duplicate(topology=t) for t in queryset]
         self.message_user(request, f"Created {', '.join(t.name for t in copies)}.", messages.SUCCESS)
 
 
@@ -125,7 +126,7 @@ class DatasetAdmin(admin.ModelAdmin):
 
     @admin.action(description="Re-validate selected datasets")
     def revalidate(self, request: HttpRequest, queryset: QuerySet[Dataset]) -> None:
-        results = [services.dataset_revalidate(dataset=d) for d in queryset]
+        results = [catalog.dataset_revalidate(dataset=d) for d in queryset]
         bad = [d.name for d in results if d.status != Dataset.Status.VALID]
         self.message_user(request, f"{len(results) - len(bad)} valid" + (f"; invalid: {', '.join(bad)}" if bad else ""))
 
@@ -179,7 +180,7 @@ class RunAdmin(admin.ModelAdmin):
 
     @admin.action(description="Cancel selected runs")
     def cancel(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
-        runs = [services.run_cancel(run=run) for run in queryset.filter(status__in=Run.ACTIVE)]
+        runs = [run_services.run_cancel(run=run) for run in queryset.filter(status__in=Run.ACTIVE)]
         self.message_user(request, f"Cancelled or asked to stop {len(runs)} run(s).", messages.SUCCESS)
 
 
@@ -241,7 +242,7 @@ class LogLineAdmin(admin.ModelAdmin):
 
 
 
-# -- the shared history (webapp/history.py, jobs.py, tokens.py) --------------------------------------
+# -- the shared history (webapp/history, jobs, teams) --------------------------------------
 
 
 @admin.register(Tag)

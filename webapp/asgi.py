@@ -1,5 +1,5 @@
 """ASGI entry point (Daphne): HTTP through Django, websockets through Channels with the session
-user attached. `webapp.routing` holds the websocket URLs."""
+user attached. `webapp.runs.routing` holds the websocket URLs."""
 
 import os
 
@@ -13,10 +13,10 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
-from webapp.routing import websocket_urlpatterns  # noqa: E402
+from webapp.runs.routing import websocket_urlpatterns  # noqa: E402
 
 if not settings.TESTING:
-    from webapp.lifecycle import Sweeper  # noqa: E402
+    from webapp.ops.workers import Sweeper  # noqa: E402
 
     Sweeper().start()  # runs lost by a dead worker are failed even when no worker is left to sweep
 

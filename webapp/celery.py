@@ -23,14 +23,14 @@ warnings.filterwarnings("ignore", category=SecurityWarning)
 
 app = Celery("webapp")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["webapp"])
+app.autodiscover_tasks(["webapp.runs", "webapp.jobs"])  # their tasks.py
 
 
 @worker_shutting_down.connect
 def _stop_runs_on_shutdown(sig: str, how: str, exitcode: int, **kwargs: Any) -> None:
     """Ctrl-C / SIGTERM: ask the run in this process to stop at its next step, so the worker
     exits after recording it as cancelled. Runs inside a signal handler: only sets a flag."""
-    from webapp.sink import WORKER_SHUTTING_DOWN
+    from webapp.runs.sink import WORKER_SHUTTING_DOWN
 
     WORKER_SHUTTING_DOWN.set()
 
@@ -41,21 +41,21 @@ _beat: Any = None
 @worker_ready.connect
 def _start_worker_beat(sender: Any, **kwargs: Any) -> None:
     """Register this worker, fail the runs a previous process of the same name left running, and
-    start its heartbeat thread (memory, lost-run sweep: see webapp.lifecycle). The signal can come
+    start its heartbeat thread (memory, lost-run sweep: see webapp.ops.workers). The signal can come
     again after a broker reconnection: only the first one starts anything."""
     global _beat
     if _beat is not None:
         return
-    from webapp import lifecycle
+    from webapp.ops import workers
 
     hostname = getattr(sender, "hostname", "") or ""
     queues = [q.name for q in getattr(getattr(sender, "task_consumer", None), "queues", [])]
     sandbox, problems = _host_report(hostname)
     try:
-        lifecycle.worker_started(hostname=hostname, queues=queues, pid=os.getpid(), sandbox=sandbox, plugin_problems=problems)
+        workers.worker_started(hostname=hostname, queues=queues, pid=os.getpid(), sandbox=sandbox, plugin_problems=problems)
     except Exception:  # the database is not up yet: the heartbeat thread writes the row when it is
         logging.getLogger(__name__).exception("worker %s: could not register", hostname)
-    _beat = lifecycle.WorkerBeat(hostname=hostname)
+    _beat = workers.WorkerBeat(hostname=hostname)
     _beat.start()
 
 
@@ -86,7 +86,7 @@ def _host_report(hostname: str) -> tuple[dict[str, Any], dict[str, str]]:
 def _stop_worker_beat(sender: Any, **kwargs: Any) -> None:
     if _beat is None:
         return
-    from webapp import lifecycle
+    from webapp.ops import workers
 
     _beat.stop()
-    lifecycle.worker_stopped(hostname=_beat.hostname)
+    workers.worker_stopped(hostname=_beat.hostname)

@@ -1,7 +1,7 @@
 """Troupe's data. Every object belongs to one team (directly, or through its run/topology).
 
 Rules about one row live here (`Run.is_active`, `Run.to_config()`, `Dataset.split`); workflows
-that touch several rows live in `webapp/services.py`.
+that touch several rows live in each package's `services.py` (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from training.config import SPECIALIZATIONS, ConfigError, RunConfig
+from webapp.core import paths
 
 agent_name_validator = RegexValidator(
     r"^[A-Za-z][A-Za-z0-9_-]{0,39}$",
@@ -46,6 +47,24 @@ class Team(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    # -- what the trust boundary (webapp/core/trust.py, `TeamFiles`) needs to know of a team's files --
+
+    def model_folders(self) -> list[Path]:
+        """The team's own folders a `local:` model source may point into: its runs' outputs
+        (checkpoints of `full` agents are model folders) and its merged exports."""
+        if self.pk is None:
+            return []
+        runs = [paths.run_dir(pk).resolve() for pk in Run.objects.filter(team_id=self.pk).values_list("pk", flat=True)]
+        return [*runs, paths.exports_dir(self.pk).resolve()]
+
+    def dataset_files(self) -> set[Path]:
+        """The files of the team's uploaded datasets, resolved."""
+        return {(paths.data_dir() / f).resolve() for f in Dataset.objects.filter(team_id=self.pk).exclude(file="").values_list("file", flat=True)}
+
+    def owns_checkpoint(self, path: str) -> bool:
+        """Whether `path` is a checkpoint of one of the team's runs."""
+        return Checkpoint.objects.filter(run__team_id=self.pk, path=path).exists()
 
 
 class Membership(models.Model):
@@ -89,10 +108,10 @@ class ModelSource(models.Model):
         return reverse("model_source_edit", args=[self.pk])
 
     def clean(self) -> None:
-        from webapp import trust
+        from webapp.core import trust
 
         with _field_errors("source"):
-            trust.check_model_source(team_id=self.team_id, source=self.source, field="source")
+            trust.check_model_source(team=self.team if self.team_id else Team(), source=self.source, field="source")
 
 
 class Agent(models.Model):
@@ -131,7 +150,7 @@ class Agent(models.Model):
             raise ValidationError({"model_source": "Pick one of your team's models."})
         if not isinstance(self.tools, list) or not all(isinstance(t, str) for t in self.tools):
             raise ValidationError({"tools": "A list of tool names."})
-        from webapp import trust
+        from webapp.core import trust
 
         if len(self.instructions or "") > trust.MAX_STRING:
             raise ValidationError({"instructions": f"At most {trust.MAX_STRING:,} characters (this is {len(self.instructions):,})."})
@@ -165,7 +184,7 @@ class Topology(models.Model):
         return reverse("topology_edit", args=[self.pk])
 
     def clean(self) -> None:
-        from webapp import trust
+        from webapp.core import trust
 
         with _field_errors("environment"):
             trust.check_environment(self.environment, field="environment")
@@ -243,7 +262,7 @@ class Dataset(models.Model):
         return reverse("dataset_detail", args=[self.pk])
 
     def clean(self) -> None:
-        from webapp import trust
+        from webapp.core import trust
 
         with _field_errors("environment"):
             trust.check_environment(self.environment, field="environment")
@@ -292,7 +311,7 @@ class Run(models.Model):
 
     ACTIVE = (Status.QUEUED, Status.RUNNING)
     QUEUE_ORDER = ("-priority", "queue_order", "id")
-    """The order in which workers take queued runs (`webapp.lifecycle.run_claim_next`)."""
+    """The order in which workers take queued runs (`webapp.runs.queue.run_claim_next`)."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="runs")
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="runs")
@@ -324,7 +343,7 @@ class Run(models.Model):
     cancel_requested = models.BooleanField(default=False)
     celery_task_id = models.CharField(max_length=64, blank=True)
     worker = models.CharField(max_length=200, blank=True, help_text="Hostname of the Celery worker that ran it.")
-    # The shared history (webapp/history.py): searchable notes, tags, archive, and two config
+    # The shared history (webapp/history/services.py): searchable notes, tags, archive, and two config
     # facts copied out of the snapshot at creation so the list filters on indexed columns.
     notes = models.TextField(blank=True)
     tags = models.ManyToManyField("Tag", blank=True, related_name="runs")
@@ -576,7 +595,7 @@ class Worker(models.Model):
     """A Celery worker process serving the `gpu` queue, as it last reported itself.
 
     Workers are shared by every team (they are not team objects). Each worker process writes its
-    row every few seconds from a background thread (`webapp.lifecycle.WorkerBeat`); a worker is
+    row every few seconds from a background thread (`webapp.ops.workers.WorkerBeat`); a worker is
     online while that heartbeat is fresh.
     """
 

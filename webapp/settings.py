@@ -13,7 +13,7 @@ from pathlib import Path
 from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
-from webapp.env import (
+from webapp.core.env import (
     celery_broker_url,
     data_dir_secret_key,
     embedded_redis_socket,
@@ -121,7 +121,7 @@ AXES_LOCKOUT_PARAMETERS = _LOCKOUT_BY[_lockout_by]
 """What a lockout is keyed on. username+ip (default): a guesser locks only itself out, never the
 user at their own desk; the client address is REMOTE_ADDR (behind a proxy run Daphne with --proxy-headers)."""
 AXES_RESET_ON_SUCCESS = True  # a good login forgets earlier typos
-AXES_LOCKOUT_CALLABLE = "webapp.views_login.login_locked_out"  # the login page with the reason, not a bare 403
+AXES_LOCKOUT_CALLABLE = "webapp.teams.views.login_locked_out"  # the login page with the reason, not a bare 403
 
 # -- Django ---------------------------------------------------------------------------------------
 
@@ -143,7 +143,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "webapp.csp.CSPMiddleware",
+    "webapp.core.csp.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -152,7 +152,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "webapp.access.CurrentTeamMiddleware",
+    "webapp.teams.access.CurrentTeamMiddleware",
     "axes.middleware.AxesMiddleware",  # last, as axes asks: turns a lockout into its response
 ]
 
@@ -170,7 +170,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "webapp.access.team_context",
+                "webapp.teams.access.team_context",
             ],
         },
     },
@@ -202,7 +202,7 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads it for hx-post (see base.html hx-headers)
 
-# Content-Security-Policy (django-csp; webapp/csp.py adds this host's websocket origin to connect-src).
+# Content-Security-Policy (django-csp; webapp/core/csp.py adds this host's websocket origin to connect-src).
 # Scripts come from static/ or carry the request's nonce (`{{ request.csp_nonce }}`); no inline
 # event handlers, no eval (htmx runs with allowEval off, see base.html); no style attributes or
 # <style> in markup (styles set from JS through element.style are not governed by CSP).
@@ -246,7 +246,7 @@ CELERY_TASK_IGNORE_RESULT = True  # the database holds every run's outcome
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_ROUTES = {
     "webapp.tasks.run_execute": {"queue": "gpu"},
-    # Jobs load models too (webapp/jobs.py): evaluation, merged export, playground.
+    # Jobs load models too (webapp/jobs/services.py): evaluation, merged export, playground.
     "webapp.tasks.evaluation_execute": {"queue": "gpu"},
     "webapp.tasks.merge_execute": {"queue": "gpu"},
     "webapp.tasks.playground_execute": {"queue": "gpu"},

@@ -1,7 +1,7 @@
 /* Troupe live run page: status, progress and ETA, uPlot charts, the rollout viewer and the log
  * tail, fed by one WebSocket at /ws/runs/<id>/.
  *
- * The server (webapp/streaming.py) sends JSON messages with a `t` key: status, metrics (columnar
+ * The server (webapp/runs/streaming.py) sends JSON messages with a `t` key: status, metrics (columnar
  * series, a backlog or one live step), evals, rollouts (rendered HTML), log, checkpoint, pong.
  * On connect it sends the backlog from the database, then live deltas.
  *

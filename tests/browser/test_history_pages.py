@@ -19,15 +19,15 @@ from tests.browser.conftest import Member, TinyWorld
 from tests.browser.stack import Stack
 from tests.browser.test_run_live import log_in
 from tests.webapp.history_helpers import add_evaluations, add_metrics, save_checkpoint, with_out_dir
-from webapp import services
 from webapp.models import Dataset, Job, Run, Tag
+from webapp.runs import services as run_services
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def finished_run(world: TinyWorld, member: Member, data_dir: Path, *, name: str, lr: float, slope: float,
                  held_out: tuple[float, float]) -> Run:
-    config = services.run_config_build(topology=world.topology, dataset=world.dataset, name=name, overrides={
+    config = run_services.run_config_build(topology=world.topology, dataset=world.dataset, name=name, overrides={
         "optim.steps": 40, "optim.lr": lr, "generation.max_new_tokens": 6, "lora.r": 2, "eval.every": 20})
     run = Run.objects.create(team=world.team, owner=member.user, name=name, topology=world.topology, dataset=world.dataset,
                              config_yaml=config.to_yaml(), status=Run.Status.SUCCEEDED, environment="math_tool",

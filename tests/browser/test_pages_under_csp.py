@@ -20,8 +20,8 @@ from django.conf import settings
 from tests.browser.conftest import Member, TinyWorld
 from tests.browser.stack import Stack
 from tests.webapp.history_helpers import add_evaluations, add_metrics, add_rollouts, make_run
-from webapp import services
 from webapp.models import Membership, Run, Team
+from webapp.runs import services as run_services
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,7 +38,7 @@ def web(data_dir: Path, tmp_path: Path, transactional_db: None) -> Iterator[Stac
 
 @pytest.fixture
 def runs(tiny_world: TinyWorld, alice: Member) -> dict[str, Run]:
-    config = services.run_config_build(topology=tiny_world.topology, dataset=tiny_world.dataset, name="t", overrides={"optim.steps": 30})
+    config = run_services.run_config_build(topology=tiny_world.topology, dataset=tiny_world.dataset, name="t", overrides={"optim.steps": 30})
     like: Any = SimpleNamespace(config_yaml=config.to_yaml(), topology=tiny_world.topology, dataset=tiny_world.dataset)
     done = make_run(tiny_world.team, like, name="finished lora", owner=alice.user)
     add_metrics(done, 30)

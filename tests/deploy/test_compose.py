@@ -29,7 +29,7 @@ def app_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def env_vars_the_app_reads() -> set[str]:
-    """Names read through webapp.env's helpers (`env_str("X")`, ...) or `os.environ.get("X")`,
+    """Names read through webapp.core.env's helpers (`env_str("X")`, ...) or `os.environ.get("X")`,
     `os.environ["X"]`, `os.getenv("X")` anywhere in webapp/, training/ and agents/."""
     names: set[str] = set()
     files = [p for pkg in ("webapp", "training", "agents") for p in (ROOT / pkg).rglob("*.py")]

@@ -12,10 +12,10 @@ import pytest
 from tests.faults.conftest import TINY, TINY_YAML
 from tests.faults.fleet import Fleet, LiveViewer, wait_for
 from tests.webapp.conftest import make_world
-from webapp import services
 from webapp.celery import app as celery_app
-from webapp.env import celery_broker_url
+from webapp.core.env import celery_broker_url
 from webapp.models import Run
+from webapp.runs import services as run_services
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -47,9 +47,9 @@ def _use_broker(url: str) -> None:
 def test_training_and_the_live_page_survive_a_redis_restart(alice, fleet):
     world = make_world(alice.team)
     Run.objects.filter(pk=world.run.pk).update(status=Run.Status.CANCELLED)
-    config = services.run_config_build(topology=world.topology, dataset=world.dataset, name="through a redis restart",
+    config = run_services.run_config_build(topology=world.topology, dataset=world.dataset, name="through a redis restart",
                                        overrides={**TINY, "optim.steps": STEPS}, advanced_yaml=TINY_YAML)
-    run = services.run_create(team=alice.team, user=alice.user, name="redis", config=config, topology=world.topology,
+    run = run_services.run_create(team=alice.team, user=alice.user, name="redis", config=config, topology=world.topology,
                               dataset=world.dataset)
     viewer = LiveViewer(port=fleet.port, run_id=run.pk, session_cookie=alice.client.cookies["sessionid"].value)
     viewer.start()

@@ -14,22 +14,22 @@ from django.urls import reverse
 
 from tests.faults.conftest import TINY, TINY_YAML
 from tests.webapp.conftest import make_world
-from webapp import services
 from webapp.models import Run
+from webapp.runs import services as run_services
 
 pytestmark = pytest.mark.slow
 
 
 def queue_run(team, *, source: str = "tiny-random:llama", advanced_yaml: str = "", steps: int = 2) -> Run:
     world = make_world(team, source=source)
-    config = services.run_config_build(topology=world.topology, dataset=world.dataset, name="fault",
+    config = run_services.run_config_build(topology=world.topology, dataset=world.dataset, name="fault",
                                        overrides={**TINY, "optim.steps": steps}, advanced_yaml=TINY_YAML + advanced_yaml)
     Run.objects.filter(pk=world.run.pk).update(config_yaml=config.to_yaml(), total_steps=steps)
     return world.run
 
 
 def execute(run: Run) -> Run:
-    result = services.run_execute(run_id=run.pk, worker="faults@here")
+    result = run_services.run_execute(run_id=run.pk, worker="faults@here")
     assert result is not None
     return result
 

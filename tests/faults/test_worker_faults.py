@@ -22,10 +22,11 @@ from tests.faults.conftest import TINY, TINY_YAML
 from tests.faults.fleet import Fleet, wait_for
 from tests.webapp.conftest import make_world
 from training.data import batch_indices
-from webapp import services, streaming
 from webapp.celery import app as celery_app
-from webapp.env import celery_broker_url
+from webapp.core.env import celery_broker_url
 from webapp.models import Checkpoint, Run, Worker
+from webapp.runs import services as run_services
+from webapp.runs import streaming
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -76,9 +77,9 @@ def queue(team, *, steps: int, advanced_yaml: str = "", name: str = "fault", wor
     if world is None:
         world = make_world(team)
         Run.objects.filter(pk=world.run.pk).update(status=Run.Status.CANCELLED)  # make_world's own run stays out of the queue
-    config = services.run_config_build(topology=world.topology, dataset=world.dataset, name=name,
+    config = run_services.run_config_build(topology=world.topology, dataset=world.dataset, name=name,
                                        overrides={**TINY, "optim.steps": steps}, advanced_yaml=TINY_YAML + advanced_yaml)
-    return services.run_create(team=team, user=None, name=name, config=config, topology=world.topology, dataset=world.dataset)
+    return run_services.run_create(team=team, user=None, name=name, config=config, topology=world.topology, dataset=world.dataset)
 
 
 def until(run: Run, what: str, check, fleet: Fleet, timeout: float = 300):  # type: ignore[no-untyped-def]
@@ -162,8 +163,8 @@ def test_a_failed_run_leaves_the_worker_for_the_next_and_no_run_executes_twice(a
     bad = queue(alice.team, steps=2, name="bad", world=world,
                 advanced_yaml="data: {reward_fn: 'tests.faults.plugins:exploding_reward'}\n")
     good = queue(alice.team, steps=1, name="good", world=world)
-    services.run_enqueue(run=good)  # duplicate messages, as a broker redelivery would send
-    services.run_enqueue(run=good)
+    run_services.run_enqueue(run=good)  # duplicate messages, as a broker redelivery would send
+    run_services.run_enqueue(run=good)
     until(good, "the good run", lambda r: not r.is_active, fleet)
     bad.refresh_from_db()
     assert bad.status == Run.Status.FAILED and "reward plugin exploded" in bad.error_message and bad.traceback

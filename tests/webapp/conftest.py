@@ -13,8 +13,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from webapp import services
 from webapp.models import Agent, Dataset, Membership, ModelSource, Run, Team, Topology, TopologyAgent
+from webapp.runs import services as run_services
 
 
 @dataclass
@@ -84,7 +84,7 @@ def make_world(team: Team, *, source: str = "tiny-random:llama") -> World:
         team=team, name="gen L1", kind=Dataset.Kind.GENERATOR, environment="math_tool", env_args={"level": 1},
         size=32, eval_size=8, row_count=40, schema=["question", "answer"], preview=[{"question": "1+1?", "answer": "2"}],
     )
-    config = services.run_config_build(topology=topology, dataset=dataset, name="first", overrides={"optim.steps": 3})
+    config = run_services.run_config_build(topology=topology, dataset=dataset, name="first", overrides={"optim.steps": 3})
     run = Run.objects.create(team=team, name="first", topology=topology, dataset=dataset, config_yaml=config.to_yaml(), total_steps=3)
     return World(source=model, tool=tool, reasoner=reasoner, topology=topology, dataset=dataset, run=run)
 
@@ -121,18 +121,19 @@ def jsonl(rows: list[dict[str, Any]]) -> bytes:
 def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Run ids sent to the queue (the Celery call is replaced; nothing leaves the process)."""
     sent: list[int] = []
-    from webapp import tasks
+    from webapp.core import enqueue
 
-    monkeypatch.setattr(tasks.run_execute, "apply_async", lambda args, **kw: sent.append(args[0]))
+    monkeypatch.setattr(enqueue.current_app, "send_task",
+                        lambda name, args, **kw: sent.append(args[0]) if name == enqueue.RUN_EXECUTE else None)
     return sent
 
 
 @pytest.fixture
 def jobs_sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
-    """(task name, job id) of the jobs sent to the queue (webapp/jobs.py; nothing leaves the process)."""
+    """(task name, job id) of the jobs sent to the queue (webapp/jobs/services.py; nothing leaves the process)."""
     sent: list[tuple[str, int]] = []
-    from webapp import tasks
+    from webapp.core import enqueue
 
-    for name in ("evaluation_execute", "merge_execute", "playground_execute"):
-        monkeypatch.setattr(getattr(tasks, name), "apply_async", lambda args, _n=name, **kw: sent.append((_n, args[0])))
+    monkeypatch.setattr(enqueue.current_app, "send_task",
+                        lambda name, args, **kw: sent.append((name.rsplit(".", 1)[1], args[0])) if name != enqueue.RUN_EXECUTE else None)
     return sent

@@ -23,7 +23,7 @@ from django.test import Client
 
 from training.events import StepMetrics
 from webapp.asgi import application
-from webapp.sink import DatabaseSink
+from webapp.runs.sink import DatabaseSink
 
 TRANSACTIONAL = pytest.mark.django_db(transaction=True)
 

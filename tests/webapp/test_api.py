@@ -13,8 +13,8 @@ from django.test import Client
 from django.urls import reverse
 
 from tests.webapp.history_helpers import add_evaluations, add_metrics, add_rollouts, make_run, save_checkpoint, with_out_dir
-from webapp import tokens
 from webapp.models import Run
+from webapp.teams import services as tokens
 
 TINY_CONFIG = """
 name: from a notebook

@@ -7,8 +7,8 @@ import hashlib
 
 from django.urls import reverse
 
-from webapp import tokens
 from webapp.models import ApiToken, Membership, Team
+from webapp.teams import services as tokens
 
 
 def test_it_shows_a_new_token_once_and_stores_only_its_hash(alice):

@@ -14,8 +14,8 @@ from django.test import Client
 from django.urls import reverse
 
 from tests.webapp.history_helpers import add_metrics, add_rollouts, save_checkpoint, with_out_dir
-from webapp import artifacts
-from webapp.downloads import streamed
+from webapp.artifacts import files as artifacts
+from webapp.artifacts.downloads import streamed
 from webapp.models import Checkpoint
 
 

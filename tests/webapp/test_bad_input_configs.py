@@ -68,10 +68,10 @@ def test_each_run_form_field_shows_its_own_error(alice, alice_world, enqueued, f
 
 def test_a_stored_config_that_no_longer_validates_fails_the_run_not_the_worker(alice_world):
     from tests.webapp.conftest import FakeResult
-    from webapp import services
+    from webapp.runs import services as run_services
 
     tree = yaml.safe_load(alice_world.run.config_yaml)
     tree["optim"]["steps"] = -1
     Run.objects.filter(pk=alice_world.run.pk).update(config_yaml=yaml.safe_dump(tree))
-    run = services.run_execute(run_id=alice_world.run.pk, train=lambda *a, **k: FakeResult(status="succeeded", step=1))
+    run = run_services.run_execute(run_id=alice_world.run.pk, train=lambda *a, **k: FakeResult(status="succeeded", step=1))
     assert run.status == Run.Status.FAILED and "optim.steps" in run.error_message

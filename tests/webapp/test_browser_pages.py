@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import connection
 
 from tests.browser.conftest import assert_no_csp_violation, watch_csp
-from webapp import services
+from webapp.catalog import services as catalog
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -66,7 +66,7 @@ def test_it_serves_every_page_with_working_htmx(alice, alice_world, server, monk
     from playwright.sync_api import sync_playwright
 
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # the ORM next to Playwright's event loop
-    services.dataset_generator_create(team=alice.team, name="L2", environment="math_tool", env_args={"level": 2}, size=8, eval_size=2)
+    catalog.dataset_generator_create(team=alice.team, name="L2", environment="math_tool", env_args={"level": 2}, size=8, eval_size=2)
     w = alice_world
     pages = ["/", "/runs/", "/runs/new/", "/agents/", "/agents/new/", f"/agents/{w.tool.pk}/", "/topologies/",
              "/topologies/new/", f"/topologies/{w.topology.pk}/", "/datasets/", "/datasets/upload/", "/datasets/generate/",

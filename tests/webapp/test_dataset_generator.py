@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import reverse
 
-from webapp import services
+from webapp.catalog import services as catalog
 from webapp.models import Dataset
 
 
@@ -41,5 +41,5 @@ def test_it_marks_a_dataset_whose_file_vanished_invalid(alice, alice_world):
     d = alice_world.dataset
     d.kind, d.file = Dataset.Kind.UPLOAD, "datasets/1/gone.jsonl"
     d.save()
-    assert services.dataset_revalidate(dataset=d).status == "invalid"
+    assert catalog.dataset_revalidate(dataset=d).status == "invalid"
     assert "missing" in d.status_message

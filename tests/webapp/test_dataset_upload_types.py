@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.core.files.uploadedfile import SimpleUploadedFile, TemporaryUploadedFile
 from django.urls import reverse
 
-from webapp import services
+from webapp.catalog import services as catalog
 from webapp.models import Dataset
 
 GOOD = b'{"question": "1+1?", "answer": "2"}\n'
@@ -84,8 +84,8 @@ def test_it_refuses_an_oversize_file_on_its_size_before_reading_it(alice, data_d
     settings.TROUPE_UPLOAD_MAX_BYTES = 10_000
     settings.FILE_UPLOAD_MAX_MEMORY_SIZE = 1_000  # Django spools anything bigger to a temporary file, not memory
     seen, read = [], []
-    service = services.dataset_upload
-    monkeypatch.setattr(services, "dataset_upload", lambda **kw: seen.append(type(kw["upload"])) or service(**kw))
+    service = catalog.dataset_upload
+    monkeypatch.setattr(catalog, "dataset_upload", lambda **kw: seen.append(type(kw["upload"])) or service(**kw))
     monkeypatch.setattr(TemporaryUploadedFile, "chunks", lambda self, *a, **k: read.append("chunks") or iter(()))
     monkeypatch.setattr(TemporaryUploadedFile, "read", lambda self, *a, **k: read.append("read") or b"")
     error = file_error(upload(alice, "tasks.jsonl", GOOD * 1_000))

@@ -12,7 +12,7 @@ import yaml
 from django.urls import reverse
 
 from tests.webapp.history_helpers import add_evaluations, save_checkpoint, with_out_dir
-from webapp import jobs
+from webapp.jobs import services as jobs
 from webapp.models import Dataset, Job, Run
 
 HX = {"HX-Request": "true"}

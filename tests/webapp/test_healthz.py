@@ -10,6 +10,7 @@ from django.test import Client
 from django.utils import timezone
 
 from webapp.models import Worker
+from webapp.ops import health
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +58,6 @@ def test_it_answers_503_when_redis_is_down(db, redis_down):
 def test_it_answers_503_when_the_database_is_down(db, redis_up, monkeypatch):
     from django.db import OperationalError
 
-    from webapp import health
 
     def broken() -> dict:
         raise OperationalError("connection refused at 10.1.2.3:5432")

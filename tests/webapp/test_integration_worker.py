@@ -18,7 +18,7 @@ import pytest
 from django.db import connection
 from django.urls import reverse
 
-from webapp import services
+from webapp.catalog import services as catalog
 from webapp.celery import app as celery_app
 from webapp.models import Agent, ModelSource, Run
 
@@ -48,7 +48,7 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
 @pytest.fixture
 def broker(redis_url: str) -> Iterator[str]:
     """Point this process's Celery app (used by the form view's enqueue) at the real broker."""
-    from webapp.env import celery_broker_url
+    from webapp.core.env import celery_broker_url
 
     def use(url: str) -> None:  # drop cached connection pools so the next send uses `url`
         celery_app.conf.broker_url = url
@@ -92,9 +92,9 @@ def test_it_trains_a_tiny_run_on_a_real_worker(alice, broker, worker, tmp_path):
     tiny = ModelSource.objects.create(team=alice.team, name="tiny", source="tiny-random:llama")
     tool = Agent.objects.create(team=alice.team, name="tool", role="tool", model_source=tiny)
     reasoner = Agent.objects.create(team=alice.team, name="reasoner", role="reasoner", model_source=tiny)
-    topology = services.topology_create(team=alice.team, name="tiny duo", environment="math_tool", env_args={"level": 1},
+    topology = catalog.topology_create(team=alice.team, name="tiny duo", environment="math_tool", env_args={"level": 1},
                                         max_turns=2, specialization="lora", agents=[tool, reasoner])
-    dataset = services.dataset_generator_create(team=alice.team, name="L1", environment="math_tool", env_args={"level": 1},
+    dataset = catalog.dataset_generator_create(team=alice.team, name="L1", environment="math_tool", env_args={"level": 1},
                                                 size=16, eval_size=4)
 
     response = alice.client.post(reverse("run_new"), {

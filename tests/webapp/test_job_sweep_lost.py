@@ -7,8 +7,9 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from webapp import jobs, lifecycle
+from webapp.jobs import services as jobs
 from webapp.models import Job, Worker
+from webapp.ops import workers
 
 
 def job(world, *, worker: str, status: str = Job.Status.RUNNING) -> Job:
@@ -25,21 +26,21 @@ def test_a_job_whose_worker_went_silent_or_stopped_is_failed(alice_world, settin
     live, silent, stopped = job(alice_world, worker="live@a"), job(alice_world, worker="silent@a"), job(alice_world, worker="stopped@a")
     unknown, unnamed = job(alice_world, worker="never-seen@a"), job(alice_world, worker="")
     done = job(alice_world, worker="silent@a", status=Job.Status.SUCCEEDED)
-    assert sorted(lifecycle.job_sweep_lost()) == sorted([silent.pk, stopped.pk, unknown.pk])
+    assert sorted(jobs.job_sweep_lost()) == sorted([silent.pk, stopped.pk, unknown.pk])
     for j in (silent, stopped, unknown):
         j.refresh_from_db()
         assert j.status == Job.Status.FAILED and j.finished is not None and j.error.startswith("worker lost:")
     for j, status in ((live, "running"), (unnamed, "running"), (done, "succeeded")):
         j.refresh_from_db()
         assert j.status == status
-    assert lifecycle.job_sweep_lost() == []  # never twice
+    assert jobs.job_sweep_lost() == []  # never twice
 
 
 def test_a_restarted_worker_fails_the_jobs_its_previous_process_left_running(alice_world):
     left = job(alice_world, worker="gpu0@a")
     other = job(alice_world, worker="gpu1@a")
     Worker.objects.create(hostname="gpu1@a", last_seen=timezone.now())
-    lifecycle.worker_started(hostname="gpu0@a", queues=["gpu"], pid=1)
+    workers.worker_started(hostname="gpu0@a", queues=["gpu"], pid=1)
     left.refresh_from_db()
     other.refresh_from_db()
     assert left.status == Job.Status.FAILED and "gpu0@a" in left.error

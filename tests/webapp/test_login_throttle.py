@@ -15,7 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from django.urls import reverse
 
-from webapp import tokens
+from webapp.teams import services as tokens
 
 SETTINGS = Path(__file__).resolve().parents[2] / "webapp" / "settings.py"
 LIMIT = settings.AXES_FAILURE_LIMIT

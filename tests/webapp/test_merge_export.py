@@ -12,7 +12,7 @@ import torch
 from django.urls import reverse
 
 from tests.webapp.history_helpers import save_checkpoint, with_out_dir
-from webapp import jobs
+from webapp.jobs import services as jobs
 from webapp.models import Job, Run
 
 

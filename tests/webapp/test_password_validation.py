@@ -16,7 +16,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 
-from webapp import services
+from webapp.ops import demo
 
 GOOD = "plum kestrel lantern 42"
 
@@ -71,6 +71,6 @@ def test_it_refuses_a_weak_password_from_changepassword(bob):
 
 
 def test_it_still_logs_in_the_demo_users(db):
-    services.demo_seed()
+    demo.demo_seed()
     client = Client()
     assert client.post(reverse("login"), {"username": "admin", "password": "admin"}).status_code == 302

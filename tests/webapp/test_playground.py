@@ -9,7 +9,7 @@ import pytest
 from django.urls import reverse
 
 from tests.webapp.history_helpers import save_checkpoint, with_out_dir
-from webapp import jobs
+from webapp.jobs import services as jobs
 from webapp.models import Job, Run
 
 HX = {"HX-Request": "true"}

@@ -9,8 +9,8 @@ import re
 import yaml
 from django.urls import reverse
 
-from webapp import services
 from webapp.models import Run
+from webapp.runs import services as run_services
 
 
 def form_fields(html: str) -> dict[str, str]:
@@ -36,7 +36,7 @@ def submit_clone(alice, run: Run, capture) -> Run:
 
 
 def test_it_reproduces_the_config(alice, alice_world, enqueued, django_capture_on_commit_callbacks):
-    original = services.run_config_build(
+    original = run_services.run_config_build(
         topology=alice_world.topology, dataset=alice_world.dataset, name="tuned",
         overrides={"optim.steps": 7, "optim.lr": 2e-4, "grpo.k": 6}, advanced_yaml="grpo:\n  alpha: 0.5\nseed: 3\n",
     )

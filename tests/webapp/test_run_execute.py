@@ -6,8 +6,8 @@ import time
 
 from tests.webapp.conftest import FakeResult
 from training.events import StepMetrics
-from webapp import services
 from webapp.models import Run
+from webapp.runs import services as run_services
 
 EPISODE = {
     "task_id": "train-0@1", "step": 1, "success": True, "team_reward": 1.0,
@@ -37,7 +37,7 @@ def fake_train(config, *, out_dir, sink):
 
 
 def test_it_records_a_successful_run(alice_world, data_dir):
-    run = services.run_execute(run_id=alice_world.run.pk, worker="gpu@box", train=fake_train)
+    run = run_services.run_execute(run_id=alice_world.run.pk, worker="gpu@box", train=fake_train)
     assert run.status == Run.Status.SUCCEEDED
     assert (run.step, run.total_steps, run.final_metrics) == (2, 3, {"reward/total": 0.5})
     assert run.started and run.finished and run.heartbeat and run.worker == "gpu@box"
@@ -59,7 +59,7 @@ def test_it_passes_the_snapshot_config(alice_world):
         seen["config"] = config
         return FakeResult(status="succeeded", step=3)
 
-    services.run_execute(run_id=alice_world.run.pk, train=train)
+    run_services.run_execute(run_id=alice_world.run.pk, train=train)
     assert seen["config"] == alice_world.run.to_config()
 
 
@@ -68,7 +68,7 @@ def test_it_records_a_failure_with_the_traceback(alice_world):
         sink.run_started(total_steps=3, start_step=0)
         raise RuntimeError("CUDA out of memory")
 
-    run = services.run_execute(run_id=alice_world.run.pk, train=train)
+    run = run_services.run_execute(run_id=alice_world.run.pk, train=train)
     assert run.status == Run.Status.FAILED
     assert run.error_message.startswith("Out of memory (RuntimeError: CUDA out of memory).")
     assert run.error_message.endswith("[raised in tests/webapp/test_run_execute.py:69 in train]")
@@ -80,7 +80,7 @@ def test_it_records_a_bad_snapshot_as_a_failure(alice_world):
     bad = alice_world.run.config_yaml.replace("  k: 4\n", "  k: 1\n")
     assert bad != alice_world.run.config_yaml
     Run.objects.filter(pk=alice_world.run.pk).update(config_yaml=bad)
-    run = services.run_execute(run_id=alice_world.run.pk, train=fake_train)
+    run = run_services.run_execute(run_id=alice_world.run.pk, train=fake_train)
     assert run.status == Run.Status.FAILED and "grpo.k" in run.error_message
 
 
@@ -90,16 +90,16 @@ def test_it_stops_when_cancel_is_requested(alice_world):
         while not sink.should_stop():
             steps += 1
             if steps == 2:
-                services.run_cancel(run=Run.objects.get(pk=alice_world.run.pk))
+                run_services.run_cancel(run=Run.objects.get(pk=alice_world.run.pk))
         return FakeResult(status="cancelled", step=steps)
 
-    run = services.run_execute(run_id=alice_world.run.pk, train=train)
+    run = run_services.run_execute(run_id=alice_world.run.pk, train=train)
     assert run.status == Run.Status.CANCELLED and run.step == 2 and run.cancel_requested
     assert run.error_message == ""
 
 
 def test_it_stops_when_the_worker_shuts_down(alice_world):
-    from webapp.sink import WORKER_SHUTTING_DOWN
+    from webapp.runs.sink import WORKER_SHUTTING_DOWN
 
     def train(config, *, out_dir, sink):
         WORKER_SHUTTING_DOWN.set()
@@ -107,7 +107,7 @@ def test_it_stops_when_the_worker_shuts_down(alice_world):
         return FakeResult(status="cancelled", step=1)
 
     try:
-        run = services.run_execute(run_id=alice_world.run.pk, train=train)
+        run = run_services.run_execute(run_id=alice_world.run.pk, train=train)
     finally:
         WORKER_SHUTTING_DOWN.clear()
     assert run.status == Run.Status.CANCELLED and "worker shut down" in run.error_message
@@ -115,18 +115,18 @@ def test_it_stops_when_the_worker_shuts_down(alice_world):
 
 def test_it_marks_runs_of_a_lost_worker_failed(alice_world):
     Run.objects.filter(pk=alice_world.run.pk).update(status=Run.Status.RUNNING, worker="troupe-local@box")
-    assert services.run_fail_lost(worker="troupe-local@box") == 1
+    assert run_services.run_fail_lost(worker="troupe-local@box") == 1
     alice_world.run.refresh_from_db()
     assert alice_world.run.status == "failed" and "stopped" in alice_world.run.error_message
 
 
 def test_it_calls_the_service_from_the_celery_task(alice_world, monkeypatch):
-    from webapp import tasks
+    from webapp.runs import tasks
 
     seen = {}
-    monkeypatch.setattr(services, "run_execute", lambda **kw: seen.update(kw))
+    monkeypatch.setattr(run_services, "run_execute", lambda **kw: seen.update(kw))
     tasks.run_execute.apply(args=[alice_world.run.pk])
-    assert "run_id" not in seen  # the message claims the first queued run in queue order (webapp.lifecycle)
+    assert "run_id" not in seen  # the message claims the first queued run in queue order (webapp.runs.queue)
     assert "worker" in seen
 
 
@@ -137,7 +137,7 @@ def test_it_stores_model_output_any_database_accepts(alice_world):
         sink.log("saw \x00")
         return FakeResult(status="succeeded", step=1, final_metrics={"loss": float("nan")})
 
-    run = services.run_execute(run_id=alice_world.run.pk, train=train)
+    run = run_services.run_execute(run_id=alice_world.run.pk, train=train)
     assert run.status == Run.Status.SUCCEEDED, run.error_message
     assert run.metric_points.get().values == {"loss": None, "kl": None}
     assert run.rollouts.get().data["turns"][0]["candidates"][0]["text"] == "a\ufffdb"

@@ -9,7 +9,7 @@ import io
 from django.urls import reverse
 
 from tests.webapp.history_helpers import make_run
-from webapp.history import csv_cell
+from webapp.core.values import csv_cell
 
 
 def rows(response) -> list[dict[str, str]]:

@@ -3,7 +3,7 @@
 import pytest
 
 from training.config import ConfigError
-from webapp import services
+from webapp.runs import services as run_services
 
 
 @pytest.mark.parametrize(
@@ -16,10 +16,10 @@ from webapp import services
 )
 def test_it_refuses_advanced_yaml_that_reaches_outside_the_team(alice_world, yaml_text, field):
     with pytest.raises(ConfigError) as err:
-        services.run_config_build(topology=alice_world.topology, dataset=alice_world.dataset, advanced_yaml=yaml_text)
+        run_services.run_config_build(topology=alice_world.topology, dataset=alice_world.dataset, advanced_yaml=yaml_text)
     assert err.value.field == field
 
 
 def test_it_accepts_the_teams_own_topology_and_dataset(alice_world):
-    config = services.run_config_build(topology=alice_world.topology, dataset=alice_world.dataset, advanced_yaml="grpo: {alpha: 0.5}")
+    config = run_services.run_config_build(topology=alice_world.topology, dataset=alice_world.dataset, advanced_yaml="grpo: {alpha: 0.5}")
     assert config.grpo.alpha == 0.5

@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from tests.webapp.history_helpers import make_run
-from webapp import history
+from webapp.history import services as history
 from webapp.models import Dataset, Run, Tag, Topology
 
 
@@ -100,7 +100,7 @@ def test_it_sorts_running_runs_by_their_latest_step(alice, alice_world):
     import time as _time
 
     from training.events import StepMetrics
-    from webapp.sink import DatabaseSink
+    from webapp.runs.sink import DatabaseSink
 
     running = make_run(alice.team, alice_world.run, name="still training", status=Run.Status.RUNNING)
     make_run(alice.team, alice_world.run, name="done", final_metrics={"success": 0.5})

@@ -6,8 +6,9 @@ from __future__ import annotations
 from django.urls import reverse
 
 from tests.webapp.conftest import FakeResult
-from webapp import lifecycle, services
 from webapp.models import Membership, Run
+from webapp.runs import queue
+from webapp.runs import services as run_services
 
 
 def queued_copy(run: Run, name: str, **fields) -> Run:
@@ -21,7 +22,7 @@ def names(runs) -> list[str]:
 
 
 def executed(worker: str = "w") -> str | None:
-    run = services.run_execute(worker=worker, train=lambda config, *, out_dir, sink: FakeResult(status="succeeded", step=3))
+    run = run_services.run_execute(worker=worker, train=lambda config, *, out_dir, sink: FakeResult(status="succeeded", step=3))
     return run.name if run else None
 
 
@@ -29,19 +30,19 @@ def test_it_gives_queued_runs_their_place_in_the_shared_queue(alice_world, bob_w
     a1 = alice_world.run
     b1 = bob_world.run
     a2 = queued_copy(a1, "a2")
-    assert [lifecycle.run_queue_position(run=r) for r in (a1, b1, a2)] == [1, 2, 3]
-    assert lifecycle.run_queue_positions() == {a1.pk: 1, b1.pk: 2, a2.pk: 3}
+    assert [queue.run_queue_position(run=r) for r in (a1, b1, a2)] == [1, 2, 3]
+    assert queue.run_queue_positions() == {a1.pk: 1, b1.pk: 2, a2.pk: 3}
     Run.objects.filter(pk=a1.pk).update(status=Run.Status.RUNNING)
     a1.refresh_from_db()
-    assert lifecycle.run_queue_position(run=a1) is None
-    assert lifecycle.run_queue_position(run=b1) == 1
+    assert queue.run_queue_position(run=a1) is None
+    assert queue.run_queue_position(run=b1) == 1
 
 
 def test_a_message_executes_the_first_queued_run_in_queue_order(alice_world):
     first = alice_world.run
     second = queued_copy(first, "second")
     urgent = queued_copy(first, "urgent", priority=5)
-    assert names(lifecycle.run_queue()) == ["urgent", "first", "second"]
+    assert names(queue.run_queue()) == ["urgent", "first", "second"]
     # Three messages, whatever run each was sent for: they start the runs in queue order.
     assert [executed(), executed(), executed()] == ["urgent", "first", "second"]
     assert executed() is None  # a spare message (e.g. a cancelled run's) finds nothing to do
@@ -51,15 +52,15 @@ def test_a_message_executes_the_first_queued_run_in_queue_order(alice_world):
 
 def test_a_cancelled_runs_message_starts_the_next_run_instead(alice_world):
     queued_copy(alice_world.run, "other")
-    services.run_cancel(run=alice_world.run)
+    run_services.run_cancel(run=alice_world.run)
     assert executed() == "other"
     assert executed() is None
 
 
 def test_a_claimed_run_is_never_claimed_again(alice_world):
-    assert lifecycle.run_claim(run_id=alice_world.run.pk, worker="w1") is not None
-    assert lifecycle.run_claim(run_id=alice_world.run.pk, worker="w2") is None
-    assert lifecycle.run_claim_next(worker="w2") is None
+    assert queue.run_claim(run_id=alice_world.run.pk, worker="w1") is not None
+    assert queue.run_claim(run_id=alice_world.run.pk, worker="w2") is None
+    assert queue.run_claim_next(worker="w2") is None
     alice_world.run.refresh_from_db()
     assert alice_world.run.worker == "w1"
 
@@ -68,18 +69,18 @@ def test_team_admins_move_their_runs_without_jumping_other_teams(alice, alice_wo
     a1, b1 = alice_world.run, bob_world.run
     a2 = queued_copy(a1, "a2")
     queued_copy(b1, "b2")
-    assert names(lifecycle.run_queue()) == ["first", "first", "a2", "b2"]
+    assert names(queue.run_queue()) == ["first", "first", "a2", "b2"]
     response = alice.client.post(reverse("run_queue_move", args=[a2.pk, "up"]))
     assert response.status_code == 302 and response["Location"] == a2.get_absolute_url()
-    order = list(lifecycle.run_queue())
+    order = list(queue.run_queue())
     assert [(r.team.name, r.name) for r in order] == [("Alpha", "a2"), ("Bravo", "first"), ("Alpha", "first"), ("Bravo", "b2")]
     alice.client.post(reverse("run_queue_move", args=[a2.pk, "down"]))
-    assert [(r.team.name, r.name) for r in lifecycle.run_queue()] == [
+    assert [(r.team.name, r.name) for r in queue.run_queue()] == [
         ("Alpha", "first"), ("Bravo", "first"), ("Alpha", "a2"), ("Bravo", "b2"),
     ]
     # Moving the last one further down, or a run that is not queued, changes nothing.
     alice.client.post(reverse("run_queue_move", args=[a2.pk, "down"]))
-    assert names(lifecycle.run_queue()) == ["first", "first", "a2", "b2"]
+    assert names(queue.run_queue()) == ["first", "first", "a2", "b2"]
 
 
 def test_it_dispatches_in_the_order_admins_set(alice, alice_world):
@@ -92,7 +93,7 @@ def test_it_moves_runs_whose_places_tie(alice, alice_world):
     a2 = queued_copy(alice_world.run, "a2")
     Run.objects.update(queue_order=1000, priority=0)  # e.g. rows that existed before the migration
     alice.client.post(reverse("run_queue_move", args=[a2.pk, "up"]))
-    assert names(lifecycle.run_queue()) == ["a2", "first"]
+    assert names(queue.run_queue()) == ["a2", "first"]
 
 
 def test_members_cannot_reorder(alice, alice_world):
@@ -100,7 +101,7 @@ def test_members_cannot_reorder(alice, alice_world):
     a2 = queued_copy(alice_world.run, "a2")
     response = alice.client.post(reverse("run_queue_move", args=[a2.pk, "up"]))
     assert response.status_code == 403
-    assert names(lifecycle.run_queue()) == ["first", "a2"]
+    assert names(queue.run_queue()) == ["first", "a2"]
 
 
 def test_site_staff_can_reorder_without_being_team_admins(alice, alice_world):
@@ -109,7 +110,7 @@ def test_site_staff_can_reorder_without_being_team_admins(alice, alice_world):
     alice.user.save()
     a2 = queued_copy(alice_world.run, "a2")
     alice.client.post(reverse("run_queue_move", args=[a2.pk, "up"]))
-    assert names(lifecycle.run_queue()) == ["a2", "first"]
+    assert names(queue.run_queue()) == ["a2", "first"]
 
 
 def test_moving_only_accepts_post_and_up_or_down(alice, alice_world):
@@ -135,13 +136,13 @@ def test_the_queue_line_is_empty_once_the_run_started(alice, alice_world):
 
 
 def test_runs_needing_several_gpus_wait_for_a_worker_with_that_many(alice_world, monkeypatch, django_capture_on_commit_callbacks):
-    from webapp import tasks
+    from webapp.core import enqueue
 
     sent = []
-    monkeypatch.setattr(tasks.run_execute, "apply_async", lambda args, **kw: sent.append((args[0], kw["queue"])))
+    monkeypatch.setattr(enqueue.current_app, "send_task", lambda name, args, **kw: sent.append((args[0], kw["queue"])))
     config = alice_world.run.to_config().replace(**{"resources.gpus": 2, "optim.tasks_per_step": 2})
     with django_capture_on_commit_callbacks(execute=True):
-        big = services.run_create(team=alice_world.run.team, user=None, name="big", config=config,
+        big = run_services.run_create(team=alice_world.run.team, user=None, name="big", config=config,
                                   topology=alice_world.topology, dataset=alice_world.dataset)
     Run.objects.filter(pk=big.pk).update(priority=5)  # first in the queue
     assert big.gpus == 2 and sent == [(big.pk, "gpu-x2")]
@@ -149,15 +150,15 @@ def test_runs_needing_several_gpus_wait_for_a_worker_with_that_many(alice_world,
     assert executed("one-gpu") == alice_world.run.name
     assert Run.objects.get(pk=big.pk).status == "queued"
     # ... which the message from its own queue starts
-    ran = services.run_execute(worker="two-gpus", gpus=2, train=lambda config, *, out_dir, sink: FakeResult(status="succeeded", step=3))
+    ran = run_services.run_execute(worker="two-gpus", gpus=2, train=lambda config, *, out_dir, sink: FakeResult(status="succeeded", step=3))
     assert ran.pk == big.pk and ran.worker == "two-gpus"
 
 
 def test_the_celery_message_takes_a_run_of_its_own_gpu_count(alice_world, monkeypatch):
-    from webapp import tasks
+    from webapp.runs import tasks
 
     Run.objects.filter(pk=alice_world.run.pk).update(gpus=4)
     seen = {}
-    monkeypatch.setattr(services, "run_execute", lambda **kw: seen.update(kw))
+    monkeypatch.setattr(run_services, "run_execute", lambda **kw: seen.update(kw))
     tasks.run_execute.apply(args=[alice_world.run.pk])
     assert seen["gpus"] == 4

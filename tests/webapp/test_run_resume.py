@@ -58,8 +58,8 @@ def test_the_charts_of_a_resumed_run_continue_the_old_curves(alice_world):
     series are 1-3 from the grandparent, 4-6 from the parent and 7-9 of its own."""
     from django.utils import timezone
 
-    from webapp import streaming
     from webapp.models import MetricPoint
+    from webapp.runs import streaming
 
     def with_points(run, steps, value):
         MetricPoint.objects.bulk_create([MetricPoint(run=run, step=s, values={"reward/total": value}, time=timezone.now()) for s in steps])

@@ -12,9 +12,11 @@ import pytest
 from django.utils import timezone
 
 from tests.webapp.conftest import FakeResult
-from webapp import lifecycle, services
 from webapp.models import Checkpoint, Run, Worker
-from webapp.sink import DatabaseSink
+from webapp.ops import workers
+from webapp.runs import queue
+from webapp.runs import services as run_services
+from webapp.runs.sink import DatabaseSink
 
 
 def running(run: Run, *, heard_s_ago: float, worker: str = "gpu0@a") -> Run:
@@ -31,21 +33,21 @@ def test_it_marks_a_run_with_a_stale_heartbeat_failed(alice_world, settings):
     settings.TROUPE_WORKER_LOST_SECONDS = 60
     run = running(alice_world.run, heard_s_ago=61)
     Worker.objects.create(hostname="gpu0@a", run=run)
-    assert lifecycle.run_sweep_lost() == [run.pk]
+    assert queue.run_sweep_lost() == [run.pk]
     run.refresh_from_db()
     assert run.status == Run.Status.FAILED and run.finished is not None
     assert run.error_message.startswith("worker lost: gpu0@a stopped sending heartbeats")
     assert "limit is 60 s" in run.error_message and "Resume" in run.error_message
     assert run.log_lines.get().level == "error"
     assert Worker.objects.get().run is None
-    assert lifecycle.run_sweep_lost() == []  # already failed: a second sweeper does nothing
+    assert queue.run_sweep_lost() == []  # already failed: a second sweeper does nothing
 
 
 def test_it_leaves_live_runs_and_other_states_alone(alice_world, bob_world, settings):
     settings.TROUPE_WORKER_LOST_SECONDS = 60
     running(alice_world.run, heard_s_ago=30)
     Run.objects.filter(pk=bob_world.run.pk).update(heartbeat=timezone.now() - timedelta(hours=3))  # queued
-    assert lifecycle.run_sweep_lost() == []
+    assert queue.run_sweep_lost() == []
     assert set(Run.objects.values_list("status", flat=True)) == {"running", "queued"}
 
 
@@ -53,13 +55,13 @@ def test_it_marks_a_run_that_never_beat(alice_world, settings):
     settings.TROUPE_WORKER_LOST_SECONDS = 60
     Run.objects.filter(pk=alice_world.run.pk).update(status=Run.Status.RUNNING, heartbeat=None,
                                                      started=timezone.now() - timedelta(minutes=5))
-    assert lifecycle.run_sweep_lost() == [alice_world.run.pk]
+    assert queue.run_sweep_lost() == [alice_world.run.pk]
 
 
 def test_the_limit_comes_from_the_environment(alice_world, settings):
     settings.TROUPE_WORKER_LOST_SECONDS = 5
     run = running(alice_world.run, heard_s_ago=6)
-    assert lifecycle.run_sweep_lost() == [run.pk]
+    assert queue.run_sweep_lost() == [run.pk]
 
 
 def test_a_swept_run_stays_failed_when_its_process_wakes_up(alice_world, settings):
@@ -70,12 +72,12 @@ def test_a_swept_run_stays_failed_when_its_process_wakes_up(alice_world, setting
     def train(config, *, out_dir, sink):
         assert not sink.should_stop()
         running(Run.objects.get(pk=alice_world.run.pk), heard_s_ago=120, worker="w")  # the process froze...
-        assert lifecycle.run_sweep_lost() == [alice_world.run.pk]  # ...and another worker swept it
+        assert queue.run_sweep_lost() == [alice_world.run.pk]  # ...and another worker swept it
         assert sink.should_stop()  # woken up: stop at this step
         sink.checkpoint(1, str(out_dir / "checkpoints" / "step-000001"))
         return FakeResult(status="cancelled", step=1, checkpoint=str(out_dir / "checkpoints" / "step-000001"))
 
-    run = services.run_execute(run_id=alice_world.run.pk, worker="w", train=train)
+    run = run_services.run_execute(run_id=alice_world.run.pk, worker="w", train=train)
     assert run.status == Run.Status.FAILED and run.error_message.startswith("worker lost")
     assert Checkpoint.objects.filter(run=run, step=1).exists()  # resumable from where it stopped
     assert run.can_resume
@@ -84,7 +86,7 @@ def test_a_swept_run_stays_failed_when_its_process_wakes_up(alice_world, setting
 def test_a_restarted_worker_fails_what_its_previous_process_left_running(alice_world, bob_world):
     running(alice_world.run, heard_s_ago=1, worker="gpu0@a")
     running(bob_world.run, heard_s_ago=1, worker="gpu1@a")
-    assert lifecycle.worker_started(hostname="gpu0@a", queues=["gpu"], pid=1) == 1
+    assert workers.worker_started(hostname="gpu0@a", queues=["gpu"], pid=1) == 1
     alice_world.run.refresh_from_db()
     bob_world.run.refresh_from_db()
     assert alice_world.run.status == "failed" and alice_world.run.error_message.startswith("worker lost")
@@ -114,10 +116,10 @@ def test_the_heartbeat_thread_keeps_a_slow_run_alive(alice, settings):
     def slow_train(config, *, out_dir, sink):
         for _ in range(8):  # 4 s without any sink call
             time.sleep(0.5)
-            swept.append(lifecycle.run_sweep_lost())
+            swept.append(queue.run_sweep_lost())
         return FakeResult(status="succeeded", step=3)
 
-    run = services.run_execute(run_id=world.run.pk, worker="w", train=slow_train)
+    run = run_services.run_execute(run_id=world.run.pk, worker="w", train=slow_train)
     assert run.status == Run.Status.SUCCEEDED, run.error_message
     assert not any(swept)
 
@@ -125,7 +127,7 @@ def test_the_heartbeat_thread_keeps_a_slow_run_alive(alice, settings):
 def test_the_sweeper_thread_sweeps(alice_world, settings):
     settings.TROUPE_WORKER_LOST_SECONDS = 60
     run = running(alice_world.run, heard_s_ago=90)
-    lifecycle.Sweeper().tick()
+    workers.Sweeper().tick()
     run.refresh_from_db()
     assert run.status == Run.Status.FAILED
 

@@ -9,21 +9,22 @@ from datetime import UTC, datetime
 import numpy as np
 
 from tests.webapp.streams import TRANSACTIONAL, metric_steps, receive_all, run, socket
-from webapp import streaming
+from webapp.core.series import downsample_minmax
 from webapp.models import MetricPoint, Run
+from webapp.runs import streaming
 
 pytestmark = TRANSACTIONAL
 
 
 def test_it_keeps_short_series_whole():
-    assert streaming.downsample_minmax(np.arange(10.0), 2000) == list(range(10))
+    assert downsample_minmax(np.arange(10.0), 2000) == list(range(10))
 
 
 def test_it_caps_points_and_keeps_ends_and_spikes():
     values = np.sin(np.linspace(0, 20, 50_000))
     values[31_337] = 25.0  # one spike
     values[7_000] = -30.0
-    keep = streaming.downsample_minmax(values, 2000)
+    keep = downsample_minmax(values, 2000)
     assert len(keep) <= 2000 and keep == sorted(set(keep))
     assert keep[0] == 0 and keep[-1] == 49_999
     assert 31_337 in keep and 7_000 in keep
@@ -32,7 +33,7 @@ def test_it_caps_points_and_keeps_ends_and_spikes():
 def test_it_never_picks_a_missing_value():
     values = np.full(10_000, np.nan)
     values[::7] = 1.0
-    keep = streaming.downsample_minmax(values, 500)
+    keep = downsample_minmax(values, 500)
     assert len(keep) <= 500 and all(np.isfinite(values[i]) for i in keep[1:-1])
 
 

@@ -7,8 +7,8 @@ import pytest
 from django.db import transaction
 
 from tests.webapp.streams import TRANSACTIONAL, step_metrics
-from webapp import streaming
-from webapp.sink import DatabaseSink
+from webapp.runs import streaming
+from webapp.runs.sink import DatabaseSink
 
 pytestmark = TRANSACTIONAL
 

@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from tests.webapp.streams import TRANSACTIONAL, Worker, by_type, orm, receive_all, run, socket
 from webapp.models import Checkpoint, Evaluation, LogLine, Run
-from webapp.sink import DatabaseSink
+from webapp.runs.sink import DatabaseSink
 
 pytestmark = TRANSACTIONAL
 

@@ -14,8 +14,9 @@ from django.urls import reverse
 
 from tests.webapp.conftest import make_world
 from tests.webapp.test_api import TINY_CONFIG, Api
-from webapp import services, tokens
 from webapp.models import Dataset, Run, Topology
+from webapp.runs import services as run_services
+from webapp.teams import services as tokens
 
 NEVER_IMPORTED = ("tests.agents.unregistered_plugin", "tests.agents.exits_on_import", "unittest.__main__", "this", "antigravity")
 """Modules that run code when imported (print, exit, open a browser); none is imported before the tests."""
@@ -111,7 +112,7 @@ def test_the_worker_refuses_a_run_row_that_names_an_unregistered_plugin(alice, n
     def train(*args, **kwargs):
         raise AssertionError("the engine must not start")
 
-    run = services.run_execute(run_id=world.run.pk, worker="w", train=train)
+    run = run_services.run_execute(run_id=world.run.pk, worker="w", train=train)
     assert run is not None and run.status == Run.Status.FAILED
     assert "topology.environment" in run.error_message and "not a registered plugin" in run.error_message
     no_new_imports()

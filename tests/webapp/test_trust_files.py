@@ -13,8 +13,8 @@ from django.urls import reverse
 
 from tests.webapp.conftest import make_world
 from tests.webapp.test_api import TINY_CONFIG, Api
-from webapp import tokens
 from webapp.models import ModelSource, Run
+from webapp.teams import services as tokens
 
 
 def _model_folder(path: Path) -> Path:
@@ -136,9 +136,9 @@ def test_the_worker_refuses_a_source_that_left_the_roots(bob, tmp_path, settings
     settings.TROUPE_MODEL_ROOTS = [str(root)]
     world = make_world(bob.team, source=f"local:{model}")
     settings.TROUPE_MODEL_ROOTS = []
-    from webapp import services
+    from webapp.runs import services as run_services
 
-    run = services.run_execute(run_id=world.run.pk, worker="w", train=lambda *a, **k: pytest.fail("the engine must not start"))
+    run = run_services.run_execute(run_id=world.run.pk, worker="w", train=lambda *a, **k: pytest.fail("the engine must not start"))
     assert run is not None and run.status == Run.Status.FAILED and "outside the folders your team may use" in run.error_message
 
 

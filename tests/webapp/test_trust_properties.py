@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from tests.webapp.test_api import TINY_CONFIG, Api
 from tests.webapp.test_trust_code import _form
 from training.config import ConfigError
-from webapp import tokens, trust
+from webapp.core import trust
 from webapp.models import Run
+from webapp.teams import services as tokens
 
 PROPERTY = settings(max_examples=60, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

@@ -13,8 +13,9 @@ from django.urls import reverse
 from tests.webapp.test_api import TINY_CONFIG, Api
 from tests.webapp.test_trust_code import _form
 from training.config import ConfigError
-from webapp import tokens, trust
+from webapp.core import trust
 from webapp.models import Dataset, Run, Topology
+from webapp.teams import services as tokens
 
 LAUGHS = """
 topology:

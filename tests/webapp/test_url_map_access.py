@@ -39,7 +39,7 @@ from webapp.models import (
     Topology,
     TopologyAgent,
 )
-from webapp.routing import websocket_urlpatterns
+from webapp.runs.routing import websocket_urlpatterns
 
 PK = 4242
 OPEN = {"login", "healthz", "favicon"}
@@ -108,9 +108,9 @@ def bravo_objects(team, user, data_dir) -> None:
     TopologyAgent.objects.create(topology=topology, agent=reasoner, position=2)
     dataset = Dataset.objects.create(pk=PK, team=team, name="gen", kind=Dataset.Kind.GENERATOR, environment="math_tool",
                                      env_args={"level": 1}, size=8, eval_size=2, row_count=10)
-    from webapp import services
+    from webapp.runs import services as run_services
 
-    config = services.run_config_build(topology=topology, dataset=dataset, name="secret", overrides={"optim.steps": 2})
+    config = run_services.run_config_build(topology=topology, dataset=dataset, name="secret", overrides={"optim.steps": 2})
     run = Run.objects.create(pk=PK, team=team, owner=user, name="bravo secret", topology=topology, dataset=dataset,
                              config_yaml=config.to_yaml(), status=Run.Status.QUEUED, total_steps=2)
     folder = data_dir / "runs" / str(PK) / "checkpoints" / f"step-{PK:06d}"
@@ -128,7 +128,7 @@ def bravo_objects(team, user, data_dir) -> None:
     Job.objects.create(pk=PK, team=team, owner=user, kind="playground", status="succeeded", params={"row": {"question": "1+1?"}})
     Job.objects.create(pk=PK + 1, team=team, owner=user, kind="merge", status="succeeded", run=run)
     try:
-        from webapp.tokens import api_token_create
+        from webapp.teams.services import api_token_create
     except ImportError:
         return
     token, _ = api_token_create(user=user, team=team, name="bob's")
@@ -143,7 +143,7 @@ def bravo(bob, data_dir):
 
 def alice_token(alice) -> str | None:
     try:
-        from webapp.tokens import api_token_create
+        from webapp.teams.services import api_token_create
     except ImportError:
         return None
     return api_token_create(user=alice.user, team=alice.team, name="alice's")[1]

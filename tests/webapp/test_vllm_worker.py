@@ -13,7 +13,7 @@ import pytest
 from django.urls import reverse
 
 from tests.webapp.test_integration_worker import broker, redis_url, worker  # noqa: F401 (fixtures)
-from webapp import services
+from webapp.catalog import services as catalog
 from webapp.models import Agent, LogLine, ModelSource, Run
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.slow]
@@ -36,11 +36,11 @@ def test_each_specialization_trains_two_steps_with_vllm_on_a_worker(alice, model
     smol = ModelSource.objects.create(team=alice.team, name="SmolLM2", source="bundled:smollm2-135m-instruct")
     tool = Agent.objects.create(team=alice.team, name="tool", role="tool", model_source=smol)
     reasoner = Agent.objects.create(team=alice.team, name="reasoner", role="reasoner", model_source=smol)
-    dataset = services.dataset_generator_create(team=alice.team, name="L1", environment="math_tool", env_args={"level": 1},
+    dataset = catalog.dataset_generator_create(team=alice.team, name="L1", environment="math_tool", env_args={"level": 1},
                                                 size=4, eval_size=2)
     for specialization in ("single", "prompt", "lora", "full"):
         agents = [tool] if specialization == "single" else [tool, reasoner]
-        topology = services.topology_create(team=alice.team, name=f"smol {specialization}", environment="math_tool",
+        topology = catalog.topology_create(team=alice.team, name=f"smol {specialization}", environment="math_tool",
                                             env_args={"level": 1}, max_turns=len(agents), specialization=specialization,
                                             agents=agents)
         response = alice.client.post(reverse("run_new"), {

@@ -9,8 +9,8 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from webapp import lifecycle
 from webapp.models import Worker
+from webapp.ops import workers
 
 
 def test_it_requires_login(db):
@@ -41,12 +41,12 @@ def test_it_refreshes_the_table_over_htmx(alice, db):
 
 
 def test_the_worker_beat_writes_its_row_with_memory(db, settings):
-    lifecycle.worker_started(hostname="gpu0@here", queues=["gpu"], pid=123)
-    beat = lifecycle.WorkerBeat(hostname="gpu0@here")
+    workers.worker_started(hostname="gpu0@here", queues=["gpu"], pid=123)
+    beat = workers.WorkerBeat(hostname="gpu0@here")
     beat.tick()  # one heartbeat, in this thread
     worker = Worker.objects.get(hostname="gpu0@here")
     assert worker.is_online() and worker.queues == "gpu" and worker.rss_bytes > 10 * 2**20
-    lifecycle.worker_stopped(hostname="gpu0@here")
+    workers.worker_stopped(hostname="gpu0@here")
     worker.refresh_from_db()
     assert not worker.is_online() and worker.stopped is not None
 
@@ -54,7 +54,7 @@ def test_the_worker_beat_writes_its_row_with_memory(db, settings):
 def test_it_never_initialises_cuda_to_measure_memory():
     import sys
 
-    rss, gpu = lifecycle.process_memory()
+    rss, gpu = workers.process_memory()
     assert rss > 0
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
@@ -69,16 +69,16 @@ def test_it_reports_gpu_memory_once_the_worker_uses_cuda():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA here")
     block = torch.empty(64 * 2**20, dtype=torch.uint8, device="cuda")  # 64 MiB
-    _, gpu = lifecycle.process_memory()
+    _, gpu = workers.process_memory()
     assert gpu["name"] and gpu["total"] > gpu["used"] > 0 and gpu["allocated"] >= 64 * 2**20
     del block
 
 
 def test_it_shows_which_sandbox_layers_a_workers_host_lacks(alice, alice_world):
-    lifecycle.worker_started(hostname="gpu0@container", queues=["gpu"], pid=7,
+    workers.worker_started(hostname="gpu0@container", queues=["gpu"], pid=7,
                              sandbox={"user": "uid 1000", "missing": "pidns, netns", "error": "", "seccomp": True},
                              plugin_problems={"environment mypkg.envs:Env": "no module named 'mypkg'"})
-    lifecycle.worker_started(hostname="gpu1@full", queues=["gpu"], pid=8, sandbox={"user": "root", "missing": "", "error": ""})
+    workers.worker_started(hostname="gpu1@full", queues=["gpu"], pid=8, sandbox={"user": "root", "missing": "", "error": ""})
     page = alice.client.get(reverse("worker_list")).content.decode()
     assert "lacks pidns, netns" in page and "as uid 1000" in page
     assert "every layer" in page and "as root" in page

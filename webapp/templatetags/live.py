@@ -8,8 +8,8 @@ from django import template
 from django.db.models import QuerySet
 
 from training.config import ConfigError
-from webapp import streaming
 from webapp.models import Run
+from webapp.runs import streaming
 
 register = template.Library()
 

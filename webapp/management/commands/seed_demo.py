@@ -6,14 +6,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from webapp import services
+from webapp.ops import demo
 
 
 class Command(BaseCommand):
     help = "Create the demo team, an admin and a member login, models, agents, topologies and datasets (idempotent)."
 
     def handle(self, *args: Any, **options: Any) -> None:
-        seed = services.demo_seed()
+        seed = demo.demo_seed()
         if seed.created:
             self.stdout.write(f"Seeded {seed.team.name}: {', '.join(seed.created)}")
         self.stdout.write(f"Logins for {seed.team.name}:")

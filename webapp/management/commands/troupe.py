@@ -7,7 +7,7 @@ stops at its next step and is recorded as cancelled), Redis.
 
 While it runs, it restarts the worker if it dies (its run is marked failed at once, "worker lost",
 and can be resumed from its last checkpoint). Lost runs are also swept every few seconds by the
-web process and the worker (`webapp.lifecycle`), as in a team deployment.
+web process and the worker (`webapp.runs.queue`, `webapp.ops.workers`), as in a team deployment.
 
 It runs as a self-hosted product does (DEBUG off, the secret key generated once into the data
 dir), with a quiet console: no access log or banners, one line per event (a run queued, started,
@@ -31,8 +31,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from webapp import services
 from webapp.models import gpu_queue
+from webapp.runs import services as run_services
 
 WORKER_NAME = "troupe-local@" + socket.gethostname()
 """The local worker's Celery hostname; runs it left `running` when it died are marked failed."""
@@ -89,7 +89,7 @@ class Command(BaseCommand):
                 env["REDIS_URL"] = f"unix://{sock}"
                 self.stdout.write(f"Redis (embedded) on {sock}")
             if not options["no_worker"]:
-                lost = services.run_fail_lost(worker=WORKER_NAME)
+                lost = run_services.run_fail_lost(worker=WORKER_NAME)
                 if lost:
                     self.stdout.write(f"Marked {lost} run(s) failed: the local worker had stopped while running them.")
                 procs.append(("worker", _spawn(WORKER_CMD, env)))
@@ -99,7 +99,7 @@ class Command(BaseCommand):
                                          "webapp.asgi:application"], env)))
             _wait_for(lambda: _port_open(options["host"], port), f"Daphne on port {port}", procs[-1][1])
             if not options["no_worker"]:
-                requeued = services.run_enqueue_queued()  # harmless duplicates: the task claims the row
+                requeued = run_services.run_enqueue_queued()  # harmless duplicates: the task claims the row
                 if requeued:
                     self.stdout.write(f"Re-sent {requeued} queued run(s) to the worker.")
             self.stdout.write(self.style.SUCCESS(f"\nTroupe is running at http://{options['host']}:{port}/  (Ctrl-C to stop)\n"))
@@ -121,7 +121,7 @@ class Command(BaseCommand):
         from its last checkpoint) and start a new worker, unless it keeps dying."""
         now = time.monotonic()
         restarts[:] = [t for t in restarts if now - t < WORKER_RESTART_WINDOW_S] + [now]
-        lost = services.run_fail_lost(worker=WORKER_NAME)
+        lost = run_services.run_fail_lost(worker=WORKER_NAME)
         self.stdout.write(self.style.WARNING(
             f"The worker exited with code {proc.returncode}" + ("; marked its run failed (worker lost)" if lost else "")
         ))

@@ -1,0 +1,321 @@
+"""The JSON API under /api/v1/, for notebooks and scripts: `Authorization: Bearer <token>`.
+
+Tokens are personal, belong to one team, and are created and revoked on the API tokens page.
+Only the bearer token authenticates here (a browser session does not, so no CSRF exposure);
+everything is scoped to the token's team: another team's run is a 404, as on the pages.
+
+    GET  /api/v1/                                   who am I, and the endpoints
+    GET  /api/v1/runs/?status=&tag=&q=&sort=&page=  runs, filtered like the run list
+    POST /api/v1/runs/                              launch: a YAML config (body), or JSON {config, name, dataset, tags, notes}
+    GET  /api/v1/runs/<id>/                         one run: config, final metrics, evaluations, artifacts
+    POST /api/v1/runs/<id>/cancel/
+    GET  /api/v1/runs/<id>/metrics/?after=&limit=   metric points by step (paginated)
+    GET  /api/v1/runs/<id>/rollouts/?after=&limit=&step=   episodes (paginated)
+    GET  /api/v1/runs/<id>/evaluations/             held-out evaluations and evaluation jobs
+    GET  /api/v1/runs/<id>/artifacts/<file>         config.yaml, metrics.csv, metrics.jsonl, rollouts.jsonl,
+                                                    checkpoints/<step>/<agent>.zip, merged/<job>.zip
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.decorators import login_not_required
+from django.core.exceptions import RequestDataTooBig, ValidationError
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.urls import reverse
+from django.views.decorators.csrf import csrf_exempt
+
+from training.config import ConfigError
+from webapp.artifacts import files as artifacts
+from webapp.artifacts.downloads import checkpoint_download, merged_download, run_file_download
+from webapp.core import trust
+from webapp.history import services as history
+from webapp.models import ApiToken, Dataset, Job, MetricPoint, Rollout, Run, Team
+from webapp.runs import services as run_services
+from webapp.teams import services as tokens
+
+PER_PAGE_MAX = 100
+
+
+METRICS_LIMIT_MAX = 1000
+
+
+ROLLOUTS_LIMIT_MAX = 100
+
+
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain")
+
+
+class ApiRequest(HttpRequest):
+    api_token: ApiToken
+    team: Team
+
+
+def error(status: int, message: str, **extra: Any) -> JsonResponse:
+    response = JsonResponse({"error": message, **extra}, status=status)
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="troupe"'
+    return response
+
+
+def endpoint(*methods: str) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+    """Bearer-token authentication, allowed methods, JSON errors (404 for anything not the team's)."""
+
+    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            header = request.headers.get("Authorization", "")
+            scheme, _, text = header.partition(" ")
+            token = tokens.api_token_authenticate(text=text.strip()) if scheme.lower() == "bearer" else None
+            if token is None:
+                return error(401, "Send a valid API token: `Authorization: Bearer <token>` (create one on the API tokens page).")
+            if request.method not in methods:
+                response = error(405, f"Use {' or '.join(methods)}.")
+                response["Allow"] = ", ".join(methods)
+                return response
+            request.user, request.team, request.api_token = token.user, token.team, token  # type: ignore[attr-defined]
+            try:
+                return view(request, *args, **kwargs)
+            except (Http404, Run.DoesNotExist, Job.DoesNotExist):
+                return error(404, "Not found.")
+            except artifacts.ArtifactMissing as exc:
+                return error(404, str(exc))
+
+        return csrf_exempt(login_not_required(wrapper))
+
+    return decorate
+
+
+def _run(request: ApiRequest, pk: int) -> Run:
+    return Run.objects.select_related("owner", "topology", "dataset").get(pk=pk, team=request.team)
+
+
+def _absolute(request: HttpRequest, path: str) -> str:
+    return request.build_absolute_uri(path)
+
+
+def run_json(request: HttpRequest, run: Run) -> dict[str, Any]:
+    return {
+        "id": run.pk,
+        "name": run.name,
+        "status": run.status,
+        "step": run.step,
+        "total_steps": run.total_steps,
+        "environment": run.environment,
+        "specialization": run.specialization,
+        "topology": {"id": run.topology.pk, "name": run.topology.name} if run.topology else None,
+        "dataset": {"id": run.dataset.pk, "name": run.dataset.name} if run.dataset else None,
+        "owner": run.owner.username if run.owner else None,
+        "tags": [t.name for t in run.tags.all()],
+        "notes": run.notes,
+        "archived": run.archived,
+        "created": run.created.isoformat(),
+        "started": run.started.isoformat() if run.started else None,
+        "finished": run.finished.isoformat() if run.finished else None,
+        "final_metrics": run.final_metrics,
+        "error": run.error_message,
+        "resumed_from": run.resumed_from_id,
+        "url": _absolute(request, run.get_absolute_url()),
+        "api_url": _absolute(request, reverse("api_run", args=[run.pk])),
+    }
+
+
+# == endpoints =========================================================================================
+
+
+@endpoint("GET")
+def index(request: ApiRequest) -> HttpResponse:
+    return JsonResponse({
+        "user": request.user.username,
+        "team": {"id": request.team.pk, "name": request.team.name},
+        "token": {"name": request.api_token.name, "prefix": request.api_token.prefix},
+        "runs": _absolute(request, reverse("api_runs")),
+    })
+
+
+@endpoint("GET", "POST")
+def runs(request: ApiRequest) -> HttpResponse:
+    if request.method == "POST":
+        return _launch(request)
+    filters = history.RunFilter.from_query(request.GET)
+    per_page = min(_int(request.GET.get("per_page"), 25), PER_PAGE_MAX)
+    page = Paginator(history.run_search(team=request.team, filters=filters), max(per_page, 1)).get_page(request.GET.get("page"))
+
+    def link(number: int) -> str:
+        return _absolute(request, f"{reverse('api_runs')}?{filters.query_string()}&page={number}&per_page={per_page}")
+
+    return JsonResponse({
+        "count": page.paginator.count,
+        "page": page.number,
+        "pages": page.paginator.num_pages,
+        "next": link(page.next_page_number()) if page.has_next() else None,
+        "previous": link(page.previous_page_number()) if page.has_previous() else None,
+        "results": [run_json(request, run) for run in page],
+    })
+
+
+def _launch(request: ApiRequest) -> HttpResponse:
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        return error(413, f"The request body is too large; a run config may be at most {trust.MAX_CONFIG_BYTES:,} bytes.")
+    content_type = request.content_type or ""
+    options: dict[str, Any] = dict(request.GET.items())
+    try:
+        if content_type == "application/json":
+            payload = trust.json_load(body, field="body")
+            if not isinstance(payload, dict):
+                return error(400, "Send a JSON object: {\"config\": <YAML text or mapping>, \"name\", \"dataset\", \"tags\", \"notes\"}.")
+            options.update({k: v for k, v in payload.items() if k != "config"})
+            config: Any = payload.get("config")
+            tree = trust.yaml_load(config, field="config") if isinstance(config, str) else config
+        elif content_type in YAML_TYPES or not content_type:
+            try:
+                text = body.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return error(400, f"body: not valid UTF-8 (byte {exc.start})", field="body")
+            tree = trust.yaml_load(text, field="yaml")
+        else:
+            return error(415, f"Send the config as YAML ({YAML_TYPES[0]}) or JSON (application/json), not {content_type}.")
+    except ConfigError as exc:
+        return error(400, str(exc), field=exc.field)
+    if not isinstance(tree, dict):
+        return error(400, "config: the config must be a YAML mapping of sections (model, topology, data, grpo, ...)", field="config")
+    dataset = None
+    if options.get("dataset") not in (None, ""):
+        dataset = Dataset.objects.filter(team=request.team, pk=_int(options["dataset"], -1)).first()
+        if dataset is None:
+            return error(400, "dataset: no dataset with this id in your team", field="dataset")
+    tags = options.get("tags") or ""
+    try:
+        run = run_services.run_launch(
+            team=request.team, user=request.user, tree=tree, name=str(options.get("name") or "")[:200], dataset=dataset,
+            tags=", ".join(map(str, tags)) if isinstance(tags, list) else str(tags), notes=str(options.get("notes") or ""),
+        )
+    except ConfigError as exc:
+        return error(400, str(exc), field=exc.field)
+    except ValidationError as exc:
+        field = next(iter(exc.message_dict), None) if hasattr(exc, "error_dict") else None
+        return error(400, " ".join(exc.messages), field=field)
+    response = JsonResponse(run_json(request, run), status=201)
+    response["Location"] = run_json(request, run)["api_url"]
+    return response
+
+
+@endpoint("GET")
+def run_detail(request: ApiRequest, pk: int) -> HttpResponse:
+    run = _run(request, pk)
+    data = run_json(request, run)
+    data["config_yaml"] = run.config_yaml
+    data["evaluations"] = _evaluations(run)
+    data["artifacts"] = _artifact_links(request, run)
+    return JsonResponse(data)
+
+
+@endpoint("POST")
+def run_cancel(request: ApiRequest, pk: int) -> HttpResponse:
+    run = run_services.run_cancel(run=_run(request, pk))
+    return JsonResponse(run_json(request, run))
+
+
+@endpoint("GET")
+def run_metrics(request: ApiRequest, pk: int) -> HttpResponse:
+    """Metric points with step > `after`, at most `limit` (default 500); `next` continues."""
+    run = _run(request, pk)
+    after, limit = _int(request.GET.get("after"), -1), min(max(_int(request.GET.get("limit"), 500), 1), METRICS_LIMIT_MAX)
+    rows = list(MetricPoint.objects.filter(run=run, step__gt=after).order_by("step").values_list("step", "time", "values", "agents")[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    base = reverse("api_run_metrics", args=[run.pk])
+    return JsonResponse({
+        "results": [{"step": s, "time": t.isoformat(), "values": v, "agents": a} for s, t, v, a in rows],
+        "next": _absolute(request, f"{base}?after={rows[-1][0]}&limit={limit}") if more else None,
+    })
+
+
+@endpoint("GET")
+def run_rollouts(request: ApiRequest, pk: int) -> HttpResponse:
+    """Episodes with id > `after` in recording order, at most `limit` (default 20); `step` filters."""
+    run = _run(request, pk)
+    after, limit = _int(request.GET.get("after"), 0), min(max(_int(request.GET.get("limit"), 20), 1), ROLLOUTS_LIMIT_MAX)
+    rows = Rollout.objects.filter(run=run, id__gt=after).order_by("id")
+    step = request.GET.get("step", "")
+    if step.isdigit():
+        rows = rows.filter(step=int(step))
+    page = list(rows.values_list("id", "step", "episode", "success", "team_reward", "data")[: limit + 1])
+    more = len(page) > limit
+    page = page[:limit]
+    base = reverse("api_run_rollouts", args=[run.pk])
+    extra = f"&step={step}" if step.isdigit() else ""
+    return JsonResponse({
+        "results": [{"id": i, "step": s, "episode": e, "success": ok, "team_reward": r, "data": d} for i, s, e, ok, r, d in page],
+        "next": _absolute(request, f"{base}?after={page[-1][0]}&limit={limit}{extra}") if more else None,
+    })
+
+
+@endpoint("GET")
+def run_evaluations(request: ApiRequest, pk: int) -> HttpResponse:
+    return JsonResponse({"results": _evaluations(_run(request, pk))})
+
+
+def _evaluations(run: Run) -> dict[str, Any]:
+    return {
+        "training": [
+            {"step": e.step, "temperature": e.temperature, "team_success": e.team_success, "agents": e.agents, "n": (e.data or {}).get("n")}
+            for e in run.evaluations.order_by("step", "temperature")
+        ],
+        "jobs": [
+            {"id": j.pk, "status": j.status, "checkpoint_step": j.params.get("checkpoint_step"), "dataset": j.params.get("dataset_name"),
+             "created": j.created.isoformat(), "error": j.error,
+             "results": [{k: v for k, v in r.items() if k != "examples"} for r in (j.result or {}).get("evaluations", [])]}
+            for j in run.jobs.filter(kind=Job.Kind.EVALUATE).order_by("-created")
+        ],
+    }
+
+
+def _artifact_links(request: HttpRequest, run: Run) -> dict[str, Any]:
+    def url(path: str) -> str:
+        return _absolute(request, reverse("api_run_file", args=[run.pk, path]))
+
+    files = {name: url(name) for name in ("config.yaml", "metrics.csv", "metrics.jsonl", "rollouts.jsonl")}
+    checkpoints = [
+        {"step": c.checkpoint.step, "on_disk": c.on_disk,
+         "policies": [{"name": p.name, "kind": p.kind, "bytes": p.size,
+                       "url": _absolute(request, reverse("api_checkpoint_download", args=[run.pk, c.checkpoint.step, p.name]))}
+                      for p in c.policies]}
+        for c in artifacts.run_artifacts(run=run)
+    ]
+    merged = [
+        {"job": j.pk, "agent": j.params.get("agent"), "checkpoint_step": j.params.get("checkpoint_step"), "status": j.status,
+         "url": _absolute(request, reverse("api_merged_download", args=[run.pk, j.pk])) if j.status == Job.Status.SUCCEEDED and j.output else None}
+        for j in run.jobs.filter(kind=Job.Kind.MERGE).order_by("-created")
+    ]
+    return {"files": files, "checkpoints": checkpoints, "merged": merged}
+
+
+@endpoint("GET")
+def run_file(request: ApiRequest, pk: int, name: str) -> HttpResponse:
+    return run_file_download(request, run=_run(request, pk), name=name)
+
+
+@endpoint("GET")
+def checkpoint_file(request: ApiRequest, pk: int, step: int, name: str) -> HttpResponse:
+    run = _run(request, pk)
+    return checkpoint_download(request, run=run, checkpoint=run.checkpoints.filter(step=step).first(), name=name)
+
+
+@endpoint("GET")
+def merged_file(request: ApiRequest, pk: int, job_id: int) -> HttpResponse:
+    run = _run(request, pk)
+    return merged_download(request, job=Job.objects.get(pk=job_id, run=run, kind=Job.Kind.MERGE))
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default

@@ -1,0 +1,1 @@
+"""A run's files on disk: checkpoints, exports and metric files, their downloads and deletion."""

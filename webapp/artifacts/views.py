@@ -1,0 +1,116 @@
+"""A run's files: the artifacts section, downloads, LoRA merges' exports and deletions.
+
+Each view: fetch within the current team (another team's object is a 404), call one service,
+render or redirect; htmx requests get the page's named partial (`page.html#name`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from training.config import ConfigError
+from webapp.artifacts import files, services
+from webapp.artifacts.downloads import checkpoint_download, merged_download, run_file_download
+from webapp.models import Checkpoint, Job, Run
+from webapp.teams.access import TeamRequest, is_team_admin, team_object_or_404
+
+
+def artifacts_context(run: Run) -> dict[str, Any]:
+    """The artifacts section: checkpoints on disk with their sizes and whether they may be deleted,
+    the ones deleted, merged exports with their sizes."""
+    merge_jobs = list(run.jobs.filter(kind=Job.Kind.MERGE)[:20])
+    found = files.run_artifacts(run=run)
+    return {
+        "artifacts": found,
+        "deletable": {c.pk for c in run.checkpoints.filter(deleted__isnull=True) if services.checkpoint_delete_blocker(checkpoint=c) is None},
+        "deleted_steps": sorted({c.step for c in run.checkpoints.filter(deleted__isnull=False)}
+                                | {a.checkpoint.step for a in found if not a.on_disk}),
+        "merge_jobs": merge_jobs,
+        "export_sizes": {job.pk: services.folder_size(job.output) for job in merge_jobs if job.output},
+        "model_dtype": _model_dtype(run),
+    }
+
+
+def _model_dtype(run: Run) -> str:
+    try:
+        return run.to_config().model.dtype
+    except ConfigError:
+        return ""
+
+
+@require_GET
+def run_artifacts(request: TeamRequest, pk: int) -> HttpResponse:
+    """The artifacts section (htmx polls it while a merged export is being built)."""
+    run = team_object_or_404(request, Run, pk)
+    return render(request, "runs/history_sections.html#artifacts", {"run": run, **artifacts_context(run)})
+
+
+def _team_admin(request: TeamRequest) -> None:
+    if not is_team_admin(request):
+        raise PermissionDenied("Only a team admin can delete checkpoints and exports.")
+
+
+@require_POST
+def run_checkpoint_delete(request: TeamRequest, pk: int, step: int) -> HttpResponse:
+    """A team admin deletes one of a finished run's older checkpoints from disk."""
+    run = team_object_or_404(request, Run, pk)
+    checkpoint = get_object_or_404(Checkpoint, run=run, step=step)
+    _team_admin(request)
+    return _delete_then_back(request, run, lambda: services.checkpoint_delete(checkpoint=checkpoint),
+                             f"Deleted checkpoint step {step} of run #{run.pk}.")
+
+
+@require_POST
+def run_export_delete(request: TeamRequest, pk: int, job_id: int) -> HttpResponse:
+    """A team admin deletes a merged export."""
+    run = team_object_or_404(request, Run, pk)
+    job = get_object_or_404(Job, pk=job_id, run=run, kind=Job.Kind.MERGE)
+    _team_admin(request)
+    return _delete_then_back(request, run, lambda: services.export_delete(job=job),
+                             f"Deleted the merged export of {job.params.get('agent', 'the agent')} (job #{job.pk}).")
+
+
+def _delete_then_back(request: TeamRequest, run: Run, delete: Callable[[], object], done: str) -> HttpResponse:
+    """Run one storage deletion, say how it went, and go back to the storage page or the run's artifacts."""
+    try:
+        delete()
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, done)
+    return redirect(request.POST.get("next") if request.POST.get("next") == reverse("storage") else run.get_absolute_url() + "#artifacts")
+
+
+@require_GET
+def run_file(request: TeamRequest, pk: int, name: str) -> HttpResponse:
+    try:
+        return run_file_download(request, run=team_object_or_404(request, Run, pk), name=name)
+    except files.ArtifactMissing as exc:
+        raise Http404(str(exc)) from None
+
+
+@require_GET
+def run_checkpoint_download(request: TeamRequest, pk: int, step: int, name: str) -> HttpResponse:
+    run = team_object_or_404(request, Run, pk)
+    try:
+        return checkpoint_download(request, run=run, checkpoint=run.checkpoints.filter(step=step).first(), name=name)
+    except files.ArtifactMissing as exc:
+        raise Http404(str(exc)) from None
+
+
+@require_GET
+def run_merged_download(request: TeamRequest, pk: int, job_id: int) -> HttpResponse:
+    run = team_object_or_404(request, Run, pk)
+    job = get_object_or_404(Job, pk=job_id, run=run, kind=Job.Kind.MERGE)
+    try:
+        return merged_download(request, job=job)
+    except files.ArtifactMissing as exc:
+        raise Http404(str(exc)) from None

@@ -1,0 +1,223 @@
+"""Forms of the catalog: model sources, agents, topologies (agents in acting order) and datasets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator
+from django.db.models import QuerySet
+from django.urls import reverse_lazy
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from training.config import ConfigError
+from webapp.catalog import services
+from webapp.catalog.services import environment_names
+from webapp.core import trust
+from webapp.models import Agent, Dataset, ModelSource, Team, Topology
+
+
+def _environment_field(**kwargs: Any) -> forms.ChoiceField:
+    """Installed environments; changing it refreshes the roles/fields hint (htmx)."""
+    widget = forms.Select(attrs={
+        "hx-get": reverse_lazy("environment_hint"), "hx-target": "#env-hint", "hx-swap": "outerHTML", "hx-trigger": "change",
+    })
+    return forms.ChoiceField(choices=lambda: [("", "— pick an environment —")] + [(n, n) for n in environment_names()], widget=widget, **kwargs)
+
+
+class ModelSourceForm(forms.ModelForm):
+    class Meta:
+        model = ModelSource
+        fields = ["name", "source", "notes"]
+        widgets = {"notes": forms.Textarea(attrs={"rows": 3})}
+
+
+class ToolsField(forms.CharField):
+    """Tool names as a comma-separated line, stored as a JSON list."""
+
+    def prepare_value(self, value: Any) -> Any:
+        return ", ".join(value) if isinstance(value, list) else value
+
+    def to_python(self, value: Any) -> list[str]:  # type: ignore[override]
+        text = super().to_python(value)
+        return [t.strip() for t in text.split(",") if t.strip()]
+
+
+class AgentForm(forms.ModelForm):
+    tools = ToolsField(required=False, help_text="Comma-separated tool names, e.g. python.")
+
+    class Meta:
+        model = Agent
+        fields = ["name", "role", "instructions", "model_source", "temperature", "max_new_tokens", "tools", "trainable"]
+        widgets = {"instructions": forms.Textarea(attrs={"rows": 8})}
+
+    def __init__(self, *args: Any, team: Team, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["model_source"].queryset = ModelSource.objects.filter(team=team)
+        self.fields["role"].widget.attrs["list"] = "known-roles"
+
+
+class OrderedAgentsWidget(forms.Widget):
+    """Numbered agent selects sharing one name; their order is the acting order. It shows the
+    chosen agents, then empty slots up to `slots` (at least one, for one more), never more slots
+    than there are agents to pick: the same count however often the form comes back."""
+
+    def __init__(self, slots: int = 2):
+        super().__init__()
+        self.slots = slots
+        self.choices: list[tuple[str, str]] = []
+
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> list[str]:
+        return data.getlist(name) if hasattr(data, "getlist") else list(data.get(name, []))
+
+    def render(self, name: str, value: Any, attrs: dict[str, Any] | None = None, renderer: Any = None) -> SafeString:
+        chosen = [str(v) for v in (value or []) if v not in ("", None)]
+        empty = min(max(self.slots - len(chosen), 1), max(len(self.choices) - len(chosen), 0))
+        slots = chosen + [""] * empty
+        rows = []
+        for i, current in enumerate(slots, start=1):
+            options = format_html_join(
+                "", '<option value="{}"{}>{}</option>',
+                ((pk, " selected" if pk == current else "", label) for pk, label in [("", "—")] + self.choices),
+            )
+            rows.append(format_html(
+                '<li><span class="pos">{}</span><select name="{}" aria-label="Agent {}">{}</select></li>',
+                i, name, i, options,
+            ))
+        return format_html('<ol class="agent-order" id="id_{}">{}</ol>', name, format_html_join("", "{}", ((r,) for r in rows)))
+
+
+class OrderedAgentsField(forms.Field):
+    widget = OrderedAgentsWidget
+
+    def __init__(self, *, queryset: QuerySet[Agent] | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.queryset = queryset if queryset is not None else Agent.objects.none()
+
+    def set_queryset(self, queryset: QuerySet[Agent]) -> None:
+        self.queryset = queryset
+        self.widget.choices = [(str(a.pk), f"{a.name} · {a.role} · {a.model_source.name}") for a in queryset.select_related("model_source")]
+
+    def prepare_value(self, value: Any) -> Any:
+        return [a.pk if isinstance(a, Agent) else a for a in (value or [])]
+
+    def clean(self, value: Any) -> list[Agent]:
+        ids = [v for v in (value or []) if v not in ("", None)]
+        if not ids:
+            raise ValidationError("Add at least one agent.")
+        try:
+            by_id = self.queryset.in_bulk([int(v) for v in ids])
+        except ValueError:
+            raise ValidationError("Pick agents from the list.") from None
+        if len(by_id) != len(set(ids)):
+            raise ValidationError("Pick agents from the list.")
+        return [by_id[int(v)] for v in ids]
+
+
+class BoundedJSONField(forms.JSONField):
+    """Django's JSONField, parsing through the trust boundary (bounded size and depth; deep
+    nesting or a huge number is a form error, not a server error)."""
+
+    def to_python(self, value: Any) -> Any:
+        if self.disabled or value in self.empty_values or not isinstance(value, str):
+            return super().to_python(value)
+        try:
+            return trust.json_load(value, field="value")
+        except ConfigError as exc:
+            raise ValidationError(exc.message) from None
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if self.disabled:
+            return initial
+        if data is None:
+            return None
+        try:
+            return trust.json_load(data, field="value")
+        except ConfigError:
+            return forms.fields.InvalidJSONInput(data)
+
+
+def _env_args(value: Any) -> dict[str, Any]:
+    value = value or {}
+    if not isinstance(value, dict):
+        raise ValidationError('Give a JSON object, e.g. {"level": 2}.')
+    try:
+        trust.check_env_args(value, field="env_args")
+    except ConfigError as exc:
+        raise ValidationError(f"{exc.field}: {exc.message}" if exc.field != "env_args" else exc.message) from None
+    return value
+
+
+class TopologyForm(forms.ModelForm):
+    environment = _environment_field()
+    agents = OrderedAgentsField(help_text="In acting order; each agent's role must exist in the environment.")
+    env_args = BoundedJSONField(required=False, initial=dict, widget=forms.TextInput,
+                               help_text='Environment arguments as JSON, e.g. {"level": 2}.')
+
+    class Meta:
+        model = Topology
+        fields = ["name", "environment", "env_args", "specialization", "max_turns"]
+
+    def __init__(self, *args: Any, team: Team, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.team = team
+        agents_field = self.fields["agents"]
+        assert isinstance(agents_field, OrderedAgentsField)
+        agents_field.set_queryset(Agent.objects.filter(team=team))
+        if self.instance.pk and not self.is_bound:
+            self.initial["agents"] = [a.pk for a in self.instance.ordered_agents()]
+
+    def clean_env_args(self) -> dict[str, Any]:
+        return _env_args(self.cleaned_data.get("env_args"))
+
+    def clean(self) -> dict[str, Any]:
+        """Whether the agents fit the environment and the specialization, with the other field
+        errors (not after them): `services.topology_problems`, which saving checks again."""
+        data = super().clean() or {}
+        if data.get("environment") and "agents" in data and "env_args" in data:
+            draft = Topology(team=self.team, environment=data["environment"], env_args=data["env_args"],
+                             specialization=data.get("specialization") or "", max_turns=data.get("max_turns") or 1)
+            for field, messages in services.topology_problems(topology=draft, agents=data["agents"]).items():
+                for message in messages:
+                    self.add_error(field if field in self.fields else None, message)
+        return data
+
+
+class DatasetUploadForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    environment = _environment_field(help_text="Rows must have the fields this environment needs.")
+    file = forms.FileField(help_text="JSONL (one JSON object per line) or CSV with a header row, UTF-8.")
+    eval_fraction = forms.FloatField(initial=0.1, min_value=0.0, max_value=0.9, help_text="Share of rows held out for evaluation.")
+
+
+class DatasetGeneratorForm(forms.ModelForm):
+    environment = _environment_field()
+    env_args = BoundedJSONField(required=False, initial=dict, widget=forms.TextInput,
+                               help_text='Generator arguments as JSON, e.g. {"level": 2}.')
+
+    class Meta:
+        model = Dataset
+        fields = ["name", "environment", "env_args", "size", "eval_size"]
+        labels = {"size": "Training tasks", "eval_size": "Held-out tasks"}
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["size"].required = True
+        self.fields["eval_size"].required = True
+        for name, most in (("size", 10_000_000), ("eval_size", 1_000_000)):  # the engine's data.train_size/eval_size bounds
+            self.fields[name].validators.append(MaxValueValidator(most))
+            self.fields[name].widget.attrs["max"] = most
+        if not self.instance.pk:
+            self.initial.setdefault("size", 256)
+            self.initial.setdefault("eval_size", 100)
+
+    def clean_env_args(self) -> dict[str, Any]:
+        return _env_args(self.cleaned_data.get("env_args"))
+
+
+class DatasetUploadEditForm(forms.ModelForm):
+    class Meta:
+        model = Dataset
+        fields = ["name", "eval_fraction"]

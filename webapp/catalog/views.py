@@ -1,0 +1,228 @@
+"""The catalog's pages: model sources, agents, topologies and datasets.
+
+Each view: fetch within the current team (another team's object is a 404), call one service,
+render or redirect; htmx requests get the page's named partial (`page.html#name`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.db.models import Count
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from training.data import MAX_FIELD_CHARS, MAX_FIELDS, MAX_JSON_DEPTH
+from webapp.catalog import services
+from webapp.catalog.forms import AgentForm, DatasetGeneratorForm, DatasetUploadEditForm, DatasetUploadForm, ModelSourceForm, TopologyForm
+from webapp.models import Agent, Dataset, ModelSource, Topology
+from webapp.teams.access import TeamRequest, team_object_or_404
+
+
+@require_GET
+def environment_hint(request: TeamRequest) -> HttpResponse:
+    """Roles, required fields and default instructions of an environment (htmx, shared)."""
+    try:
+        env = services.environment_load(name=request.GET.get("environment", ""))
+    except ValidationError:
+        env = None
+    return render(request, "_environment_hint.html", {"env": env})
+
+
+def _delete(request: TeamRequest, obj: Any, delete: Any, kind: str, back: str, blocker: Any) -> HttpResponse:
+    """Confirm on GET, saying already why it cannot be deleted if it cannot (`blocker(obj)`);
+    delete through the service on POST, or show why not."""
+    error = blocker(obj)
+    if request.method == "POST":
+        try:
+            delete(obj)
+        except ValidationError as exc:
+            error = " ".join(exc.messages)
+        else:
+            messages.success(request, f"Deleted {kind} {obj}.")
+            return redirect(back)
+    return render(request, "confirm_delete.html", {"object": obj, "kind": kind, "back": back, "error": error})
+
+
+# == model sources ================================================================================
+
+
+@require_GET
+def model_source_list(request: TeamRequest) -> HttpResponse:
+    sources = ModelSource.objects.filter(team=request.team).annotate(n_agents=Count("agents"))
+    return render(request, "model_sources/list.html", {"sources": sources})
+
+
+def model_source_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
+    source = team_object_or_404(request, ModelSource, pk) if pk else None
+    form = ModelSourceForm(request.POST or None, instance=source or ModelSource(team=request.team))  # team: what its folders may be
+    if request.method == "POST" and form.is_valid():
+        try:
+            source = services.model_source_save(team=request.team, instance=source, **form.cleaned_data)
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, f"Saved model {source.name}.")
+            return redirect("model_source_list")
+    return render(request, "form.html", {"form": form, "object": source, "kind": "model", "back": "model_source_list"})
+
+
+def model_source_delete(request: TeamRequest, pk: int) -> HttpResponse:
+    source = team_object_or_404(request, ModelSource, pk)
+    return _delete(request, source, lambda s: services.model_source_delete(source=s), "model", "model_source_list",
+                   lambda s: services.model_source_delete_blocker(source=s))
+
+
+# == agents =======================================================================================
+
+
+@require_GET
+def agent_list(request: TeamRequest) -> HttpResponse:
+    agents = Agent.objects.filter(team=request.team).select_related("model_source").annotate(n_topologies=Count("memberships"))
+    return render(request, "agents/list.html", {"agents": agents})
+
+
+def agent_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
+    agent = team_object_or_404(request, Agent, pk) if pk else None
+    form = AgentForm(request.POST or None, instance=agent, team=request.team)
+    if request.method == "POST" and form.is_valid():
+        try:
+            if agent is None:
+                agent = services.agent_create(team=request.team, **form.cleaned_data)
+            else:
+                agent = services.agent_update(agent=agent, **form.cleaned_data)
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, f"Saved agent {agent.name}.")
+            return redirect("agent_list")
+    return render(request, "agents/form.html", {"form": form, "object": agent, "roles": services.environment_roles()})
+
+
+@require_POST
+def agent_duplicate(request: TeamRequest, pk: int) -> HttpResponse:
+    copy = services.agent_duplicate(agent=team_object_or_404(request, Agent, pk))
+    messages.success(request, f"Created {copy.name}.")
+    return redirect(copy)
+
+
+def agent_delete(request: TeamRequest, pk: int) -> HttpResponse:
+    agent = team_object_or_404(request, Agent, pk)
+    return _delete(request, agent, lambda a: services.agent_delete(agent=a), "agent", "agent_list",
+                   lambda a: services.agent_delete_blocker(agent=a))
+
+
+# == topologies ===================================================================================
+
+
+@require_GET
+def topology_list(request: TeamRequest) -> HttpResponse:
+    topologies = Topology.objects.filter(team=request.team).prefetch_related("members__agent").annotate(n_runs=Count("runs"))
+    return render(request, "topologies/list.html", {"topologies": topologies})
+
+
+def topology_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
+    topology = team_object_or_404(request, Topology, pk) if pk else None
+    form = TopologyForm(request.POST or None, instance=topology, team=request.team)
+    if request.method == "POST" and form.is_valid():
+        try:
+            if topology is None:
+                topology = services.topology_create(team=request.team, **form.cleaned_data)
+            else:
+                topology = services.topology_update(topology=topology, **form.cleaned_data)
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, f"Saved topology {topology.name}.")
+            return redirect("topology_list")
+    env_name = form["environment"].value() or "math_tool"
+    return render(request, "topologies/form.html", {"form": form, "object": topology, "env": services.environment_describe(name=env_name)})
+
+
+@require_POST
+def topology_duplicate(request: TeamRequest, pk: int) -> HttpResponse:
+    copy = services.topology_duplicate(topology=team_object_or_404(request, Topology, pk))
+    messages.success(request, f"Created {copy.name}.")
+    return redirect(copy)
+
+
+def topology_delete(request: TeamRequest, pk: int) -> HttpResponse:
+    topology = team_object_or_404(request, Topology, pk)
+    return _delete(request, topology, lambda t: services.topology_delete(topology=t), "topology", "topology_list",
+                   lambda t: services.topology_delete_blocker(topology=t))
+
+
+# == datasets =====================================================================================
+
+
+@require_GET
+def dataset_list(request: TeamRequest) -> HttpResponse:
+    return render(request, "datasets/list.html", {"datasets": Dataset.objects.filter(team=request.team)})
+
+
+def dataset_upload(request: TeamRequest) -> HttpResponse:
+    form = DatasetUploadForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            dataset = services.dataset_upload(team=request.team, upload=form.cleaned_data.pop("file"), **form.cleaned_data)
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, f"Uploaded {dataset.name}: {dataset.row_count} rows.")
+            return redirect(dataset)
+    return render(request, "datasets/new.html", {
+        "form": form, "mode": "upload", "env": services.environment_describe(name=form["environment"].value() or "math_tool"),
+        "max_bytes": settings.TROUPE_UPLOAD_MAX_BYTES, "max_rows": settings.TROUPE_UPLOAD_MAX_ROWS,
+        "row_limits": {"fields": MAX_FIELDS, "chars": f"{MAX_FIELD_CHARS:,}", "depth": MAX_JSON_DEPTH},
+        "environments": services.environment_infos().values(),
+    })
+
+
+def dataset_generate(request: TeamRequest) -> HttpResponse:
+    form = DatasetGeneratorForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            dataset = services.dataset_generator_create(team=request.team, **form.cleaned_data)
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, f"Created {dataset.name}.")
+            return redirect(dataset)
+    return render(request, "datasets/new.html", {"form": form, "mode": "generate", "env": services.environment_describe(name=form["environment"].value() or "math_tool")})
+
+
+def dataset_detail(request: TeamRequest, pk: int) -> HttpResponse:
+    dataset = team_object_or_404(request, Dataset, pk)
+    is_upload = dataset.kind == Dataset.Kind.UPLOAD
+    form: DatasetUploadEditForm | DatasetGeneratorForm
+    form = (DatasetUploadEditForm if is_upload else DatasetGeneratorForm)(request.POST or None, instance=dataset)
+    if request.method == "POST" and form.is_valid():
+        try:
+            if is_upload:
+                services.dataset_upload_update(dataset=dataset, **form.cleaned_data)
+            else:
+                services.dataset_generator_update(dataset=dataset, **form.cleaned_data)
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, f"Saved {dataset.name}.")
+            return redirect(dataset)
+        dataset.refresh_from_db()
+    return render(request, "datasets/detail.html", {"dataset": dataset, "form": form})
+
+
+@require_POST
+def dataset_revalidate(request: TeamRequest, pk: int) -> HttpResponse:
+    dataset = services.dataset_revalidate(dataset=team_object_or_404(request, Dataset, pk))
+    messages.info(request, f"{dataset.name} is {dataset.get_status_display().lower()}.")
+    return redirect(dataset)
+
+
+def dataset_delete(request: TeamRequest, pk: int) -> HttpResponse:
+    dataset = team_object_or_404(request, Dataset, pk)
+    return _delete(request, dataset, lambda d: services.dataset_delete(dataset=d), "dataset", "dataset_list",
+                   lambda d: services.dataset_delete_blocker(dataset=d))

@@ -1,0 +1,348 @@
+"""The trust boundary: what a team member, or a script holding their API token, may submit.
+
+Every way in calls this module before anything is stored or run: the run form and its advanced
+YAML and live preview, the API, the model, agent and topology forms (through the models'
+`clean`, so the admin too), and the worker once more before it trains. What it decides:
+
+- size: text and bodies (`MAX_CONFIG_BYTES`), YAML without aliases (an alias bomb of a few
+  hundred bytes expands to megabytes), nesting depth, strings, lists and mappings, and the number
+  of values in a tree (`check_tree`);
+- code: a config names only built-in environments and reward functions or plugins the operator
+  registered at process start (`agents.plugins`); nothing is imported on a request;
+- destinations: a run's metrics go only to tracker destinations the operator lists
+  (`TROUPE_TRACKER_DESTINATIONS`), since the worker's credentials send them;
+- files: a model source is a bundled model, a tiny random model, a well-formed hub id, or a
+  folder under an operator model root (`TROUPE_MODEL_ROOTS`) or in the team's own runs and
+  exports; never another team's data and never the data dir's internals. A dataset file and a
+  checkpoint to resume from must be the team's own.
+
+Dataset rows are checked by `training.data.read_rows` against the environment's declared row
+fields (the upload form and the engine share that reader). Every refusal is a
+`training.config.ConfigError` naming the field and the limit, which the forms show next to the
+field and the API returns as a 400. docs/security.md gives the threat model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+from django.conf import settings
+
+from agents.envs import BUILTIN, load_environment
+from agents.plugins import ENVIRONMENT, REWARD_FUNCTION, PluginError, lookup
+from agents.verifiers import BUILTIN_REWARDS
+from training.config import ConfigError, RunConfig
+from training.config import check_model_source as engine_check_model_source
+
+MAX_CONFIG_BYTES = 64 * 1024
+
+
+"""The largest config text (advanced YAML, an API body's config) accepted."""
+
+
+MAX_DEPTH = 12
+
+
+"""How deeply mappings and lists may nest in a config (a full config needs 5)."""
+
+
+MAX_VALUES = 4_000
+
+
+"""Values (scalars, mappings and lists) in one config tree."""
+
+
+MAX_STRING = 20_000
+
+
+"""Characters in one string (an agent's instructions are the longest legitimate ones)."""
+
+
+MAX_ITEMS = 512
+
+
+"""Entries in one list or mapping."""
+
+
+MAX_ENV_ARGS_DEPTH = 4
+
+
+"""How deeply an environment's arguments may nest."""
+
+
+MAX_ENV_ARGS_BYTES = 16 * 1024
+
+
+"""The largest `env_args` mapping, as JSON."""
+
+
+# == size ============================================================================================
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing aliases (`*name`) and bounding depth and scalar size while it
+    composes, before anything is expanded or constructed."""
+
+    field = "yaml"
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise ConfigError(self.field, f"YAML aliases (*{event.anchor}) are not accepted (line {event.start_mark.line + 1}); write the value out")
+        event = self.peek_event()
+        if isinstance(event, yaml.ScalarEvent) and len(event.value) > MAX_STRING:
+            raise ConfigError(self.field, f"a value on line {event.start_mark.line + 1} is {len(event.value):,} characters; the limit is {MAX_STRING:,}")
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise ConfigError(self.field, f"nested more than {MAX_DEPTH} levels deep (line {event.start_mark.line + 1})")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def yaml_load(text: str, *, field: str = "yaml") -> Any:
+    """Parse untrusted YAML: at most MAX_CONFIG_BYTES, no aliases, bounded depth and size.
+    Raises ConfigError(field) with the problem and its line, never PyYAML's multi-line message."""
+    if not isinstance(text, str):
+        raise ConfigError(field, "must be YAML text")
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(field, f"is {size:,} bytes; the limit is {MAX_CONFIG_BYTES:,}")
+    loader = None
+    try:
+        loader = _NoAliasLoader(text)  # the reader refuses non-printable characters already here
+        loader.field = field
+        tree = loader.get_single_data()
+    except ConfigError:
+        raise
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ConfigError(field, f"not valid YAML: {exc.problem or exc.context}{where}") from None
+    except (yaml.YAMLError, ValueError, OverflowError, RecursionError) as exc:
+        raise ConfigError(field, f"not valid YAML: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    check_tree(tree, field=field)
+    return tree
+
+
+def json_load(body: bytes | str, *, field: str = "body") -> Any:
+    """Parse an untrusted JSON body with the same bounds as `yaml_load`."""
+    if len(body) > MAX_CONFIG_BYTES * 2:
+        raise ConfigError(field, f"is {len(body):,} bytes; the limit is {MAX_CONFIG_BYTES * 2:,}")
+    try:
+        tree = json.loads(body or b"{}")
+    except RecursionError:
+        raise ConfigError(field, f"nested more than {MAX_DEPTH} levels deep") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(field, f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # a huge integer, bad UTF-8
+        raise ConfigError(field, f"not valid JSON: {str(exc).splitlines()[0]}") from None
+    check_tree(tree, field=field)
+    return tree
+
+
+def check_tree(tree: Any, *, field: str, max_depth: int = MAX_DEPTH) -> None:
+    """Refuse a parsed tree that nests deeper than `max_depth`, holds more than MAX_VALUES values,
+    a string over MAX_STRING characters, a list or mapping over MAX_ITEMS entries, or a value that
+    is not plain data (str, int, float, bool, None, list, mapping with string keys)."""
+    count = 0
+    stack: list[tuple[Any, str, int]] = [(tree, field, 1)]
+    while stack:
+        node, where, depth = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise ConfigError(field, f"holds more than {MAX_VALUES:,} values")
+        if depth > max_depth:
+            raise ConfigError(where, f"nested more than {max_depth} levels deep")
+        if isinstance(node, str):
+            if len(node) > MAX_STRING:
+                raise ConfigError(where, f"is {len(node):,} characters; the limit is {MAX_STRING:,}")
+        elif isinstance(node, dict):
+            if len(node) > MAX_ITEMS:
+                raise ConfigError(where, f"has {len(node):,} entries; the limit is {MAX_ITEMS}")
+            for key, value in node.items():
+                if not isinstance(key, str):
+                    raise ConfigError(where, f"keys must be text, not {type(key).__name__} ({str(key)[:40]!r})")
+                if len(key) > 200:
+                    raise ConfigError(where, f"has a key of {len(key):,} characters; the limit is 200")
+                stack.append((value, f"{where}.{key}", depth + 1))
+        elif isinstance(node, list):
+            if len(node) > MAX_ITEMS:
+                raise ConfigError(where, f"has {len(node):,} items; the limit is {MAX_ITEMS}")
+            stack.extend((value, f"{where}[{i}]", depth + 1) for i, value in enumerate(node))
+        elif node is not None and not isinstance(node, (bool, int, float)):
+            raise ConfigError(where, f"must be plain data (text, a number, true/false, a list or a mapping), not {type(node).__name__}")
+
+
+def check_env_args(env_args: Any, *, field: str = "env_args") -> None:
+    """An environment's arguments: a small mapping of plain data."""
+    if not isinstance(env_args, dict):
+        raise ConfigError(field, "must be a mapping of argument names to values, like {\"level\": 2}")
+    check_tree(env_args, field=field, max_depth=MAX_ENV_ARGS_DEPTH)
+    size = len(json.dumps(env_args))
+    if size > MAX_ENV_ARGS_BYTES:
+        raise ConfigError(field, f"is {size:,} bytes as JSON; the limit is {MAX_ENV_ARGS_BYTES:,}")
+
+
+# == code ============================================================================================
+
+
+def check_environment(name: str, *, field: str) -> None:
+    """A built-in environment or a registered plugin environment: nothing is imported here."""
+    if name in BUILTIN:
+        return
+    try:
+        env = lookup(name, kind=ENVIRONMENT)
+    except PluginError as exc:
+        raise ConfigError(field, f"{exc}; built-ins are {', '.join(BUILTIN)}") from None
+    members = ("name", "roles", "required_fields", "generate", "reset", "observe", "step")
+    if not all(hasattr(env, m) for m in members):
+        raise ConfigError(field, f"{name!r} is not an environment class (see agents.base.Environment)")
+
+
+def check_plugins(config: RunConfig) -> None:
+    """The environment and reward function must be built-in or registered by the operator:
+    nothing is imported here (registered plugins loaded at process start)."""
+    check_environment(config.topology.environment, field="topology.environment")
+    reward_fn = config.data.reward_fn
+    if reward_fn and reward_fn not in BUILTIN_REWARDS:
+        try:
+            lookup(reward_fn, kind=REWARD_FUNCTION)
+        except PluginError as exc:
+            raise ConfigError("data.reward_fn", f"{exc}; built-ins are {', '.join(BUILTIN_REWARDS)}") from None
+
+
+# == where a run's data goes ==========================================================================
+
+TRACKER_DESTINATIONS = {
+    "mlflow_tracking_uri": "mlflow",
+    "trackio_space_id": "trackio",
+    "wandb_entity": "wandb",
+}
+
+
+"""`report_to` fields that send a run's data somewhere with the worker's credentials -> the prefix
+the operator lists allowed values under in TROUPE_TRACKER_DESTINATIONS (`mlflow:https://host`)."""
+
+
+def check_report_to(config: RunConfig) -> None:
+    """A team chooses which trackers get its metrics, the project and the run name; where the data
+    goes with the worker's credentials (an MLflow server, a Trackio Space, a W&B entity) is the
+    operator's choice: a value not listed in TROUPE_TRACKER_DESTINATIONS is refused. (Left empty,
+    each tracker uses the worker's own environment: MLFLOW_TRACKING_URI, WANDB_ENTITY...)"""
+    allowed = set(settings.TROUPE_TRACKER_DESTINATIONS)
+    for name, prefix in TRACKER_DESTINATIONS.items():
+        value = getattr(config.report_to, name)
+        if value and f"{prefix}:{value}" not in allowed:
+            raise ConfigError(
+                f"report_to.{name}",
+                f"{value!r} is not a destination the operator allows; leave it empty to use the worker's own "
+                f"settings, or ask the operator to list {prefix}:{value} in TROUPE_TRACKER_DESTINATIONS",
+            )
+
+
+# == files ===========================================================================================
+
+
+def model_roots() -> list[Path]:
+    """Folders the operator lets teams name as `local:` model sources (TROUPE_MODEL_ROOTS)."""
+    return [Path(p).resolve() for p in settings.TROUPE_MODEL_ROOTS]
+
+
+class TeamFiles(Protocol):
+    """What the boundary must know of a team's own files (`webapp.models.Team` provides it)."""
+
+    def model_folders(self) -> list[Path]:
+        """Folders of the team's runs and merged exports, resolved."""
+        ...
+
+    def dataset_files(self) -> set[Path]:
+        """The team's uploaded dataset files, resolved."""
+        ...
+
+    def owns_checkpoint(self, path: str) -> bool:
+        """Whether `path` is a checkpoint of one of the team's runs."""
+        ...
+
+
+def check_model_source(*, team: TeamFiles, source: str, field: str, look_inside: bool = True) -> None:
+    """A model source a team may use (see the module docstring). The folder is resolved (links
+    followed) and checked against the allowed places before anything inside it is looked at, so
+    a refusal says nothing about what exists elsewhere."""
+    if not isinstance(source, str) or len(source) > 500:
+        raise ConfigError(field, "a model source is text of at most 500 characters")
+    if source.startswith(("local:", "/", ".", "~")):
+        raw = source.removeprefix("local:")
+        if not raw.startswith("/"):
+            raise ConfigError(field, f"{source!r}: a local model folder must be an absolute path")
+        if "\x00" in raw:
+            raise ConfigError(field, "a model folder path cannot contain NUL characters")
+        folder = Path(raw).resolve()
+        allowed = model_roots() + team.model_folders()
+        if not any(folder == root or folder.is_relative_to(root) for root in allowed):
+            roots = ", ".join(str(r) for r in model_roots()) or "none configured"
+            raise ConfigError(
+                field,
+                f"{raw!r} is outside the folders your team may use: the operator's model roots ({roots}) "
+                "and your team's own runs and exports",
+            )
+    if look_inside:
+        engine_check_model_source(field, source)
+
+
+def config_from_tree(*, team: TeamFiles, tree: Any) -> RunConfig:
+    """The RunConfig a team submitted as a parsed tree, checked from end to end: its size first,
+    the folders it names before the engine's own validation looks inside any of them (so the
+    engine's "no config.json" cannot tell a team what exists elsewhere), then everything else."""
+    check_tree(tree, field="config")
+    if isinstance(tree, dict):
+        model = tree.get("model")
+        if isinstance(model, dict) and isinstance(model.get("source"), str):
+            check_model_source(team=team, source=model["source"], field="model.source", look_inside=False)
+        topology = tree.get("topology")
+        agents = topology.get("agents") if isinstance(topology, dict) else None
+        for i, agent in enumerate(agents if isinstance(agents, list) else []):
+            if isinstance(agent, dict) and isinstance(agent.get("model"), str):
+                check_model_source(team=team, source=agent["model"], field=f"topology.agents[{i}].model", look_inside=False)
+    config = RunConfig.from_dict(tree)
+    check_config(team=team, config=config)
+    return config
+
+
+def check_config(*, team: TeamFiles, config: RunConfig) -> None:
+    """Everything a run config may reach, for a config from any way in. Raises ConfigError naming the field.
+
+    - its size (`check_tree` on the whole tree, `check_env_args` on the environment's arguments);
+    - plugins built in or registered (`check_plugins`);
+    - model sources the team may use (`check_model_source`);
+    - `data.path` one of the team's uploaded datasets; `checkpoint.resume_from` a checkpoint of
+      one of the team's runs."""
+    check_tree(config.to_dict(), field="config")
+    check_env_args(config.topology.env_args, field="topology.env_args")
+    check_plugins(config)
+    check_report_to(config)
+    try:  # the environment's own checks on its arguments (e.g. a sandbox timeout of at most 30 s)
+        load_environment(config.topology.environment, **config.topology.env_args)
+    except Exception as exc:  # noqa: BLE001 (plugin constructors raise what they like; PluginCrash included)
+        raise ConfigError("topology.env_args", f"{config.topology.environment} refused these arguments: {exc}") from None
+    for where, source in [("model.source", config.model.source)] + [
+        (f"topology.agents[{i}].model", a.model) for i, a in enumerate(config.topology.agents) if a.model
+    ]:
+        check_model_source(team=team, source=source, field=where)
+    if config.data.path is not None:
+        if Path(config.data.path).resolve() not in team.dataset_files():
+            raise ConfigError("data.path", "must be one of your team's uploaded datasets; pass its id as `dataset` instead of a path")
+    if config.checkpoint.resume_from is not None:
+        if not team.owns_checkpoint(config.checkpoint.resume_from):
+            raise ConfigError("checkpoint.resume_from", "must be the path of a checkpoint of one of your team's runs")

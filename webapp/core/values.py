@@ -1,0 +1,40 @@
+"""Values written out of Troupe: spreadsheet-safe CSV cells and JSON-storable numbers."""
+
+from __future__ import annotations
+
+import logging
+import math
+from datetime import datetime
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell that a spreadsheet shows as text: a string starting with = + - @ (or a tab/CR)
+    gets a leading apostrophe, so it is never evaluated as a formula. Numbers stay numbers."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        return value
+    text = value.isoformat() if isinstance(value, datetime) else str(value)
+    return "'" + text if text.startswith(FORMULA_START) else text
+
+
+def storable(value: Any) -> Any:
+    """Model output as JSON every database accepts: no NUL characters (PostgreSQL text and jsonb
+    reject them) and no NaN/infinity (not JSON); those numbers become null."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {storable(str(k)): storable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [storable(v) for v in value]
+    return value

@@ -1,0 +1,1 @@
+"""The team's shared experiment history: search, labels, compare and export."""

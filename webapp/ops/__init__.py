@@ -1,0 +1,1 @@
+"""Operating Troupe: health checks, the worker fleet, storage, the demo data."""

@@ -1,0 +1,119 @@
+"""The new-run form: topology, dataset, the main hyperparameters and advanced YAML."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from training.config import ConfigError, RunConfig
+from webapp.core import trust
+from webapp.models import SPECIALIZATION_CHOICES, Dataset, Team, Topology
+from webapp.runs.services import RUN_OVERRIDES
+
+_DEFAULTS = RunConfig()
+
+
+class TopologyChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Topology) -> str:  # type: ignore[override]
+        return f"{obj.name} ({obj.environment}, {obj.specialization})"
+
+
+class DatasetChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Dataset) -> str:  # type: ignore[override]
+        train, held = obj.split
+        return f"{obj.name} ({obj.environment}, {train}+{held} tasks)"
+
+
+def _default(dotted: str) -> str:
+    """The engine default of a dotted RunConfig field, as the form shows it (a placeholder)."""
+    section, key = dotted.split(".")
+    return f"{getattr(getattr(_DEFAULTS, section), key):g}"
+
+
+def _hyper(field: type[forms.Field], dotted: str, *, placeholder: str | None = None, **kwargs: Any) -> forms.Field:
+    """A hyperparameter field: empty by default, its placeholder saying what empty means."""
+    widget = forms.TextInput if field is forms.FloatField else forms.NumberInput
+    attrs = {"placeholder": placeholder or _default(dotted), "inputmode": "decimal" if field is forms.FloatField else "numeric"}
+    return field(required=False, widget=widget(attrs=attrs), **kwargs)
+
+
+class RunForm(forms.Form):
+    """Topology, dataset, the main hyperparameters (empty: the default its placeholder shows) and
+    advanced YAML. Every problem is reported at once, next to the field it concerns."""
+
+    name = forms.CharField(max_length=200, required=False, help_text="Defaults to topology · dataset.")
+    topology = TopologyChoiceField(queryset=Topology.objects.none())
+    dataset = DatasetChoiceField(queryset=Dataset.objects.none())
+    specialization = forms.ChoiceField(required=False, choices=[("", "as in the topology")] + SPECIALIZATION_CHOICES)
+    steps = _hyper(forms.IntegerField, "optim.steps", help_text="Training steps.")
+    k = _hyper(forms.IntegerField, "grpo.k", label="K (group size)", help_text="Candidates per (task, turn, agent).")
+    tasks_per_step = _hyper(forms.IntegerField, "optim.tasks_per_step", min_value=1,
+                            error_messages={"min_value": "At least 1 task per step (optim.tasks_per_step)."},
+                            help_text="Tasks rolled out per step.")
+    lr = _hyper(forms.FloatField, "optim.lr", placeholder="1e-4 or 1e-5", label="Learning rate",
+                help_text="Empty: 1e-4 for LoRA adapters, 1e-5 for fine-tuning whole models (single, prompt, full).")
+    lora_r = _hyper(forms.IntegerField, "lora.r", label="LoRA r", help_text="Adapter rank (lora only).")
+    max_new_tokens = _hyper(forms.IntegerField, "generation.max_new_tokens", help_text="Longest completion per turn.")
+    temperature = _hyper(forms.FloatField, "generation.temperature", help_text="Sampling temperature while training.")
+    beta = _hyper(forms.FloatField, "grpo.beta", label="Beta (KL)", help_text="Weight of the KL penalty; 0 turns it off.")
+    eval_every = _hyper(forms.IntegerField, "eval.every", help_text="Steps between held-out evaluations; 0 disables.")
+    gpus = _hyper(forms.IntegerField, "resources.gpus", label="GPUs",
+                  help_text="GPUs on the worker's host; more than 1 trains data-parallel, one process per GPU.")
+    advanced_yaml = forms.CharField(
+        required=False, label="Advanced YAML", max_length=trust.MAX_CONFIG_BYTES,
+        widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false", "placeholder": "grpo:\n  alpha: 0.5\nseed: 1"}),
+        help_text="Any RunConfig fields, merged on top of everything above.",
+    )
+
+    def __init__(self, *args: Any, team: Team, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["topology"].queryset = Topology.objects.filter(team=team)  # type: ignore[attr-defined]
+        self.fields["dataset"].queryset = Dataset.objects.filter(team=team, status=Dataset.Status.VALID)  # type: ignore[attr-defined]
+
+    def overrides(self) -> dict[str, Any]:
+        """The RunConfig fields this form sets (`{"optim.lr": 1e-4}`); empty fields set nothing."""
+        values = {dotted: self.cleaned_data.get(name) for name, dotted in RUN_OVERRIDES.items()}
+        values["topology.specialization"] = self.cleaned_data.get("specialization") or None
+        return values
+
+    def run_name(self) -> str:
+        return self.cleaned_data.get("name") or f"{self.cleaned_data['topology'].name} · {self.cleaned_data['dataset'].name}"
+
+    def add_config_error(self, exc: ConfigError, source: str | None = None) -> None:
+        """Show an engine error next to the field it concerns, in words: at the form field that
+        caused it (`source`: a dotted override, or "yaml"), else the field it names."""
+        field = {dotted: name for name, dotted in RUN_OVERRIDES.items()}.get(source or "") or (
+            "advanced_yaml" if source == "yaml" else self.field_for(exc.field))
+        if exc.field == "yaml":
+            message = exc.message[:1].upper() + exc.message[1:]
+        elif field != "advanced_yaml" and RUN_OVERRIDES.get(field) == exc.field:
+            message = f"{exc.message[:1].upper()}{exc.message[1:].rstrip('.')} ({exc.field})."
+        else:
+            message = f"{exc.field}: {exc.message}"
+        self.add_error(field, message)
+
+    def field_for(self, dotted: str) -> str:
+        if dotted == "yaml" or _yaml_sets(self.cleaned_data.get("advanced_yaml", ""), dotted):
+            return "advanced_yaml"
+        for name, target in RUN_OVERRIDES.items():
+            if dotted == target:
+                return name
+        if dotted.startswith(("topology", "model")):
+            return "topology"
+        if dotted.startswith("data"):
+            return "dataset"
+        return "advanced_yaml"
+
+
+def _yaml_sets(text: str, dotted: str) -> bool:
+    """Whether the advanced YAML sets this dotted field (so its error belongs at the YAML box)."""
+    try:
+        node: Any = trust.yaml_load(text or "")
+    except ConfigError:
+        return False
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part.split("[")[0] not in node:
+            return False
+        node = node[part.split("[")[0]]
+    return True

@@ -1,0 +1,217 @@
+"""A run's pages: the dashboard, the new-run form and its live preview, the run page (its live card,
+rollouts, queue place and the sections other packages contribute), cancel and resume.
+
+Each view: fetch within the current team (another team's object is a 404), call one service,
+render or redirect; htmx requests get the page's named partial (`page.html#name`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+
+from training.config import ConfigError, RunConfig
+from webapp.artifacts.views import artifacts_context
+from webapp.history import services as history
+from webapp.jobs.forms import EvaluationForm
+from webapp.models import Agent, Dataset, Job, Run, Topology
+from webapp.runs import queue, services, streaming
+from webapp.runs.forms import RunForm
+from webapp.teams.access import TeamRequest, team_object_or_404
+
+# == dashboard and team ===========================================================================
+
+
+@require_GET
+def dashboard(request: TeamRequest) -> HttpResponse:
+    runs = Run.objects.filter(team=request.team).select_related("owner", "topology")
+    template = "dashboard.html#runs" if request.htmx else "dashboard.html"  # the runs part polls itself
+    return render(request, template, {
+        "active": runs.filter(status__in=Run.ACTIVE).order_by("-status", *Run.QUEUE_ORDER),  # running, then queued in order
+        "queue": queue.run_queue_positions(),
+        "can_reorder": request.user.is_staff or request.membership.role == "admin",
+        "recent": runs.exclude(status__in=Run.ACTIVE)[:10],
+        "counts": {
+            "agents": Agent.objects.filter(team=request.team).count(),
+            "topologies": Topology.objects.filter(team=request.team).count(),
+            "datasets": Dataset.objects.filter(team=request.team).count(),
+            "runs": runs.count(),
+        },
+    })
+
+
+# == runs =========================================================================================
+
+
+def run_new(request: TeamRequest) -> HttpResponse:
+    form = RunForm(request.POST or None, team=request.team, initial=_run_initial(request))
+    if request.method == "POST":
+        config = _run_form_config(form)
+        if config is not None:
+            data = form.cleaned_data
+            run = services.run_create(team=request.team, user=request.user, name=form.run_name(), config=config,
+                                      topology=data["topology"], dataset=data["dataset"])
+            messages.success(request, f"Queued run #{run.pk}.", extra_tags="while-queued")  # the run page drops it once it runs
+            return redirect(run)
+    return render(request, "runs/new.html", {"form": form})
+
+
+def _run_form_config(form: RunForm) -> RunConfig | None:
+    """The form's RunConfig, or None with every problem added to the form at once: its own field
+    errors, and the engine's for each field that parsed (`services.run_config_check`)."""
+    form.is_valid()
+    data = form.cleaned_data
+    if not (data.get("topology") and data.get("dataset")):
+        return None
+    config, errors = services.run_config_check(
+        topology=data["topology"], dataset=data["dataset"], name=form.run_name(), overrides=form.overrides(),
+        advanced_yaml=data.get("advanced_yaml", ""),
+    )
+    for source, exc in errors:
+        form.add_config_error(exc, source)
+    return config if not form.errors else None
+
+
+def _run_initial(request: TeamRequest) -> dict[str, Any]:
+    """Preselect a topology/dataset passed in the query string (links from their pages), or
+    everything from a run's config (`?clone=<run id>`, "Clone and edit")."""
+    if request.GET.get("clone", "").isdigit():
+        clone = services.run_clone_initial(run=team_object_or_404(request, Run, int(request.GET["clone"])))
+        for note in clone.notes:
+            messages.info(request, note)
+        return clone.initial
+    return {key: request.GET[key] for key in ("topology", "dataset") if request.GET.get(key, "").isdigit()}
+
+
+@require_POST
+def run_preview(request: TeamRequest) -> HttpResponse:
+    """The resolved config YAML for the run form as it stands (htmx), or every problem with it;
+    each field's error block is swapped in out of band, so a fixed field loses its old error."""
+    form = RunForm(request.POST, team=request.team)
+    picked = bool(request.POST.get("topology") and request.POST.get("dataset"))
+    config = _run_form_config(form) if picked else None
+    order = [*form.fields, "__all__"]  # the form's order, not the order the checks found them in
+    errors = [f"{form[name].label}: {' '.join(errs)}" if name in form.fields else " ".join(errs)
+              for name, errs in sorted(form.errors.items(), key=lambda item: order.index(item[0]))] if picked else []
+    return render(request, "runs/new.html#preview", {
+        "form": form, "config_yaml": config.to_yaml() if config is not None else None, "errors": errors, "oob_errors": picked,
+    })
+
+
+RUN_PARTS = ("actions", "held-out", "artifacts", "eval-panel")
+
+
+"""Parts of the run page outside its live card that the live page refreshes with the summary
+(`?parts=actions,held-out`), swapped out-of-band: they change with the run's state too."""
+
+
+def run_detail(request: TeamRequest, pk: int) -> HttpResponse:
+    run = get_object_or_404(Run.objects.select_related("owner", "topology", "dataset", "resumed_from"), pk=pk, team=request.team)
+    parts = [p for p in request.GET.get("parts", "").split(",") if p in RUN_PARTS] if request.htmx else []
+    context = {
+        "run": run,
+        "latest": run.metric_points.order_by("-step").first(),
+        "checkpoints": run.checkpoints.filter(deleted__isnull=True),
+        "log_lines": list(run.log_lines.order_by("-time", "-id")[:50])[::-1],
+        "parts": parts,
+    }
+    if not request.htmx or parts:
+        context.update(run_history_context(run=run))
+    template = "runs/detail.html#refresh" if request.htmx else "runs/detail.html"
+    return render(request, template, context)
+
+
+@require_GET
+def run_rollouts(request: TeamRequest, pk: int) -> HttpResponse:
+    """The rollout viewer's episodes: a filter change, "load older" (`before`=id), or the live
+    page fetching what a websocket notification announced (`after`=id)."""
+    run = team_object_or_404(request, Run, pk)
+    before, after = request.GET.get("before", ""), request.GET.get("after", "")
+    page = streaming.rollouts_page(run=run, filters=streaming.RolloutFilter.from_query(request.GET),
+                                   before=int(before) if before.isdigit() else None,
+                                   after=int(after) if after.isdigit() else None)
+    return render(request, "runs/_episodes.html", page)
+
+
+@require_POST
+def run_cancel(request: TeamRequest, pk: int) -> HttpResponse:
+    run = services.run_cancel(run=team_object_or_404(request, Run, pk))
+    if run.status == Run.Status.CANCELLED:
+        messages.info(request, "Cancelled.")
+    else:
+        messages.info(request, "Asked the run to stop after its current step.", extra_tags="while-running")
+    return redirect(run)
+
+
+@require_POST
+def run_resume(request: TeamRequest, pk: int) -> HttpResponse:
+    run = team_object_or_404(request, Run, pk)
+    try:
+        new = services.run_resume(run=run, user=request.user)
+    except (ValidationError, ConfigError) as exc:
+        messages.error(request, " ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc))
+        return redirect(run)
+    messages.success(request, f"Queued run #{new.pk}, resuming #{run.pk}.", extra_tags="while-queued")
+    return redirect(new)
+
+
+# == the run page's sections ===========================================================================
+
+
+def run_history_context(*, run: Run) -> dict[str, Any]:
+    """What the run page's history sections show (called by `run_detail`)."""
+    evaluations = list(run.evaluations.order_by("step", "temperature"))
+    return {
+        "tags_text": ", ".join(t.name for t in run.tags.all()),
+        "held_out": history.run_held_out(runs=[run])[run.pk],
+        "eval_rows": evaluations,
+        "eval_chart": _eval_chart(run, evaluations),
+        "eval_jobs": run.jobs.filter(kind=Job.Kind.EVALUATE).select_related("checkpoint")[:20],
+        "eval_form": EvaluationForm(run=run),
+        **artifacts_context(run),
+        "latest_checkpoint": run.checkpoints.filter(deleted__isnull=True).order_by("-step").first(),
+    }
+
+
+def _eval_chart(run: Run, evaluations: list[Any]) -> dict[str, Any]:
+    """Greedy held-out success per step: the team's and each agent's (for the chart)."""
+    greedy = min((e.temperature for e in evaluations), default=0.0)
+    rows = [e for e in evaluations if e.temperature == greedy]
+    names = list(dict.fromkeys(n for e in rows for n in e.agents))
+    return {
+        "steps": [e.step for e in rows],
+        "series": {"team": [e.team_success for e in rows],
+                   **{n: [(e.agents.get(n) or {}).get("success") for e in rows] for n in names}},
+    }
+
+
+@require_POST
+def run_queue_move(request: TeamRequest, pk: int, direction: str) -> HttpResponse:
+    """Move a queued run up or down among its team's queued runs (team admins and staff)."""
+    run = team_object_or_404(request, Run, pk)
+    queue.run_queue_move(run=run, user=request.user, direction=direction)
+    back = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        return redirect(back)
+    return redirect(run)
+
+
+@require_GET
+def run_queue_position(request: TeamRequest, pk: int) -> HttpResponse:
+    """The run page's queue line (htmx polls it while the run waits)."""
+    run = team_object_or_404(request, Run, pk)
+    return render(request, "runs/detail.html#queue", _queue_context(request, run))
+
+
+def _queue_context(request: TeamRequest, run: Run) -> dict[str, object]:
+    return {
+        "run": run,
+        "queue_position": queue.run_queue_position(run=run),
+        "can_reorder": run.status == Run.Status.QUEUED and queue.run_can_reorder(run=run, user=request.user),
+    }

@@ -1,0 +1,1 @@
+"""Teams and their members: the current team of a request, API tokens, a member's own pages."""
