@@ -54,3 +54,4 @@ test: $(STAMP) $(VLLM_STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check agents training webapp tests
 	$(VENV)/bin/mypy agents training
+	$(VENV)/bin/lint-imports

@@ -1,0 +1,78 @@
+"""The layers and the absence of import cycles, as `.importlinter` states them: a new cycle or an
+import against the layers fails the suite (docs/architecture.md draws them)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import grimp
+import pytest
+from importlinter import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("webapp", "training", "agents")
+MAX_WEBAPP_MODULES = 10
+
+
+def lint(config: Path, monkeypatch: pytest.MonkeyPatch, cwd: Path) -> int:
+    monkeypatch.chdir(cwd)
+    monkeypatch.syspath_prepend(str(cwd))
+    return cli.lint_imports(config_filename=str(config), no_cache=True)
+
+
+def test_the_import_contracts_are_kept(monkeypatch, capsys):
+    code = lint(ROOT / ".importlinter", monkeypatch, ROOT)
+    report = capsys.readouterr().out
+    assert code == cli.EXIT_STATUS_SUCCESS, report
+    assert "0 broken" in report and "4 kept" in report
+
+
+def test_no_two_modules_import_each_other_even_through_others():
+    graph = grimp.build_graph(*PACKAGES)
+    in_cycles = sorted(
+        {tuple(sorted((a, b))) for a in graph.modules for b in graph.find_modules_directly_imported_by(a)
+         if graph.chain_exists(importer=b, imported=a)}
+    )
+    assert in_cycles == []
+
+
+def test_the_webapp_package_holds_only_project_files():
+    direct = sorted(p.name for p in (ROOT / "webapp").glob("*.py"))
+    assert len(direct) <= MAX_WEBAPP_MODULES, direct
+
+
+def test_the_contracts_catch_a_cycle_and_an_upward_import(tmp_path, monkeypatch, capsys):
+    """The same contract types over a small package that breaks both: proof the check can fail."""
+    pkg = tmp_path / "shop"
+    for name, body in {
+        "__init__.py": "",
+        "core.py": "from shop import views\n",  # upward: the bottom layer imports the top one
+        "views.py": "from shop import orders\n",
+        "orders.py": "from shop import views\n",  # a cycle between siblings
+    }.items():
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(body)
+    config = tmp_path / ".importlinter"
+    config.write_text(textwrap.dedent("""
+        [importlinter]
+        root_package = shop
+
+        [importlinter:contract:layers]
+        name = layers
+        type = layers
+        containers = shop
+        layers =
+            views
+            orders
+            core
+
+        [importlinter:contract:cycles]
+        name = cycles
+        type = acyclic_siblings
+        ancestors = shop
+    """))
+    code = lint(config, monkeypatch, tmp_path)
+    report = capsys.readouterr().out
+    assert code == cli.EXIT_STATUS_ERROR
+    assert "2 broken" in report
