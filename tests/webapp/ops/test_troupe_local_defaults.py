@@ -12,7 +12,7 @@ import pytest
 
 from webapp.management.commands import troupe
 
-MANAGE = Path(__file__).resolve().parents[2] / "manage.py"
+MANAGE = Path(__file__).resolve().parents[3] / "manage.py"
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1"])

@@ -176,9 +176,9 @@ def test_the_readme_example_launches(alice, api, enqueued):
     """README "API": `curl --data-binary @configs/tiny-lora.yaml .../api/v1/runs/`."""
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
     assert "--data-binary @configs/tiny-lora.yaml http://127.0.0.1:8000/api/v1/runs/" in readme
-    config = (Path(__file__).resolve().parents[2] / "configs" / "tiny-lora.yaml").read_text()
+    config = (Path(__file__).resolve().parents[3] / "configs" / "tiny-lora.yaml").read_text()
     response = api.post(reverse("api_runs"), config)
     assert response.status_code == 201, response.content
     assert response.json()["name"] == "tiny-lora"

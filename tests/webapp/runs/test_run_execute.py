@@ -71,7 +71,7 @@ def test_it_records_a_failure_with_the_traceback(alice_world):
     run = run_services.run_execute(run_id=alice_world.run.pk, train=train)
     assert run.status == Run.Status.FAILED
     assert run.error_message.startswith("Out of memory (RuntimeError: CUDA out of memory).")
-    assert run.error_message.endswith("[raised in tests/webapp/test_run_execute.py:69 in train]")
+    assert run.error_message.endswith("[raised in tests/webapp/runs/test_run_execute.py:69 in train]")
     assert "Traceback" in run.traceback and "CUDA out of memory" in run.traceback
     assert run.finished is not None
 

@@ -7,7 +7,7 @@ import re
 
 from django.test import Client
 
-from tests.webapp.test_url_map_access import all_urls, bravo_objects
+from tests.webapp.teams.test_url_map_access import all_urls, bravo_objects
 
 FORM = re.compile(r"<form\b[^>]*>.*?</form>", re.S | re.I)
 

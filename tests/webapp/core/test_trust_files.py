@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
+from tests.webapp.api.test_api import TINY_CONFIG, Api
 from tests.webapp.conftest import make_world
-from tests.webapp.test_api import TINY_CONFIG, Api
 from webapp.models import ModelSource, Run
 from webapp.teams import services as tokens
 

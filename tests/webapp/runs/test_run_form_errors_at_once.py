@@ -8,7 +8,7 @@ from __future__ import annotations
 import yaml
 from django.urls import reverse
 
-from tests.webapp.test_run_form import _data
+from tests.webapp.runs.test_run_form import _data
 from webapp.models import Run, Topology
 
 

@@ -142,7 +142,7 @@ def test_the_web_process_starts_a_sweeper(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env.update(DEBUG="1", TROUPE_DATA_DIR=str(tmp_path))
     code = "import threading, webapp.asgi; print(sorted(t.name for t in threading.enumerate()))"
-    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], env=env,
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[3], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "troupe-sweeper" in proc.stdout

@@ -22,7 +22,7 @@ from webapp.catalog import services as catalog
 from webapp.celery import app as celery_app
 from webapp.models import Agent, ModelSource, Run
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 

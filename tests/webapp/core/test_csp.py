@@ -152,7 +152,7 @@ def test_the_admin_lives_within_it(alice, alice_world):
 
 
 def test_the_static_scripts_use_no_eval():
-    static = Path(__file__).resolve().parents[2] / "static" / "js"
+    static = Path(__file__).resolve().parents[3] / "static" / "js"
     for path in static.glob("*.js"):
         text = path.read_text()
         assert not re.search(r"\beval\(|new Function\(|setTimeout\(\s*[\"']|\.setAttribute\(\s*[\"']style", text), path.name

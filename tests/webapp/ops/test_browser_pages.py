@@ -19,7 +19,7 @@ from django.db import connection
 from tests.browser.conftest import assert_no_csp_violation, watch_csp
 from webapp.catalog import services as catalog
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = [
     pytest.mark.browser,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-SETTINGS = Path(__file__).resolve().parents[2] / "webapp" / "settings.py"
+SETTINGS = Path(__file__).resolve().parents[3] / "webapp" / "settings.py"
 
 
 def load(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **env: str) -> dict:

@@ -13,8 +13,8 @@ from django.urls import reverse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.webapp.test_api import TINY_CONFIG, Api
-from tests.webapp.test_trust_code import _form
+from tests.webapp.api.test_api import TINY_CONFIG, Api
+from tests.webapp.core.test_trust_code import _form
 from training.config import ConfigError
 from webapp.core import trust
 from webapp.models import Run

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from tests.webapp.test_integration_worker import broker, redis_url, worker  # noqa: F401 (fixtures)
+from tests.webapp.runs.test_integration_worker import broker, redis_url, worker  # noqa: F401 (fixtures)
 from webapp.catalog import services as catalog
 from webapp.models import Agent, LogLine, ModelSource, Run
 

@@ -17,7 +17,7 @@ import pytest
 from channels_redis.core import RedisChannelLayer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _local_redis() -> bool:
