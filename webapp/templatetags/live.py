@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 from training.config import ConfigError
 from webapp.models import Run
 from webapp.runs import streaming
+from webapp.templatetags.troupe import hours_minutes_seconds
 
 register = template.Library()
 
@@ -41,12 +42,11 @@ def eta(run: Any) -> str:
 
 @register.filter
 def duration(seconds: Any) -> str:
+    """Seconds as the live page's script writes them ("3m 05s"): static/js/run-live.js fmtDuration."""
     try:
-        s = max(0, round(float(seconds)))
+        h, m, sec = hours_minutes_seconds(float(seconds))
     except (TypeError, ValueError):
         return ""
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
     if h:
         return f"{h}h {m}m"
     if m:

@@ -84,11 +84,16 @@ def took(start: Any, end: Any) -> str:
     """The time between two datetimes: "48 s", "3 min 05 s", "2 h 10 min"."""
     if not isinstance(start, datetime) or not isinstance(end, datetime):
         return ""
-    s = max(0, round((end - start).total_seconds()))
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
+    h, m, sec = hours_minutes_seconds((end - start).total_seconds())
     if h:
         return f"{h} h {m:02d} min"
     if m:
         return f"{m} min {sec:02d} s"
     return f"{sec} s"
+
+
+def hours_minutes_seconds(seconds: float) -> tuple[int, int, int]:
+    """A non-negative duration rounded to whole seconds, split for display."""
+    s = max(0, round(seconds))
+    h, rem = divmod(s, 3600)
+    return h, *divmod(rem, 60)
