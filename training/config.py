@@ -428,6 +428,11 @@ class RunConfig:
         _positive_int("optim.warmup_steps", o.warmup_steps, 0, 1_000_000)
         _positive_int("generation.max_new_tokens", self.generation.max_new_tokens, 1, 4096)
         _range("generation.temperature", self.generation.temperature, 0.0, 5.0)
+        for i, a in enumerate(t.agents):  # greedy candidates are identical: every group has equal rewards, nothing learns
+            if a.trainable and a.name in acting and (a.temperature if a.temperature is not None else self.generation.temperature) == 0:
+                field = f"topology.agents[{i}].temperature" if a.temperature is not None else "generation.temperature"
+                raise ConfigError(field, f"is 0 (greedy) for trainable agent {a.name!r}: its grpo.k={self.grpo.k} candidates "
+                                  "would all be the same, so no group has a signal; sample at a temperature above 0")
         _range("generation.top_p", self.generation.top_p, 1e-6, 1.0)
         _range("generation.eval_temperature", self.generation.eval_temperature, 0.0, 5.0)
         _range("generation.vllm_gpu_memory_utilization", self.generation.vllm_gpu_memory_utilization, 0.01, 0.95)

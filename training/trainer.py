@@ -199,8 +199,7 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
 
     # -- 1. rollout (each process of a data-parallel launch takes its share of the tasks) -----------
     dist = sampler.dist
-    batch = [tasks[i] for i in batch_indices(len(tasks), cfg.optim.tasks_per_step, step, cfg.seed)]
-    batch = [(f"{tid}@{step}", row) for tid, row in batch][dist.rank :: dist.world]
+    batch = step_tasks(tasks, cfg, step)[dist.rank :: dist.world]
     if cfg.grpo.sampling == "tree":
         episodes = rollout_tree(sampler, batch)
     else:
@@ -251,6 +250,20 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
     sink.metrics(metrics)
     sink.rollouts(step, [ep.to_dict(step) for ep in episodes])
     return metrics
+
+
+def step_tasks(tasks: list[tuple[str, dict[str, Any]]], cfg: RunConfig, step: int) -> list[tuple[str, dict[str, Any]]]:
+    """The step's (episode id, row) pairs, before a data-parallel launch splits them. The id is
+    the task's id, the step and, when a batch that crosses an epoch boundary holds the same task
+    twice, its occurrence (`3@7`, `3@7#2`): every episode gets its own id, so its candidates never
+    share a GRPO group (task, turn, agent) with another episode's, whose state differs."""
+    seen: dict[str, int] = defaultdict(int)
+    out = []
+    for i in batch_indices(len(tasks), cfg.optim.tasks_per_step, step, cfg.seed):
+        tid, row = tasks[i]
+        seen[tid] += 1
+        out.append((f"{tid}@{step}" + (f"#{seen[tid]}" if seen[tid] > 1 else ""), row))
+    return out
 
 
 def _candidates(episodes: list[Episode]) -> tuple[list[tuple[Any, Any]], torch.Tensor, list[Any]]:
@@ -317,7 +330,9 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
     n_samples, total_tokens = dist.sum([len(samples), sum(len(s.completion_ids) for s in samples)])
     if not n_samples:
         return {"lr": lr, "samples": 0.0}
-    max_len = int(dist.max(max((len(s.completion_ids) for s in samples), default=0)))
+    # dr_grpo's constant: the configured cap on the policy's completions (Dr. GRPO; TRL's max_completion_length),
+    # not the longest completion of this step
+    max_len = max(cfg.agent(a).max_new_tokens or cfg.generation.max_new_tokens for a in policy.agents)
     g = cfg.grpo
     pad = policy.tokenizer.pad_token_id or 0
     device = next(policy.model.parameters()).device
