@@ -139,6 +139,12 @@ class GRPOConfig:
     """KL coefficient to the reference policy (k3 estimator); 0 skips the reference pass."""
     num_iterations: int = 1
     """Update passes over each batch of samples (mu in the GRPO paper)."""
+    disable_dropout: bool = True
+    """Run the update with dropout off (TRL's `disable_dropout`): the old, reference and current
+    log-probs then come from the same deterministic function, so with `num_iterations > 1` the
+    first pass's ratio is exactly 1, and the log-probs match the policy that sampled (generation
+    runs with dropout off). False keeps dropout (e.g. `lora.dropout`) in the update's forward
+    passes, old log-probs included."""
     importance_sampling: bool = True
     """Correct for the sampler/trainer mismatch when vLLM samples: vLLM's kernels (and maybe its
     dtype) give the sampled tokens other log-probs than the trainer computes, so each token's

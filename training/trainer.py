@@ -341,7 +341,7 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
     temps = [mb[0].temperature for mb in micro]
 
     with policy.active() as model:
-        model.train()
+        model.train(not g.disable_dropout)  # eval mode only switches dropout off; gradients still flow
         old: list[torch.Tensor | None] = [None] * len(batches)
         ref: list[torch.Tensor | None] = [None] * len(batches)
         is_w: list[torch.Tensor | None] = [None] * len(batches)  # truncated importance weights, from the first pass

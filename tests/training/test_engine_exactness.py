@@ -60,3 +60,32 @@ def test_greedy_sampling_is_fine_for_a_frozen_agent(make_config):
     data = make_config().to_dict()
     data["topology"]["agents"][1].update(temperature=0.0, trainable=False)
     RunConfig.from_dict(data)
+
+
+@pytest.mark.parametrize(("disable", "first_ratio_is_one"), [(True, True), (False, False)])
+def test_with_dropout_disabled_the_first_pass_ratio_is_exactly_one(make_config, monkeypatch, disable, first_ratio_is_one):
+    """num_iterations=2 with LoRA dropout: the old log-probs and the first pass's log-probs agree
+    only when the update runs without dropout (TRL's disable_dropout)."""
+    config = make_config("lora").replace(**{"grpo.num_iterations": 2, "lora.dropout": 0.5, "grpo.disable_dropout": disable})
+    torch.manual_seed(0)
+    policy = build_policies(config, device=torch.device("cpu")).for_agent("writer")
+    with torch.no_grad():  # a trained adapter: LoRA's B starts at zero, and dropout before a zero matrix changes nothing
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    ratios = []
+    real = trainer.policy_loss
+
+    def spy(logp, old_logp, *a, **kw):
+        ratios.append(torch.exp(logp.detach() - old_logp.detach()))
+        return real(logp, old_logp, *a, **kw)
+
+    monkeypatch.setattr(trainer, "policy_loss", spy)
+    tok = policy.tokenizer
+    prompt = tuple(tok("hello there, how are you", add_special_tokens=False)["input_ids"])
+    samples = [Sample("writer", prompt, (5, 6, 7, 8), advantage=1.0), Sample("writer", prompt, (9, 10, 11), advantage=-1.0)]
+
+    update_policy(policy, samples, config, step=1)
+
+    first = ratios[0]
+    assert torch.allclose(first, torch.ones_like(first), atol=1e-6) is first_ratio_is_one
