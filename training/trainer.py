@@ -211,7 +211,7 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
     adv = group_advantages(rewards, keys, scale=cfg.grpo.scale_rewards, eps=cfg.grpo.adv_eps)  # (N,)
     for (_, c), a in zip(cands, adv.tolist()):
         c.advantage = a
-    informative = _informative_groups(cands)
+    updated = groups_to_update(cands, beta=cfg.grpo.beta)
 
     # -- 3. update each trainable policy with its own agents' samples -------------------------------
     t1 = time.perf_counter()
@@ -222,7 +222,7 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
         samples = [
             Sample(turn.agent, turn.prompt_ids, c.token_ids, c.advantage, sampler.train_temperature(turn.agent), c.sampler_logprobs)
             for turn, c in cands
-            if turn.agent in policy.agents and cfg.agent(turn.agent).trainable and turn.group in informative and c.token_ids
+            if turn.agent in policy.agents and cfg.agent(turn.agent).trainable and turn.group in updated and c.token_ids
         ]
         stats = update_policy(policy, samples, cfg, step, dist=dist)
         if sampler.vllm is not None:
@@ -273,10 +273,19 @@ def _candidates(episodes: list[Episode]) -> tuple[list[tuple[Any, Any]], torch.T
     return cands, rewards, [turn.group for turn, _ in cands]
 
 
-def _informative_groups(cands: list[tuple[Any, Any]]) -> set[Any]:
+def groups_to_update(cands: list[tuple[Any, Any]], *, beta: float) -> set[Any]:
+    """The GRPO groups whose candidates enter the update.
+
+    A group whose candidates all got the same reward has zero advantages. With beta == 0 it adds
+    nothing to the gradient and is left out (less compute; the loss's sample and token counts
+    then cover the groups with a signal, as after DAPO's dynamic-sampling filter, where TRL
+    would count them in the denominators). With beta > 0 its candidates still carry the KL
+    penalty to the reference, so every group stays in, as in TRL."""
     by_group: dict[Any, list[float]] = defaultdict(list)
     for turn, c in cands:
         by_group[turn.group].append(c.reward)
+    if beta > 0:
+        return set(by_group)
     return {g for g, rs in by_group.items() if len(rs) > 1 and max(rs) - min(rs) > 1e-9}
 
 

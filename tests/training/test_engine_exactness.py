@@ -89,3 +89,11 @@ def test_with_dropout_disabled_the_first_pass_ratio_is_exactly_one(make_config, 
 
     first = ratios[0]
     assert torch.allclose(first, torch.ones_like(first), atol=1e-6) is first_ratio_is_one
+
+
+def test_equal_reward_groups_keep_their_kl_term_when_beta_is_positive():
+    from types import SimpleNamespace as NS
+
+    cands = [(NS(group=("t@1", 0, "a")), NS(reward=r)) for r in (1.0, 1.0)] + [(NS(group=("u@1", 0, "a")), NS(reward=r)) for r in (0.0, 1.0)]
+    assert trainer.groups_to_update(cands, beta=0.0) == {("u@1", 0, "a")}
+    assert trainer.groups_to_update(cands, beta=0.04) == {("t@1", 0, "a"), ("u@1", 0, "a")}
