@@ -233,6 +233,26 @@ class CheckpointConfig:
     """Checkpoints kept on disk (older ones are deleted); 0 keeps all."""
     resume_from: str | None = None
     """Checkpoint folder to resume from (continues at its step with the same data order)."""
+    allow_config_changes: bool = False
+    """Resume even though fields the data order or the groups depend on (`RESUME_EXACT`) differ
+    from the checkpoint's config. The run then no longer matches an uninterrupted one."""
+
+
+RESUME_EXACT = ("seed", "model.source", "topology", "data", "grpo.k", "grpo.sampling", "optim.tasks_per_step")
+"""Config fields a resumed run must share with its checkpoint to replay the same data order,
+episodes and groups (the rest, e.g. the learning rate or `optim.steps`, may change)."""
+
+
+def resume_differences(saved: RunConfig, current: RunConfig) -> list[str]:
+    """`field: saved -> current` for every `RESUME_EXACT` field that differs."""
+    def flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+        if isinstance(tree, dict):
+            return {k: v for key, sub in tree.items() for k, v in flat(sub, f"{prefix}{key}.").items()}
+        return {prefix.rstrip("."): tree}
+
+    a, b = flat(saved.to_dict()), flat(current.to_dict())
+    keys = sorted(k for k in a.keys() | b.keys() if any(k == f or k.startswith(f + ".") for f in RESUME_EXACT))
+    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ import torch
 
 from agents.envs import load_environment
 from agents.verifiers import load_reward_fn
-from training.config import RunConfig
+from training.config import ConfigError, RunConfig, resume_differences
 from training.data import Task, batch_indices, load_tasks
 from training.distributed import Dist, check_gpus, from_env, in_launch, launch
 from training.events import EventSink, StepMetrics, TrainResult
@@ -105,6 +105,7 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
 
     start_step = 0
     if config.checkpoint.resume_from:
+        check_resume(config)
         start_step = restore(Path(config.checkpoint.resume_from), policies, generator, dist=dist)
         sink.log(f"resumed from {config.checkpoint.resume_from} at step {start_step}")
 
@@ -624,6 +625,25 @@ def save_checkpoint(
     sink.checkpoint(step, str(final))
     dist.barrier()
     return str(final)
+
+
+def check_resume(config: RunConfig) -> None:
+    """Refuse to resume from a checkpoint whose run had another data order or other groups
+    (`training.config.RESUME_EXACT`) unless `checkpoint.allow_config_changes` says so."""
+    state_file = Path(str(config.checkpoint.resume_from)) / STATE_FILE
+    if config.checkpoint.allow_config_changes or not state_file.is_file():
+        return  # restore() says what is wrong with a folder that is no checkpoint
+    saved = torch.load(state_file, weights_only=False, map_location="cpu").get("config")
+    if not saved:
+        return  # a checkpoint from before configs were stored in it
+    changed = resume_differences(RunConfig.from_yaml(saved), config.replace(**{"checkpoint.resume_from": None}))
+    if changed:
+        raise ConfigError(
+            "checkpoint.resume_from",
+            "this config differs from the checkpoint's in fields a resumed run must keep to replay the same data "
+            f"order and groups: {'; '.join(changed[:8])}{' ...' if len(changed) > 8 else ''}. Keep them, or set "
+            "checkpoint.allow_config_changes: true to resume anyway",
+        )
 
 
 def restore(folder: Path, policies: PolicySet, generator: torch.Generator, *, dist: Dist | None = None) -> int:

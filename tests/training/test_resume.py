@@ -43,3 +43,22 @@ def test_it_stops_when_the_sink_asks_and_saves_a_checkpoint(make_config, tmp_pat
     result = train(make_config("lora", **{"optim.steps": 5}), out_dir=tmp_path, sink=StopAfterOne())
     assert result.status == "cancelled" and result.step == 1
     assert result.checkpoint and (tmp_path / "checkpoints" / "step-000001" / "trainer_state.pt").exists()
+
+
+def test_it_refuses_to_resume_with_a_changed_data_order_unless_told(make_config, tmp_path):
+    import pytest
+
+    from training.config import ConfigError
+
+    config = make_config("lora", **{"optim.steps": 1})
+    first = train(config, out_dir=tmp_path / "a", sink=NullSink())
+    changed = make_config("lora", **{"optim.steps": 2, "optim.tasks_per_step": 3, "checkpoint.resume_from": first.checkpoint})
+
+    with pytest.raises(ConfigError) as err:
+        train(changed, out_dir=tmp_path / "b", sink=NullSink())
+    assert err.value.field == "checkpoint.resume_from"
+    assert "optim.tasks_per_step: 2 -> 3" in err.value.message and "allow_config_changes" in err.value.message
+
+    # a field that keeps the order (the learning rate) may change; the override resumes anyway
+    assert train(changed.replace(**{"optim.tasks_per_step": 2, "optim.lr": 5e-3}), out_dir=tmp_path / "c", sink=NullSink()).step == 2
+    assert train(changed.replace(**{"checkpoint.allow_config_changes": True}), out_dir=tmp_path / "d", sink=NullSink()).step == 2
