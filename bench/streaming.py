@@ -413,13 +413,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / ".data" / "bench" / "streaming.json")
     args = parser.parse_args()
 
-    from tests.browser.stack import Stack
+    from tests.processes import Processes
 
     data_dir = Path(tempfile.mkdtemp(prefix="troupe-bench-"))
-    stack = Stack(data_dir=data_dir, log_dir=data_dir, worker=False)
+    stack = Processes(data_dir=data_dir, log_dir=data_dir)
     setup_django(data_dir, stack.redis_url)
     team, (user, password), config_yaml = make_world()
-    stack.start()
+    stack.start(worker=False)
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}, "database": "sqlite", "latency": []}
     from playwright.sync_api import sync_playwright
 

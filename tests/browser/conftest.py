@@ -16,7 +16,7 @@ import pytest
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.contrib.auth.models import User
 
-from tests.browser.stack import Stack
+from tests.processes import Processes
 from webapp.models import Agent, Dataset, Membership, ModelSource, Team, Topology, TopologyAgent
 
 CHROMIUM = "/usr/bin/chromium"
@@ -83,8 +83,8 @@ def tiny_world(alice: Member) -> TinyWorld:
 
 
 @pytest.fixture
-def stack(data_dir: Path, tmp_path: Path, transactional_db: None) -> Iterator[Stack]:
-    s = Stack(data_dir=data_dir, log_dir=tmp_path).start()
+def stack(data_dir: Path, tmp_path: Path, transactional_db: None) -> Iterator[Processes]:
+    s = Processes(data_dir=data_dir, log_dir=tmp_path).start()
     try:
         yield s
     finally:

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import Member, TinyWorld
-from tests.browser.stack import Stack
 from tests.browser.test_run_live import log_in
+from tests.processes import Processes
 from tests.webapp.history_helpers import add_evaluations, add_metrics, save_checkpoint, with_out_dir
 from webapp.models import Dataset, Job, Run, Tag
 from webapp.runs import services as run_services
@@ -54,7 +54,7 @@ def history(tiny_world: TinyWorld, alice: Member, data_dir: Path) -> dict[str, A
     return {"a": a, "b": b, "c": c, "level2": level2}
 
 
-def test_it_finds_labels_and_compares_runs(stack: Stack, alice: Member, history: dict[str, Any], browser_page: Any, shots: Path):
+def test_it_finds_labels_and_compares_runs(stack: Processes, alice: Member, history: dict[str, Any], browser_page: Any, shots: Path):
     page = browser_page
     a, b = history["a"], history["b"]
     log_in(page, stack, alice)
@@ -114,7 +114,7 @@ def test_it_finds_labels_and_compares_runs(stack: Stack, alice: Member, history:
     assert Run.objects.get(pk=a.pk).notes.startswith("Best so far")
 
 
-def test_it_runs_jobs_on_the_worker(stack: Stack, alice: Member, history: dict[str, Any], browser_page: Any, shots: Path):
+def test_it_runs_jobs_on_the_worker(stack: Processes, alice: Member, history: dict[str, Any], browser_page: Any, shots: Path):
     page = browser_page
     a = history["a"]
     checkpoint = a.checkpoints.get()

@@ -18,7 +18,7 @@ import pytest
 from django.conf import settings
 
 from tests.browser.conftest import Member, TinyWorld
-from tests.browser.stack import Stack
+from tests.processes import Processes
 from tests.webapp.history_helpers import add_evaluations, add_metrics, add_rollouts, make_run
 from webapp.models import Membership, Run, Team
 from webapp.runs import services as run_services
@@ -27,9 +27,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def web(data_dir: Path, tmp_path: Path, transactional_db: None) -> Iterator[Stack]:
+def web(data_dir: Path, tmp_path: Path, transactional_db: None) -> Iterator[Processes]:
     """Daphne and its Redis, no worker: every page here reads what the database already holds."""
-    s = Stack(data_dir=data_dir, log_dir=tmp_path, worker=False).start()
+    s = Processes(data_dir=data_dir, log_dir=tmp_path).start(worker=False)
     try:
         yield s
     finally:
@@ -54,7 +54,7 @@ def shot(page: Any, shots: Path, name: str) -> None:
     page.screenshot(path=str(shots / f"csp-{name}.png"), full_page=True)
 
 
-def test_it_works_page_by_page_under_the_policy(web: Stack, alice: Member, tiny_world: TinyWorld, runs: dict[str, Run],
+def test_it_works_page_by_page_under_the_policy(web: Processes, alice: Member, tiny_world: TinyWorld, runs: dict[str, Run],
                                                 browser_page: Any, shots: Path):
     page = browser_page
     alice.user.is_staff = alice.user.is_superuser = True

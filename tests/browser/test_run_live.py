@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import Member, TinyWorld
-from tests.browser.stack import Stack
+from tests.processes import Processes
 from webapp.models import LogLine, MetricPoint, Rollout, Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 TASKS_PER_STEP = 2
 
 
-def log_in(page: Any, stack: Stack, member: Member) -> None:
+def log_in(page: Any, stack: Processes, member: Member) -> None:
     page.goto(stack.url + "/login/")
     page.fill("#id_username", member.user.username)
     page.fill("#id_password", member.password)
@@ -28,7 +28,7 @@ def log_in(page: Any, stack: Stack, member: Member) -> None:
     page.wait_for_url(re.compile(r".*/$"))
 
 
-def launch(page: Any, stack: Stack, world: TinyWorld, *, steps: int, eval_every: int) -> int:
+def launch(page: Any, stack: Processes, world: TinyWorld, *, steps: int, eval_every: int) -> int:
     """Fill the new-run form like a person and launch; returns the new run's id."""
     page.goto(stack.url + "/runs/new/")
     page.select_option("#id_topology", str(world.topology.pk))
@@ -62,7 +62,7 @@ def wait_for_status(page: Any, status: str, timeout_s: float) -> None:
     page.wait_for_selector(f"#run-live[data-status={status}]", state="attached", timeout=timeout_s * 1000)
 
 
-def test_it_streams_a_real_run_into_the_page(stack: Stack, alice: Member, tiny_world: TinyWorld, browser_page: Any, shots: Path):
+def test_it_streams_a_real_run_into_the_page(stack: Processes, alice: Member, tiny_world: TinyWorld, browser_page: Any, shots: Path):
     page = browser_page
     steps = 4
     log_in(page, stack, alice)
@@ -132,7 +132,7 @@ def test_it_streams_a_real_run_into_the_page(stack: Stack, alice: Member, tiny_w
     assert hidden and all(show is False for _, show in hidden)
 
 
-def test_it_recovers_every_step_after_the_server_restarts(stack: Stack, alice: Member, tiny_world: TinyWorld,
+def test_it_recovers_every_step_after_the_server_restarts(stack: Processes, alice: Member, tiny_world: TinyWorld,
                                                           browser_page: Any, shots: Path):
     page = browser_page
     steps = 6

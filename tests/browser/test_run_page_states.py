@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import Member, TinyWorld
-from tests.browser.stack import Stack
 from tests.browser.test_run_live import launch, log_in, wait_for_status
+from tests.processes import Processes
 from webapp.models import Evaluation, LogLine, Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -34,7 +34,7 @@ AXES = """() => Object.entries(window.runLive.charts).concat([["held-out", { u: 
 }))"""
 
 
-def test_an_open_page_follows_the_run_from_queued_to_succeeded(stack: Stack, alice: Member, tiny_world: TinyWorld,
+def test_an_open_page_follows_the_run_from_queued_to_succeeded(stack: Processes, alice: Member, tiny_world: TinyWorld,
                                                                 browser_page: Any, shots: Path):
     page = browser_page
     steps = 3

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.conftest import TINY, TINY_YAML
-from tests.faults.fleet import Fleet, LiveViewer, wait_for
+from tests.processes import LiveViewer, Processes, wait_for
 from tests.webapp.conftest import make_world
 from webapp.celery import app as celery_app
 from webapp.core.env import celery_broker_url
@@ -23,9 +23,9 @@ STEPS = 10
 
 
 @pytest.fixture
-def fleet(data_dir: Path, tmp_path: Path) -> Iterator[Fleet]:
+def fleet(data_dir: Path, tmp_path: Path) -> Iterator[Processes]:
     (tmp_path / "logs").mkdir()
-    fleet = Fleet(data_dir=data_dir, log_dir=tmp_path / "logs")
+    fleet = Processes(data_dir=data_dir, log_dir=tmp_path / "logs")
     fleet.start_redis()
     fleet.worker = fleet.start_worker("w")  # type: ignore[attr-defined]
     fleet.start_web()

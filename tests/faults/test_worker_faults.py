@@ -19,7 +19,7 @@ import pytest
 from django.urls import reverse
 
 from tests.faults.conftest import TINY, TINY_YAML
-from tests.faults.fleet import Fleet, wait_for
+from tests.processes import Processes, wait_for
 from tests.webapp.conftest import make_world
 from training.data import batch_indices
 from webapp.celery import app as celery_app
@@ -42,10 +42,10 @@ def fleet_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def fleet(django_db_setup, django_db_blocker, fleet_dir: Path) -> Iterator[Fleet]:
+def fleet(django_db_setup, django_db_blocker, fleet_dir: Path) -> Iterator[Processes]:
     (fleet_dir / "data").mkdir()
     (fleet_dir / "logs").mkdir()
-    fleet = Fleet(data_dir=fleet_dir / "data", log_dir=fleet_dir / "logs", env={"TROUPE_WORKER_LOST_SECONDS": str(LOST_SECONDS)})
+    fleet = Processes(data_dir=fleet_dir / "data", log_dir=fleet_dir / "logs", env={"TROUPE_WORKER_LOST_SECONDS": str(LOST_SECONDS)})
     with django_db_blocker.unblock():
         fleet.start_redis()
         fleet.a = fleet.start_worker("a")  # type: ignore[attr-defined]
@@ -82,7 +82,7 @@ def queue(team, *, steps: int, advanced_yaml: str = "", name: str = "fault", wor
     return run_services.run_create(team=team, user=None, name=name, config=config, topology=world.topology, dataset=world.dataset)
 
 
-def until(run: Run, what: str, check, fleet: Fleet, timeout: float = 300):  # type: ignore[no-untyped-def]
+def until(run: Run, what: str, check, fleet: Processes, timeout: float = 300):  # type: ignore[no-untyped-def]
     def probe():  # type: ignore[no-untyped-def]
         run.refresh_from_db()
         return check(run)
@@ -113,7 +113,7 @@ def test_a_killed_workers_run_is_marked_lost_and_resumes_on_another_worker(alice
     noticed_after = time.monotonic() - killed_at
     assert run.error_message.startswith(f"worker lost: {victim} stopped sending heartbeats"), run.error_message
     # Not before the limit (how soon after it is the sweep's timing, which a loaded machine stretches:
-    # tests/webapp/test_run_sweep_lost.py checks the rule itself on a fixed clock).
+    # tests/webapp/runs/test_run_sweep_lost.py checks the rule itself on a fixed clock).
     assert noticed_after >= LOST_SECONDS - 1, noticed_after
     heard = int(run.error_message.split("last heard ")[1].split(" s ago")[0])
     assert heard >= LOST_SECONDS, run.error_message

@@ -4,22 +4,16 @@ Content-Security-Policy."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connection
 
 from tests.browser.conftest import assert_no_csp_violation, watch_csp
+from tests.processes import Processes
 from webapp.catalog import services as catalog
 
-REPO = Path(__file__).resolve().parents[3]
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = [
     pytest.mark.browser,
@@ -28,38 +22,13 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _database_url() -> str:
-    s = connection.settings_dict
-    if s["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{s['NAME']}"
-    auth = s["USER"] + (f":{s['PASSWORD']}" if s["PASSWORD"] else "")
-    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
-
-
 @pytest.fixture
 def server(data_dir: Path, tmp_path: Path) -> Iterator[str]:
-    port = _free_port()
-    env = dict(os.environ, DATABASE_URL=_database_url(), TROUPE_DATA_DIR=str(data_dir), DEBUG="1",
-               SECRET_KEY=settings.SECRET_KEY)  # the server reads the sessions the test client makes
-    log = (tmp_path / "daphne.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"],
-                            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(timeout=10)
-    log.close()
+    procs = Processes(data_dir=data_dir, log_dir=tmp_path).start(worker=False)
+    try:
+        yield procs.url
+    finally:
+        procs.stop()
 
 
 def test_it_serves_every_page_with_working_htmx(alice, alice_world, server, monkeypatch):

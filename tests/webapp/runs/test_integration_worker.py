@@ -4,25 +4,21 @@ tiny random model, and finishes `succeeded` with its metrics in the database."""
 
 from __future__ import annotations
 
-import os
 import random
 import socket
 import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from django.db import connection
 from django.urls import reverse
 
+from tests.processes import Processes
 from webapp.catalog import services as catalog
 from webapp.celery import app as celery_app
 from webapp.models import Agent, ModelSource, Run
 
-REPO = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
@@ -61,30 +57,13 @@ def broker(redis_url: str) -> Iterator[str]:
     use(old)
 
 
-def _database_url() -> str:
-    s = connection.settings_dict
-    if s["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{s['NAME']}"
-    auth = s["USER"] + (f":{s['PASSWORD']}" if s["PASSWORD"] else "")
-    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
-
-
 @pytest.fixture
 def worker(redis_url: str, data_dir: Path, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    env = dict(os.environ, DATABASE_URL=_database_url(), REDIS_URL=redis_url, TROUPE_DATA_DIR=str(data_dir), DEBUG="1")
-    log = (tmp_path / "worker.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", "gpu", "-P", "solo", "-c", "1", "--loglevel", "INFO",
-         "-n", f"test-{uuid.uuid4().hex[:8]}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    yield proc
-    proc.terminate()
+    procs = Processes(data_dir=data_dir, log_dir=tmp_path, env={"REDIS_URL": redis_url})
     try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+        yield procs.workers[procs.start_worker("worker")]
+    finally:
+        procs.stop()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -117,4 +96,4 @@ def test_it_trains_a_tiny_run_on_a_real_worker(alice, broker, worker, tmp_path):
     assert run.step == 2 and run.total_steps == 2 and run.final_metrics
     assert run.rollouts.filter(step=1).exists()
     assert run.evaluations.exists() and run.checkpoints.exists()
-    assert run.worker.startswith("test-") and run.celery_task_id
+    assert run.worker.startswith("worker-") and run.celery_task_id
