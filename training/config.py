@@ -20,6 +20,7 @@ import yaml
 SPECIALIZATIONS = ("single", "prompt", "lora", "full")
 SAMPLING_MODES = ("tree", "independent")
 SCALE_REWARDS = ("group", "batch", "none")
+LR_SCHEDULES = ("constant", "linear", "cosine")
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 BACKENDS = ("auto", "hf", "vllm")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -183,7 +184,16 @@ class OptimConfig:
     max_grad_norm: float = 1.0
     """Gradient clipping norm per policy."""
     warmup_steps: int = 0
-    """Linear learning-rate warm-up steps."""
+    """Linear learning-rate warm-up steps: step s <= warmup_steps trains at lr * s / warmup_steps."""
+    lr_schedule: str = "constant"
+    """The learning rate after the warm-up: `constant`, `linear` (decays towards 0 at the end of
+    `steps`) or `cosine` (half a cosine towards 0), as transformers' `get_*_schedule_with_warmup`."""
+    adam_beta1: float = 0.9
+    """AdamW's first-moment decay."""
+    adam_beta2: float = 0.99
+    """AdamW's second-moment decay (0.99, as DeepSeekMath's GRPO and TRL's GRPO recipes use)."""
+    adam_eps: float = 1e-8
+    """AdamW's epsilon."""
     micro_batch_size: int = 8
     """Sequences per forward/backward pass (gradient accumulation over the rest)."""
     micro_batch_tokens: int = 2048
@@ -452,6 +462,10 @@ class RunConfig:
         _range("optim.weight_decay", o.weight_decay, 0.0, 1.0)
         _range("optim.max_grad_norm", o.max_grad_norm, 1e-6, 1e6)
         _positive_int("optim.warmup_steps", o.warmup_steps, 0, 1_000_000)
+        _choice("optim.lr_schedule", o.lr_schedule, LR_SCHEDULES)
+        _range("optim.adam_beta1", o.adam_beta1, 0.0, 0.999999)
+        _range("optim.adam_beta2", o.adam_beta2, 0.0, 0.999999)
+        _range("optim.adam_eps", o.adam_eps, 1e-12, 1.0)
         _positive_int("generation.max_new_tokens", self.generation.max_new_tokens, 1, 4096)
         _range("generation.temperature", self.generation.temperature, 0.0, 5.0)
         for i, a in enumerate(t.agents):  # greedy candidates are identical: every group has equal rewards, nothing learns

@@ -182,7 +182,7 @@ def _prepare(policy: Policy, config: RunConfig) -> None:
     policy.params = params if policy.trainable else []
     if policy.trainable:
         policy.optimizer = torch.optim.AdamW(
-            policy.params, lr=config.optim.lr, weight_decay=config.optim.weight_decay, betas=(0.9, 0.99)
+            policy.params, lr=config.optim.lr, weight_decay=config.optim.weight_decay, betas=(config.optim.adam_beta1, config.optim.adam_beta2), eps=config.optim.adam_eps
         )
 
 

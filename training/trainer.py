@@ -486,8 +486,27 @@ def _micro_weight(loss_type: str, mask: torch.Tensor, n_samples: int, n_tokens: 
 
 
 def _lr_at(cfg: RunConfig, step: int) -> float:
-    warm = cfg.optim.warmup_steps
-    return cfg.optim.lr * (min(1.0, step / warm) if warm else 1.0)
+    o = cfg.optim
+    return lr_at(o.lr, step, steps=o.steps, warmup_steps=o.warmup_steps, schedule=o.lr_schedule)
+
+
+def lr_at(lr: float, step: int, *, steps: int, warmup_steps: int, schedule: str) -> float:
+    """The learning rate of 1-based step `step`.
+
+    warm-up (s <= W)   lr * s / W
+    after it           lr * f(p),  p = (s - 1 - W) / (steps - W) in [0, 1)
+        constant  f = 1;  linear  f = 1 - p;  cosine  f = (1 + cos(pi * p)) / 2
+    After the warm-up this is transformers' get_{constant,linear,cosine}_schedule_with_warmup at
+    optimizer step s - 1. The warm-up differs on purpose: transformers starts at lr 0, which
+    would make step 1 a step that changes nothing."""
+    if warmup_steps and step <= warmup_steps:
+        return lr * step / warmup_steps
+    progress = (step - 1 - warmup_steps) / max(1, steps - warmup_steps)
+    if schedule == "linear":
+        return lr * max(0.0, 1.0 - progress)
+    if schedule == "cosine":
+        return lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+    return lr
 
 
 # == evaluation =====================================================================================
