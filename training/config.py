@@ -21,7 +21,8 @@ SPECIALIZATIONS = ("single", "prompt", "lora", "full")
 SAMPLING_MODES = ("tree", "independent")
 SCALE_REWARDS = ("group", "batch", "none")
 LR_SCHEDULES = ("constant", "linear", "cosine")
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo")
+RATIO_LEVELS = ("token", "sequence")
 BACKENDS = ("auto", "hf", "vllm")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "4bit")
@@ -131,7 +132,17 @@ class GRPOConfig:
     """Epsilon added to the std in the advantage denominator."""
     loss_type: str = "dapo"
     """Loss aggregation: `grpo` (per-sequence mean), `bnpo`/`dapo` (token mean over the batch),
-    `dr_grpo` (sum / (B * max_completion_length))."""
+    `dr_grpo` (sum / (B * max_completion_length)), or `cispo` (CISPO's truncated, detached
+    importance weight times the log-prob, token mean; MiniMax-M1). docs/grpo.md compares them."""
+    ratio_level: str = "token"
+    """`token`: one importance ratio per token (GRPO); `sequence`: one per completion, the
+    geometric mean of its tokens' ratios (GSPO, Zheng et al. 2025; pair it with small eps_low /
+    eps_high such as 3e-4 / 4e-4)."""
+    delta: float | None = None
+    """Two-sided clipping (INTELLECT-2): cap the unclipped ratio at delta (> 1 + eps_high); None
+    leaves it uncapped."""
+    cispo_cap: float = 5.0
+    """Upper bound of CISPO's truncated importance weight (`loss_type: cispo`)."""
     eps_low: float = 0.2
     """Lower clip of the importance ratio (PPO epsilon)."""
     eps_high: float = 0.28
@@ -445,6 +456,10 @@ class RunConfig:
         _range("grpo.adv_eps", g.adv_eps, 1e-12, 1.0)
         _range("grpo.eps_low", g.eps_low, 0.0, 1.0)
         _range("grpo.eps_high", g.eps_high, 0.0, 10.0)
+        _choice("grpo.ratio_level", g.ratio_level, RATIO_LEVELS)
+        if g.delta is not None and not 1.0 + g.eps_high < g.delta <= 100.0:
+            raise ConfigError("grpo.delta", f"must be above 1 + eps_high ({1 + g.eps_high:g}) and at most 100, or empty")
+        _range("grpo.cispo_cap", g.cispo_cap, 1.0, 100.0)
         _range("grpo.beta", g.beta, 0.0, 10.0)
         _range("grpo.importance_sampling_cap", g.importance_sampling_cap, 1.0, 100.0)
         _positive_int("lora.r", self.lora.r, 1, 1024)

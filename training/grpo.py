@@ -93,6 +93,9 @@ def policy_loss(
     beta: float = 0.0,
     max_completion_length: int | None = None,
     is_weights: Tensor | None = None,
+    ratio_level: str = "token",
+    delta: float | None = None,
+    cispo_cap: float = 5.0,
 ) -> Tensor:
     """Clipped surrogate loss l_t = -w_t * min(rho*A, clip(rho, 1-eps_low, 1+eps_high)*A) + beta*KL_t.
 
@@ -106,13 +109,21 @@ def policy_loss(
       dapo     the same here; DAPO divides by the tokens of the whole accumulated batch, so a
                trainer accumulating micro-batches must weight each call by its token share
       dr_grpo  sum over tokens / (B * max_completion_length)  (max_completion_length defaults to T)
+      cispo    the CISPO term (`cispo_term`), token mean like dapo
+    `ratio_level`: `token` (rho_t per token) or `sequence` (GSPO, `sequence_log_ratio`); `delta`
+    caps the unclipped ratio (two-sided clipping, `clipped_surrogate`).
     Deviations from the papers: token counts are clamped to >= 1 so a fully masked row adds 0;
     the KL term is added per token before aggregation (as in GRPO), not to the reward.
     """
     adv = advantages.detach()[:, None]  # (B, 1)
-    ratio = torch.exp(logp - old_logp.detach())  # (B, T)
-    clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)  # (B, T)
-    per_token = -torch.min(ratio * adv, clipped * adv)  # (B, T)
+    if ratio_level == "sequence":
+        ratio = torch.exp(sequence_log_ratio(logp, old_logp, mask.to(logp.dtype)))  # (B, 1)
+    else:
+        ratio = torch.exp(logp - old_logp.detach())  # (B, T)
+    if loss_type == "cispo":
+        per_token = cispo_term(ratio, logp, adv, cap=cispo_cap)  # (B, T)
+    else:
+        per_token = clipped_surrogate(ratio, adv, eps_low=eps_low, eps_high=eps_high, delta=delta).expand_as(logp)  # (B, T)
     if is_weights is not None:
         per_token = per_token * is_weights.detach()  # (B, T)
     if beta > 0.0:
@@ -122,11 +133,34 @@ def policy_loss(
     mask = mask.to(per_token.dtype)  # (B, T)
     if loss_type == "grpo":
         return sequence_mean_loss(per_token, mask)
-    if loss_type in ("bnpo", "dapo"):
+    if loss_type in ("bnpo", "dapo", "cispo"):
         return token_mean_loss(per_token, mask)
     if loss_type == "dr_grpo":
         return constant_length_loss(per_token, mask, max_completion_length or mask.shape[1])
-    raise ValueError(f"unknown loss_type {loss_type!r}; allowed: grpo, bnpo, dr_grpo, dapo")
+    raise ValueError(f"unknown loss_type {loss_type!r}; allowed: grpo, bnpo, dr_grpo, dapo, cispo")
+
+
+def sequence_log_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
+    """GSPO's sequence-level log importance ratio (Zheng et al. 2025, "Group Sequence Policy
+    Optimization"): log s_i = (1/|y_i|) sum_t (logp_t - old_logp_t) over the completion's tokens.
+    Every token's log-prob keeps its gradient. (B, T) -> (B, 1); an all-masked row gives 0."""
+    return ((logp - old_logp.detach()) * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)  # (B, 1)
+
+
+def clipped_surrogate(ratio: Tensor, adv: Tensor, *, eps_low: float, eps_high: float, delta: float | None = None) -> Tensor:
+    """PPO's clipped term, -min(rho * A, clip(rho, 1 - eps_low, 1 + eps_high) * A), per token (or
+    per sequence under GSPO). `delta` (two-sided clipping, INTELLECT-2, Prime Intellect 2025)
+    caps rho at delta in the unclipped term, so a token with a negative advantage and a ratio
+    far above 1 cannot blow up the update. ratio (B, T) or (B, 1); adv (B, 1)."""
+    unclipped = (torch.clamp(ratio, max=delta) if delta is not None else ratio) * adv
+    return -torch.min(unclipped, torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv)
+
+
+def cispo_term(ratio: Tensor, logp: Tensor, adv: Tensor, *, cap: float) -> Tensor:
+    """CISPO (MiniMax-M1, 2025): -sg(min(rho, cap)) * A * logp_t. The importance weight is
+    truncated and detached instead of clipping the update away, so every token keeps a
+    gradient, weighted by at most `cap`. ratio (B, T) or (B, 1); logp (B, T); adv (B, 1)."""
+    return -torch.clamp(ratio, max=cap).detach() * adv * logp  # (B, T)
 
 
 def truncated_importance_weights(old_logp: Tensor, sampler_logp: Tensor, mask: Tensor, *, cap: float) -> Tensor:

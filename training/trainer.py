@@ -393,6 +393,9 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
                     beta=g.beta,
                     max_completion_length=max_len,
                     is_weights=is_w[i],
+                    ratio_level=g.ratio_level,
+                    delta=g.delta,
+                    cispo_cap=g.cispo_cap,
                 )
                 weight = _micro_weight(g.loss_type, mask, int(n_samples), int(total_tokens))
                 (loss * weight).backward()
@@ -480,7 +483,7 @@ def _collate(samples: list[Sample], pad: int) -> dict[str, torch.Tensor]:
 
 def _micro_weight(loss_type: str, mask: torch.Tensor, n_samples: int, n_tokens: int) -> float:
     """Scale a micro-batch's loss so the accumulated gradient equals the full-batch loss's."""
-    if loss_type in ("dapo", "bnpo"):
+    if loss_type in ("dapo", "bnpo", "cispo"):
         return float(mask.sum()) / max(n_tokens, 1)
     return mask.shape[0] / max(n_samples, 1)
 
