@@ -143,6 +143,12 @@ class GRPOConfig:
     leaves it uncapped."""
     cispo_cap: float = 5.0
     """Upper bound of CISPO's truncated importance weight (`loss_type: cispo`)."""
+    mask_truncated: bool = False
+    """Leave completions that hit their length cap out of the loss (TRL's
+    `mask_truncated_completions`; DAPO's overlong filtering): a cut-off answer is not judged."""
+    overlong_cache: int = 0
+    """DAPO's soft overlong penalty: completions within this many tokens of their cap lose up
+    to 1 reward, linearly (`training.grpo.soft_overlong_penalty`); 0 turns it off."""
     eps_low: float = 0.2
     """Lower clip of the importance ratio (PPO epsilon)."""
     eps_high: float = 0.28
@@ -460,6 +466,10 @@ class RunConfig:
         if g.delta is not None and not 1.0 + g.eps_high < g.delta <= 100.0:
             raise ConfigError("grpo.delta", f"must be above 1 + eps_high ({1 + g.eps_high:g}) and at most 100, or empty")
         _range("grpo.cispo_cap", g.cispo_cap, 1.0, 100.0)
+        _positive_int("grpo.overlong_cache", g.overlong_cache, 0, 4096)
+        caps = [a.max_new_tokens or self.generation.max_new_tokens for a in t.agents]
+        if g.overlong_cache and g.overlong_cache >= min(caps):
+            raise ConfigError("grpo.overlong_cache", f"must be below every agent's max_new_tokens (the smallest is {min(caps)})")
         _range("grpo.beta", g.beta, 0.0, 10.0)
         _range("grpo.importance_sampling_cap", g.importance_sampling_cap, 1.0, 100.0)
         _positive_int("lora.r", self.lora.r, 1, 1024)

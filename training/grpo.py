@@ -80,6 +80,22 @@ def zero_std_fraction(rewards: Tensor, group_ids: Sequence[Hashable]) -> float:
 # -- the policy loss -----------------------------------------------------------------------------
 
 
+def soft_overlong_penalty(length: int, *, max_len: int, cache: int) -> float:
+    """DAPO's soft overlong punishment (Yu et al. 2025, eq. 13), added to a completion's reward:
+
+        0                                 if L <= L_max - L_cache
+        ((L_max - L_cache) - L) / L_cache  if L_max - L_cache < L <= L_max
+        -1                                if L > L_max
+
+    so completions that run into the length cap lose reward gradually instead of all at once."""
+    start = max_len - cache
+    if length <= start:
+        return 0.0
+    if length <= max_len:
+        return (start - length) / cache
+    return -1.0
+
+
 def policy_loss(
     logp: Tensor,
     old_logp: Tensor,

@@ -41,6 +41,7 @@ from training.grpo import (
     loss_stats,
     policy_loss,
     sampler_mismatch,
+    soft_overlong_penalty,
     token_logprobs,
     truncated_importance_weights,
     zero_std_fraction,
@@ -67,6 +68,8 @@ class Sample:
     """The temperature the completion was sampled at; log-probs are scored at the same one."""
     sampler_logprobs: tuple[float, ...] | None = None
     """The sampler's log-probs of `completion_ids` when vLLM sampled them (for the importance weights)."""
+    masked: bool = False
+    """Left out of the loss but kept in the batch (`grpo.mask_truncated`: it hit the length cap)."""
 
 
 def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist | None = None) -> TrainResult:
@@ -208,6 +211,8 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
     t_rollout = time.perf_counter() - t0
 
     # -- 2. advantages per group key -------------------------------------------------------------
+    if cfg.grpo.overlong_cache:
+        _shape_overlong(episodes, cfg)
     cands, rewards, keys = _candidates(episodes)
     adv = group_advantages(rewards, keys, scale=cfg.grpo.scale_rewards, eps=cfg.grpo.adv_eps)  # (N,)
     for (_, c), a in zip(cands, adv.tolist()):
@@ -221,7 +226,8 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
         sampler.vllm.sleep()  # give the GPU memory to the update
     for policy in sampler.policies.trainable():
         samples = [
-            Sample(turn.agent, turn.prompt_ids, c.token_ids, c.advantage, sampler.train_temperature(turn.agent), c.sampler_logprobs)
+            Sample(turn.agent, turn.prompt_ids, c.token_ids, c.advantage, sampler.train_temperature(turn.agent), c.sampler_logprobs,
+                   masked=cfg.grpo.mask_truncated and c.truncated)
             for turn, c in cands
             if turn.agent in policy.agents and cfg.agent(turn.agent).trainable and turn.group in updated and c.token_ids
         ]
@@ -272,6 +278,15 @@ def _candidates(episodes: list[Episode]) -> tuple[list[tuple[Any, Any]], torch.T
     cands = [(turn, c) for ep in episodes for turn in ep.turns for c in turn.candidates]
     rewards = torch.tensor([c.reward for _, c in cands], dtype=torch.float32)  # (N,)
     return cands, rewards, [turn.group for turn, _ in cands]
+
+
+def _shape_overlong(episodes: list[Episode], cfg: RunConfig) -> None:
+    """Add DAPO's soft overlong penalty to every candidate's reward (`soft_overlong_penalty`)."""
+    for ep in episodes:
+        for turn in ep.turns:
+            cap = cfg.agent(turn.agent).max_new_tokens or cfg.generation.max_new_tokens
+            for c in turn.candidates:
+                c.reward += soft_overlong_penalty(len(c.token_ids), max_len=cap, cache=cfg.grpo.overlong_cache)
 
 
 def groups_to_update(cands: list[tuple[Any, Any]], *, beta: float) -> set[Any]:
@@ -337,7 +352,7 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
     lr = _lr_at(cfg, step)
     for group in policy.optimizer.param_groups:
         group["lr"] = lr
-    n_samples, total_tokens = dist.sum([len(samples), sum(len(s.completion_ids) for s in samples)])
+    n_samples, total_tokens = dist.sum([len(samples), sum(len(s.completion_ids) for s in samples if not s.masked)])
     if not n_samples:
         return {"lr": lr, "samples": 0.0}
     # dr_grpo's constant: the configured cap on the policy's completions (Dr. GRPO; TRL's max_completion_length),
@@ -461,19 +476,22 @@ def _collate(samples: list[Sample], pad: int) -> dict[str, torch.Tensor]:
     attn = torch.zeros_like(ids)  # (B, P+Tc)
     comp = torch.zeros((len(samples), c_width), dtype=torch.long)  # (B, Tc)
     sampler_logp = torch.zeros((len(samples), c_width), dtype=torch.float32)  # (B, Tc)
+    loss = torch.ones((len(samples), 1), dtype=torch.float32)  # (B, 1) 0 for a masked sample
     for i, s in enumerate(samples):
         p, c = len(s.prompt_ids), len(s.completion_ids)
         ids[i, p_width - p : p_width] = torch.tensor(s.prompt_ids)
         ids[i, p_width : p_width + c] = torch.tensor(s.completion_ids)
         attn[i, p_width - p : p_width + c] = 1
         comp[i, :c] = 1
+        if s.masked:
+            loss[i] = 0.0
         if s.sampler_logprobs is not None:
             sampler_logp[i, :c] = torch.tensor(s.sampler_logprobs, dtype=torch.float32)
     batch = {
         "input_ids": ids,
         "attention_mask": attn,
         "completion_mask": comp,
-        "loss_mask": comp.float(),  # (B, Tc)
+        "loss_mask": comp.float() * loss,  # (B, Tc)
         "advantages": torch.tensor([s.advantage for s in samples], dtype=torch.float32),  # (B,)
     }
     if all(s.sampler_logprobs is not None for s in samples):  # vLLM sampled them

@@ -108,3 +108,58 @@ def test_a_run_trains_with_each_variant_from_the_config(make_config, tmp_path, o
 
     result = train(make_config("lora", **overrides), out_dir=tmp_path, sink=NullSink())
     assert result.status == "succeeded" and result.step == 2
+
+
+@pytest.mark.parametrize("length", [0, 10, 12, 13, 15, 16, 17, 40])
+def test_the_soft_overlong_penalty_follows_dapos_piecewise_formula(length):
+    from training.grpo import soft_overlong_penalty
+
+    l_max, l_cache = 16, 4
+    if length <= l_max - l_cache:
+        want = 0.0
+    elif length <= l_max:
+        want = ((l_max - l_cache) - length) / l_cache
+    else:
+        want = -1.0
+    assert soft_overlong_penalty(length, max_len=l_max, cache=l_cache) == pytest.approx(want)
+
+
+def test_a_masked_truncated_completion_leaves_the_loss_and_its_token_count(make_config, monkeypatch):
+    """With one completion masked, the update equals the update without it (dapo: token mean)."""
+    from training import trainer
+    from training.policies import build_policies
+    from training.trainer import Sample, update_policy
+
+    config = make_config("lora").replace(**{"grpo.mask_truncated": True})
+    losses = []
+    real = trainer.policy_loss
+    monkeypatch.setattr(trainer, "policy_loss", lambda *a, **kw: losses.append(real(*a, **kw)) or losses[-1])
+
+    def loss_of(samples):
+        torch.manual_seed(0)
+        policy = build_policies(config, device=torch.device("cpu")).for_agent("writer")
+        losses.clear()
+        stats = update_policy(policy, samples, config, step=1)
+        return stats["loss"]
+
+    kept = [Sample("writer", (1, 2, 3), (5, 6, 7), advantage=1.0), Sample("writer", (1, 2, 3), (8, 9), advantage=-1.0)]
+    cut = Sample("writer", (1, 2, 3), (10, 11, 12, 13, 14, 15, 16, 17), advantage=2.0, masked=True)
+    assert loss_of([*kept, cut]) == pytest.approx(loss_of(kept), rel=1e-5)
+
+
+def test_the_overlong_penalty_and_truncation_mask_come_from_the_config(make_config):
+    from training.config import ConfigError, RunConfig
+
+    data = make_config().to_dict()
+    data["grpo"]["overlong_cache"] = 8  # generation.max_new_tokens is 8
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_dict(data)
+    assert err.value.field == "grpo.overlong_cache"
+
+
+def test_a_run_trains_with_the_overlong_penalty_and_the_truncation_mask(make_config, tmp_path):
+    from training.events import NullSink
+    from training.trainer import train
+
+    config = make_config("lora", **{"grpo.overlong_cache": 4, "grpo.mask_truncated": True})
+    assert train(config, out_dir=tmp_path, sink=NullSink()).status == "succeeded"
