@@ -317,6 +317,7 @@ def _rollout_metrics(
         "zero_std_frac": zero_std_fraction(rewards, keys),
         "completion_len": float(np.mean([len(c.token_ids) for _, c in cands])),
         "truncated": float(np.mean([c.truncated for _, c in cands])),
+        "ended": float(np.mean([not c.truncated for _, c in cands])),
         "turns": float(np.mean([len(ep.turns) for ep in episodes])),
     }
     by_agent: dict[str, list[tuple[Any, Any]]] = defaultdict(list)
@@ -333,7 +334,10 @@ def _rollout_metrics(
                 "success": float(np.mean([c.local > 0 for _, c in items])),
                 "completion_len": float(np.mean([len(c.token_ids) for _, c in items])),
                 "truncated": float(np.mean([c.truncated for _, c in items])),
+                "ended": float(np.mean([not c.truncated for _, c in items])),
                 "zero_std_frac": zero_std_fraction(r, [t.group for t, _ in items]),
+                "adv/mean": float(np.mean([c.advantage for _, c in items])),
+                "adv/std": float(np.std([c.advantage for _, c in items])),
             }
         )
     return values

@@ -310,14 +310,15 @@ def status_message(run: Run) -> dict[str, Any]:
 
 
 RUN_SERIES = ("reward/total", "reward/team", "reward/local", "success", "completion_len", "step_time", "rollout_time",
-              "update_time", "tokens_per_s")
+              "update_time", "tokens_per_s", "zero_std_frac")
 
 
 """Run-wide metrics the page charts (and so streams); the summary card's table shows them all."""
 
 
 AGENT_SERIES = ("reward/total", "reward/team", "reward/local", "success", "loss", "kl", "entropy", "clip_region",
-                "completion_len", "mismatch/logp_diff", "mismatch/capped")
+                "clip_low", "clip_high", "completion_len", "ended", "zero_std_frac", "adv/mean", "adv/std",
+                "mismatch/logp_diff", "mismatch/capped")
 
 
 """Per-agent metrics the page charts (`mismatch/*`: vLLM's log-probs against the trainer's, see
