@@ -9,8 +9,6 @@ from celery import shared_task
 from webapp.core import enqueue
 from webapp.jobs import services
 
-# -- jobs (webapp/jobs.py): the row is claimed first, failures are recorded on it; no retries ----------
-
 
 @shared_task(name=enqueue.EVALUATION_EXECUTE, bind=True, acks_late=True, ignore_result=True)
 def evaluation_execute(self, job_id: int) -> None:  # type: ignore[no-untyped-def]
