@@ -61,3 +61,38 @@ def api_token_authenticate(*, text: str) -> ApiToken | None:
     if token.last_used is None or (now - token.last_used).total_seconds() > 60:
         ApiToken.objects.filter(pk=token.pk).update(last_used=now)
     return token
+
+
+# == members ===========================================================================================
+
+
+def _admins_left(membership: Membership, *, after_losing: bool) -> int:
+    admins = Membership.objects.filter(team_id=membership.team_id, role=Membership.Role.ADMIN)
+    return admins.exclude(pk=membership.pk).count() if after_losing else admins.count()
+
+
+def membership_set_role(*, membership: Membership, role: str) -> Membership:
+    """Make a member an admin of their team, or an admin a member; a team always keeps an admin."""
+    if role not in Membership.Role.values:
+        raise ValidationError({"role": f"Unknown role {role!r}; a member is an admin or a member."})
+    if membership.role == Membership.Role.ADMIN and role != Membership.Role.ADMIN and not _admins_left(membership, after_losing=True):
+        raise ValidationError({"role": f"{membership.user.username} is the team's only admin: make someone else an admin first."})
+    Membership.objects.filter(pk=membership.pk).update(role=role)
+    membership.role = role
+    return membership
+
+
+def membership_remove_blocker(*, membership: Membership) -> str | None:
+    """Why the member cannot be removed now, or None."""
+    if membership.role == Membership.Role.ADMIN and not _admins_left(membership, after_losing=True):
+        return f"{membership.user.username} is the team's only admin: make someone else an admin first."
+    return None
+
+
+def membership_remove(*, membership: Membership) -> None:
+    """Take a user out of the team (their account, runs and tokens of other teams stay); a team
+    always keeps an admin. Their API tokens for this team stop working at once (the token check
+    requires a current membership)."""
+    if blocker := membership_remove_blocker(membership=membership):
+        raise ValidationError(blocker)
+    membership.delete()

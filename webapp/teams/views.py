@@ -1,4 +1,5 @@
-"""A member's own pages: switching team, API tokens, and the login page when locked out.
+"""A member's own pages and the team's: switching team, members and roles, API tokens, and the
+login page when locked out.
 
 Each view: fetch within the current team (another team's object is a 404), call one service,
 render or redirect; htmx requests get the page's named partial (`page.html#name`).
@@ -12,15 +13,15 @@ from typing import Any
 from axes.helpers import get_cool_off
 from django.contrib import messages
 from django.contrib.auth.forms import AuthenticationForm
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from webapp.models import ApiToken
+from webapp.models import ApiToken, Membership
 from webapp.teams import services
-from webapp.teams.access import SESSION_KEY, TeamRequest
+from webapp.teams.access import SESSION_KEY, TeamRequest, is_team_admin
 from webapp.teams.forms import ApiTokenForm
 
 
@@ -31,6 +32,50 @@ def team_switch(request: TeamRequest) -> HttpResponse:
         raise Http404("not a member of that team")
     request.session[SESSION_KEY] = membership.team_id
     return redirect("dashboard")
+
+
+# == members ==============================================================================================
+
+
+@require_GET
+def team_members(request: TeamRequest) -> HttpResponse:
+    members = Membership.objects.filter(team=request.team).select_related("user").order_by("user__username")
+    return render(request, "team/members.html", {"members": members, "can_manage": is_team_admin(request),
+                                                 "roles": Membership.Role.choices})
+
+
+def _managed_membership(request: TeamRequest, pk: int, *, own_allowed: bool = False) -> Membership:
+    """A membership of the current team (another team's is a 404), for a team admin (else 403);
+    with `own_allowed`, any member may act on their own (leaving the team)."""
+    membership = get_object_or_404(Membership.objects.select_related("user"), pk=pk, team=request.team)
+    if not (is_team_admin(request) or (own_allowed and membership.user_id == request.user.pk)):
+        raise PermissionDenied("Only the team's admins manage its members.")
+    return membership
+
+
+@require_POST
+def team_member_role(request: TeamRequest, pk: int) -> HttpResponse:
+    membership = _managed_membership(request, pk)
+    try:
+        services.membership_set_role(membership=membership, role=request.POST.get("role", ""))
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, f"{membership.user.username} is now a team {membership.get_role_display().lower()}.")
+    return redirect("team_members")
+
+
+@require_http_methods(["GET", "POST"])
+def team_member_remove(request: TeamRequest, pk: int) -> HttpResponse:
+    """GET: what removing the member means, or why it cannot be done; POST: remove them. A member
+    may remove themselves (leave the team)."""
+    membership = _managed_membership(request, pk, own_allowed=True)
+    error = services.membership_remove_blocker(membership=membership)
+    if request.method == "POST" and error is None:
+        services.membership_remove(membership=membership)
+        messages.success(request, f"{membership.user.username} is no longer in {request.team}.")
+        return redirect("dashboard" if membership.user_id == request.user.pk else "team_members")
+    return render(request, "team/member_remove.html", {"membership": membership, "error": error})
 
 
 # == API tokens ===========================================================================================
