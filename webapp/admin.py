@@ -17,6 +17,7 @@ from webapp.models import (
     Checkpoint,
     Dataset,
     Evaluation,
+    Invitation,
     Job,
     LogLine,
     Membership,
@@ -31,7 +32,7 @@ from webapp.models import (
     Worker,
 )
 from webapp.runs import services as run_services
-from webapp.teams.services import api_token_revoke
+from webapp.teams.services import api_token_revoke, invitation_revoke
 
 admin.site.site_header = admin.site.site_title = "Troupe administration"
 # The app list is one click away (Home); the 300 px it took left the run list no room on a 1280 px screen.
@@ -279,3 +280,24 @@ class ApiTokenAdmin(admin.ModelAdmin):
         for token in queryset:
             api_token_revoke(token=token)
         self.message_user(request, f"Revoked {queryset.count()} token(s).", messages.SUCCESS)
+
+
+@admin.register(Invitation)
+class InvitationAdmin(admin.ModelAdmin):
+    """Invitations are made on a team's Members page (their link is shown once there); here they can
+    only be looked at and revoked."""
+
+    list_display = ["team", "role", "email", "created_by", "created", "expires", "accepted_by", "accepted", "revoked"]
+    list_filter = ["team", "role", ("accepted", admin.EmptyFieldListFilter), ("revoked", admin.EmptyFieldListFilter)]
+    search_fields = ["email", "team__name", "created_by__username", "accepted_by__username"]
+    readonly_fields = ["team", "created_by", "email", "role", "digest", "created", "expires", "accepted", "accepted_by", "revoked"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.action(description="Revoke the selected invitations")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[Invitation]) -> None:
+        for invitation in queryset:
+            invitation_revoke(invitation=invitation)
+        self.message_user(request, f"Revoked {queryset.count()} invitation(s).", messages.SUCCESS)

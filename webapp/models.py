@@ -635,3 +635,30 @@ def _field_errors(field: str) -> Iterator[None]:
         yield
     except ConfigError as exc:
         raise ValidationError({field: exc.message}) from None
+
+
+class Invitation(models.Model):
+    """A link that adds one person to a team with a role. Only the token's SHA-256 digest is
+    stored; the link is shown once to the admin who made it (and emailed when an address is
+    given). It works once, until it expires or is revoked."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="invitations")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    email = models.EmailField(blank=True, help_text="Where the link was emailed (optional).")
+    role = models.CharField(max_length=10, choices=Membership.Role.choices, default=Membership.Role.MEMBER)
+    digest = models.CharField(max_length=64, unique=True)
+    created = models.DateTimeField(default=timezone.now)
+    expires = models.DateTimeField()
+    accepted = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    revoked = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"invitation to {self.team} as {self.role}" + (f" for {self.email}" if self.email else "")
+
+    @property
+    def is_pending(self) -> bool:
+        return self.accepted is None and self.revoked is None and self.expires > timezone.now()

@@ -195,6 +195,8 @@ else:
     EMAIL_FILE_PATH = TROUPE_DATA_DIR / "emails"
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "troupe@localhost")
 PASSWORD_RESET_TIMEOUT = env_int("PASSWORD_RESET_TIMEOUT", 3 * 24 * 3600, minimum=60)
+# How long a team invitation link works.
+TROUPE_INVITATION_DAYS = env_int("TROUPE_INVITATION_DAYS", 7, minimum=1)
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Callable
+from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
+from django.core.mail import send_mail
+from django.db import transaction
 from django.utils import timezone
 
-from webapp.models import ApiToken, Membership, Team
+from webapp.models import ApiToken, Invitation, Membership, Team
 
 PREFIX = "trp_"
 
@@ -96,3 +101,60 @@ def membership_remove(*, membership: Membership) -> None:
     if blocker := membership_remove_blocker(membership=membership):
         raise ValidationError(blocker)
     membership.delete()
+
+
+# == invitations =======================================================================================
+
+MAX_PENDING_INVITATIONS = 50
+
+
+def invitation_create(*, team: Team, by: User, role: str, email: str = "", link_for: Callable[[str], str]) -> tuple[Invitation, str]:
+    """A single-use link that adds one person to `team` as `role`: (the invitation, the link to
+    show once). `link_for(token)` makes the absolute link; with an `email` it is also sent there."""
+    if role not in Membership.Role.values:
+        raise ValidationError({"role": f"Unknown role {role!r}; a member is an admin or a member."})
+    if Invitation.objects.filter(team=team, accepted=None, revoked=None, expires__gt=timezone.now()).count() >= MAX_PENDING_INVITATIONS:
+        raise ValidationError(f"{team} has {MAX_PENDING_INVITATIONS} open invitations; revoke some first.")
+    token = secrets.token_urlsafe(32)
+    invitation = Invitation.objects.create(
+        team=team, created_by=by, role=role, email=email.strip(), digest=_digest(token),
+        expires=timezone.now() + timedelta(days=settings.TROUPE_INVITATION_DAYS),
+    )
+    link = link_for(token)
+    if invitation.email:
+        send_mail(
+            f"Join {team} on Troupe",
+            f"{by.get_username()} invites you to the team {team} on Troupe, as {invitation.get_role_display().lower()}.\n\n"
+            f"Join here (the link works once, until {invitation.expires:%Y-%m-%d %H:%M} UTC):\n\n{link}\n",
+            None, [invitation.email],
+        )
+    return invitation, link
+
+
+def invitation_find(*, token: str) -> Invitation | None:
+    """The pending invitation behind a link's token, or None (unknown, used, revoked or expired)."""
+    if not token or len(token) > 100:
+        return None
+    invitation = Invitation.objects.select_related("team").filter(digest=_digest(token)).first()
+    return invitation if invitation is not None and invitation.is_pending else None
+
+
+def invitation_accept(*, token: str, user: User) -> Membership:
+    """Add `user` to the invitation's team with its role, once: a second use, or a link that
+    expired or was revoked meanwhile, is refused."""
+    with transaction.atomic():
+        invitation = Invitation.objects.select_for_update().filter(digest=_digest(token)).first()
+        if invitation is None or not invitation.is_pending:
+            raise ValidationError("This invitation no longer works: it was used, revoked or has expired.")
+        if Membership.objects.filter(team_id=invitation.team_id, user=user).exists():
+            raise ValidationError(f"You are already in {invitation.team}.")
+        membership = Membership.objects.create(team_id=invitation.team_id, user=user, role=invitation.role)
+        Invitation.objects.filter(pk=invitation.pk).update(accepted=timezone.now(), accepted_by=user)
+    return membership
+
+
+def invitation_revoke(*, invitation: Invitation) -> Invitation:
+    if invitation.revoked is None and invitation.accepted is None:
+        invitation.revoked = timezone.now()
+        invitation.save(update_fields=["revoked"])
+    return invitation

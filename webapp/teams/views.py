@@ -1,5 +1,5 @@
-"""A member's own pages and the team's: switching team, members and roles, API tokens, and the
-login page when locked out.
+"""A member's own pages and the team's: switching team, members, roles and invitations, API
+tokens, and the login page when locked out.
 
 Each view: fetch within the current team (another team's object is a 404), call one service,
 render or redirect; htmx requests get the page's named partial (`page.html#name`).
@@ -11,18 +11,21 @@ import math
 from typing import Any
 
 from axes.helpers import get_cool_off
+from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.forms import AuthenticationForm
+from django.contrib.auth import login
+from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from webapp.models import ApiToken, Membership
+from webapp.models import ApiToken, Invitation, Membership
 from webapp.teams import services
-from webapp.teams.access import SESSION_KEY, TeamRequest, is_team_admin
-from webapp.teams.forms import ApiTokenForm
+from webapp.teams.access import SESSION_KEY, TeamRequest, is_team_admin, team_optional
+from webapp.teams.forms import ApiTokenForm, InvitationForm
 
 
 @require_POST
@@ -39,9 +42,76 @@ def team_switch(request: TeamRequest) -> HttpResponse:
 
 @require_GET
 def team_members(request: TeamRequest) -> HttpResponse:
+    return _members_page(request, InvitationForm())
+
+
+def _members_page(request: TeamRequest, form: InvitationForm, *, new_link: str = "", status: int = 200) -> HttpResponse:
+    can_manage = is_team_admin(request)
     members = Membership.objects.filter(team=request.team).select_related("user").order_by("user__username")
-    return render(request, "team/members.html", {"members": members, "can_manage": is_team_admin(request),
-                                                 "roles": Membership.Role.choices})
+    pending = [i for i in Invitation.objects.filter(team=request.team, accepted=None, revoked=None) if i.is_pending] if can_manage else []
+    return render(request, "team/members.html", {
+        "members": members, "can_manage": can_manage, "roles": Membership.Role.choices, "invite_form": form,
+        "invitations": pending, "new_link": new_link, "invitation_days": settings.TROUPE_INVITATION_DAYS,
+    }, status=status)
+
+
+@require_POST
+def team_invite(request: TeamRequest) -> HttpResponse:
+    """A team admin makes an invitation link: shown once on the page, emailed when an address is given."""
+    if not is_team_admin(request):
+        raise PermissionDenied("Only the team's admins invite people.")
+    form = InvitationForm(request.POST)
+    if not form.is_valid():
+        return _members_page(request, form, status=400)
+    try:
+        _, link = services.invitation_create(
+            team=request.team, by=request.user, role=form.cleaned_data["role"], email=form.cleaned_data["email"],
+            link_for=lambda token: request.build_absolute_uri(reverse("invitation_accept", args=[token])),
+        )
+    except ValidationError as exc:
+        form.add_error(None, exc)
+        return _members_page(request, form, status=400)
+    return _members_page(request, InvitationForm(), new_link=link)
+
+
+@require_POST
+def team_invitation_revoke(request: TeamRequest, pk: int) -> HttpResponse:
+    invitation = get_object_or_404(Invitation, pk=pk, team=request.team)
+    if not is_team_admin(request):
+        raise PermissionDenied("Only the team's admins manage invitations.")
+    services.invitation_revoke(invitation=invitation)
+    messages.success(request, "Invitation revoked: its link no longer works.")
+    return redirect("team_members")
+
+
+@login_not_required
+@team_optional
+@require_http_methods(["GET", "POST"])
+def invitation_accept(request: HttpRequest, token: str) -> HttpResponse:
+    """Join a team through an invitation link: a logged-in user joins with one click; a visitor
+    makes an account (username and password) and joins."""
+    invitation = services.invitation_find(token=token)
+    if invitation is None:
+        return render(request, "team/invitation.html", {"invitation": None}, status=404)
+    signup = None if request.user.is_authenticated else UserCreationForm(request.POST or None)
+    error = ""
+    if request.method == "POST":
+        user = request.user
+        if signup is not None:
+            if not signup.is_valid():
+                return render(request, "team/invitation.html", {"invitation": invitation, "signup": signup}, status=400)
+            user = signup.save()
+        try:
+            membership = services.invitation_accept(token=token, user=user)
+        except ValidationError as exc:
+            error = " ".join(exc.messages)
+        else:
+            if signup is not None:
+                login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+            request.session[SESSION_KEY] = membership.team_id
+            messages.success(request, f"Welcome to {invitation.team}.")
+            return redirect("dashboard")
+    return render(request, "team/invitation.html", {"invitation": invitation, "signup": signup, "error": error})
 
 
 def _managed_membership(request: TeamRequest, pk: int, *, own_allowed: bool = False) -> Membership:
