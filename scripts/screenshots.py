@@ -52,7 +52,7 @@ def main() -> None:
             "01-dashboard": "/", "02-runs": "/runs/", "03-run-new": "/runs/new/", "04-topologies": "/topologies/",
             "05-topology-new": "/topologies/new/", "06-agents": "/agents/", "07-agent-new": "/agents/new/",
             "08-datasets": "/datasets/", "09-dataset-upload": "/datasets/upload/", "10-dataset-generate": "/datasets/generate/",
-            "11-models": "/models/", "16-storage": "/storage/", "17-workers": "/workers/",
+            "11-models": "/models/", "16-storage": "/storage/", "17-workers": "/workers/", "18-members": "/team/members/", "19-password": "/account/password/",
         }
         details = {
             "12-run-detail": ("/runs/", r"/runs/\d+/"),

@@ -81,7 +81,7 @@ def test_it_works_page_by_page_under_the_policy(web: Processes, alice: Member, t
     shot(page, shots, "dashboard")
 
     for path, name in (("/runs/", "runs"), ("/agents/", "agents"), ("/topologies/", "topologies"), ("/datasets/", "datasets"),
-                       ("/models/", "models"), ("/workers/", "workers"), ("/storage/", "storage"), ("/account/tokens/", "tokens"), ("/no/such/page/", "not-found"),
+                       ("/models/", "models"), ("/workers/", "workers"), ("/storage/", "storage"), ("/account/tokens/", "tokens"), ("/team/members/", "members"), ("/account/password/", "password"), ("/no/such/page/", "not-found"),
                        (f"/topologies/{tiny_world.topology.pk}/", "topology-edit")):
         page.goto(web.url + path)
         assert page.evaluate("typeof window.htmx") == "object", path
