@@ -14,6 +14,7 @@ from webapp.catalog import services as catalog
 from webapp.models import (
     Agent,
     ApiToken,
+    AuditEvent,
     Checkpoint,
     Dataset,
     Evaluation,
@@ -278,7 +279,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         for token in queryset:
-            api_token_revoke(token=token)
+            api_token_revoke(token=token, actor=request.user)
         self.message_user(request, f"Revoked {queryset.count()} token(s).", messages.SUCCESS)
 
 
@@ -299,5 +300,28 @@ class InvitationAdmin(admin.ModelAdmin):
     @admin.action(description="Revoke the selected invitations")
     def revoke(self, request: HttpRequest, queryset: QuerySet[Invitation]) -> None:
         for invitation in queryset:
-            invitation_revoke(invitation=invitation)
+            invitation_revoke(invitation=invitation, actor=request.user)
         self.message_user(request, f"Revoked {queryset.count()} invitation(s).", messages.SUCCESS)
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    """The teams' audit trails, written by the services: read-only. A superuser may still delete a
+    team, which takes its trail with it."""
+
+    list_display = ["time", "team", "actor_name", "verb", "object_type", "object_id", "object_label"]
+    list_filter = ["verb", "object_type", "team"]
+    search_fields = ["actor_name", "object_label", "team__name"]
+    date_hierarchy = "time"
+    list_select_related = ["team"]
+    readonly_fields = ["team", "actor", "actor_name", "verb", "object_type", "object_id", "object_label", "time", "details"]
+    actions = None
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: AuditEvent | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: AuditEvent | None = None) -> bool:
+        return bool(request.user.is_superuser)  # only so that deleting a team (and its trail) stays possible

@@ -662,3 +662,41 @@ class Invitation(models.Model):
     @property
     def is_pending(self) -> bool:
         return self.accepted is None and self.revoked is None and self.expires > timezone.now()
+
+
+class AuditEvent(models.Model):
+    """One thing a member did to the team's objects: who, what verb, on what, when. Written by the
+    services that do it (`webapp.teams.audit.audit_record`), never edited. The actor's name and the
+    object's label are copied, so the record reads the same after either is deleted."""
+
+    class Verb(models.TextChoices):
+        CREATE = "create", "created"
+        LAUNCH = "launch", "launched"
+        CANCEL = "cancel", "cancelled"
+        RESUME = "resume", "resumed"
+        DELETE = "delete", "deleted"
+        EXPORT = "export", "exported"
+        INVITE = "invite", "invited"
+        JOIN = "join", "joined"
+        REVOKE = "revoke", "revoked"
+        ROLE = "role", "changed the role of"
+        REMOVE = "remove", "removed"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="audit_events")
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+                              help_text="Empty: Troupe itself (the demo data, a worker), or a deleted user (see actor name).")
+    actor_name = models.CharField(max_length=150, blank=True)
+    verb = models.CharField(max_length=10, choices=Verb.choices)
+    object_type = models.CharField(max_length=40, help_text="run, agent, dataset, checkpoint, member, ...")
+    object_id = models.BigIntegerField(null=True, blank=True)
+    object_label = models.CharField(max_length=200, blank=True)
+    time = models.DateTimeField(default=timezone.now)
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-time", "-id"]
+        indexes = [models.Index(fields=["team", "-time"], name="audit_team_time"),
+                   models.Index(fields=["team", "verb", "-time"], name="audit_team_verb_time")]
+
+    def __str__(self) -> str:
+        return f"{self.actor_name or 'Troupe'} {self.get_verb_display()} {self.object_type} {self.object_label}"

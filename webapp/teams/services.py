@@ -21,6 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from webapp.models import ApiToken, Invitation, Membership, Team
+from webapp.teams.audit import Verb, audit_record
 
 PREFIX = "trp_"
 
@@ -42,14 +43,19 @@ def api_token_create(*, user: User, team: Team, name: str) -> tuple[ApiToken, st
     if ApiToken.objects.filter(user=user, revoked=None).count() >= MAX_ACTIVE:
         raise ValidationError(f"You have {MAX_ACTIVE} active tokens; revoke one first.")
     text = PREFIX + secrets.token_urlsafe(32)
-    token = ApiToken.objects.create(user=user, team=team, name=name[:100], prefix=text[: len(PREFIX) + 6], digest=_digest(text))
+    with transaction.atomic():
+        token = ApiToken.objects.create(user=user, team=team, name=name[:100], prefix=text[: len(PREFIX) + 6], digest=_digest(text))
+        audit_record(team=team, actor=user, verb=Verb.CREATE, obj=token, prefix=token.prefix)
     return token, text
 
 
-def api_token_revoke(*, token: ApiToken) -> ApiToken:
+def api_token_revoke(*, token: ApiToken, actor: User | None = None) -> ApiToken:
+    """`actor`: who revoked it (its owner on the tokens page, staff in the admin)."""
     if token.revoked is None:
-        token.revoked = timezone.now()
-        token.save(update_fields=["revoked"])
+        with transaction.atomic():
+            token.revoked = timezone.now()
+            token.save(update_fields=["revoked"])
+            audit_record(team=token.team_id, actor=actor, verb=Verb.REVOKE, obj=token, owner=token.user.get_username())
     return token
 
 
@@ -76,13 +82,17 @@ def _admins_left(membership: Membership, *, after_losing: bool) -> int:
     return admins.exclude(pk=membership.pk).count() if after_losing else admins.count()
 
 
-def membership_set_role(*, membership: Membership, role: str) -> Membership:
+def membership_set_role(*, membership: Membership, role: str, actor: User | None = None) -> Membership:
     """Make a member an admin of their team, or an admin a member; a team always keeps an admin."""
     if role not in Membership.Role.values:
         raise ValidationError({"role": f"Unknown role {role!r}; a member is an admin or a member."})
     if membership.role == Membership.Role.ADMIN and role != Membership.Role.ADMIN and not _admins_left(membership, after_losing=True):
         raise ValidationError({"role": f"{membership.user.username} is the team's only admin: make someone else an admin first."})
-    Membership.objects.filter(pk=membership.pk).update(role=role)
+    if role == membership.role:
+        return membership
+    with transaction.atomic():
+        Membership.objects.filter(pk=membership.pk).update(role=role)
+        audit_record(team=membership.team_id, actor=actor, verb=Verb.ROLE, obj=membership, before=membership.role, after=role)
     membership.role = role
     return membership
 
@@ -94,13 +104,16 @@ def membership_remove_blocker(*, membership: Membership) -> str | None:
     return None
 
 
-def membership_remove(*, membership: Membership) -> None:
+def membership_remove(*, membership: Membership, actor: User | None = None) -> None:
     """Take a user out of the team (their account, runs and tokens of other teams stay); a team
     always keeps an admin. Their API tokens for this team stop working at once (the token check
-    requires a current membership)."""
+    requires a current membership). `actor` is who removed them (themselves: they left)."""
     if blocker := membership_remove_blocker(membership=membership):
         raise ValidationError(blocker)
-    membership.delete()
+    with transaction.atomic():
+        audit_record(team=membership.team_id, actor=actor, verb=Verb.REMOVE, obj=membership, role=membership.role,
+                     left=actor is not None and actor.pk == membership.user_id)
+        membership.delete()
 
 
 # == invitations =======================================================================================
@@ -116,10 +129,12 @@ def invitation_create(*, team: Team, by: User, role: str, email: str = "", link_
     if Invitation.objects.filter(team=team, accepted=None, revoked=None, expires__gt=timezone.now()).count() >= MAX_PENDING_INVITATIONS:
         raise ValidationError(f"{team} has {MAX_PENDING_INVITATIONS} open invitations; revoke some first.")
     token = secrets.token_urlsafe(32)
-    invitation = Invitation.objects.create(
-        team=team, created_by=by, role=role, email=email.strip(), digest=_digest(token),
-        expires=timezone.now() + timedelta(days=settings.TROUPE_INVITATION_DAYS),
-    )
+    with transaction.atomic():
+        invitation = Invitation.objects.create(
+            team=team, created_by=by, role=role, email=email.strip(), digest=_digest(token),
+            expires=timezone.now() + timedelta(days=settings.TROUPE_INVITATION_DAYS),
+        )
+        audit_record(team=team, actor=by, verb=Verb.INVITE, obj=invitation, role=role, expires=invitation.expires)
     link = link_for(token)
     if invitation.email:
         send_mail(
@@ -150,11 +165,15 @@ def invitation_accept(*, token: str, user: User) -> Membership:
             raise ValidationError(f"You are already in {invitation.team}.")
         membership = Membership.objects.create(team_id=invitation.team_id, user=user, role=invitation.role)
         Invitation.objects.filter(pk=invitation.pk).update(accepted=timezone.now(), accepted_by=user)
+        audit_record(team=invitation.team_id, actor=user, verb=Verb.JOIN, obj=membership, role=invitation.role,
+                     invitation=invitation.pk)
     return membership
 
 
-def invitation_revoke(*, invitation: Invitation) -> Invitation:
+def invitation_revoke(*, invitation: Invitation, actor: User | None = None) -> Invitation:
     if invitation.revoked is None and invitation.accepted is None:
-        invitation.revoked = timezone.now()
-        invitation.save(update_fields=["revoked"])
+        with transaction.atomic():
+            invitation.revoked = timezone.now()
+            invitation.save(update_fields=["revoked"])
+            audit_record(team=invitation.team_id, actor=actor, verb=Verb.REVOKE, obj=invitation)
     return invitation

@@ -79,7 +79,7 @@ def team_invitation_revoke(request: TeamRequest, pk: int) -> HttpResponse:
     invitation = get_object_or_404(Invitation, pk=pk, team=request.team)
     if not is_team_admin(request):
         raise PermissionDenied("Only the team's admins manage invitations.")
-    services.invitation_revoke(invitation=invitation)
+    services.invitation_revoke(invitation=invitation, actor=request.user)
     messages.success(request, "Invitation revoked: its link no longer works.")
     return redirect("team_members")
 
@@ -127,7 +127,7 @@ def _managed_membership(request: TeamRequest, pk: int, *, own_allowed: bool = Fa
 def team_member_role(request: TeamRequest, pk: int) -> HttpResponse:
     membership = _managed_membership(request, pk)
     try:
-        services.membership_set_role(membership=membership, role=request.POST.get("role", ""))
+        services.membership_set_role(membership=membership, role=request.POST.get("role", ""), actor=request.user)
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
     else:
@@ -142,7 +142,7 @@ def team_member_remove(request: TeamRequest, pk: int) -> HttpResponse:
     membership = _managed_membership(request, pk, own_allowed=True)
     error = services.membership_remove_blocker(membership=membership)
     if request.method == "POST" and error is None:
-        services.membership_remove(membership=membership)
+        services.membership_remove(membership=membership, actor=request.user)
         messages.success(request, f"{membership.user.username} is no longer in {request.team}.")
         return redirect("dashboard" if membership.user_id == request.user.pk else "team_members")
     return render(request, "team/member_remove.html", {"membership": membership, "error": error})
@@ -174,7 +174,7 @@ def api_tokens(request: TeamRequest) -> HttpResponse:
 @require_POST
 def api_token_revoke(request: TeamRequest, pk: int) -> HttpResponse:
     token = get_object_or_404(ApiToken, pk=pk, user=request.user)
-    services.api_token_revoke(token=token)
+    services.api_token_revoke(token=token, actor=request.user)
     messages.success(request, f"Revoked {token.name}.")
     return redirect("api_tokens")
 
