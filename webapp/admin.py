@@ -182,7 +182,7 @@ class RunAdmin(admin.ModelAdmin):
 
     @admin.action(description="Cancel selected runs")
     def cancel(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
-        runs = [run_services.run_cancel(run=run) for run in queryset.filter(status__in=Run.ACTIVE)]
+        runs = [run_services.run_cancel(run=run, actor=request.user) for run in queryset.filter(status__in=Run.ACTIVE)]
         self.message_user(request, f"Cancelled or asked to stop {len(runs)} run(s).", messages.SUCCESS)
 
 

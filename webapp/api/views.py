@@ -218,7 +218,7 @@ def run_detail(request: ApiRequest, pk: int) -> HttpResponse:
 
 @endpoint("POST")
 def run_cancel(request: ApiRequest, pk: int) -> HttpResponse:
-    run = run_services.run_cancel(run=_run(request, pk))
+    run = run_services.run_cancel(run=_run(request, pk), actor=request.user)
     return JsonResponse(run_json(request, run))
 
 

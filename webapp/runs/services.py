@@ -40,6 +40,7 @@ from webapp.models import (
 )
 from webapp.runs import queue
 from webapp.runs.sink import DatabaseSink
+from webapp.teams.audit import Verb, audit_record
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +156,9 @@ def run_create(
             gpus=config.resources.gpus,
         )
         log.info("run #%s queued by %s: %s", run.pk, user or "the API", name)
+        if resumed_from is None:  # a resumed run is recorded by run_resume
+            audit_record(team=team, actor=user, verb=Verb.LAUNCH, obj=run, environment=run.environment,
+                         specialization=run.specialization, steps=run.total_steps, gpus=run.gpus)
         transaction.on_commit(lambda: run_enqueue(run=run))
     return run
 
@@ -178,12 +182,15 @@ def run_enqueue_queued() -> int:
     return len(runs)
 
 
-def run_cancel(*, run: Run) -> Run:
+def run_cancel(*, run: Run, actor: User | None = None) -> Run:
     """Queued: cancelled at once. Running: flag it; the trainer stops at its next step."""
     now = timezone.now()
-    queued = Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED)
-    if not queued.update(status=Run.Status.CANCELLED, cancel_requested=True, finished=now):
-        Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(cancel_requested=True)
+    with transaction.atomic():
+        queued = Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED)
+        if queued.update(status=Run.Status.CANCELLED, cancel_requested=True, finished=now):
+            audit_record(team=run.team_id, actor=actor, verb=Verb.CANCEL, obj=run, was="queued")
+        elif Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING, cancel_requested=False).update(cancel_requested=True):
+            audit_record(team=run.team_id, actor=actor, verb=Verb.CANCEL, obj=run, was="running", at_step=run.step)
     run.refresh_from_db()
     return run
 
@@ -203,6 +210,7 @@ def run_resume(*, run: Run, user: User) -> Run:
         )
         Run.objects.filter(pk=new.pk).update(resumed_at_step=checkpoint.step, step=checkpoint.step)
         new.resumed_at_step = new.step = checkpoint.step
+        audit_record(team=run.team_id, actor=user, verb=Verb.RESUME, obj=run, new_run=new.pk, from_step=checkpoint.step)
     return new
 
 

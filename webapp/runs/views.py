@@ -141,7 +141,7 @@ def run_rollouts(request: TeamRequest, pk: int) -> HttpResponse:
 
 @require_POST
 def run_cancel(request: TeamRequest, pk: int) -> HttpResponse:
-    run = services.run_cancel(run=team_object_or_404(request, Run, pk))
+    run = services.run_cancel(run=team_object_or_404(request, Run, pk), actor=request.user)
     if run.status == Run.Status.CANCELLED:
         messages.info(request, "Cancelled.")
     else:
