@@ -78,7 +78,7 @@ class AgentAdmin(admin.ModelAdmin):
 
     @admin.action(description="Duplicate selected agents")
     def duplicate(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
-        copies = [catalog.agent_duplicate(agent=agent) for agent in queryset]
+        copies = [catalog.agent_duplicate(agent=agent, actor=request.user) for agent in queryset]
         self.message_user(request, f"Created {', '.join(a.name for a in copies)}.", messages.SUCCESS)
 
 
@@ -106,7 +106,7 @@ class TopologyAdmin(admin.ModelAdmin):
 
     @admin.action(description="Duplicate selected topologies")
     def duplicate(self, request: HttpRequest, queryset: QuerySet[Topology]) -> None:
-        copies = [catalog.topology_duplicate(topology=t) for t in queryset]
+        copies = [catalog.topology_duplicate(topology=t, actor=request.user) for t in queryset]
         self.message_user(request, f"Created {', '.join(t.name for t in copies)}.", messages.SUCCESS)
 
 

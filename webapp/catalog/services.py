@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
@@ -37,6 +38,7 @@ from webapp.models import (
     Topology,
     TopologyAgent,
 )
+from webapp.teams.audit import Verb, audit_record
 
 log = logging.getLogger(__name__)
 
@@ -90,13 +92,18 @@ def environment_roles() -> dict[str, tuple[str, ...]]:
 # == model sources ==================================================================================
 
 
-def model_source_save(*, team: Team, name: str, source: str, notes: str = "", instance: ModelSource | None = None) -> ModelSource:
-    """Create or update a model source; `ModelSource.clean` checks the source like the engine."""
+def model_source_save(*, team: Team, name: str, source: str, notes: str = "", instance: ModelSource | None = None,
+                      actor: User | None = None) -> ModelSource:
+    """Create or update a model source; `ModelSource.clean` checks the source like the engine.
+    `actor` (here and below): the member doing it, for the audit trail (None: Troupe itself)."""
     obj = instance or ModelSource(team=team)
     obj.name, obj.source, obj.notes = name, source, notes
     _check_name_free(obj)
     obj.full_clean()
-    obj.save()
+    with transaction.atomic():
+        obj.save()
+        if instance is None:
+            audit_record(team=team, actor=actor, verb=Verb.CREATE, obj=obj, source=obj.source)
     return obj
 
 
@@ -106,10 +113,12 @@ def model_source_delete_blocker(*, source: ModelSource) -> str | None:
     return f"Agents use this model: {', '.join(users)}. Point them elsewhere first." if users else None
 
 
-def model_source_delete(*, source: ModelSource) -> None:
+def model_source_delete(*, source: ModelSource, actor: User | None = None) -> None:
     if blocker := model_source_delete_blocker(source=source):
         raise ValidationError(blocker)
-    source.delete()
+    with transaction.atomic():
+        audit_record(team=source.team_id, actor=actor, verb=Verb.DELETE, obj=source, source=source.source)
+        source.delete()
 
 
 # == agents =========================================================================================
@@ -117,8 +126,11 @@ def model_source_delete(*, source: ModelSource) -> None:
 AGENT_FIELDS = ("name", "role", "instructions", "model_source", "temperature", "max_new_tokens", "tools", "trainable")
 
 
-def agent_create(*, team: Team, **values: Any) -> Agent:
-    return agent_update(agent=Agent(team=team), **values)
+def agent_create(*, team: Team, actor: User | None = None, **values: Any) -> Agent:
+    with transaction.atomic():
+        agent = agent_update(agent=Agent(team=team), **values)
+        audit_record(team=team, actor=actor, verb=Verb.CREATE, obj=agent, role=agent.role)
+    return agent
 
 
 def agent_update(*, agent: Agent, **values: Any) -> Agent:
@@ -143,11 +155,13 @@ def agent_update(*, agent: Agent, **values: Any) -> Agent:
     return agent
 
 
-def agent_duplicate(*, agent: Agent) -> Agent:
+def agent_duplicate(*, agent: Agent, actor: User | None = None) -> Agent:
     copy = Agent(team=agent.team, **{k: getattr(agent, k) for k in AGENT_FIELDS if k != "name"})
     copy.name = _free_name(Agent, agent.team, agent.name, max_length=40)
     copy.full_clean()
-    copy.save()
+    with transaction.atomic():
+        copy.save()
+        audit_record(team=agent.team_id, actor=actor, verb=Verb.CREATE, obj=copy, role=copy.role, copy_of=agent.name)
     return copy
 
 
@@ -156,17 +170,23 @@ def agent_delete_blocker(*, agent: Agent) -> str | None:
     return f"Used by topologies: {', '.join(names)}. Remove it there first." if names else None
 
 
-def agent_delete(*, agent: Agent) -> None:
+def agent_delete(*, agent: Agent, actor: User | None = None) -> None:
     if blocker := agent_delete_blocker(agent=agent):
         raise ValidationError(blocker)
-    agent.delete()
+    with transaction.atomic():
+        audit_record(team=agent.team_id, actor=actor, verb=Verb.DELETE, obj=agent, role=agent.role)
+        agent.delete()
 
 
 # == topologies =====================================================================================
 
 
-def topology_create(*, team: Team, agents: list[Agent], **values: Any) -> Topology:
-    return topology_update(topology=Topology(team=team), agents=agents, **values)
+def topology_create(*, team: Team, agents: list[Agent], actor: User | None = None, **values: Any) -> Topology:
+    with transaction.atomic():
+        topology = topology_update(topology=Topology(team=team), agents=agents, **values)
+        audit_record(team=team, actor=actor, verb=Verb.CREATE, obj=topology, environment=topology.environment,
+                     agents=[a.name for a in agents])
+    return topology
 
 
 @transaction.atomic
@@ -220,9 +240,9 @@ def topology_problems(*, topology: Topology, agents: list[Agent]) -> dict[str, l
     return dict(problems)
 
 
-def topology_duplicate(*, topology: Topology) -> Topology:
+def topology_duplicate(*, topology: Topology, actor: User | None = None) -> Topology:
     return topology_create(
-        team=topology.team,
+        team=topology.team, actor=actor,
         name=_free_name(Topology, topology.team, topology.name, max_length=100),
         environment=topology.environment,
         env_args=topology.env_args,
@@ -238,16 +258,19 @@ def topology_delete_blocker(*, topology: Topology) -> str | None:
     return None
 
 
-def topology_delete(*, topology: Topology) -> None:
+def topology_delete(*, topology: Topology, actor: User | None = None) -> None:
     if blocker := topology_delete_blocker(topology=topology):
         raise ValidationError(blocker)
-    topology.delete()  # finished runs keep their config snapshot
+    with transaction.atomic():
+        audit_record(team=topology.team_id, actor=actor, verb=Verb.DELETE, obj=topology, environment=topology.environment)
+        topology.delete()  # finished runs keep their config snapshot
 
 
 # == datasets =======================================================================================
 
 
-def dataset_upload(*, team: Team, name: str, environment: str, upload: UploadedFile, eval_fraction: float) -> Dataset:
+def dataset_upload(*, team: Team, name: str, environment: str, upload: UploadedFile, eval_fraction: float,
+                   actor: User | None = None) -> Dataset:
     """Validate an uploaded JSONL/CSV file completely, then store it under a random name.
 
     Either the file is stored and the row saved, or neither: errors leave nothing behind."""
@@ -279,6 +302,8 @@ def dataset_upload(*, team: Team, name: str, environment: str, upload: UploadedF
         _dataset_describe(dataset, rows, row_count=len(rows))
         with transaction.atomic():
             dataset.save()
+            audit_record(team=team, actor=actor, verb=Verb.CREATE, obj=dataset, kind=dataset.kind,
+                         file=dataset.original_filename, rows=dataset.row_count)
     except BaseException:
         part.unlink(missing_ok=True)
         final.unlink(missing_ok=True)
@@ -358,11 +383,14 @@ def _short(value: Any) -> Any:
 
 
 def dataset_generator_create(
-    *, team: Team, name: str, environment: str, env_args: dict[str, Any], size: int, eval_size: int
+    *, team: Team, name: str, environment: str, env_args: dict[str, Any], size: int, eval_size: int, actor: User | None = None,
 ) -> Dataset:
     """A dataset made by the environment's procedural generator; a sample is generated now."""
     dataset = Dataset(team=team, kind=Dataset.Kind.GENERATOR)
-    return dataset_generator_update(dataset=dataset, name=name, environment=environment, env_args=env_args, size=size, eval_size=eval_size)
+    with transaction.atomic():
+        dataset_generator_update(dataset=dataset, name=name, environment=environment, env_args=env_args, size=size, eval_size=eval_size)
+        audit_record(team=team, actor=actor, verb=Verb.CREATE, obj=dataset, kind=dataset.kind, environment=environment)
+    return dataset
 
 
 def dataset_generator_update(
@@ -418,11 +446,12 @@ def dataset_delete_blocker(*, dataset: Dataset) -> str | None:
     return None
 
 
-def dataset_delete(*, dataset: Dataset) -> None:
+def dataset_delete(*, dataset: Dataset, actor: User | None = None) -> None:
     if blocker := dataset_delete_blocker(dataset=dataset):
         raise ValidationError(blocker)
     path = dataset.path
     with transaction.atomic():
+        audit_record(team=dataset.team_id, actor=actor, verb=Verb.DELETE, obj=dataset, kind=dataset.kind)
         dataset.delete()
         if path is not None:
             transaction.on_commit(lambda: path.unlink(missing_ok=True))

@@ -62,7 +62,7 @@ def model_source_edit(request: TeamRequest, pk: int | None = None) -> HttpRespon
     form = ModelSourceForm(request.POST or None, instance=source or ModelSource(team=request.team))  # team: what its folders may be
     if request.method == "POST" and form.is_valid():
         try:
-            source = services.model_source_save(team=request.team, instance=source, **form.cleaned_data)
+            source = services.model_source_save(team=request.team, instance=source, actor=request.user, **form.cleaned_data)
         except ValidationError as exc:
             form.add_error(None, exc)
         else:
@@ -73,7 +73,7 @@ def model_source_edit(request: TeamRequest, pk: int | None = None) -> HttpRespon
 
 def model_source_delete(request: TeamRequest, pk: int) -> HttpResponse:
     source = team_object_or_404(request, ModelSource, pk)
-    return _delete(request, source, lambda s: services.model_source_delete(source=s), "model", "model_source_list",
+    return _delete(request, source, lambda s: services.model_source_delete(source=s, actor=request.user), "model", "model_source_list",
                    lambda s: services.model_source_delete_blocker(source=s))
 
 
@@ -92,7 +92,7 @@ def agent_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         try:
             if agent is None:
-                agent = services.agent_create(team=request.team, **form.cleaned_data)
+                agent = services.agent_create(team=request.team, actor=request.user, **form.cleaned_data)
             else:
                 agent = services.agent_update(agent=agent, **form.cleaned_data)
         except ValidationError as exc:
@@ -105,14 +105,14 @@ def agent_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
 
 @require_POST
 def agent_duplicate(request: TeamRequest, pk: int) -> HttpResponse:
-    copy = services.agent_duplicate(agent=team_object_or_404(request, Agent, pk))
+    copy = services.agent_duplicate(agent=team_object_or_404(request, Agent, pk), actor=request.user)
     messages.success(request, f"Created {copy.name}.")
     return redirect(copy)
 
 
 def agent_delete(request: TeamRequest, pk: int) -> HttpResponse:
     agent = team_object_or_404(request, Agent, pk)
-    return _delete(request, agent, lambda a: services.agent_delete(agent=a), "agent", "agent_list",
+    return _delete(request, agent, lambda a: services.agent_delete(agent=a, actor=request.user), "agent", "agent_list",
                    lambda a: services.agent_delete_blocker(agent=a))
 
 
@@ -131,7 +131,7 @@ def topology_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         try:
             if topology is None:
-                topology = services.topology_create(team=request.team, **form.cleaned_data)
+                topology = services.topology_create(team=request.team, actor=request.user, **form.cleaned_data)
             else:
                 topology = services.topology_update(topology=topology, **form.cleaned_data)
         except ValidationError as exc:
@@ -145,14 +145,14 @@ def topology_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
 
 @require_POST
 def topology_duplicate(request: TeamRequest, pk: int) -> HttpResponse:
-    copy = services.topology_duplicate(topology=team_object_or_404(request, Topology, pk))
+    copy = services.topology_duplicate(topology=team_object_or_404(request, Topology, pk), actor=request.user)
     messages.success(request, f"Created {copy.name}.")
     return redirect(copy)
 
 
 def topology_delete(request: TeamRequest, pk: int) -> HttpResponse:
     topology = team_object_or_404(request, Topology, pk)
-    return _delete(request, topology, lambda t: services.topology_delete(topology=t), "topology", "topology_list",
+    return _delete(request, topology, lambda t: services.topology_delete(topology=t, actor=request.user), "topology", "topology_list",
                    lambda t: services.topology_delete_blocker(topology=t))
 
 
@@ -168,7 +168,7 @@ def dataset_upload(request: TeamRequest) -> HttpResponse:
     form = DatasetUploadForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
         try:
-            dataset = services.dataset_upload(team=request.team, upload=form.cleaned_data.pop("file"), **form.cleaned_data)
+            dataset = services.dataset_upload(team=request.team, upload=form.cleaned_data.pop("file"), actor=request.user, **form.cleaned_data)
         except ValidationError as exc:
             form.add_error(None, exc)
         else:
@@ -186,7 +186,7 @@ def dataset_generate(request: TeamRequest) -> HttpResponse:
     form = DatasetGeneratorForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            dataset = services.dataset_generator_create(team=request.team, **form.cleaned_data)
+            dataset = services.dataset_generator_create(team=request.team, actor=request.user, **form.cleaned_data)
         except ValidationError as exc:
             form.add_error(None, exc)
         else:
@@ -224,5 +224,5 @@ def dataset_revalidate(request: TeamRequest, pk: int) -> HttpResponse:
 
 def dataset_delete(request: TeamRequest, pk: int) -> HttpResponse:
     dataset = team_object_or_404(request, Dataset, pk)
-    return _delete(request, dataset, lambda d: services.dataset_delete(dataset=d), "dataset", "dataset_list",
+    return _delete(request, dataset, lambda d: services.dataset_delete(dataset=d, actor=request.user), "dataset", "dataset_list",
                    lambda d: services.dataset_delete_blocker(dataset=d))
