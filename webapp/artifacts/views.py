@@ -64,7 +64,7 @@ def run_checkpoint_delete(request: TeamRequest, pk: int, step: int) -> HttpRespo
     run = team_object_or_404(request, Run, pk)
     checkpoint = get_object_or_404(Checkpoint, run=run, step=step)
     _team_admin(request)
-    return _delete_then_back(request, run, lambda: services.checkpoint_delete(checkpoint=checkpoint),
+    return _delete_then_back(request, run, lambda: services.checkpoint_delete(checkpoint=checkpoint, actor=request.user),
                              f"Deleted checkpoint step {step} of run #{run.pk}.")
 
 
@@ -74,7 +74,7 @@ def run_export_delete(request: TeamRequest, pk: int, job_id: int) -> HttpRespons
     run = team_object_or_404(request, Run, pk)
     job = get_object_or_404(Job, pk=job_id, run=run, kind=Job.Kind.MERGE)
     _team_admin(request)
-    return _delete_then_back(request, run, lambda: services.export_delete(job=job),
+    return _delete_then_back(request, run, lambda: services.export_delete(job=job, actor=request.user),
                              f"Deleted the merged export of {job.params.get('agent', 'the agent')} (job #{job.pk}).")
 
 

@@ -42,6 +42,7 @@ from webapp.core import paths, trust
 from webapp.core.enqueue import EVALUATION_EXECUTE, MERGE_EXECUTE, PLAYGROUND_EXECUTE, enqueue
 from webapp.core.values import storable
 from webapp.models import Checkpoint, Dataset, Job, Run, Team, Topology, Worker
+from webapp.teams.audit import Verb, audit_record
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +87,15 @@ PLAYGROUND_FIELD_CHARS = 20_000
 # == shared: create, enqueue, claim, finish ==========================================================
 
 
+AUDIT_VERBS = {Job.Kind.EVALUATE: Verb.LAUNCH, Job.Kind.MERGE: Verb.EXPORT, Job.Kind.PLAYGROUND: Verb.LAUNCH}
+AUDIT_PARAMS = ("checkpoint_step", "agent", "dtype", "dataset_name")
+
+
 def job_create(*, team: Team, user: User | None, kind: str, **fields: Any) -> Job:
     with transaction.atomic():
         job = Job.objects.create(team=team, owner=user, kind=kind, celery_task_id=str(uuid.uuid4()), **fields)
+        audit_record(team=team, actor=user, verb=AUDIT_VERBS[Job.Kind(kind)], obj=job,
+                     **{k: v for k, v in (job.params or {}).items() if k in AUDIT_PARAMS})
         transaction.on_commit(lambda: job_enqueue(job=job))
     return job
 
