@@ -16,6 +16,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
+from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
 from django.utils import timezone
 
@@ -700,3 +701,20 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor_name or 'Troupe'} {self.get_verb_display()} {self.object_type} {self.object_label}"
+
+    @property
+    def object_url(self) -> str:
+        """The object's page, for runs (never deleted; other objects may be gone since)."""
+        return reverse("run_detail", args=[self.object_id]) if self.object_type == "run" and self.object_id else ""
+
+    def detail_items(self) -> list[tuple[str, str, str]]:
+        """The details as the Audit page shows them: (label, text, link), empty values left out."""
+        items = []
+        for key, value in (self.details or {}).items():
+            if value in (None, False, "", [], {}):
+                continue
+            text = (filesizeformat(value) if key == "bytes" else "yes" if value is True
+                    else ", ".join(map(str, value)) if isinstance(value, list) else str(value))
+            url = reverse("run_detail", args=[value]) if key == "new_run" and isinstance(value, int) else ""
+            items.append((key.replace("_", " "), f"#{value}" if url else text, url))
+        return items

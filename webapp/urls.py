@@ -42,6 +42,7 @@ urlpatterns = [
     path("team/members/<int:pk>/remove/", teams.team_member_remove, name="team_member_remove"),
     path("team/invitations/", teams.team_invite, name="team_invite"),
     path("team/invitations/<int:pk>/revoke/", teams.team_invitation_revoke, name="team_invitation_revoke"),
+    path("team/audit/", teams.team_audit, name="team_audit"),
     path("invite/<str:token>/", teams.invitation_accept, name="invitation_accept"),
     path("environment-hint/", catalog.environment_hint, name="environment_hint"),
     path("models/", catalog.model_source_list, name="model_source_list"),

@@ -95,7 +95,7 @@ def job_create(*, team: Team, user: User | None, kind: str, **fields: Any) -> Jo
     with transaction.atomic():
         job = Job.objects.create(team=team, owner=user, kind=kind, celery_task_id=str(uuid.uuid4()), **fields)
         audit_record(team=team, actor=user, verb=AUDIT_VERBS[Job.Kind(kind)], obj=job,
-                     **{k: v for k, v in (job.params or {}).items() if k in AUDIT_PARAMS})
+                     **{k: v for k, v in (job.params or {}).items() if k in AUDIT_PARAMS and v is not None})
         transaction.on_commit(lambda: job_enqueue(job=job))
     return job
 

@@ -190,6 +190,7 @@ def run_cancel(*, run: Run, actor: User | None = None) -> Run:
         if queued.update(status=Run.Status.CANCELLED, cancel_requested=True, finished=now):
             audit_record(team=run.team_id, actor=actor, verb=Verb.CANCEL, obj=run, was="queued")
         elif Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING, cancel_requested=False).update(cancel_requested=True):
+            run.refresh_from_db()
             audit_record(team=run.team_id, actor=actor, verb=Verb.CANCEL, obj=run, was="running", at_step=run.step)
     run.refresh_from_db()
     return run

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Model
+from django.db.models import Model, QuerySet
 
 from webapp.models import AuditEvent, Checkpoint, Invitation, Job, Membership, Team
 
@@ -54,3 +54,30 @@ def _describe(obj: Model) -> tuple[str, int | None, str]:
 
 def _jsonable(details: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(details, cls=DjangoJSONEncoder))
+
+
+# == reading the trail (the Audit page) ================================================================
+
+SYSTEM_ACTOR = "(troupe)"
+"""The Audit page's actor filter for events with no user (a username cannot hold parentheses)."""
+
+
+def audit_search(*, team: Team, verb: str = "", actor: str = "", object_type: str = "") -> QuerySet[AuditEvent]:
+    """The team's events, newest first; `actor` is a username (as recorded), or SYSTEM_ACTOR."""
+    events = AuditEvent.objects.filter(team=team)
+    if verb:
+        events = events.filter(verb=verb)
+    if actor:
+        events = events.filter(actor_name="" if actor == SYSTEM_ACTOR else actor)
+    if object_type:
+        events = events.filter(object_type=object_type)
+    return events
+
+
+def audit_filter_choices(*, team: Team) -> dict[str, list[str]]:
+    """The actor names and object types that occur in the team's trail."""
+    events = AuditEvent.objects.filter(team=team).order_by()
+    return {
+        "actors": sorted(events.values_list("actor_name", flat=True).distinct()),
+        "object_types": sorted(events.values_list("object_type", flat=True).distinct()),
+    }

@@ -1,10 +1,13 @@
-"""Forms of a member's account: a new API token."""
+"""Forms of a member's account and the team's pages: a new API token, an invitation, the audit filters."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 
-from webapp.models import Membership
+from webapp.models import AuditEvent, Membership
+from webapp.teams.audit import SYSTEM_ACTOR
 
 
 class ApiTokenForm(forms.Form):
@@ -14,3 +17,16 @@ class ApiTokenForm(forms.Form):
 class InvitationForm(forms.Form):
     email = forms.EmailField(required=False, help_text="Optional: the link is also emailed there.")
     role = forms.ChoiceField(choices=Membership.Role.choices, initial=Membership.Role.MEMBER)
+
+
+class AuditFilterForm(forms.Form):
+    """The Audit page's filters (GET); each list offers only what the team's trail holds."""
+
+    verb = forms.ChoiceField(required=False, label="Action", choices=[("", "Any action"), *AuditEvent.Verb.choices])
+    actor = forms.ChoiceField(required=False, label="By")
+    object_type = forms.ChoiceField(required=False, label="On")
+
+    def __init__(self, data: Any, *, actors: list[str], object_types: list[str]):
+        super().__init__(data)
+        self.fields["actor"].choices = [("", "Anyone"), *[(a or SYSTEM_ACTOR, a or "Troupe itself") for a in actors]]
+        self.fields["object_type"].choices = [("", "Anything"), *[(t, t) for t in object_types]]

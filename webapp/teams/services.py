@@ -134,7 +134,8 @@ def invitation_create(*, team: Team, by: User, role: str, email: str = "", link_
             team=team, created_by=by, role=role, email=email.strip(), digest=_digest(token),
             expires=timezone.now() + timedelta(days=settings.TROUPE_INVITATION_DAYS),
         )
-        audit_record(team=team, actor=by, verb=Verb.INVITE, obj=invitation, role=role, expires=invitation.expires)
+        audit_record(team=team, actor=by, verb=Verb.INVITE, obj=invitation, role=role,
+                     expires=f"{invitation.expires:%Y-%m-%d %H:%M} UTC")
     link = link_for(token)
     if invitation.email:
         send_mail(

@@ -1,5 +1,5 @@
-"""A member's own pages and the team's: switching team, members, roles and invitations, API
-tokens, and the login page when locked out.
+"""A member's own pages and the team's: switching team, members, roles and invitations, the
+audit trail, API tokens, and the login page when locked out.
 
 Each view: fetch within the current team (another team's object is a 404), call one service,
 render or redirect; htmx requests get the page's named partial (`page.html#name`).
@@ -17,15 +17,16 @@ from django.contrib.auth import login
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from webapp.models import ApiToken, Invitation, Membership
-from webapp.teams import services
+from webapp.teams import audit, services
 from webapp.teams.access import SESSION_KEY, TeamRequest, is_team_admin, team_optional
-from webapp.teams.forms import ApiTokenForm, InvitationForm
+from webapp.teams.forms import ApiTokenForm, AuditFilterForm, InvitationForm
 
 
 @require_POST
@@ -146,6 +147,27 @@ def team_member_remove(request: TeamRequest, pk: int) -> HttpResponse:
         messages.success(request, f"{membership.user.username} is no longer in {request.team}.")
         return redirect("dashboard" if membership.user_id == request.user.pk else "team_members")
     return render(request, "team/member_remove.html", {"membership": membership, "error": error})
+
+
+# == audit trail ==========================================================================================
+
+AUDIT_PER_PAGE = 50
+
+
+@require_GET
+def team_audit(request: TeamRequest) -> HttpResponse:
+    """Who did what in the team, newest first, filtered by action, actor and kind of object (team admins)."""
+    if not is_team_admin(request):
+        raise PermissionDenied("Only the team's admins read its audit trail.")
+    form = AuditFilterForm(request.GET, **audit.audit_filter_choices(team=request.team))
+    filters = form.cleaned_data if form.is_valid() else {}
+    events = audit.audit_search(team=request.team, **filters).select_related("actor")
+    page = Paginator(events, AUDIT_PER_PAGE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(request, "team/audit.html", {"form": form, "page": page, "query": query.urlencode(),
+                                               "filtered": any(filters.values())},
+                  status=200 if form.is_valid() else 400)
 
 
 # == API tokens ===========================================================================================
