@@ -181,18 +181,24 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard"
 LOGOUT_REDIRECT_URL = "login"
 
-# Email (password resets). With EMAIL_HOST set, Troupe sends through that SMTP server; without
-# one (a laptop), each email is written as a file to <data dir>/emails/ for the operator to read.
+# Email (password resets, team invitations). EMAIL_BACKEND picks where they go: `smtp` (through
+# EMAIL_HOST, the default when it is set), `file` (each email a file in <data dir>/emails/, the
+# default on a laptop) or `console` (printed by the web process).
+_EMAIL_BACKENDS = {"smtp": "django.core.mail.backends.smtp.EmailBackend",
+                   "file": "django.core.mail.backends.filebased.EmailBackend",
+                   "console": "django.core.mail.backends.console.EmailBackend"}
 EMAIL_HOST = env_str("EMAIL_HOST", "") or ""
-if EMAIL_HOST:
-    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-    EMAIL_PORT = env_int("EMAIL_PORT", 587, minimum=1)
-    EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "") or ""
-    EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "") or ""
-    EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
-else:
-    EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
-    EMAIL_FILE_PATH = TROUPE_DATA_DIR / "emails"
+_email = env_str("EMAIL_BACKEND") or ("smtp" if EMAIL_HOST else "file")
+if _email not in _EMAIL_BACKENDS:
+    raise ImproperlyConfigured(f"EMAIL_BACKEND={_email!r}: use one of {', '.join(_EMAIL_BACKENDS)}")
+if _email == "smtp" and not EMAIL_HOST:
+    raise ImproperlyConfigured("EMAIL_BACKEND=smtp needs EMAIL_HOST, the SMTP server to send through")
+EMAIL_BACKEND = _EMAIL_BACKENDS[_email]
+EMAIL_PORT = env_int("EMAIL_PORT", 587, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "") or ""
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "") or ""
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
+EMAIL_FILE_PATH = TROUPE_DATA_DIR / "emails"
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "troupe@localhost")
 PASSWORD_RESET_TIMEOUT = env_int("PASSWORD_RESET_TIMEOUT", 3 * 24 * 3600, minimum=60)
 # How long a team invitation link works.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import runpy
 import subprocess
 import sys
@@ -98,3 +99,15 @@ def test_emails_go_to_files_in_the_data_dir_until_a_mail_server_is_set(monkeypat
     team = load(monkeypatch, tmp_path, EMAIL_HOST="smtp.example.org", EMAIL_PORT="2525", EMAIL_USE_TLS="false")
     assert team["EMAIL_BACKEND"].endswith("smtp.EmailBackend")
     assert (team["EMAIL_HOST"], team["EMAIL_PORT"], team["EMAIL_USE_TLS"]) == ("smtp.example.org", 2525, False)
+    console = load(monkeypatch, tmp_path, EMAIL_HOST="", EMAIL_BACKEND="console")
+    assert console["EMAIL_BACKEND"].endswith("console.EmailBackend")
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"EMAIL_BACKEND": "postfix"}, "EMAIL_BACKEND='postfix': use one of smtp, file, console"),
+    ({"EMAIL_BACKEND": "smtp", "EMAIL_HOST": ""}, "EMAIL_BACKEND=smtp needs EMAIL_HOST"),
+    ({"EMAIL_HOST": "smtp.example.org", "EMAIL_PORT": "twenty-five"}, "EMAIL_PORT"),
+])
+def test_a_bad_email_setting_stops_startup_naming_it(monkeypatch, tmp_path, env, message):
+    with pytest.raises(ImproperlyConfigured, match=re.escape(message)):
+        load(monkeypatch, tmp_path, **env)
