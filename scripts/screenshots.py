@@ -53,6 +53,7 @@ def main() -> None:
             "05-topology-new": "/topologies/new/", "06-agents": "/agents/", "07-agent-new": "/agents/new/",
             "08-datasets": "/datasets/", "09-dataset-upload": "/datasets/upload/", "10-dataset-generate": "/datasets/generate/",
             "11-models": "/models/", "16-storage": "/storage/", "17-workers": "/workers/", "18-members": "/team/members/", "19-password": "/account/password/",
+            "20-audit": "/team/audit/", "21-tokens": "/account/tokens/",
         }
         details = {
             "12-run-detail": ("/runs/", r"/runs/\d+/"),

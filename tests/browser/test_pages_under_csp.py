@@ -81,7 +81,7 @@ def test_it_works_page_by_page_under_the_policy(web: Processes, alice: Member, t
     shot(page, shots, "dashboard")
 
     for path, name in (("/runs/", "runs"), ("/agents/", "agents"), ("/topologies/", "topologies"), ("/datasets/", "datasets"),
-                       ("/models/", "models"), ("/workers/", "workers"), ("/storage/", "storage"), ("/account/tokens/", "tokens"), ("/team/members/", "members"), ("/account/password/", "password"), ("/no/such/page/", "not-found"),
+                       ("/models/", "models"), ("/workers/", "workers"), ("/storage/", "storage"), ("/account/tokens/", "tokens"), ("/team/members/", "members"), ("/team/audit/", "audit"), ("/account/password/", "password"), ("/no/such/page/", "not-found"),
                        (f"/topologies/{tiny_world.topology.pk}/", "topology-edit")):
         page.goto(web.url + path)
         assert page.evaluate("typeof window.htmx") == "object", path
@@ -126,7 +126,8 @@ def test_it_works_page_by_page_under_the_policy(web: Processes, alice: Member, t
 
     # The admin: Django's own pages under the same policy.
     for path, name in (("/admin/", "admin"), ("/admin/webapp/run/", "admin-runs"), (f"/admin/webapp/run/{done.pk}/change/", "admin-run"),
-                       ("/admin/auth/user/add/", "admin-user-add"), ("/admin/axes/accessattempt/", "admin-axes")):
+                       ("/admin/auth/user/add/", "admin-user-add"), ("/admin/axes/accessattempt/", "admin-axes"),
+                       ("/admin/webapp/auditevent/", "admin-audit")):
         response = page.goto(web.url + path)
         assert response is not None and response.status == 200, path
         shot(page, shots, name)

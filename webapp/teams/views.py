@@ -41,9 +41,16 @@ def team_switch(request: TeamRequest) -> HttpResponse:
 # == members ==============================================================================================
 
 
+NEW_LINK_KEY = "troupe_new_invitation_link"
+"""Where the link just made waits (in the server-side session) for the page after the redirect,
+which shows it once: reloading that page neither shows it again nor makes another invitation."""
+
+
 @require_GET
 def team_members(request: TeamRequest) -> HttpResponse:
-    return _members_page(request, InvitationForm())
+    response = _members_page(request, InvitationForm(), new_link=request.session.pop(NEW_LINK_KEY, ""))
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 def _members_page(request: TeamRequest, form: InvitationForm, *, new_link: str = "", status: int = 200) -> HttpResponse:
@@ -72,7 +79,8 @@ def team_invite(request: TeamRequest) -> HttpResponse:
     except ValidationError as exc:
         form.add_error(None, exc)
         return _members_page(request, form, status=400)
-    return _members_page(request, InvitationForm(), new_link=link)
+    request.session[NEW_LINK_KEY] = link
+    return redirect(reverse("team_members") + "#new-invitation")
 
 
 @require_POST

@@ -151,7 +151,7 @@ def test_it_records_a_merge_as_an_export(alice, alice_world, data_dir, jobs_sent
 
 def test_it_records_members_invited_joined_promoted_and_removed(alice, settings):
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
-    response = alice.client.post(reverse("team_invite"), {"email": "carl@example.org", "role": "member"})
+    response = alice.client.post(reverse("team_invite"), {"email": "carl@example.org", "role": "member"}, follow=True)
     link = response.context["new_link"]
     visitor = Client()
     visitor.post(link, {"username": "carl", "password1": "a long pass phrase", "password2": "a long pass phrase"})

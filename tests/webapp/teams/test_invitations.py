@@ -15,7 +15,7 @@ from webapp.models import Invitation, Membership
 
 
 def _invite(client, **data):
-    response = client.post(reverse("team_invite"), {"role": "member", **data})
+    response = client.post(reverse("team_invite"), {"role": "member", **data}, follow=True)
     match = re.search(r'<code id="invitation-link">([^<]+)</code>', response.content.decode())
     return response, (match.group(1) if match else None)
 
@@ -91,6 +91,15 @@ def test_the_link_is_stored_only_as_a_digest(alice):
     _, link = _invite(alice.client)
     token = link.rstrip("/").rsplit("/", 1)[1]
     assert token not in str(Invitation.objects.values_list()) and len(token) >= 40
+
+
+def test_the_link_is_shown_once_and_a_reload_makes_no_other(alice):
+    made = alice.client.post(reverse("team_invite"), {"role": "member"})
+    assert made.status_code == 302 and made["Location"].startswith(reverse("team_members"))  # post, redirect, get
+    shown = alice.client.get(made["Location"])
+    assert 'id="invitation-link"' in shown.content.decode() and shown["Cache-Control"] == "no-store"
+    again = alice.client.get(made["Location"])
+    assert 'id="invitation-link"' not in again.content.decode() and Invitation.objects.count() == 1
 
 
 def test_a_bad_invitation_form_names_its_field(alice):

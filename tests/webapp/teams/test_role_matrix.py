@@ -123,7 +123,7 @@ ACTIONS: dict[str, Action] = {
     "invite someone": Action(
         "team_invite", lambda c, w: c.post(reverse("team_invite"), {"email": "", "role": "member"}), frozenset(ADMINS),
         took_effect=lambda w: Invitation.objects.filter(team=w.alpha).count() == 2,
-        refused={"outsider": 200},  # bob is an admin of Bravo: his invitation is to Bravo (checked below)
+        refused={"outsider": 302},  # bob is an admin of Bravo: his invitation is to Bravo (checked below)
     ),
     "revoke an invitation": Action(
         "team_invitation_revoke", lambda c, w: c.post(reverse("team_invitation_revoke", args=[w.invitation.pk])), frozenset(ADMINS),
