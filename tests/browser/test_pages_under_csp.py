@@ -126,8 +126,8 @@ def test_it_works_page_by_page_under_the_policy(web: Processes, alice: Member, t
 
     # The admin: Django's own pages under the same policy.
     for path, name in (("/admin/", "admin"), ("/admin/webapp/run/", "admin-runs"), (f"/admin/webapp/run/{done.pk}/change/", "admin-run"),
-                       ("/admin/auth/user/add/", "admin-user-add"), ("/admin/axes/accessattempt/", "admin-axes"),
-                       ("/admin/webapp/auditevent/", "admin-audit")):
+                       ("/admin/auth/user/add/", "admin-user-add"),
+                       ("/admin/webapp/auditevent/", "admin-audit"), ("/admin/axes/accessattempt/", "admin-axes")):
         response = page.goto(web.url + path)
         assert response is not None and response.status == 200, path
         shot(page, shots, name)
