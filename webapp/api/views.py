@@ -18,28 +18,22 @@ everything is scoped to the token's team: another team's run is a 404, as on the
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
-from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import RequestDataTooBig, ValidationError
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
-from django.views.decorators.csrf import csrf_exempt
 
 from training.config import ConfigError
+from webapp.api import jobs as api_jobs
+from webapp.api.http import PER_PAGE_MAX, ApiError, ApiRequest, Field, absolute, endpoint, error, json_body, query_int
 from webapp.artifacts import files as artifacts
 from webapp.artifacts.downloads import checkpoint_download, merged_download, run_file_download
 from webapp.core import trust
 from webapp.history import services as history
-from webapp.models import ApiToken, Dataset, Job, MetricPoint, Rollout, Run, Team
+from webapp.models import Dataset, Job, MetricPoint, Rollout, Run
 from webapp.runs import services as run_services
-from webapp.teams import services as tokens
-
-PER_PAGE_MAX = 100
-
 
 METRICS_LIMIT_MAX = 1000
 
@@ -47,55 +41,19 @@ METRICS_LIMIT_MAX = 1000
 ROLLOUTS_LIMIT_MAX = 100
 
 
+LAUNCH_FIELDS = {
+    "config": Field(("string", "object"), "The run config: YAML text, or the same sections as an object.", required=True),
+    "name": Field("string", "The run's name (default: the config's).", max_length=200),
+    "dataset": Field("integer", "A dataset of the team: the run trains on it.", nullable=True),
+    "tags": Field(("array", "string"), "Tags: a list, or one comma-separated string."),
+    "notes": Field("string", "Free text shown on the run page."),
+}
+
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain")
-
-
-class ApiRequest(HttpRequest):
-    api_token: ApiToken
-    team: Team
-
-
-def error(status: int, message: str, **extra: Any) -> JsonResponse:
-    response = JsonResponse({"error": message, **extra}, status=status)
-    if status == 401:
-        response["WWW-Authenticate"] = 'Bearer realm="troupe"'
-    return response
-
-
-def endpoint(*methods: str) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
-    """Bearer-token authentication, allowed methods, JSON errors (404 for anything not the team's)."""
-
-    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-        @wraps(view)
-        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            header = request.headers.get("Authorization", "")
-            scheme, _, text = header.partition(" ")
-            token = tokens.api_token_authenticate(text=text.strip()) if scheme.lower() == "bearer" else None
-            if token is None:
-                return error(401, "Send a valid API token: `Authorization: Bearer <token>` (create one on the API tokens page).")
-            if request.method not in methods:
-                response = error(405, f"Use {' or '.join(methods)}.")
-                response["Allow"] = ", ".join(methods)
-                return response
-            request.user, request.team, request.api_token = token.user, token.team, token  # type: ignore[attr-defined]
-            try:
-                return view(request, *args, **kwargs)
-            except (Http404, Run.DoesNotExist, Job.DoesNotExist):
-                return error(404, "Not found.")
-            except artifacts.ArtifactMissing as exc:
-                return error(404, str(exc))
-
-        return csrf_exempt(login_not_required(wrapper))
-
-    return decorate
 
 
 def _run(request: ApiRequest, pk: int) -> Run:
     return Run.objects.select_related("owner", "topology", "dataset").get(pk=pk, team=request.team)
-
-
-def _absolute(request: HttpRequest, path: str) -> str:
-    return request.build_absolute_uri(path)
 
 
 def run_json(request: HttpRequest, run: Run) -> dict[str, Any]:
@@ -119,8 +77,8 @@ def run_json(request: HttpRequest, run: Run) -> dict[str, Any]:
         "final_metrics": run.final_metrics,
         "error": run.error_message,
         "resumed_from": run.resumed_from_id,
-        "url": _absolute(request, run.get_absolute_url()),
-        "api_url": _absolute(request, reverse("api_run", args=[run.pk])),
+        "url": absolute(request, run.get_absolute_url()),
+        "api_url": absolute(request, reverse("api_run", args=[run.pk])),
     }
 
 
@@ -133,7 +91,9 @@ def index(request: ApiRequest) -> HttpResponse:
         "user": request.user.username,
         "team": {"id": request.team.pk, "name": request.team.name},
         "token": {"name": request.api_token.name, "prefix": request.api_token.prefix},
-        "runs": _absolute(request, reverse("api_runs")),
+        "runs": absolute(request, reverse("api_runs")),
+        **{name: absolute(request, reverse(f"api_{name}")) for name in ("models", "agents", "topologies", "datasets", "jobs", "playground")},
+        "openapi": absolute(request, reverse("api_openapi")),
     })
 
 
@@ -142,11 +102,15 @@ def runs(request: ApiRequest) -> HttpResponse:
     if request.method == "POST":
         return _launch(request)
     filters = history.RunFilter.from_query(request.GET)
-    per_page = min(_int(request.GET.get("per_page"), 25), PER_PAGE_MAX)
-    page = Paginator(history.run_search(team=request.team, filters=filters), max(per_page, 1)).get_page(request.GET.get("page"))
+    per_page = query_int(request, "per_page", 25, low=1, high=PER_PAGE_MAX) or 25
+    paginator = Paginator(history.run_search(team=request.team, filters=filters), per_page)
+    number = query_int(request, "page", 1, low=1) or 1
+    if number > paginator.num_pages:
+        raise ApiError(404, f"page: there are {paginator.num_pages} page(s).", fields={"page": [f"At most {paginator.num_pages}."]})
+    page = paginator.page(number)
 
     def link(number: int) -> str:
-        return _absolute(request, f"{reverse('api_runs')}?{filters.query_string()}&page={number}&per_page={per_page}")
+        return absolute(request, f"{reverse('api_runs')}?{filters.query_string()}&page={number}&per_page={per_page}")
 
     return JsonResponse({
         "count": page.paginator.count,
@@ -165,13 +129,13 @@ def _launch(request: ApiRequest) -> HttpResponse:
         return error(413, f"The request body is too large; a run config may be at most {trust.MAX_CONFIG_BYTES:,} bytes.")
     content_type = request.content_type or ""
     options: dict[str, Any] = dict(request.GET.items())
+    if "dataset" in options:
+        options["dataset"] = query_int(request, "dataset", None, low=1)
     try:
         if content_type == "application/json":
-            payload = trust.json_load(body, field="body")
-            if not isinstance(payload, dict):
-                return error(400, "Send a JSON object: {\"config\": <YAML text or mapping>, \"name\", \"dataset\", \"tags\", \"notes\"}.")
+            payload = json_body(request, LAUNCH_FIELDS)
             options.update({k: v for k, v in payload.items() if k != "config"})
-            config: Any = payload.get("config")
+            config: Any = payload["config"]
             tree = trust.yaml_load(config, field="config") if isinstance(config, str) else config
         elif content_type in YAML_TYPES or not content_type:
             try:
@@ -186,8 +150,8 @@ def _launch(request: ApiRequest) -> HttpResponse:
     if not isinstance(tree, dict):
         return error(400, "config: the config must be a YAML mapping of sections (model, topology, data, grpo, ...)", field="config")
     dataset = None
-    if options.get("dataset") not in (None, ""):
-        dataset = Dataset.objects.filter(team=request.team, pk=_int(options["dataset"], -1)).first()
+    if options.get("dataset") is not None:
+        dataset = Dataset.objects.filter(team=request.team, pk=int(options["dataset"])).first()
         if dataset is None:
             return error(400, "dataset: no dataset with this id in your team", field="dataset")
     tags = options.get("tags") or ""
@@ -226,14 +190,15 @@ def run_cancel(request: ApiRequest, pk: int) -> HttpResponse:
 def run_metrics(request: ApiRequest, pk: int) -> HttpResponse:
     """Metric points with step > `after`, at most `limit` (default 500); `next` continues."""
     run = _run(request, pk)
-    after, limit = _int(request.GET.get("after"), -1), min(max(_int(request.GET.get("limit"), 500), 1), METRICS_LIMIT_MAX)
+    after = query_int(request, "after", -1, low=-1)
+    limit = query_int(request, "limit", 500, low=1, high=METRICS_LIMIT_MAX) or 500
     rows = list(MetricPoint.objects.filter(run=run, step__gt=after).order_by("step").values_list("step", "time", "values", "agents")[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
     base = reverse("api_run_metrics", args=[run.pk])
     return JsonResponse({
         "results": [{"step": s, "time": t.isoformat(), "values": v, "agents": a} for s, t, v, a in rows],
-        "next": _absolute(request, f"{base}?after={rows[-1][0]}&limit={limit}") if more else None,
+        "next": absolute(request, f"{base}?after={rows[-1][0]}&limit={limit}") if more else None,
     })
 
 
@@ -241,25 +206,30 @@ def run_metrics(request: ApiRequest, pk: int) -> HttpResponse:
 def run_rollouts(request: ApiRequest, pk: int) -> HttpResponse:
     """Episodes with id > `after` in recording order, at most `limit` (default 20); `step` filters."""
     run = _run(request, pk)
-    after, limit = _int(request.GET.get("after"), 0), min(max(_int(request.GET.get("limit"), 20), 1), ROLLOUTS_LIMIT_MAX)
+    after = query_int(request, "after", 0, low=0)
+    limit = query_int(request, "limit", 20, low=1, high=ROLLOUTS_LIMIT_MAX) or 20
     rows = Rollout.objects.filter(run=run, id__gt=after).order_by("id")
-    step = request.GET.get("step", "")
-    if step.isdigit():
-        rows = rows.filter(step=int(step))
+    step = query_int(request, "step", None, low=0)
+    if step is not None:
+        rows = rows.filter(step=step)
     page = list(rows.values_list("id", "step", "episode", "success", "team_reward", "data")[: limit + 1])
     more = len(page) > limit
     page = page[:limit]
     base = reverse("api_run_rollouts", args=[run.pk])
-    extra = f"&step={step}" if step.isdigit() else ""
+    extra = f"&step={step}" if step is not None else ""
     return JsonResponse({
         "results": [{"id": i, "step": s, "episode": e, "success": ok, "team_reward": r, "data": d} for i, s, e, ok, r, d in page],
-        "next": _absolute(request, f"{base}?after={page[-1][0]}&limit={limit}{extra}") if more else None,
+        "next": absolute(request, f"{base}?after={page[-1][0]}&limit={limit}{extra}") if more else None,
     })
 
 
-@endpoint("GET")
+@endpoint("GET", "POST")
 def run_evaluations(request: ApiRequest, pk: int) -> HttpResponse:
-    return JsonResponse({"results": _evaluations(_run(request, pk))})
+    """GET: the run's held-out evaluations and evaluation jobs; POST: queue an evaluation job."""
+    run = _run(request, pk)
+    if request.method == "POST":
+        return api_jobs.evaluation_launch(request, run)
+    return JsonResponse({"results": _evaluations(run)})
 
 
 def _evaluations(run: Run) -> dict[str, Any]:
@@ -279,19 +249,19 @@ def _evaluations(run: Run) -> dict[str, Any]:
 
 def _artifact_links(request: HttpRequest, run: Run) -> dict[str, Any]:
     def url(path: str) -> str:
-        return _absolute(request, reverse("api_run_file", args=[run.pk, path]))
+        return absolute(request, reverse("api_run_file", args=[run.pk, path]))
 
     files = {name: url(name) for name in ("config.yaml", "metrics.csv", "metrics.jsonl", "rollouts.jsonl")}
     checkpoints = [
         {"step": c.checkpoint.step, "on_disk": c.on_disk,
          "policies": [{"name": p.name, "kind": p.kind, "bytes": p.size,
-                       "url": _absolute(request, reverse("api_checkpoint_download", args=[run.pk, c.checkpoint.step, p.name]))}
+                       "url": absolute(request, reverse("api_checkpoint_download", args=[run.pk, c.checkpoint.step, p.name]))}
                       for p in c.policies]}
         for c in artifacts.run_artifacts(run=run)
     ]
     merged = [
         {"job": j.pk, "agent": j.params.get("agent"), "checkpoint_step": j.params.get("checkpoint_step"), "status": j.status,
-         "url": _absolute(request, reverse("api_merged_download", args=[run.pk, j.pk])) if j.status == Job.Status.SUCCEEDED and j.output else None}
+         "url": absolute(request, reverse("api_merged_download", args=[run.pk, j.pk])) if j.status == Job.Status.SUCCEEDED and j.output else None}
         for j in run.jobs.filter(kind=Job.Kind.MERGE).order_by("-created")
     ]
     return {"files": files, "checkpoints": checkpoints, "merged": merged}

@@ -158,7 +158,7 @@ def test_it_keeps_teams_apart(alice_world, bob_api, bob_world):
     run = alice_world.run
     for name in ("api_run", "api_run_metrics", "api_run_rollouts", "api_run_evaluations"):
         response = bob_api.get(reverse(name, args=[run.pk]))
-        assert response.status_code == 404 and response.json() == {"error": "Not found."}, name
+        assert response.status_code == 404 and response.json()["error"] == "Not found.", name
     assert bob_api.get(reverse("api_run_file", args=[run.pk, "config.yaml"])).status_code == 404
     assert bob_api.post(reverse("api_run_cancel", args=[run.pk])).status_code == 404
     assert [r["id"] for r in bob_api.get(reverse("api_runs")).json()["results"]] == [bob_world.run.pk]

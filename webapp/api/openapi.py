@@ -1,0 +1,328 @@
+"""The OpenAPI 3.1 document of the JSON API, served at /api/v1/openapi.json (no token needed: it
+describes the endpoints, it holds no data).
+
+The request bodies are made from the same field lists the endpoints check bodies against
+(`webapp/api/catalog.py`, `jobs.py`, `views.py`), and `tests/webapp/api/test_openapi.py` runs
+schemathesis against this document: every generated request must get an answer the document
+allows, in status, content type and shape, and never a 5xx.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.contrib.auth.decorators import login_not_required
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.http import require_GET
+
+from webapp.api import catalog, jobs
+from webapp.api.http import PER_PAGE_MAX, Field
+from webapp.api.views import LAUNCH_FIELDS, METRICS_LIMIT_MAX, ROLLOUTS_LIMIT_MAX
+from webapp.models import Dataset, Job, Run
+
+JSON = "application/json"
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def nullable(kind: str, **extra: Any) -> dict[str, Any]:
+    return {"type": [kind, "null"], **extra}
+
+
+def obj(properties: Mapping[str, Any], *, required: bool = True) -> dict[str, Any]:
+    """An object schema; every property is present in the answers (`required`)."""
+    out: dict[str, Any] = {"type": "object", "properties": dict(properties)}
+    if required:
+        out["required"] = list(properties)
+    return out
+
+
+def body_schema(fields: Mapping[str, Field], *, partial: bool = False) -> dict[str, Any]:
+    schema: dict[str, Any] = {
+        "type": "object", "additionalProperties": False,
+        "properties": {name: field.schema() for name, field in fields.items()},
+    }
+    required = [name for name, field in fields.items() if field.required and not partial]
+    if required:
+        schema["required"] = required
+    return schema
+
+
+def json_body(fields: Mapping[str, Field], *, partial: bool = False) -> dict[str, Any]:
+    return {"required": True, "content": {JSON: {"schema": body_schema(fields, partial=partial)}}}
+
+
+def answer(description: str, schema: dict[str, Any] | None = None, media: str = JSON) -> dict[str, Any]:
+    return {"description": description, **({"content": {media: {"schema": schema}}} if schema is not None else {})}
+
+
+ERRORS = {
+    "400": "Bad input: `fields` names each problem.",
+    "401": "No valid API token.",
+    "404": "Not found, or not your team's.",
+    "409": "In use: the message says by what.",
+    "413": "The body is too large.",
+    "415": "The body is not of a type this endpoint reads.",
+}
+
+
+def operation(summary: str, ok: Mapping[str, dict[str, Any]], *errors: str, **extra: Any) -> dict[str, Any]:
+    responses = dict(ok)
+    for code in ("401", *errors):
+        responses[code] = answer(ERRORS[code], ref("Error"))
+    return {"summary": summary, "responses": responses, **extra}
+
+
+def query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+
+
+PAGING = [
+    query("page", {"type": "integer", "minimum": 1}, "Page number (1 is the first); past the last page is a 404."),
+    query("per_page", {"type": "integer", "minimum": 1, "maximum": PER_PAGE_MAX}, "Results per page."),
+]
+
+
+def page(item: str) -> dict[str, Any]:
+    return obj({
+        "count": {"type": "integer"}, "page": {"type": "integer"}, "pages": {"type": "integer"},
+        "next": nullable("string"), "previous": nullable("string"), "results": {"type": "array", "items": ref(item)},
+    })
+
+
+def crud(name: str, item: str, fields: Mapping[str, Field], *, patch: bool = True) -> dict[str, dict[str, Any]]:
+    """The list/create and detail/update/delete paths of one catalog object."""
+    detail: dict[str, Any] = {
+        "parameters": [ID],
+        "get": operation(f"One {name}", {"200": answer(f"The {name}", ref(item))}, "404"),
+        "delete": operation(f"Delete a {name}", {"204": answer("Deleted")}, "404", "409"),
+    }
+    if patch:
+        detail["patch"] = operation(f"Change a {name}: only the fields given", {"200": answer(f"The {name}", ref(item))},
+                                    "400", "404", "415", requestBody=json_body(fields, partial=True))
+    return {
+        "list": {
+            "get": operation(f"The team's {name}s, oldest first", {"200": answer("A page", page(item))}, "400", "404", parameters=PAGING),
+            "post": operation(f"Create a {name}", {"201": answer(f"The new {name} (Location: its URL)", ref(item))},
+                              "400", "413", "415", requestBody=json_body(fields)),
+        },
+        "detail": detail,
+    }
+
+
+ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}}
+RUN_ID = {**ID, "description": "A run of the token's team."}
+STAMP = {"type": "string", "format": "date-time"}
+MAYBE_STAMP = nullable("string", format="date-time")
+
+
+SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object", "required": ["error", "field", "fields"],
+        "properties": {
+            "error": {"type": "string", "description": "What is wrong, in a sentence."},
+            "field": nullable("string", description="The first field at fault, if any."),
+            "fields": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}},
+                       "description": "Every field at fault with its messages (`__all__`: the object as a whole)."},
+        },
+    },
+    "ModelSource": obj({
+        "id": {"type": "integer"}, "name": {"type": "string"}, "source": {"type": "string"}, "notes": {"type": "string"},
+        "agents": {"type": "array", "items": {"type": "string"}, "description": "Names of the agents that use it."},
+        "created": STAMP, "api_url": {"type": "string"},
+    }),
+    "Agent": obj({
+        "id": {"type": "integer"}, "name": {"type": "string"}, "role": {"type": "string"}, "instructions": {"type": "string"},
+        "model_source": {"type": "integer"}, "temperature": nullable("number"), "max_new_tokens": nullable("integer"),
+        "tools": {"type": "array", "items": {"type": "string"}}, "trainable": {"type": "boolean"},
+        "created": STAMP, "updated": STAMP, "api_url": {"type": "string"},
+    }),
+    "Topology": obj({
+        "id": {"type": "integer"}, "name": {"type": "string"}, "environment": {"type": "string"}, "env_args": {"type": "object"},
+        "specialization": {"type": "string", "enum": ["single", "prompt", "lora", "full"]}, "max_turns": {"type": "integer"},
+        "agents": {"type": "array", "items": {"type": "integer"}, "description": "Agent ids in acting order."},
+        "created": STAMP, "updated": STAMP, "api_url": {"type": "string"},
+    }),
+    "Dataset": obj({
+        "id": {"type": "integer"}, "name": {"type": "string"}, "kind": {"type": "string", "enum": list(Dataset.Kind.values)},
+        "environment": {"type": "string"}, "env_args": {"type": "object"}, "size": nullable("integer"), "eval_size": nullable("integer"),
+        "original_filename": {"type": "string"}, "format": {"type": "string"}, "size_bytes": {"type": "integer"},
+        "eval_fraction": {"type": "number"}, "row_count": {"type": "integer"},
+        "status": {"type": "string", "enum": list(Dataset.Status.values)}, "status_message": {"type": "string"},
+        "created": STAMP, "api_url": {"type": "string"},
+    }),
+    "DatasetDetail": {"allOf": [ref("Dataset"), obj({
+        "schema": {"type": "array", "items": {"type": "string"}, "description": "Field names, in file order."},
+        "preview": {"type": "array", "items": {"type": "object"}, "description": "The first rows."},
+    })]},
+    "Job": obj({
+        "id": {"type": "integer"}, "kind": {"type": "string", "enum": list(Job.Kind.values)},
+        "status": {"type": "string", "enum": list(Job.Status.values)}, "run": nullable("integer"),
+        "checkpoint_step": nullable("integer"), "dataset": nullable("integer"), "topology": nullable("integer"),
+        "owner": nullable("string"), "created": STAMP, "started": MAYBE_STAMP, "finished": MAYBE_STAMP,
+        "error": {"type": "string"}, "result": {"type": "object", "description": "evaluations, or the playground's lanes and turns"},
+        "api_url": {"type": "string"},
+    }),
+    "Run": obj({
+        "id": {"type": "integer"}, "name": {"type": "string"}, "status": {"type": "string", "enum": list(Run.Status.values)},
+        "step": {"type": "integer"}, "total_steps": {"type": "integer"}, "environment": {"type": "string"},
+        "specialization": {"type": "string"},
+        "topology": {"oneOf": [{"type": "null"}, obj({"id": {"type": "integer"}, "name": {"type": "string"}})]},
+        "dataset": {"oneOf": [{"type": "null"}, obj({"id": {"type": "integer"}, "name": {"type": "string"}})]},
+        "owner": nullable("string"), "tags": {"type": "array", "items": {"type": "string"}}, "notes": {"type": "string"},
+        "archived": {"type": "boolean"}, "created": STAMP, "started": MAYBE_STAMP, "finished": MAYBE_STAMP,
+        "final_metrics": {"type": "object"}, "error": {"type": "string"}, "resumed_from": nullable("integer"),
+        "url": {"type": "string"}, "api_url": {"type": "string"},
+    }),
+    "Evaluations": obj({
+        "training": {"type": "array", "items": obj({
+            "step": {"type": "integer"}, "temperature": {"type": "number"}, "team_success": {"type": "number"},
+            "agents": {"type": "object"}, "n": nullable("integer"),
+        })},
+        "jobs": {"type": "array", "items": obj({
+            "id": {"type": "integer"}, "status": {"type": "string"}, "checkpoint_step": nullable("integer"),
+            "dataset": nullable("string"), "created": STAMP, "error": {"type": "string"},
+            "results": {"type": "array", "items": {"type": "object"}},
+        })},
+    }),
+    "RunDetail": {"allOf": [ref("Run"), obj({
+        "config_yaml": {"type": "string"}, "evaluations": ref("Evaluations"),
+        "artifacts": obj({
+            "files": {"type": "object", "additionalProperties": {"type": "string"}},
+            "checkpoints": {"type": "array", "items": {"type": "object"}},
+            "merged": {"type": "array", "items": {"type": "object"}},
+        }),
+    })]},
+}
+
+_models = crud("model source", "ModelSource", catalog.MODEL_SOURCE_FIELDS)
+_agents = crud("agent", "Agent", catalog.AGENT_FIELDS)
+_topologies = crud("topology", "Topology", catalog.TOPOLOGY_FIELDS)
+_datasets = crud("dataset", "DatasetDetail", catalog.GENERATOR_FIELDS, patch=False)
+_datasets["list"]["get"]["responses"]["200"] = answer("A page", page("Dataset"))
+_upload = {
+    "type": "object", "required": ["name", "environment", "file"],
+    "properties": {**{name: f.schema() for name, f in catalog.UPLOAD_FIELDS.items()},
+                   "file": {"type": "string", "format": "binary", "description": "JSONL or CSV with a header row, UTF-8."}},
+}
+_datasets["list"]["post"]["summary"] = "Upload a JSONL/CSV file (multipart/form-data), or make a generator dataset (JSON)"
+_datasets["list"]["post"]["requestBody"]["content"]["multipart/form-data"] = {"schema": _upload}
+
+TEXT_FILTER = {"type": "string", "maxLength": 200}
+RUN_FILTERS = [
+    query(name, TEXT_FILTER, f"{description} (a value that matches nothing known is ignored, as on the run list)")
+    for name, description in (
+        ("q", "Text in the name, notes or tags"), ("status", "A run status"), ("tag", "A tag"),
+        ("environment", "An environment"), ("specialization", "A specialization"),
+        ("sort", "created, -created, name, status, or a final metric, e.g. -eval/team_success"),
+        ("archived", "`all` or `only`"),
+    )
+]
+
+PATHS: dict[str, Any] = {
+    "/api/v1/": {"get": operation("Who the token is: user, team, and the endpoints", {"200": answer("Who", {"type": "object"})})},
+    "/api/v1/models/": _models["list"],
+    "/api/v1/models/{id}/": _models["detail"],
+    "/api/v1/agents/": _agents["list"],
+    "/api/v1/agents/{id}/": _agents["detail"],
+    "/api/v1/topologies/": _topologies["list"],
+    "/api/v1/topologies/{id}/": _topologies["detail"],
+    "/api/v1/datasets/": _datasets["list"],
+    "/api/v1/datasets/{id}/": _datasets["detail"],
+    "/api/v1/runs/": {
+        "get": operation("The team's runs, filtered and sorted like the run list", {"200": answer("A page", page("Run"))},
+                         "400", "404", parameters=[*RUN_FILTERS, PAGING[0], {**PAGING[1], "description": "Results per page (default 25)."}]),
+        "post": operation(
+            "Launch a run: a YAML config as the body, or JSON {config, name, dataset, tags, notes}",
+            {"201": answer("The queued run (Location: its URL)", ref("Run"))}, "400", "413", "415",
+            parameters=[query("dataset", {"type": "integer", "minimum": 1}, "A dataset of the team (YAML bodies).")],
+            requestBody={"required": True, "content": {
+                "application/yaml": {"schema": {"type": "string"}},
+                JSON: {"schema": body_schema(LAUNCH_FIELDS)},
+            }},
+        ),
+    },
+    "/api/v1/runs/{id}/": {"parameters": [RUN_ID], "get": operation("One run, with its config, evaluations and artifacts",
+                                                                      {"200": answer("The run", ref("RunDetail"))}, "404")},
+    "/api/v1/runs/{id}/cancel/": {"parameters": [RUN_ID], "post": operation(
+        "Cancel a queued or running run (a finished one is left as it is)", {"200": answer("The run", ref("Run"))}, "404")},
+    "/api/v1/runs/{id}/metrics/": {"parameters": [RUN_ID], "get": operation(
+        "Metric points with step > after, in step order", {"200": answer("Points", obj({
+            "results": {"type": "array", "items": obj({"step": {"type": "integer"}, "time": STAMP,
+                                                        "values": {"type": "object"}, "agents": {"type": "object"}})},
+            "next": nullable("string"),
+        }))}, "400", "404",
+        parameters=[query("after", {"type": "integer", "minimum": -1}, "Only steps after this one."),
+                    query("limit", {"type": "integer", "minimum": 1, "maximum": METRICS_LIMIT_MAX}, "At most this many (500).")])},
+    "/api/v1/runs/{id}/rollouts/": {"parameters": [RUN_ID], "get": operation(
+        "Episodes with id > after, in recording order", {"200": answer("Episodes", obj({
+            "results": {"type": "array", "items": obj({
+                "id": {"type": "integer"}, "step": {"type": "integer"}, "episode": {"type": "integer"},
+                "success": {"type": "boolean"}, "team_reward": {"type": "number"}, "data": {"type": "object"}})},
+            "next": nullable("string"),
+        }))}, "400", "404",
+        parameters=[query("after", {"type": "integer", "minimum": 0}, "Only episodes after this id."),
+                    query("limit", {"type": "integer", "minimum": 1, "maximum": ROLLOUTS_LIMIT_MAX}, "At most this many (20)."),
+                    query("step", {"type": "integer", "minimum": 0}, "Only this training step.")])},
+    "/api/v1/runs/{id}/evaluations/": {
+        "parameters": [RUN_ID],
+        "get": operation("The run's held-out evaluations and evaluation jobs",
+                         {"200": answer("Evaluations", obj({"results": ref("Evaluations")}))}, "404"),
+        "post": operation("Evaluate a checkpoint (or the base models) on a dataset's held-out split",
+                          {"202": answer("The queued job (Location: its URL)", ref("Job"))}, "400", "404", "415",
+                          requestBody=json_body(jobs.EVALUATION_FIELDS)),
+    },
+    "/api/v1/runs/{id}/artifacts/{name}": {
+        "parameters": [RUN_ID, {"name": "name", "in": "path", "required": True,
+                                "schema": {"type": "string", "enum": ["config.yaml", "metrics.csv", "metrics.jsonl", "rollouts.jsonl"]}}],
+        "get": operation("One of the run's files", {"200": {"description": "The file", "content": {
+            "application/yaml": {"schema": {"type": "string"}}, "text/csv": {"schema": {"type": "string"}},
+            "application/x-ndjson": {"schema": {"type": "string"}}}}}, "404"),
+    },
+    "/api/v1/runs/{id}/artifacts/checkpoints/{step}/{name}.zip": {
+        "parameters": [RUN_ID, {"name": "step", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 0}},
+                       {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[^/]+$"},
+                        "description": "An agent's (or the shared) policy."}],
+        "get": operation("One policy of a checkpoint, zipped", {"200": answer("A zip", {"type": "string", "format": "binary"},
+                                                                              "application/zip")}, "404"),
+    },
+    "/api/v1/runs/{id}/artifacts/merged/{job}.zip": {
+        "parameters": [RUN_ID, {"name": "job", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}}],
+        "get": operation("A merged export, zipped", {"200": answer("A zip", {"type": "string", "format": "binary"},
+                                                                  "application/zip")}, "404"),
+    },
+    "/api/v1/playground/": {"post": operation(
+        "Play one task with a topology's base models, or with a run's checkpoint",
+        {"202": answer("The queued job (Location: its URL)", ref("Job"))}, "400", "415",
+        requestBody=json_body(jobs.PLAYGROUND_FIELDS))},
+    "/api/v1/jobs/": {"get": operation(
+        "The team's evaluation, export and playground jobs, newest first", {"200": answer("A page", page("Job"))}, "400", "404",
+        parameters=[query("kind", {"type": "string", "enum": list(jobs.JOB_KINDS)}, "Only this kind."),
+                    query("status", {"type": "string", "enum": list(jobs.JOB_STATUSES)}, "Only this status."), *PAGING])},
+    "/api/v1/jobs/{id}/": {"parameters": [ID], "get": operation("One job; poll it until it has finished",
+                                                                 {"200": answer("The job", ref("Job"))}, "404")},
+}
+
+
+def document_for(server: str) -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Troupe API", "version": "1",
+            "description": "Everything a team member can do from a script. Create a token on the API tokens page and send "
+                           "`Authorization: Bearer <token>`; every object is your token's team's, another team's is a 404.",
+        },
+        "servers": [{"url": server}],
+        "security": [{"token": []}],
+        "components": {"securitySchemes": {"token": {"type": "http", "scheme": "bearer"}}, "schemas": SCHEMAS},
+        "paths": PATHS,
+    }
+
+
+@login_not_required
+@require_GET
+def document(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(document_for(request.build_absolute_uri("/").rstrip("/")), json_dumps_params={"indent": 1})
