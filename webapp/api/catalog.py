@@ -22,9 +22,10 @@ from django.db.models import Model
 from django.http import HttpResponse, JsonResponse
 from django.urls import reverse
 
-from webapp.api.http import ApiError, ApiRequest, Field, absolute, endpoint, json_body, out_of_bounds, page_of, stamp
+from webapp.api.http import ApiError, ApiRequest, Field, absolute, endpoint, id_field, json_body, out_of_bounds, page_of, stamp
 from webapp.catalog import services
 from webapp.catalog.forms import AgentForm, DatasetGeneratorForm, DatasetUploadForm, ModelSourceForm, TopologyForm
+from webapp.core.values import ID_MAX
 from webapp.models import Agent, Dataset, ModelSource, Topology
 
 MODEL_SOURCE_FIELDS = {
@@ -38,7 +39,7 @@ AGENT_FIELDS = {
     "name": Field("string", "Unique within the team; letters, digits, - and _.", required=True, max_length=40),
     "role": Field("string", "The environment role it plays (math_tool: tool or reasoner).", required=True, max_length=60),
     "instructions": Field("string", "System prompt for the role."),
-    "model_source": Field("integer", "The id of one of the team's model sources.", required=True),
+    "model_source": id_field("The id of one of the team's model sources.", required=True),
     "temperature": Field("number", "Sampling temperature in training; null uses the run's.", nullable=True, minimum=0.0, maximum=5.0),
     "max_new_tokens": Field("integer", "Completion cap per turn; null uses the run's.", nullable=True, minimum=1, maximum=4096),
     "tools": Field("array", "Names of the tools the agent may call.", items="string"),
@@ -51,7 +52,8 @@ TOPOLOGY_FIELDS = {
     "env_args": Field("object", 'Environment arguments, e.g. {"level": 2}.'),
     "specialization": Field("string", "How the agents' weights are shared.", enum=("single", "prompt", "lora", "full")),
     "max_turns": Field("integer", "Turns per episode.", minimum=1, maximum=64),
-    "agents": Field("array", "Agent ids in acting order; each role must exist in the environment.", required=True, items="integer"),
+    "agents": Field("array", "Agent ids in acting order; each role must exist in the environment.", required=True, items="integer",
+                    item_minimum=1, item_maximum=ID_MAX),
 }
 
 GENERATOR_FIELDS = {

@@ -8,6 +8,7 @@ team's), 405 wrong method, 409 the object is in use, 413 too large, 415 wrong co
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import wraps
@@ -23,6 +24,7 @@ from django.views.decorators.csrf import csrf_exempt
 from training.config import ConfigError
 from webapp.artifacts import files as artifacts
 from webapp.core import trust
+from webapp.core.values import ID_MAX
 from webapp.models import ApiToken, Team
 from webapp.teams import services as tokens
 
@@ -74,6 +76,12 @@ def endpoint(*methods: str) -> Callable[[Callable[..., HttpResponse]], Callable[
                 response["Allow"] = ", ".join(methods)
                 return response
             request.user, request.team, request.api_token = token.user, token.team, token  # type: ignore[attr-defined]
+            if any(isinstance(v, int) and not 0 <= v <= ID_MAX for v in kwargs.values()):
+                return error(404, "Not found.")
+            unknown = sorted(set(request.GET) - _query_names(request))
+            if unknown:
+                return error(400, f"Unknown query parameter {unknown[0]!r}; see /api/v1/openapi.json.",
+                             fields={name: ["Unknown query parameter."] for name in unknown})
             try:
                 return view(request, *args, **kwargs)
             except ApiError as exc:
@@ -98,6 +106,22 @@ def endpoint(*methods: str) -> Callable[[Callable[..., HttpResponse]], Callable[
     return decorate
 
 
+QUERY_NAMES: dict[tuple[str, str], frozenset[str]] = {}
+"""(path template, method) -> the query parameters the OpenAPI document declares for it: the one
+list of them, filled in by `webapp/api/openapi.py`, which the URLconf imports."""
+
+
+def path_template(route: str) -> str:
+    """A Django route as the document's path: `<int:pk>` is `{id}`, `<int:job_id>` is `{job}`."""
+    names = {"pk": "id", "job_id": "job"}
+    return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda m: "{" + names.get(m[1], m[1]) + "}", route)
+
+
+def _query_names(request: HttpRequest) -> frozenset[str]:
+    match = request.resolver_match
+    return QUERY_NAMES.get((path_template(match.route if match else ""), (request.method or "GET").lower()), frozenset())
+
+
 def absolute(request: HttpRequest, path: str) -> str:
     return request.build_absolute_uri(path)
 
@@ -105,7 +129,7 @@ def absolute(request: HttpRequest, path: str) -> str:
 def query_int(request: HttpRequest, name: str, default: int | None, *, low: int | None = None, high: int | None = None) -> int | None:
     """An integer query parameter, or `default` when absent; anything else is a 400 naming it."""
     raw = request.GET.get(name)
-    if raw in (None, ""):
+    if raw is None:
         return default
     try:
         value = int(raw)
@@ -133,6 +157,9 @@ class Field:
     maximum: float | None = None
     enum: tuple[str, ...] | None = None
     items: str | None = None  # the JSON type of an array's items
+    item_minimum: int | None = None  # bounds of integer items (ids)
+    item_maximum: int | None = None
+    strict: bool = False  # bounds checked before anything else reads the value (ids: a database compares none larger)
 
     def schema(self) -> dict[str, Any]:
         kinds = list(self.type) if isinstance(self.type, tuple) else [self.type]
@@ -145,6 +172,9 @@ class Field:
             out["enum"] = list(self.enum) + ([None] if self.nullable else [])
         if self.items:
             out["items"] = {"type": self.items}
+            for key, value in (("minimum", self.item_minimum), ("maximum", self.item_maximum)):
+                if value is not None:
+                    out["items"][key] = value
         return out
 
 
@@ -188,8 +218,10 @@ def json_body(request: HttpRequest, spec: Mapping[str, Field], *, partial: bool 
             problems[key] = [f"Expected {'an' if kinds[0] in 'aeiou' else 'a'} {kinds}{' or null' if field.nullable else ''}."]
         elif field.type == "array" and field.items and not all(_type_ok(v, field.items) for v in value):
             problems[key] = [f"Expected a list of {field.items}s."]
-    if bounds and not problems:
-        problems.update(out_of_bounds(body, spec))
+        elif field.type == "array" and not all(_within(v, field.item_minimum, field.item_maximum) for v in value):
+            problems[key] = [f"Every item between {field.item_minimum} and {field.item_maximum}."]
+    if not problems:
+        problems.update(out_of_bounds(body if bounds else {k: v for k, v in body.items() if spec[k].strict}, spec))
     if not partial:
         for key, field in spec.items():
             if field.required and key not in body:
@@ -197,6 +229,15 @@ def json_body(request: HttpRequest, spec: Mapping[str, Field], *, partial: bool 
     if problems:
         raise invalid_fields(problems)
     return body
+
+
+def _within(value: Any, low: float | None, high: float | None) -> bool:
+    return (low is None or value >= low) and (high is None or value <= high)
+
+
+def id_field(description: str, **extra: Any) -> Field:
+    """An object id in a body: 1 to ID_MAX (a larger one names no row)."""
+    return Field("integer", description, minimum=1, maximum=ID_MAX, strict=True, **extra)
 
 
 def out_of_bounds(body: Mapping[str, Any], spec: Mapping[str, Field]) -> dict[str, list[str]]:

@@ -16,22 +16,23 @@ from typing import Any
 from django.http import HttpResponse, JsonResponse
 from django.urls import reverse
 
-from webapp.api.http import ApiError, ApiRequest, Field, absolute, endpoint, json_body, page_of, stamp
+from webapp.api.http import ApiError, ApiRequest, Field, absolute, endpoint, id_field, json_body, page_of, stamp
 from webapp.catalog import services as catalog
+from webapp.core.values import ID_MAX
 from webapp.jobs import services
 from webapp.models import Checkpoint, Dataset, Job, Run, Topology
 
 EVALUATION_FIELDS = {
-    "dataset": Field("integer", "The id of a valid dataset of the team, for the run's environment; its held-out split is played.",
+    "dataset": id_field("The id of a valid dataset of the team, for the run's environment; its held-out split is played.",
                      required=True),
     "checkpoint_step": Field("integer", "The step of one of the run's checkpoints; null evaluates the base models.",
-                             nullable=True, minimum=0),
+                             nullable=True, minimum=0, maximum=ID_MAX, strict=True),
 }
 
 PLAYGROUND_FIELDS = {
-    "topology": Field("integer", "A topology's id: its base models play (give this or run and checkpoint_step).", nullable=True),
-    "run": Field("integer", "A run's id: with checkpoint_step, that checkpoint's agents play.", nullable=True),
-    "checkpoint_step": Field("integer", "The step of the run's checkpoint.", nullable=True, minimum=0),
+    "topology": id_field("A topology's id: its base models play (give this or run and checkpoint_step).", nullable=True),
+    "run": id_field("A run's id: with checkpoint_step, that checkpoint's agents play.", nullable=True),
+    "checkpoint_step": Field("integer", "The step of the run's checkpoint.", nullable=True, minimum=0, maximum=ID_MAX, strict=True),
     "task": Field("object", "The task's fields, as a dataset row of the environment (math_tool: question, answer).", required=True),
     "with_base": Field("boolean", "Play the base models beside the checkpoint too."),
     "temperature": Field("number", "0 is greedy (what evaluation uses).", minimum=0.0, maximum=2.0),

@@ -17,8 +17,9 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
 from webapp.api import catalog, jobs
-from webapp.api.http import PER_PAGE_MAX, Field
+from webapp.api.http import PER_PAGE_MAX, QUERY_NAMES, Field
 from webapp.api.views import LAUNCH_FIELDS, METRICS_LIMIT_MAX, ROLLOUTS_LIMIT_MAX
+from webapp.core.values import ID_MAX
 from webapp.models import Dataset, Job, Run
 
 JSON = "application/json"
@@ -113,7 +114,7 @@ def crud(name: str, item: str, fields: Mapping[str, Field], *, patch: bool = Tru
     }
 
 
-ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}}
+ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}, "description": "An id; one past the database's range is a 404."}
 RUN_ID = {**ID, "description": "A run of the token's team."}
 STAMP = {"type": "string", "format": "date-time"}
 MAYBE_STAMP = nullable("string", format="date-time")
@@ -211,9 +212,9 @@ _upload = {
 _datasets["list"]["post"]["summary"] = "Upload a JSONL/CSV file (multipart/form-data), or make a generator dataset (JSON)"
 _datasets["list"]["post"]["requestBody"]["content"]["multipart/form-data"] = {"schema": _upload}
 
-TEXT_FILTER = {"type": "string", "maxLength": 200}
+TEXT_FILTER = {"type": "string"}
 RUN_FILTERS = [
-    query(name, TEXT_FILTER, f"{description} (a value that matches nothing known is ignored, as on the run list)")
+    query(name, TEXT_FILTER, f"{description} (as on the run list: a value it does not know is ignored, text past 200 characters is cut)")
     for name, description in (
         ("q", "Text in the name, notes or tags"), ("status", "A run status"), ("tag", "A tag"),
         ("environment", "An environment"), ("specialization", "A specialization"),
@@ -238,7 +239,7 @@ PATHS: dict[str, Any] = {
         "post": operation(
             "Launch a run: a YAML config as the body, or JSON {config, name, dataset, tags, notes}",
             {"201": answer("The queued run (Location: its URL)", ref("Run"))}, "400", "413", "415",
-            parameters=[query("dataset", {"type": "integer", "minimum": 1}, "A dataset of the team (YAML bodies).")],
+            parameters=[query("dataset", {"type": "integer", "minimum": 1, "maximum": ID_MAX}, "A dataset of the team (YAML bodies).")],
             requestBody={"required": True, "content": {
                 "application/yaml": {"schema": {"type": "string"}},
                 JSON: {"schema": body_schema(LAUNCH_FIELDS)},
@@ -279,8 +280,7 @@ PATHS: dict[str, Any] = {
         "parameters": [RUN_ID, {"name": "name", "in": "path", "required": True,
                                 "schema": {"type": "string", "enum": ["config.yaml", "metrics.csv", "metrics.jsonl", "rollouts.jsonl"]}}],
         "get": operation("One of the run's files", {"200": {"description": "The file", "content": {
-            "application/yaml": {"schema": {"type": "string"}}, "text/csv": {"schema": {"type": "string"}},
-            "application/x-ndjson": {"schema": {"type": "string"}}}}}, "404"),
+            "application/yaml": {}, "text/csv": {}, "application/x-ndjson": {}}}}, "404"),
     },
     "/api/v1/runs/{id}/artifacts/checkpoints/{step}/{name}.zip": {
         "parameters": [RUN_ID, {"name": "step", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 0}},
@@ -326,3 +326,11 @@ def document_for(server: str) -> dict[str, Any]:
 @require_GET
 def document(request: HttpRequest) -> JsonResponse:
     return JsonResponse(document_for(request.build_absolute_uri("/").rstrip("/")), json_dumps_params={"indent": 1})
+
+
+
+for _path, _item in PATHS.items():
+    for _method in ("get", "post", "patch", "delete"):
+        if _method in _item:
+            _parameters = [*_item.get("parameters", []), *_item[_method].get("parameters", [])]
+            QUERY_NAMES[(_path, _method)] = frozenset(p["name"] for p in _parameters if p["in"] == "query")

@@ -27,10 +27,11 @@ from django.urls import reverse
 
 from training.config import ConfigError
 from webapp.api import jobs as api_jobs
-from webapp.api.http import PER_PAGE_MAX, ApiError, ApiRequest, Field, absolute, endpoint, error, json_body, query_int
+from webapp.api.http import PER_PAGE_MAX, ApiError, ApiRequest, Field, absolute, endpoint, error, id_field, json_body, query_int
 from webapp.artifacts import files as artifacts
 from webapp.artifacts.downloads import checkpoint_download, merged_download, run_file_download
 from webapp.core import trust
+from webapp.core.values import ID_MAX
 from webapp.history import services as history
 from webapp.models import Dataset, Job, MetricPoint, Rollout, Run
 from webapp.runs import services as run_services
@@ -44,7 +45,7 @@ ROLLOUTS_LIMIT_MAX = 100
 LAUNCH_FIELDS = {
     "config": Field(("string", "object"), "The run config: YAML text, or the same sections as an object.", required=True),
     "name": Field("string", "The run's name (default: the config's).", max_length=200),
-    "dataset": Field("integer", "A dataset of the team: the run trains on it.", nullable=True),
+    "dataset": id_field("A dataset of the team: the run trains on it.", nullable=True),
     "tags": Field(("array", "string"), "Tags: a list, or one comma-separated string."),
     "notes": Field("string", "Free text shown on the run page."),
 }
@@ -130,7 +131,7 @@ def _launch(request: ApiRequest) -> HttpResponse:
     content_type = request.content_type or ""
     options: dict[str, Any] = dict(request.GET.items())
     if "dataset" in options:
-        options["dataset"] = query_int(request, "dataset", None, low=1)
+        options["dataset"] = query_int(request, "dataset", None, low=1, high=ID_MAX)
     try:
         if content_type == "application/json":
             payload = json_body(request, LAUNCH_FIELDS)

@@ -16,6 +16,7 @@ from training.config import ConfigError
 from webapp.catalog import services
 from webapp.catalog.services import environment_names
 from webapp.core import trust
+from webapp.core.values import ID_MAX
 from webapp.models import Agent, Dataset, ModelSource, Team, Topology
 
 
@@ -108,9 +109,12 @@ class OrderedAgentsField(forms.Field):
         if not ids:
             raise ValidationError("Add at least one agent.")
         try:
-            by_id = self.queryset.in_bulk([int(v) for v in ids])
-        except ValueError:
+            wanted = [int(v) for v in ids]
+        except (TypeError, ValueError):
             raise ValidationError("Pick agents from the list.") from None
+        if not all(0 < pk <= ID_MAX for pk in wanted):  # a database integer; a larger one is no agent (and overflows SQLite)
+            raise ValidationError("Pick agents from the list.")
+        by_id = self.queryset.in_bulk(wanted)
         if len(by_id) != len(set(ids)):
             raise ValidationError("Pick agents from the list.")
         return [by_id[int(v)] for v in ids]

@@ -10,6 +10,10 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
+ID_MAX = 2**63 - 1
+"""The largest primary key a database holds (a signed 64-bit integer): a larger id names no row, and
+SQLite and PostgreSQL refuse to compare with it rather than answer 'no such row'."""
+
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 

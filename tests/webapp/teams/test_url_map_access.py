@@ -45,8 +45,9 @@ from webapp.runs.routing import websocket_urlpatterns
 
 PK = 4242
 OPEN = {"login", "healthz", "favicon", "password_reset", "password_reset_done", "password_reset_confirm", "password_reset_complete",
-        "invitation_accept"}
-"""URL names anyone may fetch (static files are served by WhiteNoise, outside the URL map)."""
+        "invitation_accept", "api_openapi"}
+"""URL names anyone may fetch (static files are served by WhiteNoise, outside the URL map; the API's
+OpenAPI document describes the endpoints and holds no data)."""
 NOT_TEAM_OBJECTS = {"password_reset_confirm", "invitation_accept"}
 """URLs whose parameters name no team's object (a reset link's user id and token, an invitation's token)."""
 TEXT_VALUES = {"name": "tool", "direction": "up", "app_label": "webapp", "url": "nothing/here/", "object_id": str(PK)}
