@@ -14,6 +14,7 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
 from webapp.api import catalog, jobs
@@ -217,7 +218,9 @@ RUN_FILTERS = [
     query(name, TEXT_FILTER, f"{description} (as on the run list: a value it does not know is ignored, text past 200 characters is cut)")
     for name, description in (
         ("q", "Text in the name, notes or tags"), ("status", "A run status"), ("tag", "A tag"),
+        ("topology", "A topology's id"), ("dataset", "A dataset's id"), ("owner", "A user's id"),
         ("environment", "An environment"), ("specialization", "A specialization"),
+        ("created_from", "Created on or after this day (YYYY-MM-DD)"), ("created_to", "Created on or before this day (YYYY-MM-DD)"),
         ("sort", "created, -created, name, status, or a final metric, e.g. -eval/team_success"),
         ("archived", "`all` or `only`"),
     )
@@ -322,6 +325,7 @@ def document_for(server: str) -> dict[str, Any]:
     }
 
 
+@csrf_exempt  # no cookie authenticates the API: a POST here is a 405, not a CSRF refusal
 @login_not_required
 @require_GET
 def document(request: HttpRequest) -> JsonResponse:
