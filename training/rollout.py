@@ -22,6 +22,8 @@ from typing import Any
 import torch
 
 from agents.base import Environment, State, StepResult
+from agents.tools import CALL_END, Tool, load_tool
+from training import tool_turns
 from training.config import RunConfig
 from training.distributed import Dist
 from training.generation import Generation, GenerationStats, generate
@@ -43,7 +45,15 @@ class Candidate:
     advantage: float = 0.0
     sampler_logprobs: tuple[float, ...] | None = None
     """vLLM's log-prob of each token in `token_ids` (see `Generation.logprobs`); None from the HF backend."""
+    mask: tuple[int, ...] | None = None
+    """Which of `token_ids` the model wrote (1) and which are tool results (0); None: all the model's."""
+    calls: tuple[dict[str, Any], ...] = ()
+    """The tool calls made during this candidate's turn (name, arguments, result, error)."""
     next_state: State | None = field(default=None, repr=False)
+
+    @property
+    def model_tokens(self) -> int:
+        return len(self.token_ids) if self.mask is None else sum(self.mask)
 
 
 @dataclass
@@ -102,8 +112,9 @@ class Episode:
                             "local": c.local,
                             "advantage": c.advantage,
                             "tool_output": c.tool_output,
-                            "tokens": len(c.token_ids),
+                            "tokens": c.model_tokens,
                             "truncated": c.truncated,
+                            **({"calls": list(c.calls)} if c.calls else {}),
                         }
                         for c in t.candidates
                     ],
@@ -135,29 +146,63 @@ class Sampler:
         order = self.config.topology.order()
         return tuple(dict.fromkeys(self.config.agent(n).role for n in order))
 
-    def prompt(self, agent: str, state: State) -> tuple[str, tuple[int, ...]]:
-        """Chat-formatted prompt for an agent: its role instructions, then what it observes."""
+    def messages(self, agent: str, state: State) -> list[dict[str, Any]]:
+        """An agent's chat: its role instructions, then what it observes (with its tools described
+        in the system prompt when its chat template cannot render them, see `training.tool_turns`)."""
         acfg = self.config.agent(agent)
-        tok = self.policies.for_agent(agent).tokenizer
         instructions = acfg.instructions or getattr(self.env, "default_instructions", {}).get(acfg.role, "")
         messages = []
         if instructions:
             messages.append({"role": "system", "content": instructions})
         messages.append({"role": "user", "content": self.env.observe(state, acfg.role)})
-        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        assert isinstance(text, str)
+        tools = self.tools(agent)
+        if tools:
+            messages = tool_turns.messages_with_tools(messages, tools, supported=self.tool_support(agent))
+        return messages
+
+    def prompt(self, agent: str, state: State) -> tuple[str, tuple[int, ...]]:
+        """Chat-formatted prompt for an agent (`messages`), as text and token ids."""
+        tok = self.policies.for_agent(agent).tokenizer
+        text = tool_turns.render(tok, self.messages(agent, state), self.tools(agent), supported=self.tool_support(agent),
+                                 generation_prompt=True)
         ids = tok(text, add_special_tokens=False)["input_ids"]
         return text, tuple(ids)
 
-    def stop_pattern(self, role: str) -> re.Pattern[str] | None:
+    def tools(self, agent: str) -> list[Tool]:
+        return [load_tool(name) for name in self.config.agent(agent).tools]
+
+    def tool_support(self, agent: str) -> bool:
+        return tool_turns.tool_support(self.policies.for_agent(agent).tokenizer)
+
+    def act(self, agent: str, states: Sequence[State], prompt_ids: Sequence[tuple[int, ...]], n: int,
+            temperature: float) -> list[list[Generation]]:
+        """`n` candidate actions for each state (its prompt given as `prompt_ids`): plain samples,
+        or, for an agent with tools, turns in which it calls them (`training.tool_turns`)."""
+        tools = self.tools(agent)
+        if not tools or self.config.generation.max_tool_calls == 0:
+            return self.sample(agent, prompt_ids, n, temperature)
+        policy = self.policies.for_agent(agent)
+        ends = policy.tokenizer.convert_tokens_to_ids([t for t in ("<|im_end|>", "<|eot_id|>", "<|end|>")
+                                                       if t in policy.tokenizer.get_vocab()])
+        end_ids = {*ends, *([policy.tokenizer.eos_token_id] if policy.tokenizer.eos_token_id is not None else [])}
+        return tool_turns.tool_turn(
+            lambda ids, k: self.sample(agent, ids, k, temperature, tool_calls=True), policy.tokenizer,
+            [(ids, self.messages(agent, s)) for ids, s in zip(prompt_ids, states)], n, tools,
+            max_calls=self.config.generation.max_tool_calls, supported=self.tool_support(agent), end_ids=sorted(end_ids),
+            run=lambda calls: list(self.pool.map(lambda call: call(), calls)),
+        )
+
+    def stop_pattern(self, role: str, *, tool_calls: bool = False) -> re.Pattern[str] | None:
         """The environment's optional end-of-action pattern for a role (`stop_patterns`); none when
-        `generation.stop_patterns` is off."""
-        if not self.config.generation.stop_patterns:
-            return None
-        pattern = getattr(self.env, "stop_patterns", {}).get(role)
+        `generation.stop_patterns` is off. With `tool_calls`, a closed tool call ends a segment too
+        (its result comes next)."""
+        pattern = getattr(self.env, "stop_patterns", {}).get(role) if self.config.generation.stop_patterns else None
+        if tool_calls:
+            pattern = f"(?:{pattern})|{re.escape(CALL_END)}" if pattern else re.escape(CALL_END)
         return re.compile(pattern, re.DOTALL) if pattern else None
 
-    def sample(self, agent: str, prompt_ids: Sequence[tuple[int, ...]], n: int, temperature: float) -> list[list[Generation]]:
+    def sample(self, agent: str, prompt_ids: Sequence[tuple[int, ...]], n: int, temperature: float, *,
+               tool_calls: bool = False) -> list[list[Generation]]:
         acfg = self.config.agent(agent)
         policy = self.policies.for_agent(agent)
         gen = self.config.generation
@@ -166,7 +211,7 @@ class Sampler:
             self.served[agent] = self._served_by(agent, policy.adapter) + " (vLLM)"
             return self.vllm.generate(
                 policy, [list(p) for p in prompt_ids], n=n, max_new_tokens=acfg.max_new_tokens or gen.max_new_tokens,
-                temperature=temperature, top_p=gen.top_p, seed=seed, stats=self.stats, stop=self.stop_pattern(acfg.role),
+                temperature=temperature, top_p=gen.top_p, seed=seed, stats=self.stats, stop=self.stop_pattern(acfg.role, tool_calls=tool_calls),
             )
         with policy.active() as model:
             active = getattr(model, "active_adapter", None) if policy.adapter is not None else None  # what PEFT will run
@@ -181,7 +226,7 @@ class Sampler:
                 top_p=gen.top_p,
                 generator=self.generator,
                 stats=self.stats,
-                stop=self.stop_pattern(acfg.role),
+                stop=self.stop_pattern(acfg.role, tool_calls=tool_calls),
             )
 
     def _served_by(self, agent: str, adapter: str | None) -> str:
@@ -215,6 +260,8 @@ class Sampler:
                 reward=alpha * r.team_reward + r.local_reward + x,
                 tool_output=r.tool_output,
                 sampler_logprobs=g.logprobs,
+                mask=g.mask,
+                calls=g.calls,
                 next_state=r.state,
             )
             for g, r, x in zip(generations, results, extra)
@@ -237,7 +284,7 @@ def rollout_tree(sampler: Sampler, tasks: Sequence[tuple[str, dict[str, Any]]]) 
         if not active:
             break
         prompts = [sampler.prompt(agent, ep.state) for ep in active]
-        groups = sampler.sample(agent, [ids for _, ids in prompts], cfg.grpo.k, sampler.train_temperature(agent))
+        groups = sampler.act(agent, [ep.state for ep in active], [ids for _, ids in prompts], cfg.grpo.k, sampler.train_temperature(agent))
         for ep, (text, ids), gens in zip(active, prompts, groups):
             cands = sampler.score(ep.state, agent, text, gens)
             best = max(range(len(cands)), key=lambda i: cands[i].reward)  # ties: first sampled
@@ -271,9 +318,9 @@ def rollout_independent(
         prompts = [sampler.prompt(agent, ep.state) for ep in active]
         if turn == 0 and k > 1:
             firsts = prompts[::k]
-            gens = [g for group in sampler.sample(agent, [ids for _, ids in firsts], k, temp) for g in group]
+            gens = [g for group in sampler.act(agent, [ep.state for ep in active[::k]], [ids for _, ids in firsts], k, temp) for g in group]
         else:
-            gens = [group[0] for group in sampler.sample(agent, [ids for _, ids in prompts], 1, temp)]
+            gens = [group[0] for group in sampler.act(agent, [ep.state for ep in active], [ids for _, ids in prompts], 1, temp)]
         for ep, (text, ids), g in zip(active, prompts, gens):
             (cand,) = sampler.score(ep.state, agent, text, [g])
             ep.turns.append(Turn(turn, agent, cfg.agent(agent).role, text, ids, [cand], 0, (ep.task_id, agent), sampler.served.get(agent, "")))

@@ -70,6 +70,9 @@ class Sample:
     """The sampler's log-probs of `completion_ids` when vLLM sampled them (for the importance weights)."""
     masked: bool = False
     """Left out of the loss but kept in the batch (`grpo.mask_truncated`: it hit the length cap)."""
+    token_mask: tuple[int, ...] | None = None
+    """Per completion token: 1 the model wrote it, 0 a tool result spliced in (no loss on it, but
+    the model saw it); None: every token is the model's."""
 
 
 def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist | None = None) -> TrainResult:
@@ -227,7 +230,7 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
     for policy in sampler.policies.trainable():
         samples = [
             Sample(turn.agent, turn.prompt_ids, c.token_ids, c.advantage, sampler.train_temperature(turn.agent), c.sampler_logprobs,
-                   masked=cfg.grpo.mask_truncated and c.truncated)
+                   masked=cfg.grpo.mask_truncated and c.truncated, token_mask=c.mask)
             for turn, c in cands
             if turn.agent in policy.agents and cfg.agent(turn.agent).trainable and turn.group in updated and c.token_ids
         ]
@@ -286,7 +289,7 @@ def _shape_overlong(episodes: list[Episode], cfg: RunConfig) -> None:
         for turn in ep.turns:
             cap = cfg.agent(turn.agent).max_new_tokens or cfg.generation.max_new_tokens
             for c in turn.candidates:
-                c.reward += soft_overlong_penalty(len(c.token_ids), max_len=cap, cache=cfg.grpo.overlong_cache)
+                c.reward += soft_overlong_penalty(c.model_tokens, max_len=cap, cache=cfg.grpo.overlong_cache)
 
 
 def groups_to_update(cands: list[tuple[Any, Any]], *, beta: float) -> set[Any]:
@@ -315,11 +318,15 @@ def _rollout_metrics(
         "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
         "success": float(np.mean([ep.success for ep in episodes])),
         "zero_std_frac": zero_std_fraction(rewards, keys),
-        "completion_len": float(np.mean([len(c.token_ids) for _, c in cands])),
+        "completion_len": float(np.mean([c.model_tokens for _, c in cands])),
         "truncated": float(np.mean([c.truncated for _, c in cands])),
         "ended": float(np.mean([not c.truncated for _, c in cands])),
         "turns": float(np.mean([len(ep.turns) for ep in episodes])),
     }
+    if any(c.calls for _, c in cands):  # agents with tools: calls per candidate, and the share that failed
+        calls = [call for _, c in cands for call in c.calls]
+        values["tool_calls"] = len(calls) / len(cands)
+        values["tool_errors"] = float(np.mean([bool(call["error"]) for call in calls]))
     by_agent: dict[str, list[tuple[Any, Any]]] = defaultdict(list)
     for turn, c in cands:
         by_agent[turn.agent].append((turn, c))
@@ -332,7 +339,7 @@ def _rollout_metrics(
                 "reward/local": float(np.mean([c.local for _, c in items])),
                 "reward/std": float(r.std()) if len(r) > 1 else 0.0,
                 "success": float(np.mean([c.local > 0 for _, c in items])),
-                "completion_len": float(np.mean([len(c.token_ids) for _, c in items])),
+                "completion_len": float(np.mean([c.model_tokens for _, c in items])),
                 "truncated": float(np.mean([c.truncated for _, c in items])),
                 "ended": float(np.mean([not c.truncated for _, c in items])),
                 "zero_std_frac": zero_std_fraction(r, [t.group for t, _ in items]),
@@ -356,7 +363,8 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
     lr = _lr_at(cfg, step)
     for group in policy.optimizer.param_groups:
         group["lr"] = lr
-    n_samples, total_tokens = dist.sum([len(samples), sum(len(s.completion_ids) for s in samples if not s.masked)])
+    n_samples, total_tokens = dist.sum([len(samples), sum(len(s.completion_ids) if s.token_mask is None else sum(s.token_mask)
+                                                          for s in samples if not s.masked)])
     if not n_samples:
         return {"lr": lr, "samples": 0.0}
     # dr_grpo's constant: the configured cap on the policy's completions (Dr. GRPO; TRL's max_completion_length),
@@ -481,12 +489,15 @@ def _collate(samples: list[Sample], pad: int) -> dict[str, torch.Tensor]:
     comp = torch.zeros((len(samples), c_width), dtype=torch.long)  # (B, Tc)
     sampler_logp = torch.zeros((len(samples), c_width), dtype=torch.float32)  # (B, Tc)
     loss = torch.ones((len(samples), 1), dtype=torch.float32)  # (B, 1) 0 for a masked sample
+    tokens = torch.ones((len(samples), c_width), dtype=torch.float32)  # (B, Tc) 0 for a tool result's tokens
     for i, s in enumerate(samples):
         p, c = len(s.prompt_ids), len(s.completion_ids)
         ids[i, p_width - p : p_width] = torch.tensor(s.prompt_ids)
         ids[i, p_width : p_width + c] = torch.tensor(s.completion_ids)
         attn[i, p_width - p : p_width + c] = 1
         comp[i, :c] = 1
+        if s.token_mask is not None:
+            tokens[i, :c] = torch.tensor(s.token_mask, dtype=torch.float32)
         if s.masked:
             loss[i] = 0.0
         if s.sampler_logprobs is not None:
@@ -495,7 +506,7 @@ def _collate(samples: list[Sample], pad: int) -> dict[str, torch.Tensor]:
         "input_ids": ids,
         "attention_mask": attn,
         "completion_mask": comp,
-        "loss_mask": comp.float() * loss,  # (B, Tc)
+        "loss_mask": comp.float() * tokens * loss,  # (B, Tc)
         "advantages": torch.tensor([s.advantage for s in samples], dtype=torch.float32),  # (B,)
     }
     if all(s.sampler_logprobs is not None for s in samples):  # vLLM sampled them

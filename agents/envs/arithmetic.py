@@ -33,9 +33,11 @@ class Arithmetic:
     """End the action once the answer line is written (see `agents.envs`)."""
 
     def __init__(self, level: int = 1) -> None:
-        """`level` 1: a + b or a - b with two-digit numbers; 2: a * b or (a + b) * c; 3: three operations."""
-        if level not in (1, 2, 3):
-            raise ValueError(f"arithmetic: level must be 1, 2 or 3, not {level!r}")
+        """`level` 1: a + b or a - b with two-digit numbers; 2: a * b or (a + b) * c; 3: three
+        operations; 4: products of three-digit numbers, hard by hand and easy for a solver with
+        the `calculator` or `python` tool (`agents.tools`)."""
+        if level not in (1, 2, 3, 4):
+            raise ValueError(f"arithmetic: level must be 1, 2, 3 or 4, not {level!r}")
         self.level = level
 
     def generate(self, n: int, *, seed: int) -> list[dict[str, Any]]:
@@ -49,9 +51,12 @@ class Arithmetic:
         elif self.level == 2:
             a, b, c = rng.randint(2, 19), rng.randint(2, 12), rng.randint(2, 9)
             expr = f"{a} * {b}" if rng.random() < 0.5 else f"({a} + {b}) * {c}"
-        else:
+        elif self.level == 3:
             a, b, c, d = rng.randint(2, 20), rng.randint(2, 9), rng.randint(2, 9), rng.randint(1, 30)
             expr = rng.choice([f"{a} + {b} * {c} - {d}", f"({a} - {b}) * {c} + {d}", f"{a} * {b} + {c} * {d}"])
+        else:
+            a, b, c = rng.randint(101, 999), rng.randint(11, 99), rng.randint(100, 999)
+            expr = rng.choice([f"{a} * {b}", f"{a} * {b} + {c}", f"{a} * {b} - {c}"])
         value = eval(expr, {"__builtins__": {}})  # noqa: S307 - our own generated arithmetic
         return {"question": f"What is {expr}?", "answer": str(value), "level": self.level}
 

@@ -477,6 +477,7 @@ def topology_config_tree(*, topology: Topology) -> dict[str, Any]:
                     "trainable": a.trainable,
                     "temperature": a.temperature,
                     "max_new_tokens": a.max_new_tokens,
+                    "tools": list(a.tools or []),
                 }
                 for a in agents
             ],

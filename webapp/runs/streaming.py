@@ -601,10 +601,18 @@ def episode_view(r: Rollout) -> EpisodeView:
     turns = []
     for t in data.get("turns", []):
         chosen = t.get("chosen")
-        cands = [dict(c, chosen=(i == chosen), index=i) for i, c in enumerate(t.get("candidates", []))]
+        cands = [dict(c, chosen=(i == chosen), index=i, calls=_calls_view(c.get("calls"))) for i, c in enumerate(t.get("candidates", []))]
         turns.append(dict(t, candidates=cands))
     return EpisodeView(row=r, question=str(data.get("question", "")), task_id=str(data.get("task_id", "")),
                        turns=turns, agents=" ".join(r.agent_names or []))
+
+
+def _calls_view(calls: Any) -> list[dict[str, Any]]:
+    """A candidate's tool calls (name, arguments, result, error) with the arguments as JSON text."""
+    if not isinstance(calls, list):
+        return []
+    return [dict(call, arguments_text=json.dumps(call.get("arguments", {}), ensure_ascii=False))
+            for call in calls if isinstance(call, dict)]
 
 
 def _rollouts_note(cursor: StreamCursor) -> dict[str, Any]:
