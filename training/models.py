@@ -141,6 +141,29 @@ def load_tokenizer(source: str) -> PreTrainedTokenizerBase:
     return _tokenizer_from_dir(resolve_model_dir(source), source)
 
 
+def local_tokenizer(source: str) -> PreTrainedTokenizerBase | None:
+    """The source's tokenizer when it is on this machine already (nothing is converted or
+    downloaded), else None: for checks a web request makes, such as whether its chat template
+    renders tools."""
+    kind = _kind(source)
+    if kind == "tiny-random":
+        return _tiny_tokenizer()
+    try:
+        if kind == "bundled":
+            if needs_conversion(source):
+                return None
+            folder = data_dir() / "models" / source.split(":", 1)[1]
+        elif kind == "local":
+            folder = Path(source.removeprefix("local:")).expanduser().resolve()
+        else:
+            from huggingface_hub import snapshot_download
+
+            folder = Path(snapshot_download(source.split(":", 1)[1], local_files_only=True))
+        return _tokenizer_from_dir(folder, source) if _is_model_dir(folder) else None
+    except Exception:  # not on this machine, or unreadable: the run checks it when it loads the model
+        return None
+
+
 def resolve_model_dir(source: str) -> Path:
     """The Hugging Face folder behind a source (what vLLM or `from_pretrained` reads).
 

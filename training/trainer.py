@@ -108,6 +108,12 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
     generator = torch.Generator().manual_seed(config.seed + 1_000_003 * dist.rank)
     reward_fn = load_reward_fn(config.data.reward_fn) if config.data.reward_fn else None
     sampler = Sampler(env, policies, config, generator, reward_fn, dist=dist)
+    for agent in config.topology.agents:
+        if agent.tools:
+            how = ("renders them" if sampler.tool_support(agent.name) else
+                   "has no tool support: they are described in its system prompt and each result comes back as a user message")
+            sink.log(f"agent {agent.name} may call {', '.join(agent.tools)} (at most {config.generation.max_tool_calls} per turn); "
+                     f"the chat template of {config.agent_model(agent)} {how}", level="info" if "renders" in how else "warning")
 
     start_step = 0
     if config.checkpoint.resume_from:

@@ -12,6 +12,7 @@ from django.urls import reverse_lazy
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from agents.tools import ToolError, load_tool, tool_names
 from training.config import ConfigError
 from webapp.catalog import services
 from webapp.catalog.services import environment_names
@@ -47,7 +48,7 @@ class ToolsField(forms.CharField):
 
 
 class AgentForm(forms.ModelForm):
-    tools = ToolsField(required=False, help_text="Comma-separated tool names, e.g. python.")
+    tools = ToolsField(required=False)
 
     class Meta:
         model = Agent
@@ -58,6 +59,22 @@ class AgentForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         self.fields["model_source"].queryset = ModelSource.objects.filter(team=team)
         self.fields["role"].widget.attrs["list"] = "known-roles"
+        self.fields["tools"].help_text = (f"Tools it may call during its turn, comma-separated: {', '.join(tool_names())}. "
+                                          "Leave empty for none (an environment's own code running, as math_tool's, needs none).")
+
+    def clean_tools(self) -> list[str]:
+        names = self.cleaned_data.get("tools") or []
+        problems = []
+        for name in names:
+            try:
+                load_tool(name)
+            except ToolError as exc:
+                problems.append(str(exc))
+        if len(set(names)) != len(names):
+            problems.append("Each tool once.")
+        if problems:
+            raise ValidationError(problems)
+        return names
 
 
 class OrderedAgentsWidget(forms.Widget):

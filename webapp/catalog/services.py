@@ -210,6 +210,28 @@ def topology_update(
     return topology
 
 
+def tool_template_notes(*, agents: list[Agent]) -> list[str]:
+    """What the author of a topology should know about its agents' tools: for each agent with
+    tools whose model's chat template cannot render them (or cannot be read here yet), a sentence."""
+    from training.models import local_tokenizer
+    from training.tool_turns import tool_support
+
+    notes = []
+    for agent in agents:
+        if not agent.tools:
+            continue
+        source = agent.model_source.source
+        tokenizer = local_tokenizer(source)
+        if tokenizer is None:
+            notes.append(f"{agent.name}: {source} is not on this machine yet, so whether its chat template renders tools is "
+                         "checked when a run loads it (the run's log says).")
+        elif not tool_support(tokenizer):
+            notes.append(f"{agent.name}: the chat template of {source} has no tool support. Troupe describes "
+                         f"{', '.join(agent.tools)} in the agent's system prompt and returns each result as a user message; "
+                         "a model trained for tool calls (its template renders tools=) follows them far more reliably.")
+    return notes
+
+
 def topology_problems(*, topology: Topology, agents: list[Agent]) -> dict[str, list[str]]:
     """Every reason these agents, in this order, cannot make this topology, by field (all of them
     at once, for the form to show): unknown environment or bad arguments, roles the environment

@@ -138,6 +138,8 @@ def topology_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
             form.add_error(None, exc)
         else:
             messages.success(request, f"Saved topology {topology.name}.")
+            for note in services.tool_template_notes(agents=topology.ordered_agents()):
+                messages.warning(request, note)
             return redirect("topology_list")
     env_name = form["environment"].value() or "math_tool"
     return render(request, "topologies/form.html", {"form": form, "object": topology, "env": services.environment_describe(name=env_name)})

@@ -408,14 +408,15 @@ def playground_execute(*, job_id: int, worker: str = "") -> Job | None:
                     if episode.state.done:
                         continue
                     text, ids = sampler.prompt(agent, episode.state)
-                    ((generation,),) = sampler.sample(agent, [ids], 1, temperature)
+                    ((generation,),) = sampler.act(agent, [episode.state], [ids], 1, temperature)  # tool calls included
                     (candidate,) = sampler.score(episode.state, agent, text, [generation])
                     assert candidate.next_state is not None
                     episode.state = candidate.next_state
                     lane["turns"].append({
                         "index": turn, "agent": agent, "role": config.agent(agent).role, "prompt": text,
                         "text": candidate.text, "tool_output": candidate.tool_output, "local": candidate.local,
-                        "team": candidate.team, "tokens": len(candidate.token_ids), "truncated": candidate.truncated,
+                        "team": candidate.team, "tokens": candidate.model_tokens, "truncated": candidate.truncated,
+                        "calls": list(candidate.calls),
                         "policy": sampler.served.get(agent, ""),
                     })
                     lane["done"], lane["success"] = episode.state.done, episode.state.success

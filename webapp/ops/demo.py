@@ -67,12 +67,15 @@ def demo_seed() -> DemoSeed:
                              notes="A few random layers: for smoke tests, learns nothing useful.")
         env = environment_load(name="math_tool", env_args={"level": 1})
         instructions = env.default_instructions
-        tools = {"tool": ["python"], "reasoner": []}
-        agents: dict[str, Agent] = {}
+        agents: dict[str, Agent] = {}  # math_tool runs the tool agent's code itself: its agents call no tools
         for name, role, model in (("tool", "tool", smollm), ("reasoner", "reasoner", smollm),
                                   ("tool-tiny", "tool", tiny), ("reasoner-tiny", "reasoner", tiny)):
             agents[name] = get_or_create(Agent, name, role=role, instructions=instructions.get(role, ""),
-                                         model_source=model, tools=tools[role])
+                                         model_source=model)
+        agents["calculator"] = get_or_create(  # an agent that calls a tool (agents.tools)
+            Agent, "calculator", role="solver", model_source=smollm, tools=["calculator"],
+            instructions="You solve arithmetic problems. You may call the calculator. Write the final answer on its own line "
+                         "as: Answer: <number>")
         plans = [
             ("math_tool single", "single", 1, ["tool"]),
             ("math_tool prompt", "prompt", 2, ["tool", "reasoner"]),
@@ -85,10 +88,14 @@ def demo_seed() -> DemoSeed:
                 topology_create(team=team, name=name, environment="math_tool", env_args={"level": 1},
                                 max_turns=max_turns, specialization=specialization, agents=[agents[m] for m in members])
                 seed.created.append(f"topology {name}")
-        for level, size in ((1, 256), (2, 256)):
-            name = f"math_tool level {level}"
+        if not Topology.objects.filter(team=team, name="arithmetic with a calculator").exists():
+            topology_create(team=team, name="arithmetic with a calculator", environment="arithmetic", env_args={"level": 2},
+                            max_turns=1, specialization="single", agents=[agents["calculator"]])
+            seed.created.append("topology arithmetic with a calculator")
+        for environment, level, size in (("math_tool", 1, 256), ("math_tool", 2, 256), ("arithmetic", 2, 256)):
+            name = f"{environment} level {level}"
             if not Dataset.objects.filter(team=team, name=name).exists():
-                dataset_generator_create(team=team, name=name, environment="math_tool", env_args={"level": level},
+                dataset_generator_create(team=team, name=name, environment=environment, env_args={"level": level},
                                          size=size, eval_size=100)
                 seed.created.append(f"dataset {name}")
     return seed

@@ -9,7 +9,7 @@ from webapp.models import Agent
 
 def _data(world, **overrides):
     data = {"name": "critic", "role": "reasoner", "instructions": "Check the answer.", "model_source": world.source.pk,
-            "temperature": "0.7", "max_new_tokens": "48", "tools": "python, search", "trainable": "on"}
+            "temperature": "0.7", "max_new_tokens": "48", "tools": "python, calculator", "trainable": "on"}
     data.update(overrides)
     return data
 
@@ -24,7 +24,7 @@ def test_it_creates_an_agent(alice, alice_world):
     response = alice.client.post(reverse("agent_create"), _data(alice_world))
     assert response.status_code == 302
     agent = Agent.objects.get(team=alice.team, name="critic")
-    assert agent.tools == ["python", "search"]
+    assert agent.tools == ["python", "calculator"]
     assert agent.temperature == 0.7 and agent.max_new_tokens == 48 and agent.trainable
 
 
@@ -83,3 +83,23 @@ def test_it_refuses_a_role_no_environment_has_with_the_other_errors(alice, alice
     assert errors["name"] == ["Your team already has an agent named 'tool'."]  # ("an agent", and at the same time)
     assert errors["role"][0].startswith("No environment has the role 'poet'") and "math_tool: tool, reasoner" in errors["role"][0]
     assert not Agent.objects.filter(role="poet").exists()
+
+
+def test_it_refuses_a_tool_nobody_registered_naming_the_ones_there_are(alice, alice_world):
+    response = alice.client.post(reverse("agent_create"), _data(alice_world, tools="calculator, abacus, mypkg.tools:search"))
+    assert response.status_code == 200 and not Agent.objects.filter(name="critic").exists()
+    errors = response.context["form"].errors["tools"]
+    assert any("no tool 'abacus'" in e and "calculator, python" in e for e in errors)
+    assert any("mypkg.tools:search" in e and "TROUPE_TOOLS" in e for e in errors)  # a plugin path only the operator registers
+    assert "calculator, python" in response.context["form"].fields["tools"].help_text
+
+
+def test_saving_a_topology_says_when_a_models_template_cannot_render_tools(alice, alice_world):
+    """The tiny random model's template is plain ChatML: the tools go into the system prompt, and the page says so."""
+    Agent.objects.filter(pk=alice_world.tool.pk).update(tools=["calculator"])
+    response = alice.client.post(reverse("topology_create"), {
+        "name": "calc pair", "environment": "math_tool", "env_args": '{"level": 1}', "specialization": "lora", "max_turns": "2",
+        "agents": [alice_world.tool.pk, alice_world.reasoner.pk]}, follow=True)
+    notes = [str(m) for m in response.context["messages"]]
+    assert any("Saved topology calc pair" in m for m in notes)
+    assert any(m.startswith("tool: the chat template of tiny-random:llama has no tool support") for m in notes), notes

@@ -25,3 +25,17 @@ def test_episodes_recorded_before_policies_were_recorded_still_show(alice, alice
     Rollout.objects.create(run=alice_world.run, step=1, episode=0, success=False, agent_names=["tool"], data=episode(1))
     html = alice.client.get(reverse("run_rollouts", args=[alice_world.run.pk])).content.decode()
     assert "turn 1" in html and 'class="served"' not in html
+
+
+def test_a_candidates_tool_calls_show_with_their_arguments_and_results(alice, alice_world):
+    data = episode(2)
+    data["turns"][0]["candidates"][0]["calls"] = [
+        {"name": "calculator", "arguments": {"expression": "238 * 83"}, "result": "19754", "error": ""},
+        {"name": "abacus", "arguments": {}, "result": "", "error": "no tool 'abacus'; the tools are: calculator"},
+        {"name": "", "arguments": {}, "result": "", "error": "the tool call is not valid JSON <script>"},
+    ]
+    Rollout.objects.create(run=alice_world.run, step=2, episode=0, success=False, agent_names=["tool"], data=data)
+    html = alice.client.get(reverse("run_rollouts", args=[alice_world.run.pk])).content.decode()
+    assert "tool call 1</span> <code>calculator({&quot;expression&quot;: &quot;238 * 83&quot;})</code><pre>19754</pre>" in html
+    assert '<pre class="tool-error">no tool &#x27;abacus&#x27;; the tools are: calculator</pre>' in html
+    assert "(unreadable)" in html and "<script>" not in html and "&lt;script&gt;" in html
