@@ -25,6 +25,7 @@ import os
 import re
 import threading
 import traceback
+from collections.abc import Sequence
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -106,13 +107,14 @@ def register_for_children(path: str, *, kind: str) -> Any:
     return obj
 
 
-def register_named_in(environment: str, reward_fn: str | None, tools: tuple[str, ...] = ()) -> None:
+def register_named_in(environment: str, reward_fns: Sequence[str] = (), tools: Sequence[str] = ()) -> None:
     """Register the plugins a config names (built-in names are skipped). For the command line,
     whose user is the operator of their own machine; never for a config someone else sent."""
     if ":" in environment:
         register_for_children(environment, kind=ENVIRONMENT)
-    if reward_fn and not reward_fn.startswith("agents.verifiers:"):
-        register_for_children(reward_fn, kind=REWARD_FUNCTION)
+    for reward_fn in reward_fns:
+        if not reward_fn.startswith("agents.verifiers:"):
+            register_for_children(reward_fn, kind=REWARD_FUNCTION)
     for tool in tools:
         if ":" in tool:
             register_for_children(tool, kind=TOOL)

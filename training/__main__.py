@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     from agents.plugins import PluginError, register_named_in
 
     try:  # the command line is the operator's own: the plugins its config names may load
-        register_named_in(config.topology.environment, config.data.reward_fn, tuple(t for a in config.topology.agents for t in a.tools))
+        register_named_in(config.topology.environment, [path for path, _ in config.data.reward_functions()],
+                          [t for a in config.topology.agents for t in a.tools])
     except PluginError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2

@@ -117,6 +117,18 @@ class DataConfig:
     reward_fn: str | None = None
     """Optional extra reward, a TRL-style function `pkg.mod:func(prompts, completions, **columns)`
     added to each candidate's local reward."""
+    reward_fns: tuple[str, ...] = ()
+    """More such functions (TRL's `reward_funcs`); each candidate's extra reward is their weighted
+    sum, and each is charted on its own (`reward/fn/<name>`)."""
+    reward_weights: tuple[float, ...] = ()
+    """One weight per reward function, `reward_fn` first, then `reward_fns` (TRL's `reward_weights`);
+    empty: 1 each."""
+
+    def reward_functions(self) -> list[tuple[str, float]]:
+        """(path, weight) of every reward function, in order."""
+        paths = ([self.reward_fn] if self.reward_fn else []) + list(self.reward_fns)
+        weights = list(self.reward_weights) or [1.0] * len(paths)
+        return list(zip(paths, weights))
 
 
 @dataclass(frozen=True)
@@ -133,6 +145,10 @@ class GRPOConfig:
     `none` does not divide (Dr. GRPO)."""
     adv_eps: float = 1e-4
     """Epsilon added to the std in the advantage denominator."""
+    dynamic_sampling: int = 0
+    """DAPO's dynamic sampling: when some of a step's tasks give only groups whose candidates all
+    got the same reward (no signal), roll out up to this many more batches of other tasks and keep
+    the tasks with a signal until the step has `optim.tasks_per_step` of them (0: off)."""
     loss_type: str = "dapo"
     """Loss aggregation: `grpo` (per-sequence mean), `bnpo`/`dapo` (token mean over the batch),
     `dr_grpo` (sum / (B * max_completion_length)), or `cispo` (CISPO's truncated, detached
@@ -427,6 +443,17 @@ class RunConfig:
             )
         if self.data.reward_fn is not None and not _DOTTED.match(self.data.reward_fn):
             raise ConfigError("data.reward_fn", f"{self.data.reward_fn!r} is not a dotted path like mypkg.rewards:fn")
+        for i, path in enumerate(self.data.reward_fns):
+            if not isinstance(path, str) or not _DOTTED.match(path):
+                raise ConfigError(f"data.reward_fns[{i}]", f"{path!r} is not a dotted path like mypkg.rewards:fn")
+        paths = ([self.data.reward_fn] if self.data.reward_fn else []) + list(self.data.reward_fns)
+        if len(set(paths)) != len(paths):
+            raise ConfigError("data.reward_fns", "names a reward function twice")
+        if self.data.reward_weights and len(self.data.reward_weights) != len(paths):
+            raise ConfigError("data.reward_weights", f"gives {len(self.data.reward_weights)} weights for {len(paths)} reward functions "
+                                                     "(data.reward_fn, then data.reward_fns)")
+        for i, w in enumerate(self.data.reward_weights):
+            _range(f"data.reward_weights[{i}]", w, -100.0, 100.0)
         if not t.agents:
             raise ConfigError("topology.agents", "at least one agent is required")
         names: set[str] = set()
@@ -466,6 +493,7 @@ class RunConfig:
         _positive_int("grpo.num_iterations", g.num_iterations, 1, 16)
         _range("grpo.alpha", g.alpha, 0.0, 100.0)
         _range("grpo.adv_eps", g.adv_eps, 1e-12, 1.0)
+        _positive_int("grpo.dynamic_sampling", g.dynamic_sampling, 0, 16)
         _range("grpo.eps_low", g.eps_low, 0.0, 1.0)
         _range("grpo.eps_high", g.eps_high, 0.0, 10.0)
         _choice("grpo.ratio_level", g.ratio_level, RATIO_LEVELS)

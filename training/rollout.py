@@ -13,6 +13,7 @@ Candidate reward = alpha * team reward + local reward (+ an optional TRL-style r
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +50,8 @@ class Candidate:
     """Which of `token_ids` the model wrote (1) and which are tool results (0); None: all the model's."""
     calls: tuple[dict[str, Any], ...] = ()
     """The tool calls made during this candidate's turn (name, arguments, result, error)."""
+    reward_parts: dict[str, float] = field(default_factory=dict)
+    """What each reward function (`Sampler.rewards`) gave it, before its weight."""
     next_state: State | None = field(default=None, repr=False)
 
     @property
@@ -132,7 +135,8 @@ class Sampler:
     policies: PolicySet
     config: RunConfig
     generator: torch.Generator
-    reward_fn: RewardFn | None = None
+    rewards: Sequence[tuple[str, RewardFn, float]] = ()
+    """(name, TRL-style reward function, weight): each candidate's local reward gains their weighted sum."""
     stats: GenerationStats = field(default_factory=GenerationStats)
     vllm: Any = None
     """A `training.vllm_backend.VLLMGenerator` when the run generates with vLLM (GPU), else None."""
@@ -245,10 +249,15 @@ class Sampler:
         results: list[StepResult] = list(
             self.pool.map(lambda g: self.env.step(state, agent=agent, role=role, action=g.text), generations)
         )
-        extra = [0.0] * len(generations)
-        if self.reward_fn is not None:
-            columns = {k: [v] * len(generations) for k, v in state.row.items()}
-            extra = [float(x) for x in self.reward_fn(prompts=[prompt] * len(generations), completions=[g.text for g in generations], **columns)]
+        parts: list[dict[str, float]] = [{} for _ in generations]
+        columns = {k: [v] * len(generations) for k, v in state.row.items()}
+        for name, fn, _ in self.rewards:
+            values = list(fn(prompts=[prompt] * len(generations), completions=[g.text for g in generations], **columns))
+            if len(values) != len(generations):
+                raise ValueError(f"reward function {name} returned {len(values)} rewards for {len(generations)} completions")
+            for part, value in zip(parts, values):  # None (TRL: "does not apply here") and NaN count 0
+                part[name] = float(value) if value is not None and math.isfinite(float(value)) else 0.0
+        extra = [sum(w * part[name] for name, _, w in self.rewards) for part in parts]
         alpha = self.config.grpo.alpha
         return [
             Candidate(
@@ -262,9 +271,10 @@ class Sampler:
                 sampler_logprobs=g.logprobs,
                 mask=g.mask,
                 calls=g.calls,
+                reward_parts=part,
                 next_state=r.state,
             )
-            for g, r, x in zip(generations, results, extra)
+            for g, r, x, part in zip(generations, results, extra, parts)
         ]
 
 

@@ -106,8 +106,8 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
     policies = build_policies(config, device=dist.device())
     sink.log(f"loaded {config.topology.specialization} policies {sorted(policies.policies)} in {time.perf_counter() - t_load:.1f}s")
     generator = torch.Generator().manual_seed(config.seed + 1_000_003 * dist.rank)
-    reward_fn = load_reward_fn(config.data.reward_fn) if config.data.reward_fn else None
-    sampler = Sampler(env, policies, config, generator, reward_fn, dist=dist)
+    rewards = [(path.rpartition(":")[2], load_reward_fn(path), weight) for path, weight in config.data.reward_functions()]
+    sampler = Sampler(env, policies, config, generator, rewards, dist=dist)
     for agent in config.topology.agents:
         if agent.tools:
             how = ("renders them" if sampler.tool_support(agent.name) else
@@ -213,10 +213,10 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
     # -- 1. rollout (each process of a data-parallel launch takes its share of the tasks) -----------
     dist = sampler.dist
     batch = step_tasks(tasks, cfg, step)[dist.rank :: dist.world]
-    if cfg.grpo.sampling == "tree":
-        episodes = rollout_tree(sampler, batch)
-    else:
-        episodes = rollout_independent(sampler, batch, k=cfg.grpo.k)
+    episodes = _rollout(sampler, batch)
+    dynamic: dict[str, float] = {}
+    if cfg.grpo.dynamic_sampling:
+        episodes, dynamic = _dynamic_sampling(sampler, tasks, step, batch, episodes)
     t_rollout = time.perf_counter() - t0
 
     # -- 2. advantages per group key -------------------------------------------------------------
@@ -255,6 +255,7 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
         cands, rewards, keys = _candidates(episodes)
         gen_tokens, gen_secs = int(dist.sum([gen_tokens])[0]), dist.max(gen_secs)  # the ranks generate side by side
     values = _rollout_metrics(episodes, cands, rewards, keys, per_agent)
+    values.update(dynamic)
     values.update(
         step_time=time.perf_counter() - t0,
         rollout_time=t_rollout,
@@ -266,6 +267,51 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
     sink.metrics(metrics)
     sink.rollouts(step, [ep.to_dict(step) for ep in episodes])
     return metrics
+
+
+def _rollout(sampler: Sampler, batch: list[Task]) -> list[Episode]:
+    cfg = sampler.config
+    if cfg.grpo.sampling == "tree":
+        return rollout_tree(sampler, batch)
+    return rollout_independent(sampler, batch, k=cfg.grpo.k)
+
+
+def signal_tasks(episodes: list[Episode]) -> list[str]:
+    """The task ids, in order, of the episodes with at least one GRPO group whose candidates'
+    rewards differ (under independent sampling a task's K episodes share its groups)."""
+    rewards: dict[Any, list[float]] = defaultdict(list)
+    for ep in episodes:
+        for turn in ep.turns:
+            rewards[turn.group] += [c.reward for c in turn.candidates]
+    live = {g for g, rs in rewards.items() if max(rs) - min(rs) > 1e-9}
+    return list(dict.fromkeys(ep.task_id for ep in episodes if any(t.group in live for t in ep.turns)))
+
+
+def _dynamic_sampling(
+    sampler: Sampler, tasks: list[Task], step: int, batch: list[Task], episodes: list[Episode]
+) -> tuple[list[Episode], dict[str, float]]:
+    """DAPO's dynamic sampling (Yu et al. 2025, sec. 3.2): keep the step's tasks that give a signal
+    and roll out more batches of other tasks (at most `grpo.dynamic_sampling`) until there are as
+    many such tasks as the step had. Extra batch r of step s draws `batch_indices` with the seed
+    offset by r: the same tasks on a resume. With none found, the step keeps its episodes (their
+    groups carry no gradient; see `groups_to_update`)."""
+    cfg, dist = sampler.config, sampler.dist
+    want = len(dict.fromkeys(tid for tid, _ in batch))
+    kept = signal_tasks(episodes)
+    pool = list(episodes)
+    rounds = 0
+    while len(kept) < want and rounds < cfg.grpo.dynamic_sampling:
+        rounds += 1
+        extra = [(f"{tasks[i][0]}@{step}+{rounds}", tasks[i][1])
+                 for i in batch_indices(len(tasks), cfg.optim.tasks_per_step, step, cfg.seed + 7_919 * rounds)]
+        more = _rollout(sampler, extra[dist.rank :: dist.world])
+        pool += more
+        kept += [tid for tid in signal_tasks(more) if tid not in kept]
+    stats = {"dynamic/extra_batches": float(rounds), "dynamic/signal_tasks": float(min(len(kept), want)) / max(want, 1)}
+    if not kept:
+        return episodes, stats
+    chosen = set(kept[:want])
+    return [ep for ep in pool if ep.task_id in chosen], stats
 
 
 def step_tasks(tasks: list[tuple[str, dict[str, Any]]], cfg: RunConfig, step: int) -> list[tuple[str, dict[str, Any]]]:
@@ -329,6 +375,8 @@ def _rollout_metrics(
         "ended": float(np.mean([not c.truncated for _, c in cands])),
         "turns": float(np.mean([len(ep.turns) for ep in episodes])),
     }
+    for name in dict.fromkeys(name for _, c in cands for name in c.reward_parts):  # each reward function, before its weight
+        values[f"reward/fn/{name}"] = float(np.mean([c.reward_parts.get(name, 0.0) for _, c in cands]))
     if any(c.calls for _, c in cands):  # agents with tools: calls per candidate, and the share that failed
         calls = [call for _, c in cands for call in c.calls]
         values["tool_calls"] = len(calls) / len(cands)

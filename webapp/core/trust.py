@@ -212,15 +212,17 @@ def check_environment(name: str, *, field: str) -> None:
 
 
 def check_plugins(config: RunConfig) -> None:
-    """The environment and reward function must be built-in or registered by the operator:
+    """The environment and reward functions must be built-in or registered by the operator:
     nothing is imported here (registered plugins loaded at process start)."""
     check_environment(config.topology.environment, field="topology.environment")
-    reward_fn = config.data.reward_fn
-    if reward_fn and reward_fn not in BUILTIN_REWARDS:
-        try:
-            lookup(reward_fn, kind=REWARD_FUNCTION)
-        except PluginError as exc:
-            raise ConfigError("data.reward_fn", f"{exc}; built-ins are {', '.join(BUILTIN_REWARDS)}") from None
+    named = ([("data.reward_fn", config.data.reward_fn)] if config.data.reward_fn else []) + \
+        [(f"data.reward_fns[{i}]", path) for i, path in enumerate(config.data.reward_fns)]
+    for field, reward_fn in named:
+        if reward_fn not in BUILTIN_REWARDS:
+            try:
+                lookup(reward_fn, kind=REWARD_FUNCTION)
+            except PluginError as exc:
+                raise ConfigError(field, f"{exc}; built-ins are {', '.join(BUILTIN_REWARDS)}") from None
 
 
 # == where a run's data goes ==========================================================================
