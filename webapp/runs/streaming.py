@@ -310,10 +310,12 @@ def status_message(run: Run) -> dict[str, Any]:
 
 
 RUN_SERIES = ("reward/total", "reward/team", "reward/local", "success", "completion_len", "step_time", "rollout_time",
-              "update_time", "tokens_per_s", "zero_std_frac")
+              "update_time", "tokens_per_s", "zero_std_frac", "tool_calls", "tool_errors", "dynamic/extra_batches",
+              "dynamic/signal_tasks")
 
 
-"""Run-wide metrics the page charts (and so streams); the summary card's table shows them all."""
+"""Run-wide metrics the page charts (and so streams; `tool_*` only runs whose agents call tools have,
+`dynamic/*` only runs with `grpo.dynamic_sampling`); the summary card's table shows them all."""
 
 
 AGENT_SERIES = ("reward/total", "reward/team", "reward/local", "success", "loss", "kl", "entropy", "clip_region",
