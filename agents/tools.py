@@ -44,6 +44,9 @@ class Tool:
     """Called with the arguments as keywords; what it returns becomes the result text."""
     example: Mapping[str, Any] | None = None
     """Arguments of a typical call, shown to models whose chat template cannot render tools."""
+    demo: tuple[str, str] | None = None
+    """(a question, the answer after the example call's result, with `{result}`): a worked exchange
+    shown before the task to models whose chat template cannot render tools (`training.tool_turns`)."""
 
     def schema(self) -> dict[str, Any]:
         """The tool as chat templates take it (`tokenizer.apply_chat_template(..., tools=[...])`)."""
@@ -140,6 +143,7 @@ BUILTINS: dict[str, Tool] = {
          "required": ["expression"]},
         calculate,
         {"expression": "12 * 7"},
+        ("What is 12 * 7?", "Answer: {result}"),
     ),
     "python": Tool(
         "python",
@@ -148,6 +152,7 @@ BUILTINS: dict[str, Tool] = {
          "required": ["code"]},
         run_python,
         {"code": "print(12 * 7)"},
+        ("What is 12 * 7?", "Answer: {result}"),
     ),
 }
 

@@ -64,13 +64,32 @@ def describe_tools(tools: Sequence[Tool]) -> str:
 
 def messages_with_tools(messages: Messages, tools: Sequence[Tool], *, supported: bool) -> Messages:
     """The turn's messages as the template gets them: unchanged when it renders `tools=`, else with
-    the tools described at the end of the system prompt (one is added when there is none)."""
+    the tools described at the end of the system prompt (one is added when there is none) and a
+    worked exchange with the first tool that has a `demo` before the task (small models follow a
+    shown call far more often than a described one)."""
     if supported or not tools:
         return messages
     text = describe_tools(tools)
     if messages and messages[0]["role"] == "system":
-        return [{**messages[0], "content": f"{messages[0]['content']}\n\n{text}"}, *messages[1:]]
-    return [{"role": "system", "content": text}, *messages]
+        head, rest = [{**messages[0], "content": f"{messages[0]['content']}\n\n{text}"}], messages[1:]
+    else:
+        head, rest = [{"role": "system", "content": text}], messages
+    return [*head, *demonstration(tools), *rest]
+
+
+def demonstration(tools: Sequence[Tool]) -> Messages:
+    """A question, the call, its real result and the answer, for the first tool with a `demo`."""
+    tool = next((t for t in tools if t.demo and t.example), None)
+    if tool is None or tool.demo is None or tool.example is None:
+        return []
+    call = run_call(ToolCall(tool.name, dict(tool.example)), {tool.name: tool})
+    question, answer = tool.demo
+    return [
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": f"<tool_call>{json.dumps({'name': tool.name, 'arguments': dict(tool.example)})}</tool_call>"},
+        result_message(call, supported=False),
+        {"role": "assistant", "content": answer.format(result=result_text(call))},
+    ]
 
 
 def render(tokenizer: Any, messages: Messages, tools: Sequence[Tool], *, supported: bool, generation_prompt: bool) -> str:

@@ -54,8 +54,8 @@ class Script:
 
 
 def start(tok, *, supported: bool = False):
-    messages = messages_with_tools([{"role": "system", "content": "Solve it."}, {"role": "user", "content": "What is 6 * 7?"}],
-                                   CALC, supported=supported)
+    plain = [{"role": "system", "content": "Solve it."}, {"role": "user", "content": "What is 6 * 7?"}]
+    messages = messages_with_tools(plain, CALC, supported=supported)
     text = render(tok, messages, CALC, supported=supported, generation_prompt=True)
     return tuple(tok(text, add_special_tokens=False)["input_ids"]), messages, text
 
@@ -165,3 +165,13 @@ def test_a_run_whose_agent_calls_tools_trains_and_keeps_the_calls(make_config, t
     candidates = [c for ep in rollouts if "turns" in ep for t in ep["turns"] for c in t["candidates"]]
     called = [c for c in candidates if c.get("calls")]
     assert called and all(c["calls"][0]["name"] == "calculator" and c["calls"][0]["result"] == "42" for c in called)
+
+
+def test_a_template_without_tool_support_is_shown_a_worked_call_before_the_task(tokenizer):
+    _, messages, text = start(tokenizer)
+    roles = [m["role"] for m in messages]
+    assert roles == ["system", "user", "assistant", "user", "assistant", "user"]  # the demonstration, then the task
+    assert messages[2]["content"] == '<tool_call>{"name": "calculator", "arguments": {"expression": "12 * 7"}}</tool_call>'
+    assert messages[3]["content"] == "Result of calculator: 84" and messages[4]["content"] == "Answer: 84"  # the tool's real result
+    assert text.rstrip().endswith("What is 6 * 7?<|im_end|>\n<|im_start|>assistant")
+    assert messages_with_tools(messages[:1] + messages[-1:], CALC, supported=True) == messages[:1] + messages[-1:]
