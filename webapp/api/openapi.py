@@ -240,11 +240,14 @@ PATHS: dict[str, Any] = {
         "get": operation("The team's runs, filtered and sorted like the run list", {"200": answer("A page", page("Run"))},
                          "400", "404", parameters=[*RUN_FILTERS, PAGING[0], {**PAGING[1], "description": "Results per page (default 25)."}]),
         "post": operation(
-            "Launch a run: a YAML config as the body, or JSON {config, name, dataset, tags, notes}",
+            "Launch a run: a YAML config as the body, or JSON {config, topology, dataset, name, tags, notes}",
             {"201": answer("The queued run (Location: its URL)", ref("Run"))}, "400", "413", "415",
-            parameters=[query("dataset", {"type": "integer", "minimum": 1, "maximum": ID_MAX}, "A dataset of the team (YAML bodies).")],
+            parameters=[query("dataset", {"type": "integer", "minimum": 1, "maximum": ID_MAX}, "A dataset of the team (YAML bodies)."),
+                        query("topology", {"type": "integer", "minimum": 1, "maximum": ID_MAX},
+                              "A topology of the team: its model and agents (YAML bodies).")],
             requestBody={"required": True, "content": {
-                "application/yaml": {"schema": {"type": "string"}},
+                "application/yaml": {"schema": {"type": "object", "description": "The run config: a YAML mapping of its sections "
+                                                                                  "(model, topology, data, grpo, optim, ...)."}},
                 JSON: {"schema": body_schema(LAUNCH_FIELDS)},
             }},
         ),

@@ -6,7 +6,7 @@ everything is scoped to the token's team: another team's run is a 404, as on the
 
     GET  /api/v1/                                   who am I, and the endpoints
     GET  /api/v1/runs/?status=&tag=&q=&sort=&page=  runs, filtered like the run list
-    POST /api/v1/runs/                              launch: a YAML config (body), or JSON {config, name, dataset, tags, notes}
+    POST /api/v1/runs/                              launch: a YAML config (body), or JSON {config, topology, dataset, name, tags, notes}
     GET  /api/v1/runs/<id>/                         one run: config, final metrics, evaluations, artifacts
     POST /api/v1/runs/<id>/cancel/
     GET  /api/v1/runs/<id>/metrics/?after=&limit=   metric points by step (paginated)
@@ -33,7 +33,7 @@ from webapp.artifacts.downloads import checkpoint_download, merged_download, run
 from webapp.core import trust
 from webapp.core.values import ID_MAX
 from webapp.history import services as history
-from webapp.models import Dataset, Job, MetricPoint, Rollout, Run
+from webapp.models import Dataset, Job, MetricPoint, Rollout, Run, Topology
 from webapp.runs import services as run_services
 
 METRICS_LIMIT_MAX = 1000
@@ -43,7 +43,10 @@ ROLLOUTS_LIMIT_MAX = 100
 
 
 LAUNCH_FIELDS = {
-    "config": Field(("string", "object"), "The run config: YAML text, or the same sections as an object.", required=True),
+    "config": Field(("string", "object"), "The run config: YAML text, or the same sections as an object (with a topology: "
+                    "the other sections, e.g. optim, grpo, generation; empty: the defaults)."),
+    "topology": id_field("A topology of the team: it gives the model and topology sections (and the name, unless given).",
+                         nullable=True),
     "name": Field("string", "The run's name (default: the config's).", max_length=200),
     "dataset": id_field("A dataset of the team: the run trains on it.", nullable=True),
     "tags": Field(("array", "string"), "Tags: a list, or one comma-separated string."),
@@ -130,13 +133,14 @@ def _launch(request: ApiRequest) -> HttpResponse:
         return error(413, f"The request body is too large; a run config may be at most {trust.MAX_CONFIG_BYTES:,} bytes.")
     content_type = request.content_type or ""
     options: dict[str, Any] = dict(request.GET.items())
-    if "dataset" in options:
-        options["dataset"] = query_int(request, "dataset", None, low=1, high=ID_MAX)
+    for key in ("dataset", "topology"):
+        if key in options:
+            options[key] = query_int(request, key, None, low=1, high=ID_MAX)
     try:
         if content_type == "application/json":
             payload = json_body(request, LAUNCH_FIELDS)
             options.update({k: v for k, v in payload.items() if k != "config"})
-            config: Any = payload["config"]
+            config: Any = payload.get("config") or {}
             tree = trust.yaml_load(config, field="config") if isinstance(config, str) else config
         elif content_type in YAML_TYPES or not content_type:
             try:
@@ -155,11 +159,17 @@ def _launch(request: ApiRequest) -> HttpResponse:
         dataset = Dataset.objects.filter(team=request.team, pk=int(options["dataset"])).first()
         if dataset is None:
             return error(400, "dataset: no dataset with this id in your team", field="dataset")
+    topology = None
+    if options.get("topology") is not None:
+        topology = Topology.objects.filter(team=request.team, pk=int(options["topology"])).first()
+        if topology is None:
+            return error(400, "topology: no topology with this id in your team", field="topology")
     tags = options.get("tags") or ""
     try:
         run = run_services.run_launch(
             team=request.team, user=request.user, tree=tree, name=str(options.get("name") or "")[:200], dataset=dataset,
             tags=", ".join(map(str, tags)) if isinstance(tags, list) else str(tags), notes=str(options.get("notes") or ""),
+            topology=topology,
         )
     except ConfigError as exc:
         return error(400, str(exc), field=exc.field)

@@ -376,24 +376,34 @@ def _tree_diff(base: Any, target: Any) -> Any:
 
 def run_launch(
     *, team: Team, user: Any, tree: dict[str, Any], name: str = "", dataset: Any = None, tags: str = "", notes: str = "",
+    topology: Topology | None = None,
 ) -> Run:
     """Validate a config tree (a parsed YAML mapping) for this team and queue it as a run.
-    `dataset` (one of the team's) fills the `data` section as the run form does."""
+    `topology` (one of the team's) gives the `model` and `topology` sections, its values over the
+    tree's; `dataset` (one of the team's) fills the `data` section as the run form does."""
     tree = dict(tree)
+    if topology is not None:
+        if topology.team_id != team.pk:
+            raise ConfigError("topology", "not one of your team's topologies")
+        sections = catalog.topology_config_tree(topology=topology)
+        for key in ("model", "topology"):
+            given = tree.get(key) if isinstance(tree.get(key), dict) else {}
+            tree[key] = {**given, **sections[key]}
+        tree.setdefault("name", topology.name)
     if dataset is not None:
         env_args, data = catalog.dataset_config_tree(dataset=dataset)
-        topology = dict(tree.get("topology") or {}) if isinstance(tree.get("topology"), dict) else {}
-        if topology.get("environment", "math_tool") != dataset.environment:
-            raise ConfigError("data", f"dataset {dataset.name!r} is for {dataset.environment}; the config plays {topology.get('environment', 'math_tool')}")
-        topology["env_args"] = {**(topology.get("env_args") or {}), **env_args}
-        tree["topology"] = topology
+        section = dict(tree.get("topology") or {}) if isinstance(tree.get("topology"), dict) else {}
+        if section.get("environment", "math_tool") != dataset.environment:
+            raise ConfigError("data", f"dataset {dataset.name!r} is for {dataset.environment}; the config plays {section.get('environment', 'math_tool')}")
+        section["env_args"] = {**(section.get("env_args") or {}), **env_args}
+        tree["topology"] = section
         extra = tree.get("data") if isinstance(tree.get("data"), dict) else {}
         tree["data"] = {**extra, **data}
     if name:
         tree["name"] = name
     config = trust.config_from_tree(team=team, tree=tree)
     with transaction.atomic():
-        run = run_create(team=team, user=user, name=(name or config.name)[:200], config=config, dataset=dataset)
+        run = run_create(team=team, user=user, name=(name or config.name)[:200], config=config, dataset=dataset, topology=topology)
         if notes:
             run_notes_set(run=run, notes=notes)
         if tags:

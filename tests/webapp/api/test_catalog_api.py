@@ -192,3 +192,27 @@ def test_another_teams_objects_are_a_404_for_every_method(alice, alice_world, bo
     assert response.status_code == 400
     assert api.send("POST", reverse("api_run_evaluations", args=[bob_world.run.pk]), {"dataset": alice_world.dataset.pk}).status_code == 404
     assert not Job.objects.exists()
+
+
+def test_a_run_launches_from_a_topology_and_a_dataset_made_through_the_api(alice, alice_world, api, enqueued,
+                                                                           django_capture_on_commit_callbacks):
+    from webapp.models import Run
+
+    agent = api.send("POST", reverse("api_agents"), {"name": "calc", "role": "solver", "model_source": alice_world.source.pk,
+                                                      "tools": ["calculator"]}).json()
+    topology = api.send("POST", reverse("api_topologies"), {"name": "calculator", "environment": "arithmetic",
+                                                             "env_args": {"level": 4}, "specialization": "single",
+                                                             "agents": [agent["id"]]}).json()
+    dataset = api.send("POST", reverse("api_datasets"), {"name": "L4", "environment": "arithmetic", "env_args": {"level": 4},
+                                                          "size": 32, "eval_size": 8}).json()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api.send("POST", reverse("api_runs"), {"topology": topology["id"], "dataset": dataset["id"], "tags": ["api"],
+                                                           "config": {"optim": {"steps": 2, "tasks_per_step": 2}, "grpo": {"k": 2}}})
+    assert response.status_code == 201, response.content
+    run = Run.objects.get(pk=response.json()["id"])
+    config = run.to_config()
+    assert run.topology_id == topology["id"] and run.dataset_id == dataset["id"] and run.name == "calculator" and enqueued == [run.pk]
+    assert config.topology.agents[0].tools == ("calculator",) and config.topology.env_args == {"level": 4}
+    assert config.optim.steps == 2 and config.data.train_size == 32 and config.model.source == alice_world.source.source
+    response = api.send("POST", reverse("api_runs"), {"topology": 999999, "config": {}})
+    assert response.status_code == 400 and response.json()["field"] == "topology"
