@@ -121,3 +121,4 @@ urlpatterns = [
 ]
 
 handler404 = "webapp.api.http.not_found"
+handler500 = "webapp.api.http.server_error"

@@ -298,3 +298,12 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
     from django.views.defaults import page_not_found
 
     return page_not_found(request, exception)  # type: ignore[arg-type]
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """The site's 500 (`handler500`): JSON under /api/ (a script reads `error`), the error page elsewhere."""
+    if request.path.startswith("/api/"):
+        return error(500, "Troupe hit an error while answering; it is in the server's log.")
+    from django.views.defaults import server_error as page
+
+    return page(request)

@@ -5,6 +5,7 @@ document, valid or not, an answer the document allows in status, content type an
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -115,3 +116,11 @@ def test_no_generated_request_breaks_the_api_or_reaches_another_team(case, teams
     before = bravo_state(teams["bravo"])
     case.call_and_validate(app=wsgi_app, headers={"Authorization": f"Bearer {teams['token']}"}, checks=CHECKS)
     assert bravo_state(teams["bravo"]) == before
+
+
+def test_a_server_error_under_the_api_is_json(rf):
+    from webapp.api.http import server_error
+
+    response = server_error(rf.get("/api/v1/runs/"))
+    assert response.status_code == 500 and response["Content-Type"] == "application/json" and "log" in json.loads(response.content)["error"]
+    assert server_error(rf.get("/runs/"))["Content-Type"].startswith("text/html")
