@@ -86,6 +86,11 @@ def test_it_works_page_by_page_under_the_policy(web: Processes, alice: Member, t
         page.goto(web.url + path)
         assert page.evaluate("typeof window.htmx") == "object", path
         shot(page, shots, name)
+    page.set_viewport_size({"width": 1280, "height": 800})  # a staff member in two teams has the fullest top bar
+    page.goto(web.url + "/runs/")
+    assert page.evaluate("document.querySelector('.topbar').scrollWidth") <= 1280
+    assert page.locator(".account form button.linklike").is_visible() and page.locator(".account form button.linklike").bounding_box()["x"] < 1280
+    page.set_viewport_size({"width": 1440, "height": 1000})
 
     # The new-run form's live preview (htmx POST on load and on change).
     page.goto(web.url + "/runs/new/")
