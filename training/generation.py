@@ -35,6 +35,8 @@ class Generation:
     (`training.tool_turns`); None: every token is the model's."""
     calls: tuple[dict[str, Any], ...] = ()
     """The tool calls made in this completion, in order (`agents.tools.ToolCall.to_dict`)."""
+    segments: tuple[str, ...] = ()
+    """With tool calls: the model's text of each segment; call i came after segment i."""
 
     @property
     def model_tokens(self) -> int:

@@ -50,6 +50,8 @@ class Candidate:
     """Which of `token_ids` the model wrote (1) and which are tool results (0); None: all the model's."""
     calls: tuple[dict[str, Any], ...] = ()
     """The tool calls made during this candidate's turn (name, arguments, result, error)."""
+    segments: tuple[str, ...] = ()
+    """With tool calls: the model's text of each segment (call i came after segment i)."""
     reward_parts: dict[str, float] = field(default_factory=dict)
     """What each reward function (`Sampler.rewards`) gave it, before its weight."""
     next_state: State | None = field(default=None, repr=False)
@@ -117,7 +119,7 @@ class Episode:
                             "tool_output": c.tool_output,
                             "tokens": c.model_tokens,
                             "truncated": c.truncated,
-                            **({"calls": list(c.calls)} if c.calls else {}),
+                            **({"calls": list(c.calls), "segments": list(c.segments)} if c.calls else {}),
                         }
                         for c in t.candidates
                     ],
@@ -271,6 +273,7 @@ class Sampler:
                 sampler_logprobs=g.logprobs,
                 mask=g.mask,
                 calls=g.calls,
+                segments=g.segments,
                 reward_parts=part,
                 next_state=r.state,
             )

@@ -173,6 +173,7 @@ class _Exchange:
             token_ids=tuple(ids), text="\n".join(s.text for s in self.segments), truncated=self.segments[-1].truncated,
             logprobs=tuple(logprobs) if has_logprobs else None, mask=tuple(mask) if self.results else None,
             calls=tuple(c.to_dict() for c in self.calls),
+            segments=tuple(s.text for s in self.segments) if self.calls else (),
         )
 
 

@@ -74,6 +74,7 @@ def test_a_call_runs_and_its_result_is_spliced_in_masked_out_of_the_loss(tokeniz
 
     assert [c["name"] for c in called.calls] == ["calculator"] and called.calls[0]["result"] == "42" and not called.calls[0]["error"]
     assert called.text == CALL + "\nThe result is 42.\nAnswer: 42"
+    assert called.segments == (CALL, "The result is 42.\nAnswer: 42")  # call i came after segment i
     first = script.prompts[0][0]
     seg1 = tuple(tokenizer(CALL, add_special_tokens=False)["input_ids"]) + (end,)
     continuation = script.prompts[1][0]  # what the model saw before its second segment

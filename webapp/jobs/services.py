@@ -416,7 +416,7 @@ def playground_execute(*, job_id: int, worker: str = "") -> Job | None:
                         "index": turn, "agent": agent, "role": config.agent(agent).role, "prompt": text,
                         "text": candidate.text, "tool_output": candidate.tool_output, "local": candidate.local,
                         "team": candidate.team, "tokens": candidate.model_tokens, "truncated": candidate.truncated,
-                        "calls": list(candidate.calls),
+                        "calls": list(candidate.calls), "segments": list(candidate.segments),
                         "policy": sampler.served.get(agent, ""),
                     })
                     lane["done"], lane["success"] = episode.state.done, episode.state.success

@@ -603,7 +603,8 @@ def episode_view(r: Rollout) -> EpisodeView:
     turns = []
     for t in data.get("turns", []):
         chosen = t.get("chosen")
-        cands = [dict(c, chosen=(i == chosen), index=i, calls=_calls_view(c.get("calls"))) for i, c in enumerate(t.get("candidates", []))]
+        cands = [dict(c, chosen=(i == chosen), index=i, calls=_calls_view(c.get("calls")), exchange=exchange_view(c))
+                 for i, c in enumerate(t.get("candidates", []))]
         turns.append(dict(t, candidates=cands))
     return EpisodeView(row=r, question=str(data.get("question", "")), task_id=str(data.get("task_id", "")),
                        turns=turns, agents=" ".join(r.agent_names or []))
@@ -615,6 +616,16 @@ def _calls_view(calls: Any) -> list[dict[str, Any]]:
         return []
     return [dict(call, arguments_text=json.dumps(call.get("arguments", {}), ensure_ascii=False))
             for call in calls if isinstance(call, dict)]
+
+
+def exchange_view(candidate: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A tool turn in the order it happened: each segment the model wrote, then the call it made
+    (the last segment has none). Empty for a candidate without calls, or one recorded before the
+    segments were kept (its text and calls show apart)."""
+    segments, calls = candidate.get("segments"), _calls_view(candidate.get("calls"))
+    if not isinstance(segments, list) or not calls or len(segments) < len(calls):
+        return []
+    return [{"text": str(text), "call": calls[i] if i < len(calls) else None} for i, text in enumerate(segments)]
 
 
 def _rollouts_note(cursor: StreamCursor) -> dict[str, Any]:

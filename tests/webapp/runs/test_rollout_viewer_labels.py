@@ -39,3 +39,17 @@ def test_a_candidates_tool_calls_show_with_their_arguments_and_results(alice, al
     assert "tool call 1</span> <code>calculator({&quot;expression&quot;: &quot;238 * 83&quot;})</code><pre>19754</pre>" in html
     assert '<pre class="tool-error">no tool &#x27;abacus&#x27;; the tools are: calculator</pre>' in html
     assert "(unreadable)" in html and "<script>" not in html and "&lt;script&gt;" in html
+
+
+def test_a_tool_turn_shows_in_the_order_it_happened(alice, alice_world):
+    data = episode(2)
+    data["turns"][0]["candidates"][0].update(
+        text="<tool_call>{...}</tool_call>\nAnswer: 19754",
+        segments=['Let me compute. <tool_call>{"name": "calculator"}</tool_call>', "So it is 19754.\nAnswer: 19754"],
+        calls=[{"name": "calculator", "arguments": {"expression": "238 * 83"}, "result": "19754", "error": ""}],
+    )
+    Rollout.objects.create(run=alice_world.run, step=2, episode=0, success=True, agent_names=["tool"], data=data)
+    html = alice.client.get(reverse("run_rollouts", args=[alice_world.run.pk])).content.decode()
+    first, call, then = html.index("Let me compute."), html.index("tool call 1</span>"), html.index("So it is 19754.")
+    assert first < call < then  # segment, its call and result, the next segment
+    assert html.count('class="cand-text"') == len(data["turns"][0]["candidates"]) + 1 + sum(len(t["candidates"]) for t in data["turns"][1:])
