@@ -102,6 +102,12 @@ def topology_json(request: ApiRequest, topology: Topology) -> dict[str, Any]:
     }
 
 
+def topology_saved_json(request: ApiRequest, topology: Topology) -> dict[str, Any]:
+    """What a create or change answers: the topology and, as the page shows after saving, the notes
+    its author should read (an agent's tools that its model's chat template cannot render)."""
+    return {**topology_json(request, topology), "notes": services.tool_template_notes(agents=topology.ordered_agents())}
+
+
 def dataset_json(request: ApiRequest, dataset: Dataset, *, detail: bool = False) -> dict[str, Any]:
     data = {
         "id": dataset.pk, "name": dataset.name, "kind": dataset.kind, "environment": dataset.environment,
@@ -220,7 +226,7 @@ def topologies(request: ApiRequest) -> HttpResponse:
     defaults = {"env_args": {}, "specialization": "lora", "max_turns": max(len(body.get("agents") or []), 1)}
     form = TopologyForm(_form_data({**defaults, **body}), instance=Topology(team=request.team), team=request.team)
     _check(form, body, TOPOLOGY_FIELDS)
-    return _created(topology_json(request, services.topology_create(team=request.team, actor=request.user, **form.cleaned_data)))
+    return _created(topology_saved_json(request, services.topology_create(team=request.team, actor=request.user, **form.cleaned_data)))
 
 
 @endpoint("GET", "PATCH", "DELETE")
@@ -236,6 +242,7 @@ def topology_detail(request: ApiRequest, pk: int) -> HttpResponse:
         form = TopologyForm(_form_data({**current, **body}), instance=topology, team=request.team)
         _check(form, body, TOPOLOGY_FIELDS)
         topology = services.topology_update(topology=topology, **form.cleaned_data)
+        return JsonResponse(topology_saved_json(request, topology))
     return JsonResponse(topology_json(request, topology))
 
 

@@ -95,20 +95,22 @@ def page(item: str) -> dict[str, Any]:
     })
 
 
-def crud(name: str, item: str, fields: Mapping[str, Field], *, patch: bool = True) -> dict[str, dict[str, Any]]:
-    """The list/create and detail/update/delete paths of one catalog object."""
+def crud(name: str, item: str, fields: Mapping[str, Field], *, patch: bool = True, saved: str | None = None) -> dict[str, dict[str, Any]]:
+    """The list/create and detail/update/delete paths of one catalog object; `saved` names the
+    schema of what a create or change answers, where it says more than a read does."""
+    saved = saved or item
     detail: dict[str, Any] = {
         "parameters": [ID],
         "get": operation(f"One {name}", {"200": answer(f"The {name}", ref(item))}, "404"),
         "delete": operation(f"Delete a {name}", {"204": answer("Deleted")}, "404", "409"),
     }
     if patch:
-        detail["patch"] = operation(f"Change a {name}: only the fields given", {"200": answer(f"The {name}", ref(item))},
+        detail["patch"] = operation(f"Change a {name}: only the fields given", {"200": answer(f"The {name}", ref(saved))},
                                     "400", "404", "415", requestBody=json_body(fields, partial=True))
     return {
         "list": {
             "get": operation(f"The team's {name}s, oldest first", {"200": answer("A page", page(item))}, "400", "404", parameters=PAGING),
-            "post": operation(f"Create a {name}", {"201": answer(f"The new {name} (Location: its URL)", ref(item))},
+            "post": operation(f"Create a {name}", {"201": answer(f"The new {name} (Location: its URL)", ref(saved))},
                               "400", "413", "415", requestBody=json_body(fields)),
         },
         "detail": detail,
@@ -148,6 +150,10 @@ SCHEMAS: dict[str, Any] = {
         "agents": {"type": "array", "items": {"type": "integer"}, "description": "Agent ids in acting order."},
         "created": STAMP, "updated": STAMP, "api_url": {"type": "string"},
     }),
+    "TopologySaved": {"allOf": [ref("Topology"), obj({
+        "notes": {"type": "array", "items": {"type": "string"},
+                  "description": "What the author should know, e.g. an agent with tools whose model's chat template has no tool support."},
+    })]},
     "Dataset": obj({
         "id": {"type": "integer"}, "name": {"type": "string"}, "kind": {"type": "string", "enum": list(Dataset.Kind.values)},
         "environment": {"type": "string"}, "env_args": {"type": "object"}, "size": nullable("integer"), "eval_size": nullable("integer"),
@@ -202,7 +208,7 @@ SCHEMAS: dict[str, Any] = {
 
 _models = crud("model source", "ModelSource", catalog.MODEL_SOURCE_FIELDS)
 _agents = crud("agent", "Agent", catalog.AGENT_FIELDS)
-_topologies = crud("topology", "Topology", catalog.TOPOLOGY_FIELDS)
+_topologies = crud("topology", "Topology", catalog.TOPOLOGY_FIELDS, saved="TopologySaved")
 _datasets = crud("dataset", "DatasetDetail", catalog.GENERATOR_FIELDS, patch=False)
 _datasets["list"]["get"]["responses"]["200"] = answer("A page", page("Dataset"))
 _upload = {

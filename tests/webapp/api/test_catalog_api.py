@@ -45,6 +45,9 @@ def test_a_script_defines_a_topology_from_nothing(alice, api):
     assert topology.status_code == 201, topology.content
     data = topology.json()
     assert data["agents"] == [ids["thinker"], ids["coder"]] and data["max_turns"] == 2 and data["env_args"] == {"level": 2}
+    # as the page does after saving, the answer says which agents' tools their model cannot render
+    assert [note.split(":")[0] for note in data["notes"]] == ["thinker", "coder"], data["notes"]
+    assert "tiny-random:llama has no tool support" in data["notes"][0]
     saved = Topology.objects.get(pk=data["id"], team=alice.team)
     assert [a.name for a in saved.ordered_agents()] == ["thinker", "coder"]
     agent = Agent.objects.get(pk=ids["coder"])
@@ -90,6 +93,10 @@ def test_patch_changes_only_the_fields_given(alice, alice_world, api):
     assert api.send("PATCH", reverse("api_agent", args=[alice_world.tool.pk]), {"max_new_tokens": None}).json()["max_new_tokens"] is None
     response = api.send("PATCH", reverse("api_topology", args=[alice_world.topology.pk]), {"agents": [alice_world.reasoner.pk]})
     assert response.status_code == 200 and response.json()["agents"] == [alice_world.reasoner.pk]
+    assert response.json()["notes"] == []  # the reasoner has no tools
+    response = api.send("PATCH", reverse("api_topology", args=[alice_world.topology.pk]), {"agents": [alice_world.tool.pk]})
+    assert [note.split(":")[0] for note in response.json()["notes"]] == [alice_world.tool.name]
+    assert "notes" not in api.get(reverse("api_topology", args=[alice_world.topology.pk])).json()  # advice comes with a save
     response = api.send("PATCH", reverse("api_model", args=[alice_world.source.pk]), {"name": "Renamed"})
     assert response.status_code == 200 and ModelSource.objects.get(pk=alice_world.source.pk).name == "Renamed"
     response = api.send("PATCH", reverse("api_topology", args=[alice_world.topology.pk]), {"max_turns": 0})
