@@ -37,6 +37,7 @@
     { id: "reward", title: "Reward (total)", run: ["reward/total"], agent: "reward/total" },
     { id: "reward-team", title: "Team reward", run: ["reward/team"], agent: "reward/team" },
     { id: "reward-local", title: "Local reward", run: ["reward/local"], agent: "reward/local" },
+    { id: "reward-fns", title: "Reward functions (mean, before weights)", runPrefix: "reward/fn/" },
     { id: "success", title: "Success rate", run: ["success"], agent: "success", range: [0, 1] },
     { id: "eval", title: "Held-out evaluation (success)", evals: true, range: [0, 1] },
     { id: "loss", title: "Loss", agent: "loss" },
@@ -133,6 +134,13 @@
       var t0 = tlist.length ? tlist[0] : 0;
       state.agentOrder.concat(Object.keys(agents).filter(function (a) { return state.agentOrder.indexOf(a) < 0; }))
         .forEach(function (a) { if (agents[a]) out.push({ label: a, agent: a, color: agentColor(a), evalT: t0, evalAgent: a }); });
+      return out;
+    }
+    if (spec.runPrefix) {
+      // one line per key under the prefix, named after its last part (reward/fn/format_ok: format_ok)
+      Object.keys(state.run).filter(function (k) { return k.indexOf(spec.runPrefix) === 0; }).sort().forEach(function (key, i) {
+        out.push({ label: key.slice(spec.runPrefix.length), color: PALETTE[i % PALETTE.length], store: state.run[key] });
+      });
       return out;
     }
     (spec.run || []).forEach(function (key, i) {

@@ -42,6 +42,9 @@ def runs(tiny_world: TinyWorld, alice: Member) -> dict[str, Run]:
     like: Any = SimpleNamespace(config_yaml=config.to_yaml(), topology=tiny_world.topology, dataset=tiny_world.dataset)
     done = make_run(tiny_world.team, like, name="finished lora", owner=alice.user)
     add_metrics(done, 30)
+    for point in done.metric_points.all():  # a run scored by two reward functions charts each
+        point.values.update({"reward/fn/format_ok": min(1.0, 0.3 + point.step / 40), "reward/fn/short_answer": 0.5})
+        point.save(update_fields=["values"])
     add_evaluations(done, [(0, 0.1, {"tool": 0.1, "reasoner": 0.05}), (30, 0.4, {"tool": 0.4, "reasoner": 0.2})])
     add_rollouts(done, 30)  # 60 episodes: more than one page, so "Load older episodes" shows
     other = make_run(tiny_world.team, like, name="finished lr 1e-3", owner=alice.user)
@@ -106,6 +109,9 @@ def test_it_works_page_by_page_under_the_policy(web: Processes, alice: Member, t
     page.goto(web.url + f"/runs/{done.pk}/")
     page.wait_for_function("() => document.querySelectorAll('#charts figure.chart:not([hidden]) canvas').length >= 3")
     page.wait_for_selector("#eval-chart canvas")
+    labels = page.locator("#chart-reward-fns .u-legend .u-series .u-label").all_inner_texts()
+    assert labels == ["step", "format_ok", "short_answer"], labels
+    page.locator("#chart-reward-fns").screenshot(path=str(shots / "csp-run-reward-fns.png"))
     page.wait_for_function("() => document.querySelectorAll('#episodes article.episode').length === 20")
     page.click("#episodes button.load-more")
     page.wait_for_function("() => document.querySelectorAll('#episodes article.episode').length === 40")

@@ -22,7 +22,8 @@ group message into messages for one socket. Messages to the browser are JSON wit
               agents: {agent: {key: [[steps], [values]]}}, times: [[steps], [epoch]]}`
              A backlog comes as several such messages (`split_metrics`, none near Daphne's 1 MiB
              frame limit); a live step is the same shape with one point per series. Only the
-             charted series (`RUN_SERIES`, `AGENT_SERIES`) travel; values are null when not finite.
+             charted series (`RUN_SERIES`, `REWARD_FN_PREFIX`, `AGENT_SERIES`) travel; values are null when
+             not finite.
 - `evals`:   `{rows: [{step, temperature, n, team, agents: {name: {success, reward}}}]}`
 - `rollouts`: `{last_id}`: the newest episode's id. The page fetches the episodes it lacks over
               HTTP (`runs/<id>/rollouts/?after=<id>` + its filter, rendered `runs/_episodes.html`),
@@ -318,6 +319,13 @@ RUN_SERIES = ("reward/total", "reward/team", "reward/local", "success", "complet
 `dynamic/*` only runs with `grpo.dynamic_sampling`); the summary card's table shows them all."""
 
 
+REWARD_FN_PREFIX = "reward/fn/"
+
+
+"""Run-wide series for each of the run's reward functions (`reward.functions`; their means before
+the weights), charted together; which there are comes from the run's points."""
+
+
 AGENT_SERIES = ("reward/total", "reward/team", "reward/local", "success", "loss", "kl", "entropy", "clip_region",
                 "clip_low", "clip_high", "completion_len", "ended", "zero_std_frac", "adv/mean", "adv/std",
                 "mismatch/logp_diff", "mismatch/capped")
@@ -342,7 +350,7 @@ def metrics_message(*, run_id: int, since: int | None = None, until: int | None 
         rows = rows.filter(step__gt=since)
     if until is not None:
         rows = rows.filter(step__lte=until)
-    columns: list[tuple[str | None, str]] = [(None, key) for key in RUN_SERIES] if run_wide else []
+    columns: list[tuple[str | None, str]] = [(None, key) for key in RUN_SERIES + _reward_fn_keys(rows)] if run_wide else []
     if per_agent:
         columns += [(agent, key) for agent in _agent_names(run, rows) for key in AGENT_SERIES]
     table = _series_table(rows, columns)  # (N, 1 + C)
@@ -485,13 +493,24 @@ def _agent_names(run: Run | None, rows: Any) -> list[str]:
     return names
 
 
+def _reward_fn_keys(rows: Any) -> tuple[str, ...]:
+    """The `reward/fn/<name>` keys of these points, from the first and the last (a run's reward
+    functions are fixed by its config; a resumed run's lineage could differ at its ends)."""
+    keys: set[str] = set()
+    for ordering in ("step", "-step"):
+        for values in rows.order_by(ordering).values_list("values", flat=True)[:1]:
+            keys.update(k for k in (values or {}) if isinstance(k, str) and k.startswith(REWARD_FN_PREFIX))
+    return tuple(sorted(keys))
+
+
 def _metrics_delta(payload: Mapping[str, Any]) -> dict[str, Any]:
     step = int(payload["step"])
 
-    def one(values: Mapping[str, Any] | None, keys: tuple[str, ...]) -> dict[str, list[list[Any]]]:
+    def one(values: Mapping[str, Any] | None, keys: tuple[str, ...], prefix: str | None = None) -> dict[str, list[list[Any]]]:
         return {
             k: [[step], [_finite(v)]] for k, v in (values or {}).items()
-            if k in keys and isinstance(v, (int, float)) and not isinstance(v, bool)
+            if (k in keys or (prefix and isinstance(k, str) and k.startswith(prefix)))
+            and isinstance(v, (int, float)) and not isinstance(v, bool)
         }
 
     return {
@@ -499,7 +518,7 @@ def _metrics_delta(payload: Mapping[str, Any]) -> dict[str, Any]:
         "last": step,
         "total": payload.get("total_steps"),
         "downsampled": False,
-        "run": one(payload.get("values"), RUN_SERIES),
+        "run": one(payload.get("values"), RUN_SERIES, REWARD_FN_PREFIX),
         "agents": {name: one(v, AGENT_SERIES) for name, v in (payload.get("agents") or {}).items()},
         "times": [[step], [payload.get("time")]],
         "final": True,
