@@ -86,15 +86,24 @@ def membership_set_role(*, membership: Membership, role: str, actor: User | None
     """Make a member an admin of their team, or an admin a member; a team always keeps an admin."""
     if role not in Membership.Role.values:
         raise ValidationError({"role": f"Unknown role {role!r}; a member is an admin or a member."})
-    if membership.role == Membership.Role.ADMIN and role != Membership.Role.ADMIN and not _admins_left(membership, after_losing=True):
-        raise ValidationError({"role": f"{membership.user.username} is the team's only admin: make someone else an admin first."})
-    if role == membership.role:
-        return membership
     with transaction.atomic():
+        membership = _locked(membership)
+        if membership.role == Membership.Role.ADMIN and role != Membership.Role.ADMIN and not _admins_left(membership, after_losing=True):
+            raise ValidationError({"role": f"{membership.user.username} is the team's only admin: make someone else an admin first."})
+        if role == membership.role:
+            return membership
         Membership.objects.filter(pk=membership.pk).update(role=role)
         audit_record(team=membership.team_id, actor=actor, verb=Verb.ROLE, obj=membership, before=membership.role, after=role)
     membership.role = role
     return membership
+
+
+def _locked(membership: Membership) -> Membership:
+    """The membership as stored now, with its team's row locked until the transaction ends: two
+    admins demoting or removing each other at once take turns, so the second sees the first's
+    change and a team never ends without an admin (PostgreSQL; SQLite writes one at a time)."""
+    Team.objects.select_for_update().filter(pk=membership.team_id).first()
+    return Membership.objects.select_related("user").get(pk=membership.pk)
 
 
 def membership_remove_blocker(*, membership: Membership) -> str | None:
@@ -106,13 +115,18 @@ def membership_remove_blocker(*, membership: Membership) -> str | None:
 
 def membership_remove(*, membership: Membership, actor: User | None = None) -> None:
     """Take a user out of the team (their account, runs and tokens of other teams stay); a team
-    always keeps an admin. Their API tokens for this team stop working at once (the token check
-    requires a current membership). `actor` is who removed them (themselves: they left)."""
-    if blocker := membership_remove_blocker(membership=membership):
-        raise ValidationError(blocker)
+    always keeps an admin. Their API tokens for this team are revoked: they stop working at once
+    and stay dead if the user is invited back (who joins again makes new ones). `actor` is who
+    removed them (themselves: they left)."""
     with transaction.atomic():
+        membership = _locked(membership)
+        if blocker := membership_remove_blocker(membership=membership):
+            raise ValidationError(blocker)
+        revoked = ApiToken.objects.filter(user_id=membership.user_id, team_id=membership.team_id, revoked=None).update(
+            revoked=timezone.now())
         audit_record(team=membership.team_id, actor=actor, verb=Verb.REMOVE, obj=membership, role=membership.role,
-                     left=actor is not None and actor.pk == membership.user_id)
+                     left=actor is not None and actor.pk == membership.user_id,
+                     **({"tokens_revoked": revoked} if revoked else {}))
         membership.delete()
 
 

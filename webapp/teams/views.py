@@ -151,9 +151,13 @@ def team_member_remove(request: TeamRequest, pk: int) -> HttpResponse:
     membership = _managed_membership(request, pk, own_allowed=True)
     error = services.membership_remove_blocker(membership=membership)
     if request.method == "POST" and error is None:
-        services.membership_remove(membership=membership, actor=request.user)
-        messages.success(request, f"{membership.user.username} is no longer in {request.team}.")
-        return redirect("dashboard" if membership.user_id == request.user.pk else "team_members")
+        try:
+            services.membership_remove(membership=membership, actor=request.user)
+        except ValidationError as exc:  # another admin stepped down meanwhile
+            error = " ".join(exc.messages)
+        else:
+            messages.success(request, f"{membership.user.username} is no longer in {request.team}.")
+            return redirect("dashboard" if membership.user_id == request.user.pk else "team_members")
     return render(request, "team/member_remove.html", {"membership": membership, "error": error})
 
 

@@ -3,10 +3,11 @@ remove members, never leaving the team without an admin. Checked for every role.
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
 from django.test import Client
 from django.urls import reverse
 
-from webapp.models import ApiToken, Membership
+from webapp.models import ApiToken, AuditEvent, Membership
 from webapp.teams import services
 
 
@@ -89,7 +90,45 @@ def test_a_removed_members_api_tokens_stop_working(alice, crew):
     assert services.api_token_authenticate(text=secret) is not None
     crew["alice"].post(reverse("team_member_remove", args=[_membership(alice.team, "carl").pk]))
     assert services.api_token_authenticate(text=secret) is None
-    assert ApiToken.objects.filter(user=carl).exists()  # kept for the record, refused
+    token = ApiToken.objects.get(user=carl)  # kept for the record, revoked
+    assert token.revoked is not None
+    event = AuditEvent.objects.get(team=alice.team, verb="remove", object_label__contains="carl")
+    assert event.details["tokens_revoked"] == 1
+
+    # invited back, carl is a member again, but the old token stays dead: whoever removed him
+    # may have done so because of it; he makes a new one
+    _, link = services.invitation_create(team=alice.team, by=alice.user, role="member", link_for=lambda t: t)
+    services.invitation_accept(token=link, user=carl)
+    assert services.api_token_authenticate(text=secret) is None
+    _, fresh = services.api_token_create(user=carl, team=alice.team, name="nb2")
+    assert services.api_token_authenticate(text=fresh) is not None
+
+
+def test_tokens_of_the_users_other_teams_survive_a_removal(alice, bob, crew):
+    carl = User.objects.get(username="carl")
+    Membership.objects.create(team=bob.team, user=carl, role=Membership.Role.MEMBER)
+    _, elsewhere = services.api_token_create(user=carl, team=bob.team, name="bravo")
+    services.membership_remove(membership=_membership(alice.team, "carl"), actor=alice.user)
+    assert services.api_token_authenticate(text=elsewhere) is not None
+
+
+def test_a_stale_view_of_a_membership_cannot_leave_a_team_without_an_admin(alice, crew):
+    """The checks read the roles as stored (under the team's lock), not as the caller last saw
+    them: alice's membership is read while she is a plain member; she is then made the only admin;
+    removing or demoting her through the old copy is refused."""
+    services.membership_set_role(membership=_membership(alice.team, "dora"), role="admin")
+    services.membership_set_role(membership=_membership(alice.team, "alice"), role="member")
+    stale = _membership(alice.team, "alice")  # says "member"
+    services.membership_set_role(membership=_membership(alice.team, "alice"), role="admin")
+    services.membership_set_role(membership=_membership(alice.team, "dora"), role="member")
+    with pytest.raises(ValidationError, match="only admin"):
+        services.membership_remove(membership=stale)
+    assert Membership.objects.get(pk=stale.pk).role == "admin"
+    stale.role = "admin"  # a copy read while dora was still an admin, the other way round
+    doras = _membership(alice.team, "dora")
+    doras.role = "admin"
+    services.membership_set_role(membership=doras, role="member")  # no-op: dora is a member already
+    assert Membership.objects.filter(team=alice.team, role="admin").count() == 1
 
 
 def test_an_unknown_role_is_refused_with_its_name(alice, crew):
