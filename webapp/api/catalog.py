@@ -22,7 +22,7 @@ from django.db.models import Model
 from django.http import HttpResponse, JsonResponse
 from django.urls import reverse
 
-from webapp.api.http import ApiError, ApiRequest, Field, absolute, endpoint, id_field, json_body, out_of_bounds, page_of, stamp
+from webapp.api.http import ApiError, ApiRequest, Field, absolute, endpoint, id_field, json_fields, out_of_bounds, page_of, stamp
 from webapp.catalog import services
 from webapp.catalog.forms import AgentForm, DatasetGeneratorForm, DatasetUploadForm, ModelSourceForm, TopologyForm
 from webapp.core.values import ID_MAX
@@ -55,6 +55,9 @@ TOPOLOGY_FIELDS = {
     "agents": Field("array", "Agent ids in acting order; each role must exist in the environment.", required=True, items="integer",
                     item_minimum=1, item_maximum=ID_MAX),
 }
+
+Fields = tuple[dict[str, Any], dict[str, list[str]]]
+"""What `json_fields` answers: (the properties that passed, the problems by field)."""
 
 GENERATOR_FIELDS = {
     "name": Field("string", "Unique within the team.", required=True, max_length=100),
@@ -165,7 +168,7 @@ def _form_data(values: dict[str, Any]) -> dict[str, Any]:
 def models(request: ApiRequest) -> HttpResponse:
     if request.method == "GET":
         return page_of(request, ModelSource.objects.filter(team=request.team).order_by("pk"), model_source_json)
-    body = json_body(request, MODEL_SOURCE_FIELDS, bounds=False)
+    body = json_fields(request, MODEL_SOURCE_FIELDS, bounds=False)
     return _created(model_source_json(request, _model_source_save(request, ModelSource(team=request.team), body, new=True)))
 
 
@@ -176,14 +179,15 @@ def model_detail(request: ApiRequest, pk: int) -> HttpResponse:
         return _delete(source, services.model_source_delete_blocker(source=source),
                        lambda: services.model_source_delete(source=source, actor=request.user))
     if request.method == "PATCH":
-        source = _model_source_save(request, source, json_body(request, MODEL_SOURCE_FIELDS, partial=True, bounds=False), new=False)
+        source = _model_source_save(request, source, json_fields(request, MODEL_SOURCE_FIELDS, partial=True, bounds=False), new=False)
     return JsonResponse(model_source_json(request, source))
 
 
-def _model_source_save(request: ApiRequest, source: ModelSource, body: dict[str, Any], *, new: bool) -> ModelSource:
+def _model_source_save(request: ApiRequest, source: ModelSource, fields: Fields, *, new: bool) -> ModelSource:
+    body, problems = fields
     current = {"name": source.name, "source": source.source, "notes": source.notes}
     form = ModelSourceForm(_form_data({**current, **body}), instance=source)
-    _check(form, body, MODEL_SOURCE_FIELDS)
+    _check(form, body, MODEL_SOURCE_FIELDS, problems)
     return services.model_source_save(team=request.team, instance=None if new else source, actor=request.user, **form.cleaned_data)
 
 
@@ -194,9 +198,9 @@ def _model_source_save(request: ApiRequest, source: ModelSource, body: dict[str,
 def agents(request: ApiRequest) -> HttpResponse:
     if request.method == "GET":
         return page_of(request, Agent.objects.filter(team=request.team).order_by("pk"), agent_json)
-    body = json_body(request, AGENT_FIELDS, bounds=False)
+    body, problems = json_fields(request, AGENT_FIELDS, bounds=False)
     form = AgentForm(_form_data({"trainable": True, **body}), instance=Agent(team=request.team), team=request.team)
-    _check(form, body, AGENT_FIELDS)
+    _check(form, body, AGENT_FIELDS, problems)
     return _created(agent_json(request, services.agent_create(team=request.team, actor=request.user, **form.cleaned_data)))
 
 
@@ -206,11 +210,11 @@ def agent_detail(request: ApiRequest, pk: int) -> HttpResponse:
     if request.method == "DELETE":
         return _delete(agent, services.agent_delete_blocker(agent=agent), lambda: services.agent_delete(agent=agent, actor=request.user))
     if request.method == "PATCH":
-        body = json_body(request, AGENT_FIELDS, partial=True, bounds=False)
+        body, problems = json_fields(request, AGENT_FIELDS, partial=True, bounds=False)
         current = {name: getattr(agent, name) for name in AGENT_FIELDS if name != "model_source"}
         current["model_source"] = agent.model_source_id
         form = AgentForm(_form_data({**current, **body}), instance=agent, team=request.team)
-        _check(form, body, AGENT_FIELDS)
+        _check(form, body, AGENT_FIELDS, problems)
         agent = services.agent_update(agent=agent, **form.cleaned_data)
     return JsonResponse(agent_json(request, agent))
 
@@ -222,10 +226,10 @@ def agent_detail(request: ApiRequest, pk: int) -> HttpResponse:
 def topologies(request: ApiRequest) -> HttpResponse:
     if request.method == "GET":
         return page_of(request, Topology.objects.filter(team=request.team).order_by("pk"), topology_json)
-    body = json_body(request, TOPOLOGY_FIELDS, bounds=False)
+    body, problems = json_fields(request, TOPOLOGY_FIELDS, bounds=False)
     defaults = {"env_args": {}, "specialization": "lora", "max_turns": max(len(body.get("agents") or []), 1)}
     form = TopologyForm(_form_data({**defaults, **body}), instance=Topology(team=request.team), team=request.team)
-    _check(form, body, TOPOLOGY_FIELDS)
+    _check(form, body, TOPOLOGY_FIELDS, problems)
     return _created(topology_saved_json(request, services.topology_create(team=request.team, actor=request.user, **form.cleaned_data)))
 
 
@@ -236,11 +240,11 @@ def topology_detail(request: ApiRequest, pk: int) -> HttpResponse:
         return _delete(topology, services.topology_delete_blocker(topology=topology),
                        lambda: services.topology_delete(topology=topology, actor=request.user))
     if request.method == "PATCH":
-        body = json_body(request, TOPOLOGY_FIELDS, partial=True, bounds=False)
+        body, problems = json_fields(request, TOPOLOGY_FIELDS, partial=True, bounds=False)
         current = {name: getattr(topology, name) for name in TOPOLOGY_FIELDS if name != "agents"}
         current["agents"] = [a.pk for a in topology.ordered_agents()]
         form = TopologyForm(_form_data({**current, **body}), instance=topology, team=request.team)
-        _check(form, body, TOPOLOGY_FIELDS)
+        _check(form, body, TOPOLOGY_FIELDS, problems)
         topology = services.topology_update(topology=topology, **form.cleaned_data)
         return JsonResponse(topology_saved_json(request, topology))
     return JsonResponse(topology_json(request, topology))
@@ -255,9 +259,9 @@ def datasets(request: ApiRequest) -> HttpResponse:
         return page_of(request, Dataset.objects.filter(team=request.team).order_by("pk"), dataset_json)
     if (request.content_type or "") == "multipart/form-data":
         return _upload(request)
-    body = json_body(request, GENERATOR_FIELDS, bounds=False)
+    body, problems = json_fields(request, GENERATOR_FIELDS, bounds=False)
     form = DatasetGeneratorForm(_form_data({"env_args": {}, **body}))
-    _check(form, body, GENERATOR_FIELDS)
+    _check(form, body, GENERATOR_FIELDS, problems)
     dataset = services.dataset_generator_create(team=request.team, actor=request.user, **form.cleaned_data)
     return _created(dataset_json(request, dataset, detail=True))
 
@@ -265,13 +269,10 @@ def datasets(request: ApiRequest) -> HttpResponse:
 def _upload(request: ApiRequest) -> HttpResponse:
     """A JSONL or CSV file (`file`) with `name`, `environment` and `eval_fraction` beside it."""
     unknown = sorted(set(request.POST) - set(UPLOAD_FIELDS)) + sorted(set(request.FILES) - {"file"})
-    if unknown:
-        raise ApiError(400, f"{unknown[0]}: unknown field; send file, {', '.join(UPLOAD_FIELDS)}.",
-                       fields={k: ["Unknown field."] for k in unknown})
     data = request.POST.copy()
     data.setdefault("eval_fraction", "0.1")
     form = DatasetUploadForm(data, request.FILES)
-    _check(form, {}, UPLOAD_FIELDS)
+    _check(form, {}, UPLOAD_FIELDS, {k: [f"Unknown field; send file, {', '.join(UPLOAD_FIELDS)}."] for k in unknown})
     dataset = services.dataset_upload(team=request.team, upload=form.cleaned_data.pop("file"), actor=request.user, **form.cleaned_data)
     return _created(dataset_json(request, dataset, detail=True))
 
@@ -285,12 +286,14 @@ def dataset_detail(request: ApiRequest, pk: int) -> HttpResponse:
     return JsonResponse(dataset_json(request, dataset, detail=True))
 
 
-def _check(form: Any, body: dict[str, Any], spec: dict[str, Field]) -> None:
-    """The form's errors and the body's bounds (`out_of_bounds`, in case the form has none for a
-    field the document bounds), every field at once, or nothing."""
-    errors = {k: [str(m) for m in v] for k, v in form.errors.items()}
+def _check(form: Any, body: dict[str, Any], spec: dict[str, Field], problems: dict[str, list[str]] | None = None) -> None:
+    """Every problem at once, or nothing: the body's own (`json_fields`: unknown fields, wrong
+    types, missing ones), then the form's for the other fields, then the body's bounds (in case the
+    form has none for a field the document bounds)."""
+    errors = dict(problems or {})
+    for key, messages in form.errors.items():
+        errors.setdefault(key, [str(m) for m in messages])
     for key, messages in out_of_bounds(body, spec).items():
         errors.setdefault(key, messages)
     if errors:
         raise ValidationError(errors)
-

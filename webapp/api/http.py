@@ -198,9 +198,21 @@ def _type_ok(value: Any, kind: str | tuple[str, ...]) -> bool:
 
 def json_body(request: HttpRequest, spec: Mapping[str, Field], *, partial: bool = False, bounds: bool = True) -> dict[str, Any]:
     """The request's JSON object, every property checked against `spec` (known, of its type, the
-    required ones present unless `partial`, and within its bounds unless `bounds` is False: a
-    caller that validates with a form merges `out_of_bounds` into the form's errors, so that every
-    problem comes back at once), all problems in one 400."""
+    required ones present unless `partial`, and within its bounds unless `bounds` is False), all
+    problems in one 400."""
+    body, problems = json_fields(request, spec, partial=partial, bounds=bounds)
+    if problems:
+        raise invalid_fields(problems)
+    return body
+
+
+def json_fields(request: HttpRequest, spec: Mapping[str, Field], *, partial: bool = False,
+                bounds: bool = True) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """The request's JSON object checked against `spec` as `json_body` does, but answered rather
+    than raised: (the properties that passed, the problems by field). A caller that validates with
+    a form gives it what passed and merges the rest (`bounds=False`: the form and `out_of_bounds`
+    judge the ranges), so that every problem comes back at once. Not JSON, or not an object, is
+    still an error at once: there are no fields to speak of."""
     if (request.content_type or "") != "application/json":
         raise ApiError(415, f"Send JSON (Content-Type: application/json), not {request.content_type or 'nothing'}.")
     body = trust.json_load(request.body, field="body")
@@ -220,15 +232,13 @@ def json_body(request: HttpRequest, spec: Mapping[str, Field], *, partial: bool 
             problems[key] = [f"Expected a list of {field.items}s."]
         elif field.type == "array" and not all(_within(v, field.item_minimum, field.item_maximum) for v in value):
             problems[key] = [f"Every item between {field.item_minimum} and {field.item_maximum}."]
-    if not problems:
-        problems.update(out_of_bounds(body if bounds else {k: v for k, v in body.items() if spec[k].strict}, spec))
+    passed = {k: v for k, v in body.items() if k not in problems}
+    problems.update(out_of_bounds(passed if bounds else {k: v for k, v in passed.items() if spec[k].strict}, spec))
     if not partial:
         for key, field in spec.items():
             if field.required and key not in body:
                 problems[key] = ["This field is required."]
-    if problems:
-        raise invalid_fields(problems)
-    return body
+    return {k: v for k, v in passed.items() if k not in problems}, problems
 
 
 def _within(value: Any, low: float | None, high: float | None) -> bool:

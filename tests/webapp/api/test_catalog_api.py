@@ -66,7 +66,9 @@ def test_every_problem_comes_back_at_once_naming_its_field(alice, alice_world, a
         "name": "bad name!", "role": "juggler", "model_source": 999999, "temperature": "hot", "colour": "red"})
     assert response.status_code == 400
     fields = response.json()["fields"]
-    assert set(fields) == {"temperature", "colour"}  # types and unknown fields first, before any form sees them
+    # an unknown field and a wrong type come back with the form's own findings on the rest
+    assert {"name", "model_source", "temperature", "colour"} <= set(fields), fields
+    assert fields["temperature"] == ["Expected a number or null."] and fields["colour"][0].startswith("Unknown field")
     response = api.send("POST", reverse("api_agents"), {"name": "bad name!", "role": "juggler", "model_source": 999999,
                                                        "temperature": 9.0})
     assert response.status_code == 400
@@ -79,6 +81,14 @@ def test_every_problem_comes_back_at_once_naming_its_field(alice, alice_world, a
     assert response.status_code == 400 and "specialization" in response.json()["fields"]
     response = api.send("POST", reverse("api_topologies"), {"name": "nowhere", "environment": "no_such_env", "agents": [alice_world.tool.pk]})
     assert response.status_code == 400 and "environment" in response.json()["fields"]
+    response = api.send("POST", reverse("api_topologies"), {"name": "", "environment": "no_such_env", "max_turns": "two", "agents": "all"})
+    assert {"name", "environment", "max_turns", "agents"} <= set(response.json()["fields"]), response.json()
+    assert response.json()["fields"]["agents"] == ["Expected an array."]
+    response = api.send("PATCH", reverse("api_topology", args=[alice_world.topology.pk]), {"max_turns": 0, "env_args": [1], "specialization": "solo"})
+    assert {"max_turns", "env_args", "specialization"} <= set(response.json()["fields"]), response.json()
+    response = api.send("POST", reverse("api_datasets"), {"name": "gen", "environment": "math_tool", "size": -1, "eval_size": "8", "extra": 1})
+    assert {"size", "eval_size", "extra"} <= set(response.json()["fields"]), response.json()
+    assert Topology.objects.filter(name__in=["", "nowhere"]).count() == 0 and not Dataset.objects.filter(name="gen").exists()
     assert api.send("POST", reverse("api_models"), "name: x", content_type="application/yaml").status_code == 415
     assert api.send("POST", reverse("api_models"), ["not", "an", "object"]).status_code == 400
     response = api.send("POST", reverse("api_models"), {"name": "Home", "source": "local:/etc"})
@@ -137,6 +147,9 @@ def test_datasets_upload_through_the_forms_checks_or_generate(alice, api, settin
     extra = client.post(reverse("api_datasets"), {"name": "x", "environment": "math_tool", "owner": "mallory",
                                                   "file": SimpleUploadedFile("a.jsonl", rows)}, headers=api.headers)
     assert extra.status_code == 400 and "owner" in extra.json()["fields"]
+    both = client.post(reverse("api_datasets"), {"environment": "no_such_env", "owner": "mallory",
+                                                 "file": SimpleUploadedFile("a.jsonl", rows)}, headers=api.headers)
+    assert {"owner", "name", "environment"} <= set(both.json()["fields"]), both.json()  # all at once
 
     generated = api.send("POST", reverse("api_datasets"), {"name": "L2", "environment": "math_tool", "env_args": {"level": 2},
                                                           "size": 64, "eval_size": 16})
