@@ -16,6 +16,7 @@ sees, never an exception of the rollout).
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import math
 import operator
@@ -85,11 +86,13 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {"sqrt": math.sqrt, "abs": abs, "rou
 MAX_EXPRESSION_CHARS = 200
 MAX_EXPONENT = 100
 MAX_MAGNITUDE = 10**30
+MAX_ROUND_DIGITS = 30
 
 
 def calculate(expression: str) -> str:
     """Evaluate an arithmetic expression: numbers, + - * / // % ** and parentheses, and sqrt, abs,
-    round, min, max. Exponents above 100 and results above 1e30 are refused (no huge numbers)."""
+    round, min, max. Exponents above 100, rounding to more than 30 digits, and numbers above 1e30
+    (or not finite) are refused (no huge numbers)."""
     if not isinstance(expression, str) or len(expression) > MAX_EXPRESSION_CHARS:
         raise ValueError(f"give the expression as text of at most {MAX_EXPRESSION_CHARS} characters")
     try:
@@ -99,8 +102,8 @@ def calculate(expression: str) -> str:
 
     def value(node: ast.AST) -> Any:
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-            return node.value
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            out = node.value
+        elif isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
             left, right = value(node.left), value(node.right)
             if isinstance(node.op, ast.Pow) and abs(right) > MAX_EXPONENT:
                 raise ValueError(f"exponent {right} is too large (at most {MAX_EXPONENT})")
@@ -108,10 +111,14 @@ def calculate(expression: str) -> str:
         elif isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
             out = _UNARY[type(node.op)](value(node.operand))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS and not node.keywords:
-            out = _FUNCTIONS[node.func.id](*[value(a) for a in node.args])
+            args = [value(a) for a in node.args]
+            if node.func.id == "round" and len(args) > 1 and abs(args[1]) > MAX_ROUND_DIGITS:
+                # round(7, -10**9) would build 10**(10**9) first: minutes of CPU from 17 characters
+                raise ValueError(f"round to at most {MAX_ROUND_DIGITS} digits")
+            out = _FUNCTIONS[node.func.id](*args)
         else:
             raise ValueError(f"only numbers, + - * / // % ** and {', '.join(_FUNCTIONS)} are allowed, not {ast.unparse(node)!r}")
-        if isinstance(out, complex) or abs(out) > MAX_MAGNITUDE:
+        if isinstance(out, complex) or not math.isfinite(out) or abs(out) > MAX_MAGNITUDE:
             raise ValueError("the result is out of range")
         return out
 
@@ -174,8 +181,8 @@ def load_tool(name: str) -> Tool:
         obj = plugins.lookup(name, kind=TOOL)
     except plugins.PluginError as exc:
         raise ToolError(str(exc)) from None
-    if isinstance(obj, Tool):
-        return obj
+    if isinstance(obj, Tool):  # the registry guards callables; a Tool's own function is guarded here
+        return dataclasses.replace(obj, run=plugins.guard(obj.run, what=f"tool {name}"))
     return tool_from_function(obj, name=name.rpartition(":")[2].rpartition(".")[2])
 
 
@@ -212,37 +219,68 @@ def parse_call(text: str) -> ToolCall | None:
         data = json.loads(body)
     except json.JSONDecodeError as exc:
         return ToolCall("", {}, error=f"the tool call is not valid JSON ({exc.msg} at character {exc.pos})")
+    except RecursionError:  # [[[[... a thousand deep: the decoder's recursion limit, not the rollout's end
+        return ToolCall("", {}, error="the tool call nests too deeply to read")
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
         return ToolCall("", {}, error='write the call as {"name": "<tool>", "arguments": {...}}')
     arguments = data.get("arguments", data.get("parameters", {}))
     if isinstance(arguments, str):  # some models write the arguments as a JSON string
         try:
             arguments = json.loads(arguments)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             pass
     if not isinstance(arguments, dict):
         return ToolCall(data["name"], {}, error="the arguments must be a JSON object")
     return ToolCall(data["name"], arguments)
 
 
+def _cut(text: str, limit: int = 60) -> str:
+    """A name or key the model wrote, cut for an error message (it may be thousands of characters)."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "array": (list,), "object": (dict,),
+    "null": (type(None),),
+}
+
+
+def _type_problems(arguments: Mapping[str, Any], properties: Mapping[str, Any]) -> list[str]:
+    """The arguments whose JSON type is not their schema's (`{"type": "integer"}`, or a list of
+    types); a bool is no integer or number, as in JSON schema."""
+    problems = []
+    for key, value in arguments.items():
+        kinds = properties.get(key, {}).get("type")
+        if kinds is None:
+            continue
+        kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+        allowed = tuple(t for k in kinds for t in _JSON_TYPES.get(k, (object,)))
+        if not isinstance(value, allowed) or (isinstance(value, bool) and "boolean" not in kinds):
+            problems.append(f"{key} must be {' or '.join(kinds)}, not {type(value).__name__}")
+    return problems
+
+
 def run_call(call: ToolCall, tools: Mapping[str, Tool]) -> ToolCall:
-    """Run a parsed call with the agent's tools; the result (or the error) as text, cut to RESULT_CHARS."""
+    """Run a parsed call with the agent's tools; the result (or the error) as text, cut to
+    RESULT_CHARS. Nothing the model wrote, and nothing the tool does short of hanging, escapes."""
     if call.error:
         return call
     tool = tools.get(call.name)
     if tool is None:
-        return ToolCall(call.name, call.arguments, error=f"no tool {call.name!r}; the tools are: {', '.join(tools) or 'none'}")
+        return ToolCall(call.name, call.arguments, error=f"no tool {_cut(call.name)!r}; the tools are: {', '.join(tools) or 'none'}")
+    properties = tool.parameters.get("properties", {})
     missing = [k for k in tool.parameters.get("required", []) if k not in call.arguments]
-    unknown = [k for k in call.arguments if k not in tool.parameters.get("properties", {})]
-    if missing or unknown:
-        what = "; ".join(part for part in (f"missing {', '.join(missing)}" if missing else "",
-                                           f"unknown {', '.join(unknown)}" if unknown else "") if part)
-        return ToolCall(call.name, call.arguments, error=f"{tool.signature()}: {what}")
+    unknown = [_cut(k, 40) for k in call.arguments if k not in properties]
+    problems = [f"missing {', '.join(missing)}"] if missing else []
+    problems += [f"unknown {', '.join(unknown)}"] if unknown else []
+    problems += _type_problems({k: v for k, v in call.arguments.items() if k in properties}, properties)
+    if problems:
+        return ToolCall(call.name, call.arguments, error=f"{tool.signature()}: {'; '.join(problems)}"[:RESULT_CHARS])
     try:
         result = tool.run(**call.arguments)
-    except Exception as exc:  # the tool's failure is the model's result to read, not the rollout's
+        text = result if isinstance(result, str) else json.dumps(result, default=str)
+    except Exception as exc:  # the tool's failure (or its unprintable result) is the model's to read, not the rollout's
         return ToolCall(call.name, call.arguments, error=f"{type(exc).__name__}: {exc}"[:RESULT_CHARS])
-    text = result if isinstance(result, str) else json.dumps(result, default=str)
     return ToolCall(call.name, call.arguments, result=text[:RESULT_CHARS])
 
 

@@ -196,7 +196,17 @@ class Sampler:
             [(ids, self.messages(agent, s)) for ids, s in zip(prompt_ids, states)], n, tools,
             max_calls=self.config.generation.max_tool_calls, supported=self.tool_support(agent), end_ids=sorted(end_ids),
             run=lambda calls: list(self.pool.map(lambda call: call(), calls)),
+            room=self.context_length(agent) - (self.config.agent(agent).max_new_tokens or self.config.generation.max_new_tokens),
         )
+
+    def context_length(self, agent: str) -> int:
+        """The most tokens (prompt and completion) the agent's model takes: its tokenizer's
+        `model_max_length` (from the model's config), or vLLM's `max_model_len` where set lower."""
+        limit = getattr(self.policies.for_agent(agent).tokenizer, "model_max_length", None)
+        limits = [int(limit)] if isinstance(limit, int) and 0 < limit < 10**9 else []  # 1e30: "unbounded"
+        if self.vllm is not None and self.config.generation.vllm_max_model_len:
+            limits.append(self.config.generation.vllm_max_model_len)
+        return min(limits, default=10**9)
 
     def stop_pattern(self, role: str, *, tool_calls: bool = False) -> re.Pattern[str] | None:
         """The environment's optional end-of-action pattern for a role (`stop_patterns`); none when

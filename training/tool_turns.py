@@ -184,10 +184,15 @@ Sample = Callable[[list[tuple[int, ...]], int], list[list[Generation]]]
 def tool_turn(
     sample: Sample, tokenizer: Any, prompts: Sequence[tuple[tuple[int, ...], Messages]], n: int, tools: Sequence[Tool],
     *, max_calls: int, supported: bool, end_ids: Sequence[int], run: Callable[[Callable[[], ToolCall]], Any] | None = None,
+    room: int | None = None,
 ) -> list[list[Generation]]:
     """`n` candidates for each (prompt ids, prompt messages), each calling tools up to `max_calls`
     times: after each segment that calls one, the call runs, its result is appended and the
-    candidate generates on. All candidates waiting for their next segment generate in one batch."""
+    candidate generates on. All candidates waiting for their next segment generate in one batch.
+
+    `room` is the longest prompt the model can continue (its context less a segment's
+    `max_new_tokens`): a candidate whose conversation has grown past it ends its turn after the
+    result (kept, masked like every result) instead of generating past the model's context."""
     by_name = {t.name: t for t in tools}
     first = sample([ids for ids, _ in prompts], n)
     exchanges = [[_Exchange(segments=[g]) for g in group] for group in first]
@@ -195,6 +200,8 @@ def tool_turn(
         waiting: list[tuple[int, _Exchange, ToolCall]] = []
         for i, group in enumerate(exchanges):
             for ex in group:
+                if len(ex.results) == len(ex.segments):  # out of room: its turn ended after a result
+                    continue
                 last = ex.segments[-1]
                 call = None if last.truncated and CALL_END not in last.text else parse_call(last.text)
                 if call is not None:
@@ -203,12 +210,16 @@ def tool_turn(
             break
         runs = [lambda call=call: run_call(call, by_name) for _, _, call in waiting]
         done = list(run(runs) if run is not None else (f() for f in runs))
-        nexts: list[tuple[int, ...]] = []
+        going_on: list[tuple[_Exchange, tuple[int, ...]]] = []
         for (i, ex, _), call in zip(waiting, done):
             ex.calls.append(call)
             base = ex.messages(prompts[i][1], supported=supported)
             ex.results.append(result_ids(tokenizer, base, tools, ex.segments[-1], call, supported=supported, end_ids=end_ids))
-            nexts.append(tuple(prompts[i][0]) + ex.token_ids())
-        for (_, ex, _), (g,) in zip(waiting, sample(nexts, 1)):
+            prompt = tuple(prompts[i][0]) + ex.token_ids()
+            if room is None or len(prompt) <= room:
+                going_on.append((ex, prompt))
+        if not going_on:
+            break
+        for (ex, _), (g,) in zip(going_on, sample([p for _, p in going_on], 1)):
             ex.segments.append(g)
     return [[ex.generation() for ex in group] for group in exchanges]

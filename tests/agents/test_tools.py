@@ -7,7 +7,19 @@ from __future__ import annotations
 import pytest
 
 from agents import plugins
-from agents.tools import BUILTINS, ToolCall, ToolError, calculate, load_tool, parse_call, result_text, run_call, tool_names
+from agents.tools import (
+    BUILTINS,
+    Tool,
+    ToolCall,
+    ToolError,
+    calculate,
+    load_tool,
+    parse_call,
+    result_text,
+    run_call,
+    tool_from_function,
+    tool_names,
+)
 
 
 @pytest.mark.parametrize(("expression", "value"), [
@@ -92,3 +104,72 @@ def test_an_operator_plugin_tool_gets_its_schema_from_its_signature(monkeypatch)
 def test_long_results_are_cut():
     out = run_call(ToolCall("python", {"code": "print('x' * 10000)"}), BUILTINS)
     assert len(out.result) == 2000
+
+
+# -- what a model (or a plugin) may throw at a call ------------------------------------------------
+
+
+@pytest.mark.parametrize("expression", [
+    "round(7, -999999999)", "round(1.5, 31)", "1e999", "1e999 - 1e999", "-1e999",
+    "sqrt(1e308) * 1e300",
+])
+def test_the_calculator_refuses_costly_or_non_finite_numbers_at_once(expression):
+    with pytest.raises(ValueError, match="digits|out of range"):
+        calculate(expression)
+
+
+@pytest.mark.parametrize("text", [
+    "<tool_call>" + "[" * 5000 + "</tool_call>",
+    '<tool_call>{"name": "calculator", "arguments": "' + "[" * 5000 + '"}</tool_call>',
+    '<tool_call>{"name": "calculator", "arguments": {"expression": ' + '{"a": ' * 3000 + "1" + "}" * 3000 + "}}</tool_call>",
+])
+def test_a_call_nested_past_the_decoders_limit_is_an_error_the_model_reads(text):
+    call = parse_call(text)
+    assert call is not None
+    out = run_call(call, BUILTINS)
+    assert out.error and result_text(out).startswith("Error: ")
+
+
+def test_errors_quote_what_the_model_wrote_only_in_part():
+    out = run_call(ToolCall("x" * 50_000, {"y" * 50_000: 1}), BUILTINS)
+    assert len(out.error) < 200 and out.error.startswith("no tool 'xxx")
+    out = run_call(ToolCall("calculator", {"expression": "1", "y" * 50_000: 1}), BUILTINS)
+    assert len(out.error) < 200 and "unknown yyy" in out.error
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"item": 5}, "item must be string, not int"),
+    ({"item": "pen", "quantity": "two"}, "quantity must be integer, not str"),
+    ({"item": "pen", "quantity": True}, "quantity must be integer, not bool"),
+    ({"item": "pen", "quantity": 1.5}, "quantity must be integer, not float"),
+    ({"item": ["pen"]}, "item must be string, not list"),
+])
+def test_a_plugins_arguments_are_checked_against_its_schema_before_it_runs(arguments, message):
+    tool = tool_from_function(lookup_price, name="lookup_price")
+    out = run_call(ToolCall("lookup_price", arguments), {"lookup_price": tool})
+    assert message in out.error and not out.result
+    assert run_call(ToolCall("calculator", {"expression": 12}), BUILTINS).error.endswith("expression must be string, not int")
+
+
+def _unprintable(**_: object) -> object:
+    return {(1, 2): "a tuple key"}
+
+
+def _exits(**_: object) -> str:
+    raise SystemExit(1)
+
+
+def test_a_plugin_tool_that_exits_or_answers_unprintably_is_an_error_not_a_crash(monkeypatch):
+    odd = Tool("odd", "Answers a dict JSON cannot hold.", {"type": "object", "properties": {}}, _unprintable)
+    assert "TypeError" in run_call(ToolCall("odd", {}), {"odd": odd}).error
+    path = "tests.agents.test_tools:EXITING"
+    plugins.register(path, kind=plugins.TOOL)
+    try:
+        tool = load_tool(path)
+        out = run_call(ToolCall("bye", {}), {"bye": tool})
+        assert "SystemExit" in out.error and not out.result
+    finally:
+        plugins.unregister(path, kind=plugins.TOOL)
+
+
+EXITING = Tool("bye", "Exits the process.", {"type": "object", "properties": {}}, _exits)

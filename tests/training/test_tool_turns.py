@@ -176,3 +176,26 @@ def test_a_template_without_tool_support_is_shown_a_worked_call_before_the_task(
     assert messages[3]["content"] == "Result of calculator: 84" and messages[4]["content"] == "Answer: 84"  # the tool's real result
     assert text.rstrip().endswith("What is 6 * 7?<|im_end|>\n<|im_start|>assistant")
     assert messages_with_tools(messages[:1] + messages[-1:], CALC, supported=True) == messages[:1] + messages[-1:]
+
+
+def test_a_turn_that_would_outgrow_the_models_context_ends_after_the_result(tokenizer):
+    """With room for the prompt after one result but not after two, the candidate that calls again
+    ends its turn after its second result (kept, masked) instead of generating past the context;
+    the other answers as it would have."""
+    ids, messages, _ = start(tokenizer)
+    rounds = [[CALL, CALL], [CALL, "Answer: 42"], ["Answer: 42"]]
+    free_script = Script(tokenizer, rounds)
+    (free,) = tool_turn(free_script, tokenizer, [(ids, messages)], 2, CALC, max_calls=3, supported=False, end_ids=[])
+    assert len(free[0].calls) == 2 and free[0].text.endswith("Answer: 42")
+    after_two = len(free_script.prompts[2][0])  # the prompt the third segment needed
+
+    script = Script(tokenizer, rounds)
+    (group,) = tool_turn(script, tokenizer, [(ids, messages)], 2, CALC, max_calls=3, supported=False, end_ids=[], room=after_two - 1)
+    assert len(script.prompts) == 2  # no third round: nobody had room for it
+    long, short = group
+    assert len(long.calls) == 2 and long.calls[1]["result"] == "42" and long.mask[-1] == 0 and not long.text.endswith("Answer: 42")
+    assert short.text.endswith("Answer: 42") and short.token_ids == free[1].token_ids
+
+    script = Script(tokenizer, [[CALL, CALL]])
+    (group,) = tool_turn(script, tokenizer, [(ids, messages)], 2, CALC, max_calls=3, supported=False, end_ids=[], room=len(ids))
+    assert len(script.prompts) == 1 and [len(g.calls) for g in group] == [1, 1] and all(g.mask[-1] == 0 for g in group)
