@@ -188,8 +188,8 @@ class Sampler:
         if not tools or self.config.generation.max_tool_calls == 0:
             return self.sample(agent, prompt_ids, n, temperature)
         policy = self.policies.for_agent(agent)
-        ends = policy.tokenizer.convert_tokens_to_ids([t for t in ("<|im_end|>", "<|eot_id|>", "<|end|>")
-                                                       if t in policy.tokenizer.get_vocab()])
+        vocab = policy.tokenizer.get_vocab()
+        ends = [int(vocab[t]) for t in ("<|im_end|>", "<|eot_id|>", "<|end|>") if t in vocab]
         end_ids = {*ends, *([policy.tokenizer.eos_token_id] if policy.tokenizer.eos_token_id is not None else [])}
         return tool_turns.tool_turn(
             lambda ids, k: self.sample(agent, ids, k, temperature, tool_calls=True), policy.tokenizer,

@@ -18,6 +18,7 @@ topology gives such a model tools.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -159,7 +160,9 @@ class _Exchange:
         return out
 
     def generation(self) -> Generation:
-        ids, mask, logprobs = [], [], []
+        ids: list[int] = []
+        mask: list[int] = []
+        logprobs: list[float] = []
         has_logprobs = all(s.logprobs is not None for s in self.segments)
         for i, seg in enumerate(self.segments):
             ids += seg.token_ids
@@ -183,7 +186,7 @@ Sample = Callable[[list[tuple[int, ...]], int], list[list[Generation]]]
 
 def tool_turn(
     sample: Sample, tokenizer: Any, prompts: Sequence[tuple[tuple[int, ...], Messages]], n: int, tools: Sequence[Tool],
-    *, max_calls: int, supported: bool, end_ids: Sequence[int], run: Callable[[Callable[[], ToolCall]], Any] | None = None,
+    *, max_calls: int, supported: bool, end_ids: Sequence[int], run: Callable[[Sequence[Callable[[], ToolCall]]], Any] | None = None,
     room: int | None = None,
 ) -> list[list[Generation]]:
     """`n` candidates for each (prompt ids, prompt messages), each calling tools up to `max_calls`
@@ -208,7 +211,7 @@ def tool_turn(
                     waiting.append((i, ex, call))
         if not waiting:
             break
-        runs = [lambda call=call: run_call(call, by_name) for _, _, call in waiting]
+        runs: list[Callable[[], ToolCall]] = [functools.partial(run_call, call, by_name) for _, _, call in waiting]
         done = list(run(runs) if run is not None else (f() for f in runs))
         going_on: list[tuple[_Exchange, tuple[int, ...]]] = []
         for (i, ex, _), call in zip(waiting, done):
