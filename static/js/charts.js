@@ -64,10 +64,21 @@
   }
 
   function axisSize(u, values, axisIdx, cycleNum) {
-    // Wide enough for the longest tick label (uPlot calls this again once the labels are known).
+    // Wide enough for the widest tick label as the canvas draws it in the axis' font, plus the
+    // ticks and the gap (uPlot calls this again once the labels are known). A guess from the
+    // number of characters cut "1.00" to ".00" where the font's digits are wider than guessed.
     if (cycleNum > 1 || !values) return u.axes[axisIdx]._size || 40;
-    var longest = values.reduce(function (n, v) { return Math.max(n, v ? String(v).length : 0); }, 0);
-    return Math.max(36, longest * 7 + 16);
+    var axis = u.axes[axisIdx], ctx = u.ctx, ratio = (window.uPlot && uPlot.pxRatio) || 1, widest = 0;
+    if (ctx && axis.font && axis.font[0]) {
+      ctx.save();
+      ctx.font = axis.font[0];
+      values.forEach(function (v) { if (v) widest = Math.max(widest, ctx.measureText(String(v)).width / ratio); });
+      ctx.restore();
+    } else {
+      widest = values.reduce(function (n, v) { return Math.max(n, v ? String(v).length : 0); }, 0) * 8;
+    }
+    var ticks = (axis.ticks && axis.ticks.show !== false && axis.ticks.size) || 10;
+    return Math.max(36, Math.ceil(widest) + ticks + (axis.gap || 5) + 6);
   }
 
   function stepAxis(extra) {

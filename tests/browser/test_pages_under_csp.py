@@ -112,6 +112,15 @@ def test_it_works_page_by_page_under_the_policy(web: Processes, alice: Member, t
     labels = page.locator("#chart-reward-fns .u-legend .u-series .u-label").all_inner_texts()
     assert labels == ["step", "format_ok", "short_answer"], labels
     page.locator("#chart-reward-fns").screenshot(path=str(shots / "csp-run-reward-fns.png"))
+    # a value axis is as wide as its widest label as drawn, plus ticks and gap ("1.00" was cut to ".00")
+    room = page.evaluate("""() => {
+        const ctx = document.createElement("canvas").getContext("2d"), font = "bold 20px serif";
+        ctx.font = font;
+        const u = {ctx: ctx, axes: [{}, {font: [font, 20], ticks: {size: 10}, gap: 5}]};
+        const size = window.troupeCharts.axisSize(u, ["0.00", "0.25", "1000.75"], 1, 1);
+        return size - 15 - ctx.measureText("1000.75").width;
+    }""")
+    assert room >= 0, room
     page.wait_for_function("() => document.querySelectorAll('#episodes article.episode').length === 20")
     page.click("#episodes button.load-more")
     page.wait_for_function("() => document.querySelectorAll('#episodes article.episode').length === 40")
