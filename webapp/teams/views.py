@@ -18,6 +18,7 @@ from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -109,9 +110,11 @@ def invitation_accept(request: HttpRequest, token: str) -> HttpResponse:
         if signup is not None:
             if not signup.is_valid():
                 return render(request, "team/invitation.html", {"invitation": invitation, "signup": signup}, status=400)
-            user = signup.save()
         try:
-            membership = services.invitation_accept(token=token, user=user)
+            with transaction.atomic():  # a new account and its membership, or neither (no account in no team)
+                if signup is not None:
+                    user = signup.save()
+                membership = services.invitation_accept(token=token, user=user)
         except ValidationError as exc:
             error = " ".join(exc.messages)
         else:

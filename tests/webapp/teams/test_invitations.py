@@ -106,3 +106,24 @@ def test_a_bad_invitation_form_names_its_field(alice):
     response, link = _invite(alice.client, email="not an address", role="owner")
     assert response.status_code == 400 and link is None
     assert set(response.context["invite_form"].errors) == {"email", "role"}
+
+
+def test_a_link_used_up_while_a_newcomer_fills_the_form_makes_no_account(alice, monkeypatch):
+    """Someone else joins with the link between the newcomer's page load and their submit: the
+    newcomer reads why, and no account is left behind in no team."""
+    from django.core.exceptions import ValidationError
+
+    from webapp.teams import services
+
+    _, link = _invite(alice.client)
+    path = link.split("testserver", 1)[1]
+    visitor = Client()
+    assert visitor.get(path).status_code == 200
+
+    def used_meanwhile(**_):
+        raise ValidationError("This invitation no longer works: it was used, revoked or has expired.")
+
+    monkeypatch.setattr(services, "invitation_accept", used_meanwhile)
+    page = visitor.post(path, {"username": "fred", "password1": "freds long passphrase", "password2": "freds long passphrase"})
+    assert "no longer works" in page.content.decode()
+    assert not User.objects.filter(username="fred").exists()
