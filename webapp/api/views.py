@@ -171,8 +171,11 @@ def _launch(request: ApiRequest) -> HttpResponse:
             tags=", ".join(map(str, tags)) if isinstance(tags, list) else str(tags), notes=str(options.get("notes") or ""),
             topology=topology,
         )
-    except ConfigError as exc:
-        return error(400, str(exc), field=exc.field)
+    except ConfigError as exc:  # every field at fault (`config_problems_after`), the first one named in `error`
+        fields: dict[str, list[str]] = {}
+        for problem in [exc, *getattr(exc, "others", [])]:
+            fields.setdefault(problem.field, []).append(problem.message)
+        return error(400, str(exc), field=exc.field, fields=fields)
     except ValidationError as exc:
         field = next(iter(exc.message_dict), None) if hasattr(exc, "error_dict") else None
         return error(400, " ".join(exc.messages), field=field)

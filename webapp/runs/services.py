@@ -9,6 +9,7 @@ Functions are keyword-only and named `<entity>_<action>`. Engine config errors a
 
 from __future__ import annotations
 
+import copy
 import errno
 import logging
 import sys
@@ -374,6 +375,43 @@ def _tree_diff(base: Any, target: Any) -> Any:
 # == launching from a config (the API) ===================================================================
 
 
+MAX_CONFIG_PROBLEMS = 20
+
+
+def config_problems_after(*, team: Team, tree: Mapping[str, Any], first: ConfigError) -> list[ConfigError]:
+    """The config's other problems, after `first`: the engine names one field at a time, so the
+    field at fault is taken out (its default stands in) and the rest validated again, until the
+    config passes, a problem is not a field that can be taken out, or MAX_CONFIG_PROBLEMS."""
+    trial = copy.deepcopy(dict(tree))
+    seen = {first.field}
+    others: list[ConfigError] = []
+    error = first
+    while len(others) < MAX_CONFIG_PROBLEMS and _drop_field(trial, error.field):
+        try:
+            trust.config_from_tree(team=team, tree=trial)
+            break
+        except ConfigError as exc:
+            if exc.field in seen:
+                break
+            seen.add(exc.field)
+            others.append(exc)
+            error = exc
+    return others
+
+
+def _drop_field(tree: dict[str, Any], dotted: str) -> bool:
+    """Take `section.key` (or a whole top-level key) out of the tree; False when it names no such
+    plain entry (a list item, a whole section the engine needs)."""
+    parts = dotted.split(".")
+    if len(parts) == 1:
+        return parts[0] not in ("model", "topology", "data") and tree.pop(parts[0], None) is not None
+    section = tree.get(parts[0])
+    if len(parts) != 2 or not isinstance(section, dict) or parts[1] not in section:
+        return False
+    del section[parts[1]]
+    return True
+
+
 def run_launch(
     *, team: Team, user: Any, tree: dict[str, Any], name: str = "", dataset: Any = None, tags: str = "", notes: str = "",
     topology: Topology | None = None,
@@ -401,7 +439,11 @@ def run_launch(
         tree["data"] = {**extra, **data}
     if name:
         tree["name"] = name
-    config = trust.config_from_tree(team=team, tree=tree)
+    try:
+        config = trust.config_from_tree(team=team, tree=tree)
+    except ConfigError as exc:
+        exc.others = config_problems_after(team=team, tree=tree, first=exc)  # type: ignore[attr-defined]
+        raise
     with transaction.atomic():
         run = run_create(team=team, user=user, name=(name or config.name)[:200], config=config, dataset=dataset, topology=topology)
         if notes:

@@ -234,5 +234,12 @@ def test_a_run_launches_from_a_topology_and_a_dataset_made_through_the_api(alice
     assert run.topology_id == topology["id"] and run.dataset_id == dataset["id"] and run.name == "calculator" and enqueued == [run.pk]
     assert config.topology.agents[0].tools == ("calculator",) and config.topology.env_args == {"level": 4}
     assert config.optim.steps == 2 and config.data.train_size == 32 and config.model.source == alice_world.source.source
+    before = Run.objects.count()
+    response = api.send("POST", reverse("api_runs"), {"topology": topology["id"], "dataset": dataset["id"], "config": {
+        "optim": {"steps": 0, "lr": -1.0, "tasks_per_step": 2}, "grpo": {"k": 1}, "generation": {"top_p": 7}}})
+    assert response.status_code == 400 and Run.objects.count() == before
+    fields = response.json()["fields"]
+    assert {"optim.steps", "optim.lr", "grpo.k", "generation.top_p"} <= set(fields), fields  # every one at once
+    assert response.json()["field"] in fields and all(len(m) == 1 for m in fields.values())
     response = api.send("POST", reverse("api_runs"), {"topology": 999999, "config": {}})
     assert response.status_code == 400 and response.json()["field"] == "topology"
