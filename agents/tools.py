@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import json
 import math
 import operator
 import re
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -182,8 +184,36 @@ def load_tool(name: str) -> Tool:
     except plugins.PluginError as exc:
         raise ToolError(str(exc)) from None
     if isinstance(obj, Tool):  # the registry guards callables; a Tool's own function is guarded here
-        return dataclasses.replace(obj, run=plugins.guard(obj.run, what=f"tool {name}"))
-    return tool_from_function(obj, name=name.rpartition(":")[2].rpartition(".")[2])
+        tool = dataclasses.replace(obj, run=plugins.guard(obj.run, what=f"tool {name}"))
+    else:
+        tool = tool_from_function(obj, name=name.rpartition(":")[2].rpartition(".")[2])
+    return dataclasses.replace(tool, run=functools.partial(_within_time, tool.run, name=tool.name))
+
+
+PLUGIN_SECONDS = 30.0
+"""How long a plugin tool's call may take before the model reads that it timed out."""
+
+
+def _within_time(run: Callable[..., Any], /, *, name: str, **arguments: Any) -> Any:
+    """Run a plugin tool's call in a thread of its own and wait at most PLUGIN_SECONDS: a call that
+    hangs (a lookup with no timeout of its own) costs the rollout that long, not the run. Python
+    cannot stop the thread; it is a daemon, so it never keeps the worker from exiting."""
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["result"] = run(**arguments)
+        except BaseException as exc:  # handed to the caller's thread, where run_call turns it into the model's error
+            box["error"] = exc
+
+    thread = threading.Thread(target=call, name=f"tool-{name}", daemon=True)
+    thread.start()
+    thread.join(PLUGIN_SECONDS)
+    if thread.is_alive():
+        raise TimeoutError(f"{name} took longer than {PLUGIN_SECONDS:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
 
 
 def tool_from_function(fn: Any, *, name: str) -> Tool:

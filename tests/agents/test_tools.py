@@ -4,9 +4,12 @@ operator plugins registered like environments."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from agents import plugins
+from agents import tools as tools_module
 from agents.tools import (
     BUILTINS,
     Tool,
@@ -173,3 +176,26 @@ def test_a_plugin_tool_that_exits_or_answers_unprintably_is_an_error_not_a_crash
 
 
 EXITING = Tool("bye", "Exits the process.", {"type": "object", "properties": {}}, _exits)
+
+
+RELEASE = threading.Event()
+
+
+def _hangs(**_: object) -> str:
+    RELEASE.wait()
+    return "too late"
+
+
+HANGING = Tool("stuck", "Waits for an event nobody sets in time.", {"type": "object", "properties": {}}, _hangs)
+
+
+def test_a_plugin_tool_that_hangs_is_a_timeout_the_model_reads(monkeypatch):
+    monkeypatch.setattr(tools_module, "PLUGIN_SECONDS", 0.2)
+    path = "tests.agents.test_tools:HANGING"
+    plugins.register(path, kind=plugins.TOOL)
+    try:
+        out = run_call(ToolCall("stuck", {}), {"stuck": load_tool(path)})
+        assert out.error == "TimeoutError: stuck took longer than 0.2 s" and not out.result
+    finally:
+        RELEASE.set()
+        plugins.unregister(path, kind=plugins.TOOL)
