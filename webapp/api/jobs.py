@@ -16,7 +16,19 @@ from typing import Any
 from django.http import HttpResponse, JsonResponse
 from django.urls import reverse
 
-from webapp.api.http import ApiError, ApiRequest, Field, absolute, endpoint, id_field, json_body, page_of, stamp
+from webapp.api.http import (
+    ApiError,
+    ApiRequest,
+    Field,
+    absolute,
+    endpoint,
+    id_field,
+    invalid_fields,
+    json_body,
+    json_fields,
+    page_of,
+    stamp,
+)
 from webapp.catalog import services as catalog
 from webapp.core.values import ID_MAX
 from webapp.jobs import services
@@ -67,20 +79,29 @@ def _checkpoint(run: Run, step: int | None) -> Checkpoint | None:
     if checkpoint is None:
         steps = ", ".join(str(s) for s in run.checkpoints.order_by("step").values_list("step", flat=True)) or "none"
         raise ApiError(400, f"checkpoint_step: run #{run.pk} has no checkpoint at step {step} (its checkpoints: {steps})",
-                       fields={"checkpoint_step": [f"No checkpoint at step {step}."]})
+                       fields={"checkpoint_step": [f"Run #{run.pk} has no checkpoint at step {step} (its checkpoints: {steps})."]})
     return checkpoint
 
 
 def evaluation_launch(request: ApiRequest, run: Run) -> HttpResponse:
-    body = json_body(request, EVALUATION_FIELDS)
-    dataset = Dataset.objects.filter(team=request.team, pk=int(body["dataset"])).first()
-    if dataset is None:
-        raise ApiError(400, "dataset: no dataset with this id in your team", fields={"dataset": ["Not one of your team's datasets."]})
-    if dataset.status != Dataset.Status.VALID:
-        raise ApiError(400, f"dataset: {dataset.name} is invalid: {dataset.status_message}", fields={"dataset": ["The dataset is invalid."]})
-    step = body.get("checkpoint_step")
-    job = services.evaluation_request(run=run, user=request.user, dataset=dataset,
-                                      checkpoint=_checkpoint(run, None if step is None else int(step)))
+    """Queue an evaluation of one of the run's checkpoints (or its base models) on a dataset; every
+    problem with the body (types, the dataset, the checkpoint) in one 400."""
+    body, problems = json_fields(request, EVALUATION_FIELDS)
+    dataset = checkpoint = None
+    if "dataset" in body:
+        dataset = Dataset.objects.filter(team=request.team, pk=int(body["dataset"])).first()
+        if dataset is None:
+            problems["dataset"] = ["Not one of your team's datasets."]
+        elif dataset.status != Dataset.Status.VALID:
+            problems["dataset"] = [f"{dataset.name} is invalid: {dataset.status_message}"]
+    if body.get("checkpoint_step") is not None:
+        try:
+            checkpoint = _checkpoint(run, int(body["checkpoint_step"]))
+        except ApiError as exc:
+            problems.update(exc.fields)
+    if problems or dataset is None:  # (a missing dataset is a problem already: it is required)
+        raise invalid_fields(problems)
+    job = services.evaluation_request(run=run, user=request.user, dataset=dataset, checkpoint=checkpoint)
     return _accepted(request, job)
 
 

@@ -172,6 +172,8 @@ def test_evaluations_and_playground_sessions_become_jobs(alice, alice_world, api
     assert job.kind == "evaluate" and job.checkpoint.step == 2 and response["Location"].endswith(reverse("api_job", args=[job.pk]))
     response = api.send("POST", reverse("api_run_evaluations", args=[run.pk]), {"dataset": alice_world.dataset.pk, "checkpoint_step": 7})
     assert response.status_code == 400 and "step 7" in response.json()["error"] and "2" in response.json()["error"]
+    response = api.send("POST", reverse("api_run_evaluations", args=[run.pk]), {"dataset": 999999, "checkpoint_step": 7, "seed": 1})
+    assert set(response.json()["fields"]) == {"dataset", "checkpoint_step", "seed"}, response.json()  # all at once
 
     with django_capture_on_commit_callbacks(execute=True):
         response = api.send("POST", reverse("api_playground"), {"topology": alice_world.topology.pk,
