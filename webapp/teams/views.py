@@ -139,7 +139,7 @@ def _managed_membership(request: TeamRequest, pk: int, *, own_allowed: bool = Fa
 def team_member_role(request: TeamRequest, pk: int) -> HttpResponse:
     membership = _managed_membership(request, pk)
     try:
-        services.membership_set_role(membership=membership, role=request.POST.get("role", ""), actor=request.user)
+        membership = services.membership_set_role(membership=membership, role=request.POST.get("role", ""), actor=request.user)
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
     else:

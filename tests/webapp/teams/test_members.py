@@ -68,6 +68,14 @@ def test_anonymous_visitors_are_sent_to_log_in(alice, crew):
         assert response.status_code == 302 and response["Location"].startswith("/login/")
 
 
+def test_the_page_says_the_role_a_member_now_has(alice, crew):
+    dora = _membership(alice.team, "dora")
+    page = crew["alice"].post(reverse("team_member_role", args=[dora.pk]), {"role": "admin"}, follow=True).content.decode()
+    assert "dora is now a team admin." in page
+    page = crew["alice"].post(reverse("team_member_role", args=[dora.pk]), {"role": "member"}, follow=True).content.decode()
+    assert "dora is now a team member." in page
+
+
 def test_the_team_always_keeps_an_admin(alice, crew):
     mine = _membership(alice.team, "alice")
     refused = crew["alice"].post(reverse("team_member_role", args=[mine.pk]), {"role": "member"}, follow=True)
