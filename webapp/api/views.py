@@ -173,7 +173,7 @@ def _launch(request: ApiRequest) -> HttpResponse:
         )
     except ConfigError as exc:  # every field at fault (`config_problems_after`), the first one named in `error`
         fields: dict[str, list[str]] = {}
-        for problem in [exc, *getattr(exc, "others", [])]:
+        for problem in [exc, *(exc.others if isinstance(exc, run_services.ConfigProblems) else [])]:
             fields.setdefault(problem.field, []).append(problem.message)
         return error(400, str(exc), field=exc.field, fields=fields)
     except ValidationError as exc:

@@ -378,6 +378,14 @@ def _tree_diff(base: Any, target: Any) -> Any:
 MAX_CONFIG_PROBLEMS = 20
 
 
+class ConfigProblems(ConfigError):
+    """A config's first problem (as a ConfigError names it) and, in `others`, those after it."""
+
+    def __init__(self, first: ConfigError, others: list[ConfigError]):
+        super().__init__(first.field, first.message)
+        self.others = others
+
+
 def config_problems_after(*, team: Team, tree: Mapping[str, Any], first: ConfigError) -> list[ConfigError]:
     """The config's other problems, after `first`: the engine names one field at a time, so the
     field at fault is taken out (its default stands in) and the rest validated again, until the
@@ -442,8 +450,7 @@ def run_launch(
     try:
         config = trust.config_from_tree(team=team, tree=tree)
     except ConfigError as exc:
-        exc.others = config_problems_after(team=team, tree=tree, first=exc)  # type: ignore[attr-defined]
-        raise
+        raise ConfigProblems(exc, config_problems_after(team=team, tree=tree, first=exc)) from exc
     with transaction.atomic():
         run = run_create(team=team, user=user, name=(name or config.name)[:200], config=config, dataset=dataset, topology=topology)
         if notes:
