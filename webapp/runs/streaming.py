@@ -322,8 +322,8 @@ RUN_SERIES = ("reward/total", "reward/team", "reward/local", "success", "complet
 REWARD_FN_PREFIX = "reward/fn/"
 
 
-"""Run-wide series for each of the run's reward functions (`reward.functions`; their means before
-the weights), charted together; which there are comes from the run's points."""
+"""Run-wide series for each of the run's reward functions (`data.reward_fn`, `data.reward_fns`;
+their means before the weights), charted together; which there are comes from the run's points."""
 
 
 AGENT_SERIES = ("reward/total", "reward/team", "reward/local", "success", "loss", "kl", "entropy", "clip_region",
