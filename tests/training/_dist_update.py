@@ -32,14 +32,16 @@ def flat_params(policy) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in policy.params])
 
 
-def rank_main(rank: int, world: int, port: int, out: str, specialization: str) -> None:
+def rank_main(rank: int, world: int, port: int, out: str, specializations: list[str]) -> None:
+    """One update per specialization, in turn, in one process group (one spawn for them all)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch_dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.manual_seed(0)
-    config = toy_config(specialization)
-    policy = sgd(build_policies(config, device=torch.device("cpu")).for_agent("writer"))
-    # rank r gets samples [4r, 4r+4) of 8; rank 1 also has an odd count (3) to test the weights
-    mine = samples(policy, 4 * rank, 4 if rank == 0 else 3)
-    stats = update_policy(policy, mine, config, step=1, dist=Dist(rank=rank, world=world))
-    torch.save({"params": flat_params(policy), "stats": stats}, f"{out}/rank{rank}.pt")
+    for specialization in specializations:
+        torch.manual_seed(0)
+        config = toy_config(specialization)
+        policy = sgd(build_policies(config, device=torch.device("cpu")).for_agent("writer"))
+        # rank r gets samples [4r, 4r+4) of 8; rank 1 also has an odd count (3) to test the weights
+        mine = samples(policy, 4 * rank, 4 if rank == 0 else 3)
+        stats = update_policy(policy, mine, config, step=1, dist=Dist(rank=rank, world=world))
+        torch.save({"params": flat_params(policy), "stats": stats}, f"{out}/{specialization}-rank{rank}.pt")
     torch_dist.destroy_process_group()

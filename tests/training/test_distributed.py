@@ -26,10 +26,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("specialization", ["lora", "prompt"])
-def test_two_ranks_update_the_weights_as_one_process_does_on_the_whole_batch(tmp_path, specialization):
-    mp.spawn(_dist_update.rank_main, args=(2, _free_port(), str(tmp_path), specialization), nprocs=2, join=True)
-    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+SPECIALIZATIONS = ["lora", "prompt"]
+
+
+@pytest.fixture(scope="module")
+def two_rank_updates(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two gloo ranks, started once, each updating every specialization of SPECIALIZATIONS on its half."""
+    out = tmp_path_factory.mktemp("ranks")
+    mp.spawn(_dist_update.rank_main, args=(2, _free_port(), str(out), SPECIALIZATIONS), nprocs=2, join=True)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("specialization", SPECIALIZATIONS)
+def test_two_ranks_update_the_weights_as_one_process_does_on_the_whole_batch(two_rank_updates, specialization):
+    ranks = [torch.load(two_rank_updates / f"{specialization}-rank{r}.pt") for r in range(2)]
     torch.manual_seed(0)
     config = toy_config(specialization)
     policy = _dist_update.sgd(build_policies(config, device=torch.device("cpu")).for_agent("writer"))
@@ -81,6 +92,7 @@ def _launch_config(**overrides) -> RunConfig:
     )
 
 
+@pytest.mark.slow  # a torchrun launch
 def test_a_two_process_launch_trains_and_relays_every_event_of_the_whole_step(tmp_path):
     sink = Recorder()
     result = train(_launch_config(), out_dir=tmp_path, sink=sink)
@@ -100,6 +112,7 @@ def test_a_two_process_launch_trains_and_relays_every_event_of_the_whole_step(tm
     assert len(state["generators"]) == 2 and not torch.equal(state["generators"][0], state["generators"][1])
 
 
+@pytest.mark.slow  # a torchrun launch
 def test_a_stop_request_reaches_every_rank(tmp_path):
     # the launcher passes the request on at its first poll, before the ranks reach step 1; a rank
     # that missed it would wait in the next collective call forever instead of finishing
@@ -110,6 +123,7 @@ def test_a_stop_request_reaches_every_rank(tmp_path):
     assert sink.of("metrics") == []
 
 
+@pytest.mark.slow  # a torchrun launch
 def test_a_stop_request_mid_run_stops_within_a_few_steps(tmp_path):
     sink = Recorder(stop_after=1)
     result = train(_launch_config(**{"optim.steps": 20, "eval.every": 0}), out_dir=tmp_path, sink=sink)
@@ -118,6 +132,7 @@ def test_a_stop_request_mid_run_stops_within_a_few_steps(tmp_path):
     assert [e[1] for e in sink.of("metrics")] == list(range(1, result.step + 1))
 
 
+@pytest.mark.slow  # a torchrun launch
 def test_a_failing_rank_fails_the_run_with_its_error(tmp_path):
     config = _launch_config(**{"data.reward_fn": "tests.faults.plugins:exploding_reward"})
     with pytest.raises(DistributedRunError, match="reward plugin exploded"):

@@ -235,9 +235,11 @@ def test_a_missing_wheel_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch)
 
 
 @pytest.mark.slow
-def test_the_bundled_model_converts_once_and_answers(isolated_data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_bundled_model_converts_once_and_answers(bundled_data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the session's `bundled_models` fixture converted it (once per suite: it takes about a minute)
     model, tok = load_model("bundled:smollm2-135m-instruct")
-    folder = isolated_data_dir / "models" / "smollm2-135m-instruct"
+    folder = bundled_data_dir / "models" / "smollm2-135m-instruct"
+    assert "Converted from" in (folder / "TROUPE_SOURCE.txt").read_text()
     assert (folder / "model.safetensors").is_file() and (folder / "config.json").is_file()
     assert "quantization_config" not in (folder / "config.json").read_text()
     assert tok.chat_template and tok.eos_token == "<|im_end|>" and tok.padding_side == "left"

@@ -6,13 +6,14 @@ tokenized by the real SmolLM2 tokenizer): what is tested is the splicing, not th
 
 from __future__ import annotations
 
-from pathlib import Path
+import copy
 
 import pytest
 import torch
 
 from agents.tools import BUILTINS
 from training.generation import Generation
+from training.models import bundled_tokenizer
 from training.tool_turns import describe_tools, messages_with_tools, render, tool_support, tool_turn
 
 CALC = [BUILTINS["calculator"]]
@@ -25,11 +26,9 @@ HERMES_TEMPLATE = (
 
 
 @pytest.fixture(scope="module")
-def tokenizer(bundled_models: Path):
-    from transformers import AutoTokenizer
-
-    folder = next(p for p in bundled_models.iterdir() if p.is_dir())
-    return AutoTokenizer.from_pretrained(folder)
+def tokenizer():
+    """SmolLM2's own tokenizer, read from the bundled GGUF without converting the model."""
+    return bundled_tokenizer("bundled:smollm2-135m-instruct")
 
 
 class Script:
@@ -104,7 +103,7 @@ def test_at_most_max_calls_run_in_a_turn(tokenizer):
 
 def test_a_template_with_tool_support_gets_the_schemas_and_tool_messages(tokenizer):
     assert tool_support(tokenizer) is False  # SmolLM2's ChatML ignores tools=
-    tok = type(tokenizer).from_pretrained(tokenizer.name_or_path)
+    tok = copy.deepcopy(tokenizer)
     tok.chat_template = HERMES_TEMPLATE
     assert tool_support(tok) is True
     ids, messages, text = start(tok, supported=True)

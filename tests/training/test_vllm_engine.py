@@ -5,12 +5,14 @@ float32 weights, so they agree token for token unless two logits tie to float ro
 `assert_same_greedy` accepts a parting only at such a tie (vLLM's CPU kernels reduce in another
 order than torch's, and the order can change with the threads a loaded machine gives them).
 
-No mocks: every test builds policies and a `VLLMGenerator` and generates with them."""
+No mocks: the tests build policies and a `VLLMGenerator` and generate with them; the tests of one
+specialization share its engine (the `engine` fixture), the slow part being an engine's start."""
 
 from __future__ import annotations
 
 import gc
 import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -101,159 +103,120 @@ def without_logprobs(groups: list[list[Generation]]) -> list[list[tuple]]:
     return [[(g.token_ids, g.text, g.truncated) for g in group] for group in groups]
 
 
+# -- one engine at a time, shared by the tests of a specialization ------------------------------
+
+
+SOLVER = [{"name": "solver", "role": "reasoner"}]
+
+
+@pytest.fixture(scope="module")
+def engine(bundled_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., tuple]]:
+    """`engine(specialization)` -> (generator, policies). A process holds one vLLM engine at a time,
+    as a run does, so the engine of the last specialization asked for stays open for the next test
+    that asks for it (the file keeps a specialization's tests together) and closes when another is
+    asked for. Before each test its trainable weights are put back as they were built and pushed
+    into the engine, so no test sees another's updates. Starting an engine is the slow part of
+    these tests; `test_close_...` and the fresh half of `test_resume_...` start their own."""
+    data = tmp_path_factory.mktemp("vllm-data")
+    (data / "models").symlink_to(bundled_models, target_is_directory=True)
+    open_: dict[str, tuple] = {}
+
+    def close() -> None:
+        for gen, _, _ in open_.values():
+            gen.close()
+        open_.clear()
+
+    def get(specialization: str) -> tuple[vllm_backend.VLLMGenerator, PolicySet]:
+        if specialization in open_:
+            gen, policies, built = open_[specialization]
+            with torch.no_grad():
+                for name, policy in policies.policies.items():
+                    for p, saved in zip(policy.params, built[name], strict=True):
+                        p.copy_(saved)
+            gen.weights_changed()
+            return gen, policies
+        close()
+        gen, policies = make(specialization, SOLVER if specialization == "single" else None)
+        built = {name: [p.detach().clone() for p in policy.params] for name, policy in policies.policies.items()}
+        open_[specialization] = (gen, policies, built)
+        return gen, policies
+
+    get.close = close  # type: ignore[attr-defined]
+    get.forget = open_.clear  # type: ignore[attr-defined]  # a test closed the engine itself
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TROUPE_DATA_DIR", str(data))
+        try:
+            yield get
+        finally:
+            close()
+
+
 # -- lora: one LoRA request per agent, refreshed without merging -----------------------------------
 
 
-def test_each_lora_agent_samples_from_its_own_adapter_and_updates_need_no_merge(bundled_data_dir: Path) -> None:
-    gen, policies = make("lora")
-    try:
-        tool, reasoner = policies.policies["tool"], policies.policies["reasoner"]
-        ps = prompts(policies)
-        base = ids(vllm_greedy(gen, tool, ps))  # fresh adapters (B = 0) are the base model
-        assert_same_greedy(tool, ps, vllm_greedy(gen, tool, ps), hf_greedy(tool, ps))
-        nudge(tool, seed=1, scale=0.05)
-        nudge(reasoner, seed=2, scale=0.05)
-        gen.weights_changed()
-        tool_groups, reasoner_groups = vllm_greedy(gen, tool, ps), vllm_greedy(gen, reasoner, ps)
-        by_tool, by_reasoner = ids(tool_groups), ids(reasoner_groups)
-        assert by_tool != by_reasoner and by_tool != base and by_reasoner != base  # two adapters that answer differently
-        assert_same_greedy(tool, ps, tool_groups, hf_greedy(tool, ps))  # each agent's candidates come from its own adapter
-        assert_same_greedy(reasoner, ps, reasoner_groups, hf_greedy(reasoner, ps))
-        served = {name: (r.lora_int_id, r.lora_name) for name, r in gen._lora_requests.items()}
+def test_each_lora_agent_samples_from_its_own_adapter_and_updates_need_no_merge(engine) -> None:
+    gen, policies = engine("lora")
+    tool, reasoner = policies.policies["tool"], policies.policies["reasoner"]
+    ps = prompts(policies)
+    base = ids(vllm_greedy(gen, tool, ps))  # fresh adapters (B = 0) are the base model
+    assert_same_greedy(tool, ps, vllm_greedy(gen, tool, ps), hf_greedy(tool, ps))
+    nudge(tool, seed=1, scale=0.05)
+    nudge(reasoner, seed=2, scale=0.05)
+    gen.weights_changed()
+    tool_groups, reasoner_groups = vllm_greedy(gen, tool, ps), vllm_greedy(gen, reasoner, ps)
+    by_tool, by_reasoner = ids(tool_groups), ids(reasoner_groups)
+    assert by_tool != by_reasoner and by_tool != base and by_reasoner != base  # two adapters that answer differently
+    assert_same_greedy(tool, ps, tool_groups, hf_greedy(tool, ps))  # each agent's candidates come from its own adapter
+    assert_same_greedy(reasoner, ps, reasoner_groups, hf_greedy(reasoner, ps))
+    served = {name: (r.lora_int_id, r.lora_name) for name, r in gen._lora_requests.items()}
 
-        nudge(tool, seed=3, scale=0.05)  # an update of the tool's adapter only
-        gen.weights_changed(tool)
-        updated_groups = vllm_greedy(gen, tool, ps)
-        updated = ids(updated_groups)
-        assert_same_greedy(tool, ps, updated_groups, hf_greedy(tool, ps))
-        assert updated != by_tool
-        assert gen._lora_requests["tool"].lora_int_id != served["tool"][0]  # a new request, a new id
-        assert (gen._lora_requests["reasoner"].lora_int_id, gen._lora_requests["reasoner"].lora_name) == served["reasoner"]
-        assert ids(vllm_greedy(gen, reasoner, ps)) == by_reasoner
-        assert sorted(gen.llm.llm_engine.list_loras()) == sorted(r.lora_int_id for r in gen._lora_requests.values())
+    nudge(tool, seed=3, scale=0.05)  # an update of the tool's adapter only
+    gen.weights_changed(tool)
+    updated_groups = vllm_greedy(gen, tool, ps)
+    updated = ids(updated_groups)
+    assert_same_greedy(tool, ps, updated_groups, hf_greedy(tool, ps))
+    assert updated != by_tool
+    assert gen._lora_requests["tool"].lora_int_id != served["tool"][0]  # a new request, a new id
+    assert (gen._lora_requests["reasoner"].lora_int_id, gen._lora_requests["reasoner"].lora_name) == served["reasoner"]
+    assert ids(vllm_greedy(gen, reasoner, ps)) == by_reasoner
+    assert sorted(gen.llm.llm_engine.list_loras()) == sorted(r.lora_int_id for r in gen._lora_requests.values())
 
-        # no merge: the engine's base weights are still the base model's
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
+    # no merge: the engine's base weights are still the base model's
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
 
-        plain = gen.llm.generate([TokensPrompt(prompt_token_ids=p) for p in ps], SamplingParams(temperature=0.0, max_tokens=24), use_tqdm=False)
-        assert [tuple(o.outputs[0].token_ids) for o in plain] == base
-    finally:
-        gen.close()
+    plain = gen.llm.generate([TokensPrompt(prompt_token_ids=p) for p in ps], SamplingParams(temperature=0.0, max_tokens=24), use_tqdm=False)
+    assert [tuple(o.outputs[0].token_ids) for o in plain] == base
 
 
-# -- prompt / single / full: the weights are pushed into the engine ------------------------------
+def test_stop_patterns_cut_where_the_hf_backend_cuts(engine) -> None:
+    gen, policies = engine("lora")
+    tool = policies.policies["tool"]
+    ps = prompts(policies)
+    for pattern in (r"```python\n.*?```", r"[.,!?]", r"\d"):  # math_tool's tool pattern, and two that match early
+        stop = re.compile(pattern, re.DOTALL)
+        got = vllm_greedy(gen, tool, ps, stop=stop, tokens=48)
+        assert_same_greedy(tool, ps, got, hf_greedy(tool, ps, stop=stop, tokens=48))
+        assert all(g.logprobs is not None and len(g.logprobs) == len(g.token_ids) for group in got for g in group)
+    assert any(len(g[0].token_ids) < 48 and not g[0].truncated for g in got)  # something was cut
 
 
-def test_prompt_weights_are_pushed_into_the_engine_after_an_update(bundled_data_dir: Path) -> None:
-    gen, policies = make("prompt")
-    try:
-        shared = policies.policies["shared"]
-        ps = prompts(policies)
-        before_groups = vllm_greedy(gen, shared, ps)
-        before = ids(before_groups)
-        assert_same_greedy(shared, ps, before_groups, hf_greedy(shared, ps))
-        nudge(shared, seed=4, scale=0.01)
-        gen.weights_changed(shared)
-        after_groups = vllm_greedy(gen, shared, ps)
-        assert ids(after_groups) != before
-        assert_same_greedy(shared, ps, after_groups, hf_greedy(shared, ps))
-    finally:
-        gen.close()
+def test_resume_re_syncs_the_served_weights_to_the_restored_checkpoint(engine, tmp_path: Path) -> None:
+    gen, policies = engine("lora")
+    tool = policies.policies["tool"]
+    ps = prompts(policies)
+    nudge(tool, seed=6, scale=0.05)
+    save_policies(policies, tmp_path / "ckpt")
+    gen.weights_changed(tool)
+    trained = ids(vllm_greedy(gen, tool, ps))
 
-
-def test_full_agents_share_one_engine_and_each_acts_with_its_own_weights(bundled_data_dir: Path) -> None:
-    gen, policies = make("full")
-    try:
-        tool, reasoner = policies.policies["tool"], policies.policies["reasoner"]
-        ps = prompts(policies)
-        nudge(tool, seed=5, scale=0.01)
-        gen.weights_changed(tool)
-        for policy in (tool, reasoner, tool):  # the acting agent's weights are swapped in when it changes
-            assert_same_greedy(policy, ps, vllm_greedy(gen, policy, ps), hf_greedy(policy, ps))
-        assert ids(vllm_greedy(gen, tool, ps)) != ids(vllm_greedy(gen, reasoner, ps))
-    finally:
-        gen.close()
-
-
-# -- sampling: greedy with n > 1, seeds, log-probs, stop patterns ---------------------------------
-
-
-def test_greedy_with_n_above_one_repeats_the_hf_greedy_completion(bundled_data_dir: Path) -> None:
-    gen, policies = make("single", [{"name": "solver", "role": "reasoner"}])
-    try:
-        shared = policies.policies["shared"]
-        ps = prompts(policies)
-        groups = vllm_greedy(gen, shared, ps, n=3)
-        assert [len(g) for g in groups] == [3, 3]
-        assert_same_greedy(shared, ps, groups, hf_greedy(shared, ps, n=3))
-        assert all(g == group[0] for group in groups for g in group)
-    finally:
-        gen.close()
-
-
-def test_sampling_is_seeded_and_its_logprobs_are_the_trainers_up_to_the_mismatch(bundled_data_dir: Path) -> None:
-    gen, policies = make("single", [{"name": "solver", "role": "reasoner"}])
-    try:
-        shared = policies.policies["shared"]
-        ps = prompts(policies)
-        groups = gen.generate(shared, ps, n=4, max_new_tokens=24, temperature=1.0, seed=7)
-        assert gen.generate(shared, ps, n=4, max_new_tokens=24, temperature=1.0, seed=7) == groups
-        assert len({g.token_ids for g in groups[0]}) > 1  # sampled, not greedy
-        stops = set(vllm_backend.stop_token_ids(shared.model, shared.tokenizer))
-        samples = []
-        for p, group in zip(ps, groups):
-            for g in group:
-                assert g.truncated or g.token_ids[-1] in stops  # the end-of-turn token is kept, as in the HF backend
-                assert g.logprobs is not None and len(g.logprobs) == len(g.token_ids)
-                samples.append(Sample("solver", tuple(p), g.token_ids, 0.0, 1.0, g.logprobs))
-        batch = _collate(samples, shared.tokenizer.pad_token_id or 0)
-        with torch.no_grad():
-            trainer, _ = token_logprobs(shared.model, batch["input_ids"], batch["attention_mask"], batch["completion_mask"], temperature=1.0)
-        mask = batch["completion_mask"].bool()
-        diff = (trainer - batch["sampler_logp"]).abs()[mask]  # (tokens,)
-        # same float32 weights: only kernel rounding separates them
-        assert float(diff.mean()) < 1e-2 and float(diff.max()) < 0.1, (float(diff.mean()), float(diff.max()))
-    finally:
-        gen.close()
-
-
-def test_stop_patterns_cut_where_the_hf_backend_cuts(bundled_data_dir: Path) -> None:
-    gen, policies = make("lora")
-    try:
-        tool = policies.policies["tool"]
-        ps = prompts(policies)
-        for pattern in (r"```python\n.*?```", r"[.,!?]", r"\d"):  # math_tool's tool pattern, and two that match early
-            stop = re.compile(pattern, re.DOTALL)
-            got = vllm_greedy(gen, tool, ps, stop=stop, tokens=48)
-            assert_same_greedy(tool, ps, got, hf_greedy(tool, ps, stop=stop, tokens=48))
-            assert all(g.logprobs is not None and len(g.logprobs) == len(g.token_ids) for group in got for g in group)
-        assert any(len(g[0].token_ids) < 48 and not g[0].truncated for g in got)  # something was cut
-    finally:
-        gen.close()
-
-
-# -- resume, close -----------------------------------------------------------------------------
-
-
-def test_resume_re_syncs_the_served_weights_to_the_restored_checkpoint(bundled_data_dir: Path, tmp_path: Path) -> None:
-    gen, policies = make("lora")
-    try:
-        tool = policies.policies["tool"]
-        ps = prompts(policies)
-        nudge(tool, seed=6, scale=0.05)
-        save_policies(policies, tmp_path / "ckpt")
-        gen.weights_changed(tool)
-        trained = ids(vllm_greedy(gen, tool, ps))
-
-        nudge(tool, seed=7, scale=0.05)  # the run went on past the checkpoint ...
-        gen.weights_changed(tool)
-        assert ids(vllm_greedy(gen, tool, ps)) != trained
-        load_policy_weights(policies, tmp_path / "ckpt")  # ... and is resumed from it
-        gen.weights_changed()
-        assert ids(vllm_greedy(gen, tool, ps)) == trained
-    finally:
-        gen.close()
+    nudge(tool, seed=7, scale=0.05)  # the run went on past the checkpoint ...
+    gen.weights_changed(tool)
+    assert ids(vllm_greedy(gen, tool, ps)) != trained
+    load_policy_weights(policies, tmp_path / "ckpt")  # ... and is resumed from it
+    gen.weights_changed()
+    assert ids(vllm_greedy(gen, tool, ps)) == trained
+    engine.close()
 
     # a fresh process resuming: the policies are restored before the engine exists
     fresh, restored = make("lora")
@@ -264,7 +227,74 @@ def test_resume_re_syncs_the_served_weights_to_the_restored_checkpoint(bundled_d
         fresh.close()
 
 
-def test_close_releases_the_engines_memory_and_a_new_engine_starts(bundled_data_dir: Path) -> None:
+# -- prompt / single / full: the weights are pushed into the engine ------------------------------
+
+
+def test_prompt_weights_are_pushed_into_the_engine_after_an_update(engine) -> None:
+    gen, policies = engine("prompt")
+    shared = policies.policies["shared"]
+    ps = prompts(policies)
+    before_groups = vllm_greedy(gen, shared, ps)
+    before = ids(before_groups)
+    assert_same_greedy(shared, ps, before_groups, hf_greedy(shared, ps))
+    nudge(shared, seed=4, scale=0.01)
+    gen.weights_changed(shared)
+    after_groups = vllm_greedy(gen, shared, ps)
+    assert ids(after_groups) != before
+    assert_same_greedy(shared, ps, after_groups, hf_greedy(shared, ps))
+
+
+def test_full_agents_share_one_engine_and_each_acts_with_its_own_weights(engine) -> None:
+    gen, policies = engine("full")
+    tool, reasoner = policies.policies["tool"], policies.policies["reasoner"]
+    ps = prompts(policies)
+    nudge(tool, seed=5, scale=0.01)
+    gen.weights_changed(tool)
+    for policy in (tool, reasoner, tool):  # the acting agent's weights are swapped in when it changes
+        assert_same_greedy(policy, ps, vllm_greedy(gen, policy, ps), hf_greedy(policy, ps))
+    assert ids(vllm_greedy(gen, tool, ps)) != ids(vllm_greedy(gen, reasoner, ps))
+
+
+# -- sampling: greedy with n > 1, seeds, log-probs -----------------------------------------------
+
+
+def test_greedy_with_n_above_one_repeats_the_hf_greedy_completion(engine) -> None:
+    gen, policies = engine("single")
+    shared = policies.policies["shared"]
+    ps = prompts(policies)
+    groups = vllm_greedy(gen, shared, ps, n=3)
+    assert [len(g) for g in groups] == [3, 3]
+    assert_same_greedy(shared, ps, groups, hf_greedy(shared, ps, n=3))
+    assert all(g == group[0] for group in groups for g in group)
+
+
+def test_sampling_is_seeded_and_its_logprobs_are_the_trainers_up_to_the_mismatch(engine) -> None:
+    gen, policies = engine("single")
+    shared = policies.policies["shared"]
+    ps = prompts(policies)
+    groups = gen.generate(shared, ps, n=4, max_new_tokens=24, temperature=1.0, seed=7)
+    assert gen.generate(shared, ps, n=4, max_new_tokens=24, temperature=1.0, seed=7) == groups
+    assert len({g.token_ids for g in groups[0]}) > 1  # sampled, not greedy
+    stops = set(vllm_backend.stop_token_ids(shared.model, shared.tokenizer))
+    samples = []
+    for p, group in zip(ps, groups):
+        for g in group:
+            assert g.truncated or g.token_ids[-1] in stops  # the end-of-turn token is kept, as in the HF backend
+            assert g.logprobs is not None and len(g.logprobs) == len(g.token_ids)
+            samples.append(Sample("solver", tuple(p), g.token_ids, 0.0, 1.0, g.logprobs))
+    batch = _collate(samples, shared.tokenizer.pad_token_id or 0)
+    with torch.no_grad():
+        trainer, _ = token_logprobs(shared.model, batch["input_ids"], batch["attention_mask"], batch["completion_mask"], temperature=1.0)
+    mask = batch["completion_mask"].bool()
+    diff = (trainer - batch["sampler_logp"]).abs()[mask]  # (tokens,)
+    # same float32 weights: only kernel rounding separates them
+    assert float(diff.mean()) < 1e-2 and float(diff.max()) < 0.1, (float(diff.mean()), float(diff.max()))
+
+
+# -- close: last, it closes the shared single engine itself --------------------------------------
+
+
+def test_close_releases_the_engines_memory_and_a_new_engine_starts(engine) -> None:
     """A solo-pool worker runs one run after another in one process: each run's engine must give
     its memory back (weights, KV cache, the weight-reload records) and its torch.distributed group."""
     import torch.distributed as dist
@@ -273,7 +303,8 @@ def test_close_releases_the_engines_memory_and_a_new_engine_starts(bundled_data_
         gc.collect()
         return psutil.Process().memory_info().rss / 2**30  # GiB
 
-    gen, policies = make("single", [{"name": "solver", "role": "reasoner"}])
+    gen, policies = engine("single")
+    engine.forget()  # this test closes it
     shared = policies.policies["shared"]
     nudge(shared, seed=8, scale=0.01)  # pushed into the engine: the reload path
     gen.weights_changed(shared)
@@ -305,7 +336,7 @@ def gen_config() -> RunConfig:
         {
             "name": "vllm-test",
             "model": {"source": BUNDLED},
-            "topology": {"environment": "math_tool", "specialization": "single", "agents": [{"name": "solver", "role": "reasoner"}]},
+            "topology": {"environment": "math_tool", "specialization": "single", "agents": SOLVER},
             "generation": {"backend": "vllm", "vllm_gpu_memory_utilization": 0.02, "vllm_max_model_len": 1024},
         }
     )
