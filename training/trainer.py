@@ -271,6 +271,7 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
 
 def _rollout(sampler: Sampler, batch: list[Task]) -> list[Episode]:
     cfg = sampler.config
+    check_distinct_episodes(batch)
     if cfg.grpo.sampling == "tree":
         return rollout_tree(sampler, batch)
     return rollout_independent(sampler, batch, k=cfg.grpo.k)
@@ -302,9 +303,7 @@ def _dynamic_sampling(
     rounds = 0
     while len(kept) < want and rounds < cfg.grpo.dynamic_sampling:
         rounds += 1
-        extra = [(f"{tasks[i][0]}@{step}+{rounds}", tasks[i][1])
-                 for i in batch_indices(len(tasks), cfg.optim.tasks_per_step, step, cfg.seed + 7_919 * rounds)]
-        more = _rollout(sampler, extra[dist.rank :: dist.world])
+        more = _rollout(sampler, extra_tasks(tasks, cfg, step, rounds)[dist.rank :: dist.world])
         pool += more
         kept += [tid for tid in signal_tasks(more) if tid not in kept]
     stats = {"dynamic/extra_batches": float(rounds), "dynamic/signal_tasks": float(min(len(kept), want)) / max(want, 1)}
@@ -314,18 +313,42 @@ def _dynamic_sampling(
     return [ep for ep in pool if ep.task_id in chosen], stats
 
 
-def step_tasks(tasks: list[tuple[str, dict[str, Any]]], cfg: RunConfig, step: int) -> list[tuple[str, dict[str, Any]]]:
-    """The step's (episode id, row) pairs, before a data-parallel launch splits them. The id is
-    the task's id, the step and, when a batch that crosses an epoch boundary holds the same task
-    twice, its occurrence (`3@7`, `3@7#2`): every episode gets its own id, so its candidates never
-    share a GRPO group (task, turn, agent) with another episode's, whose state differs."""
+def step_tasks(tasks: list[Task], cfg: RunConfig, step: int) -> list[Task]:
+    """The step's (episode id, row) pairs, before a data-parallel launch splits them (`episode_ids`
+    names them `3@7`, `3@7#2`)."""
+    return episode_ids(tasks, batch_indices(len(tasks), cfg.optim.tasks_per_step, step, cfg.seed), f"{step}")
+
+
+def extra_tasks(tasks: list[Task], cfg: RunConfig, step: int, round_: int) -> list[Task]:
+    """Dynamic sampling's extra batch `round_` (1-based) of a step: the draw of `batch_indices` with
+    the seed offset by 7919 * round_, named `3@7+1`, `3@7+1#2` (`episode_ids`)."""
+    indices = batch_indices(len(tasks), cfg.optim.tasks_per_step, step, cfg.seed + 7_919 * round_)
+    return episode_ids(tasks, indices, f"{step}+{round_}")
+
+
+def episode_ids(tasks: list[Task], indices: list[int], draw: str) -> list[Task]:
+    """(episode id, row) for each drawn index: the task's id, `@`, the draw (`7`, or `7+1` for an
+    extra batch of step 7) and, from a task's second occurrence in the same draw on (a batch that
+    crosses an epoch boundary, or a train set smaller than the batch), `#n`. Every episode of a
+    step thus has an id of its own, so its candidates never share a GRPO group (task, turn, agent)
+    with another episode's, whose state differs. The id after the last `@` names the draw, so two
+    different (task, draw, n) never give the same id."""
     seen: dict[str, int] = defaultdict(int)
     out = []
-    for i in batch_indices(len(tasks), cfg.optim.tasks_per_step, step, cfg.seed):
+    for i in indices:
         tid, row = tasks[i]
         seen[tid] += 1
-        out.append((f"{tid}@{step}" + (f"#{seen[tid]}" if seen[tid] > 1 else ""), row))
+        out.append((f"{tid}@{draw}" + (f"#{seen[tid]}" if seen[tid] > 1 else ""), row))
     return out
+
+
+def check_distinct_episodes(batch: list[Task]) -> None:
+    """Refuse a batch in which two episodes share an id: their candidates would fall into one GRPO
+    group although their states differ (a bug in how the batch was drawn, never the user's)."""
+    ids = [tid for tid, _ in batch]
+    if len(set(ids)) != len(ids):
+        twice = sorted({tid for tid in ids if ids.count(tid) > 1})
+        raise RuntimeError(f"episodes {twice} appear twice in one rollout batch: each episode needs its own GRPO groups")
 
 
 def _candidates(episodes: list[Episode]) -> tuple[list[tuple[Any, Any]], torch.Tensor, list[Any]]:
