@@ -286,9 +286,27 @@ class CheckpointConfig:
     from the checkpoint's config. The run then no longer matches an uninterrupted one."""
 
 
-RESUME_EXACT = ("seed", "model.source", "topology", "data", "grpo.k", "grpo.sampling", "optim.tasks_per_step")
+RESUME_EXACT = ("seed", "model.source", "topology", "data", "grpo.k", "grpo.sampling", "grpo.dynamic_sampling", "optim.tasks_per_step")
 """Config fields a resumed run must share with its checkpoint to replay the same data order,
-episodes and groups (the rest, e.g. the learning rate or `optim.steps`, may change)."""
+episodes and groups (the rest, e.g. the learning rate or `optim.steps`, may change). The tasks
+that fill a step are drawn from the train set (`seed`, `data`, the environment in `topology`),
+`optim.tasks_per_step` at a time, plus `grpo.dynamic_sampling`'s extra batches."""
+
+
+def config_warnings(config: RunConfig) -> list[str]:
+    """Combinations that are valid but probably not what the config's author meant; the trainer
+    logs each as a warning at the start of the run (`training.trainer.train`)."""
+    g = config.grpo
+    out = []
+    if g.ratio_level == "sequence" and g.loss_type != "grpo":
+        out.append(
+            f"grpo.ratio_level: sequence (GSPO) with grpo.loss_type: {g.loss_type} sums the loss over tokens, so a long "
+            "completion weighs more than a short one; GSPO averages each sequence first (loss_type: grpo), as TRL's "
+            "GSPO recipe does"
+        )
+    if g.loss_type == "cispo" and g.delta is not None:
+        out.append("grpo.delta has no effect with grpo.loss_type: cispo (CISPO truncates its weight at grpo.cispo_cap instead)")
+    return out
 
 
 def resume_differences(saved: RunConfig, current: RunConfig) -> list[str]:

@@ -53,7 +53,8 @@ class Candidate:
     segments: tuple[str, ...] = ()
     """With tool calls: the model's text of each segment (call i came after segment i)."""
     reward_parts: dict[str, float] = field(default_factory=dict)
-    """What each reward function (`Sampler.rewards`) gave it, before its weight."""
+    """What each reward function (`Sampler.rewards`) gave it, before its weight; a function that
+    returned None or NaN for it (TRL: "does not apply") has no entry (and added 0 to its reward)."""
     next_state: State | None = field(default=None, repr=False)
 
     @property
@@ -267,9 +268,10 @@ class Sampler:
             values = list(fn(prompts=[prompt] * len(generations), completions=[g.text for g in generations], **columns))
             if len(values) != len(generations):
                 raise ValueError(f"reward function {name} returned {len(values)} rewards for {len(generations)} completions")
-            for part, value in zip(parts, values):  # None (TRL: "does not apply here") and NaN count 0
-                part[name] = float(value) if value is not None and math.isfinite(float(value)) else 0.0
-        extra = [sum(w * part[name] for name, _, w in self.rewards) for part in parts]
+            for part, value in zip(parts, values):  # None (TRL: "does not apply here") and NaN: no part, 0 in the sum
+                if value is not None and math.isfinite(float(value)):
+                    part[name] = float(value)
+        extra = [sum(w * part.get(name, 0.0) for name, _, w in self.rewards) for part in parts]
         alpha = self.config.grpo.alpha
         return [
             Candidate(

@@ -32,7 +32,7 @@ import torch
 
 from agents.envs import load_environment
 from agents.verifiers import load_reward_fn
-from training.config import ConfigError, RunConfig, resume_differences
+from training.config import ConfigError, RunConfig, config_warnings, resume_differences
 from training.data import Task, batch_indices, load_tasks
 from training.distributed import Dist, check_gpus, from_env, in_launch, launch
 from training.events import EventSink, StepMetrics, TrainResult
@@ -96,6 +96,8 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
     env = load_environment(config.topology.environment, **config.topology.env_args)
     train_tasks, eval_tasks = load_tasks(config, env)
     sink.log(f"{len(train_tasks)} training tasks, {len(eval_tasks)} held-out tasks ({env.name})")
+    for warning in config_warnings(config):
+        sink.log(warning, level="warning")
     progress = RunProgress(sink, config, has_eval=bool(config.eval.every and eval_tasks))
     t_load = time.perf_counter()
     if dist.main:  # rank 0 converts or downloads the models once; the other ranks then read them
@@ -398,8 +400,8 @@ def _rollout_metrics(
         "ended": float(np.mean([not c.truncated for _, c in cands])),
         "turns": float(np.mean([len(ep.turns) for ep in episodes])),
     }
-    for name in dict.fromkeys(name for _, c in cands for name in c.reward_parts):  # each reward function, before its weight
-        values[f"reward/fn/{name}"] = float(np.mean([c.reward_parts.get(name, 0.0) for _, c in cands]))
+    for name in dict.fromkeys(name for _, c in cands for name in c.reward_parts):  # each reward function, before its weight,
+        values[f"reward/fn/{name}"] = float(np.mean([c.reward_parts[name] for _, c in cands if name in c.reward_parts]))  # where it applied
     if any(c.calls for _, c in cands):  # agents with tools: calls per candidate, and the share that failed
         calls = [call for _, c in cands for call in c.calls]
         values["tool_calls"] = len(calls) / len(cands)
@@ -415,7 +417,7 @@ def _rollout_metrics(
                 "reward/team": float(np.mean([c.team for _, c in items])),
                 "reward/local": float(np.mean([c.local for _, c in items])),
                 "reward/std": float(r.std()) if len(r) > 1 else 0.0,
-                "success": float(np.mean([c.local > 0 for _, c in items])),
+                "success": agent_success(episodes, agent),
                 "completion_len": float(np.mean([c.model_tokens for _, c in items])),
                 "truncated": float(np.mean([c.truncated for _, c in items])),
                 "ended": float(np.mean([not c.truncated for _, c in items])),
@@ -425,6 +427,15 @@ def _rollout_metrics(
             }
         )
     return values
+
+
+def agent_success(episodes: list[Episode], agent: str) -> float:
+    """An agent's success: the share of the episodes it acted in that the environment judged
+    solved at their end (`State.success`, the team's outcome). Its own local reward does not
+    count: a format reward or a partial credit would make a wrong answer look like a success.
+    0.0 when the agent never acted."""
+    mine = [ep.success for ep in episodes if any(t.agent == agent for t in ep.turns)]
+    return float(np.mean(mine)) if mine else 0.0
 
 
 # == the update ====================================================================================
@@ -672,7 +683,7 @@ def evaluate(
         for name in dict.fromkeys(cfg.topology.order()):
             mine = [t.candidates[0] for ep in episodes for t in ep.turns if t.agent == name]
             agents[name] = {
-                "success": float(np.mean([c.local > 0 for c in mine])) if mine else 0.0,
+                "success": agent_success(episodes, name),
                 "reward": float(np.mean([c.local for c in mine])) if mine else 0.0,
             }
         result = {
