@@ -141,8 +141,9 @@ class GRPOConfig:
     alpha: float = 1.0
     """Candidate reward = alpha * team reward + local reward (AT-GRPO, eq. for mixed rewards)."""
     scale_rewards: str = "group"
-    """Advantage scaling: `group` divides by the group std (GRPO), `batch` by the batch std,
-    `none` does not divide (Dr. GRPO)."""
+    """Advantage scaling: `group` divides by the group std (GRPO), `batch` by the std of the
+    agent's samples in the whole step, every rank's (TRL's `batch`, per agent because agents'
+    rewards need not share a scale), `none` does not divide (Dr. GRPO)."""
     adv_eps: float = 1e-4
     """Epsilon added to the std in the advantage denominator."""
     dynamic_sampling: int = 0
@@ -151,7 +152,8 @@ class GRPOConfig:
     the tasks with a signal until the step has `optim.tasks_per_step` of them (0: off)."""
     loss_type: str = "dapo"
     """Loss aggregation: `grpo` (per-sequence mean), `bnpo`/`dapo` (token mean over the batch),
-    `dr_grpo` (sum / (B * max_completion_length)), or `cispo` (CISPO's truncated, detached
+    `dr_grpo` (sum / (B * L), L the most tokens a turn can hold: max_new_tokens, times
+    1 + `generation.max_tool_calls` for an agent with tools), or `cispo` (CISPO's truncated, detached
     importance weight times the log-prob, token mean; MiniMax-M1). docs/grpo.md compares them."""
     ratio_level: str = "token"
     """`token`: one importance ratio per token (GRPO); `sequence`: one per completion, the
@@ -164,10 +166,12 @@ class GRPOConfig:
     """Upper bound of CISPO's truncated importance weight (`loss_type: cispo`)."""
     mask_truncated: bool = False
     """Leave completions that hit their length cap out of the loss (TRL's
-    `mask_truncated_completions`; DAPO's overlong filtering): a cut-off answer is not judged."""
+    `mask_truncated_completions`; DAPO's overlong filtering): a cut-off answer is not judged. With
+    tool calls: a turn one of whose segments hit max_new_tokens (docs/grpo.md, "Length rules")."""
     overlong_cache: int = 0
     """DAPO's soft overlong penalty: completions within this many tokens of their cap lose up
-    to 1 reward, linearly (`training.grpo.soft_overlong_penalty`); 0 turns it off."""
+    to 1 reward, linearly (`training.grpo.soft_overlong_penalty`); 0 turns it off. With tool
+    calls the turn's longest segment is judged, as max_new_tokens caps each segment."""
     eps_low: float = 0.2
     """Lower clip of the importance ratio (PPO epsilon)."""
     eps_high: float = 0.28

@@ -225,8 +225,7 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
     if cfg.grpo.overlong_cache:
         _shape_overlong(episodes, cfg)
     cands, rewards, keys = _candidates(episodes)
-    adv = group_advantages(rewards, keys, scale=cfg.grpo.scale_rewards, eps=cfg.grpo.adv_eps)  # (N,)
-    for (_, c), a in zip(cands, adv.tolist()):
+    for (_, c), a in zip(cands, step_advantages(episodes, cfg, dist)):
         c.advantage = a
     updated = groups_to_update(cands, beta=cfg.grpo.beta)
 
@@ -360,13 +359,73 @@ def _candidates(episodes: list[Episode]) -> tuple[list[tuple[Any, Any]], torch.T
     return cands, rewards, [turn.group for turn, _ in cands]
 
 
-def _shape_overlong(episodes: list[Episode], cfg: RunConfig) -> None:
-    """Add DAPO's soft overlong penalty to every candidate's reward (`soft_overlong_penalty`)."""
+def step_advantages(episodes: list[Episode], cfg: RunConfig, dist: Dist) -> list[float]:
+    """Each candidate's advantage (in `_candidates` order), from the step's rewards on every rank.
+
+    The baseline counts each sample once: under tree sampling a sample is a candidate; under
+    independent sampling it is one agent's part of one trajectory (all its turns there share that
+    trajectory's return), so an agent that acted three times in a trajectory does not weigh three
+    times in its (task, agent) group's mean and std. Every turn then takes its trajectory's
+    advantage. `scale_rewards: batch` divides by the std of the agent's samples in the whole
+    step (`group_advantages`' batch_ids): per agent, because agents' rewards need not share a
+    scale; over every rank's samples, gathered first, as TRL gathers before it normalises. A
+    rank's groups are its own (it rolls out whole tasks), so `group` and `none` give the same
+    values either way."""
+    per_trajectory = cfg.grpo.sampling == "independent"
+    units: list[tuple[float, Any, str]] = []  # (reward, group, agent) of each sample the baseline counts
+    unit_of: list[int] = []  # each candidate's sample
     for ep in episodes:
+        mine: dict[str, int] = {}
+        for turn in ep.turns:
+            for c in turn.candidates:
+                if not per_trajectory or turn.agent not in mine:
+                    mine[turn.agent] = len(units)
+                    units.append((c.reward, turn.group, turn.agent))
+                unit_of.append(mine[turn.agent])
+    parts = dist.gather(units)
+    offset = sum(len(part) for part in parts[: dist.rank])
+    everyone = [u for part in parts for u in part]
+    adv = group_advantages(
+        torch.tensor([r for r, _, _ in everyone], dtype=torch.float32),  # (U,)
+        [g for _, g, _ in everyone],
+        scale=cfg.grpo.scale_rewards,
+        eps=cfg.grpo.adv_eps,
+        batch_ids=[a for _, _, a in everyone],
+    )[offset : offset + len(units)].tolist()  # (U_rank,)
+    return [adv[u] for u in unit_of]
+
+
+def _shape_overlong(episodes: list[Episode], cfg: RunConfig) -> None:
+    """Add DAPO's soft overlong penalty (`soft_overlong_penalty`) to every candidate's reward.
+
+    max_new_tokens caps each generation, so the penalty judges the candidate's longest segment
+    against it: a turn that calls a tool and writes 84 + 53 tokens under a cap of 100 is not
+    punished (its longest segment has 84). Under independent sampling an agent's penalties in a
+    trajectory add up, as its local rewards do, and each of its turns there gets the sum (they
+    share one return)."""
+    per_trajectory = cfg.grpo.sampling == "independent"
+    for ep in episodes:
+        total: dict[str, float] = defaultdict(float)
         for turn in ep.turns:
             cap = cfg.agent(turn.agent).max_new_tokens or cfg.generation.max_new_tokens
             for c in turn.candidates:
-                c.reward += soft_overlong_penalty(c.model_tokens, max_len=cap, cache=cfg.grpo.overlong_cache)
+                penalty = soft_overlong_penalty(c.longest_segment, max_len=cap, cache=cfg.grpo.overlong_cache)
+                if per_trajectory:
+                    total[turn.agent] += penalty
+                else:
+                    c.reward += penalty
+        if per_trajectory:
+            for turn in ep.turns:
+                for c in turn.candidates:
+                    c.reward += total[turn.agent]
+
+
+def completion_budget(cfg: RunConfig, agent: str) -> int:
+    """The most tokens the agent can write in one turn: max_new_tokens per generation, times the
+    generations of a turn (1, or 1 + `generation.max_tool_calls` for an agent with tools). Dr.
+    GRPO's constant L for a policy is the largest of its agents' (`update_policy`)."""
+    cap = cfg.agent(agent).max_new_tokens or cfg.generation.max_new_tokens
+    return cap * (1 + cfg.generation.max_tool_calls if cfg.agent(agent).tools else 1)
 
 
 def groups_to_update(cands: list[tuple[Any, Any]], *, beta: float) -> set[Any]:
@@ -403,6 +462,7 @@ def _rollout_metrics(
     for name in dict.fromkeys(name for _, c in cands for name in c.reward_parts):  # each reward function, before its weight,
         values[f"reward/fn/{name}"] = float(np.mean([c.reward_parts[name] for _, c in cands if name in c.reward_parts]))  # where it applied
     if any(c.calls for _, c in cands):  # agents with tools: calls per candidate, and the share that failed
+        values["segment_len"] = float(np.mean([c.longest_segment for _, c in cands]))  # what max_new_tokens caps
         calls = [call for _, c in cands for call in c.calls]
         values["tool_calls"] = len(calls) / len(cands)
         values["tool_errors"] = float(np.mean([bool(call["error"]) for call in calls]))
@@ -455,9 +515,9 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
                                                           for s in samples if not s.masked)])
     if not n_samples:
         return {"lr": lr, "samples": 0.0}
-    # dr_grpo's constant: the configured cap on the policy's completions (Dr. GRPO; TRL's max_completion_length),
-    # not the longest completion of this step
-    max_len = max(cfg.agent(a).max_new_tokens or cfg.generation.max_new_tokens for a in policy.agents)
+    # dr_grpo's constant: the most tokens the policy's agents can write in a turn (Dr. GRPO; TRL's
+    # max_completion_length), not the longest completion of this step
+    max_len = max(completion_budget(cfg, a) for a in policy.agents)
     g = cfg.grpo
     pad = policy.tokenizer.pad_token_id or 0
     device = next(policy.model.parameters()).device
