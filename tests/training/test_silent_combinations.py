@@ -1,6 +1,6 @@
-"""Config combinations that are valid but do something else than they seem to say a warning in the
-run's log; resume compares every field that decides which tasks fill a step; per-agent success
-is the environment's outcome, not a positive local reward."""
+"""Valid config combinations that probably mean something else get a warning in the run's log;
+resume compares every field that decides which tasks fill a step; per-agent success is the
+environment's outcome, not a positive local reward."""
 
 from __future__ import annotations
 
