@@ -141,8 +141,9 @@ class GRPOConfig:
     alpha: float = 1.0
     """Candidate reward = alpha * team reward + local reward (AT-GRPO, eq. for mixed rewards)."""
     scale_rewards: str = "group"
-    """Advantage scaling: `group` divides by the group std (GRPO), `batch` by the batch std,
-    `none` does not divide (Dr. GRPO)."""
+    """Advantage scaling: `group` divides by the group std (GRPO), `batch` by the std of the
+    agent's samples in the whole step, every rank's (TRL's `batch`, per agent because agents'
+    rewards need not share a scale), `none` does not divide (Dr. GRPO)."""
     adv_eps: float = 1e-4
     """Epsilon added to the std in the advantage denominator."""
     dynamic_sampling: int = 0
@@ -151,7 +152,8 @@ class GRPOConfig:
     the tasks with a signal until the step has `optim.tasks_per_step` of them (0: off)."""
     loss_type: str = "dapo"
     """Loss aggregation: `grpo` (per-sequence mean), `bnpo`/`dapo` (token mean over the batch),
-    `dr_grpo` (sum / (B * max_completion_length)), or `cispo` (CISPO's truncated, detached
+    `dr_grpo` (sum / (B * L), L the most tokens a turn can hold: max_new_tokens, times
+    1 + `generation.max_tool_calls` for an agent with tools), or `cispo` (CISPO's truncated, detached
     importance weight times the log-prob, token mean; MiniMax-M1). docs/grpo.md compares them."""
     ratio_level: str = "token"
     """`token`: one importance ratio per token (GRPO); `sequence`: one per completion, the
@@ -164,10 +166,12 @@ class GRPOConfig:
     """Upper bound of CISPO's truncated importance weight (`loss_type: cispo`)."""
     mask_truncated: bool = False
     """Leave completions that hit their length cap out of the loss (TRL's
-    `mask_truncated_completions`; DAPO's overlong filtering): a cut-off answer is not judged."""
+    `mask_truncated_completions`; DAPO's overlong filtering): a cut-off answer is not judged. With
+    tool calls: a turn one of whose segments hit max_new_tokens (docs/grpo.md, "Length rules")."""
     overlong_cache: int = 0
     """DAPO's soft overlong penalty: completions within this many tokens of their cap lose up
-    to 1 reward, linearly (`training.grpo.soft_overlong_penalty`); 0 turns it off."""
+    to 1 reward, linearly (`training.grpo.soft_overlong_penalty`); 0 turns it off. With tool
+    calls the turn's longest segment is judged, as max_new_tokens caps each segment."""
     eps_low: float = 0.2
     """Lower clip of the importance ratio (PPO epsilon)."""
     eps_high: float = 0.28
@@ -286,9 +290,27 @@ class CheckpointConfig:
     from the checkpoint's config. The run then no longer matches an uninterrupted one."""
 
 
-RESUME_EXACT = ("seed", "model.source", "topology", "data", "grpo.k", "grpo.sampling", "optim.tasks_per_step")
+RESUME_EXACT = ("seed", "model.source", "topology", "data", "grpo.k", "grpo.sampling", "grpo.dynamic_sampling", "optim.tasks_per_step")
 """Config fields a resumed run must share with its checkpoint to replay the same data order,
-episodes and groups (the rest, e.g. the learning rate or `optim.steps`, may change)."""
+episodes and groups (the rest, e.g. the learning rate or `optim.steps`, may change). The tasks
+that fill a step are drawn from the train set (`seed`, `data`, the environment in `topology`),
+`optim.tasks_per_step` at a time, plus `grpo.dynamic_sampling`'s extra batches."""
+
+
+def config_warnings(config: RunConfig) -> list[str]:
+    """Combinations that are valid but probably not what the config's author meant; the trainer
+    logs each as a warning at the start of the run (`training.trainer.train`)."""
+    g = config.grpo
+    out = []
+    if g.ratio_level == "sequence" and g.loss_type != "grpo":
+        out.append(
+            f"grpo.ratio_level: sequence (GSPO) with grpo.loss_type: {g.loss_type} sums the loss over tokens, so a long "
+            "completion weighs more than a short one; GSPO averages each sequence first (loss_type: grpo), as TRL's "
+            "GSPO recipe does"
+        )
+    if g.loss_type == "cispo" and g.delta is not None:
+        out.append("grpo.delta has no effect with grpo.loss_type: cispo (CISPO truncates its weight at grpo.cispo_cap instead)")
+    return out
 
 
 def resume_differences(saved: RunConfig, current: RunConfig) -> list[str]:

@@ -26,7 +26,8 @@ class Generation:
     text: str
     """Decoded completion without special tokens."""
     truncated: bool
-    """True when the completion hit max_new_tokens before an end-of-turn token."""
+    """True when the completion hit max_new_tokens before an end-of-turn token (with tool calls:
+    when one of its segments did, see `segment_tokens`)."""
     logprobs: tuple[float, ...] | None = None
     """The sampler's log-prob of each completion token at the sampling temperature, when the
     sampler is not the trainer (vLLM); None from the HF backend, whose weights are the trainer's."""
@@ -37,11 +38,19 @@ class Generation:
     """The tool calls made in this completion, in order (`agents.tools.ToolCall.to_dict`)."""
     segments: tuple[str, ...] = ()
     """With tool calls: the model's text of each segment; call i came after segment i."""
+    segment_tokens: tuple[int, ...] = ()
+    """With tool calls: the model's tokens in each segment (each one generation, capped at
+    max_new_tokens on its own); empty: one segment of `model_tokens`."""
 
     @property
     def model_tokens(self) -> int:
-        """How many of `token_ids` the model wrote (what its length cap and the loss count)."""
+        """How many of `token_ids` the model wrote (what the loss and `completion_len` count)."""
         return len(self.token_ids) if self.mask is None else sum(self.mask)
+
+    @property
+    def longest_segment(self) -> int:
+        """The model's tokens in its longest segment: what max_new_tokens caps."""
+        return max(self.segment_tokens, default=self.model_tokens)
 
 
 @dataclass

@@ -36,18 +36,27 @@ def _group_members(group_ids: Sequence[Hashable]) -> list[list[int]]:
 
 
 def group_advantages(
-    rewards: Tensor, group_ids: Sequence[Hashable], scale: str = "group", eps: float = 1e-4
+    rewards: Tensor,
+    group_ids: Sequence[Hashable],
+    scale: str = "group",
+    eps: float = 1e-4,
+    batch_ids: Sequence[Hashable] | None = None,
 ) -> Tensor:
     """Group-relative advantages: A = r - mean(group), divided by a std per `scale`.
 
     `rewards` is (N,); `group_ids[i]` is sample i's group key (Troupe: (task, turn, agent)).
-    `scale`: "group" divides by (std(group) + eps) (GRPO), "batch" by (std(all rewards) + eps)
-    (as TRL's scale_rewards="batch"), "none" does not divide (Dr. GRPO). std is the unbiased
-    sample std. A group whose rewards are all equal, one-member groups included, gets exactly
-    0 (its mean is not computed in floating point, so no 1e-17 residue is amplified by 1/eps).
+    `scale`: "group" divides by (std(group) + eps) (GRPO), "batch" by (std(batch) + eps) (as TRL's
+    scale_rewards="batch"), "none" does not divide (Dr. GRPO). A sample's batch is every sample
+    with its `batch_ids` entry (Troupe passes the agent, so an agent whose rewards are ten times
+    larger does not shrink another agent's advantages); None: all N samples are one batch. std is
+    the unbiased sample std (0 for a batch of one). A group whose rewards are all equal, one-member
+    groups included, gets exactly 0 (its mean is not computed in floating point, so no 1e-17
+    residue is amplified by 1/eps).
     """
     if rewards.dim() != 1 or rewards.numel() != len(group_ids):
         raise ValueError(f"rewards must be (N,) with one group id each; got {tuple(rewards.shape)} and {len(group_ids)} ids")
+    if batch_ids is not None and len(batch_ids) != len(group_ids):
+        raise ValueError(f"batch_ids must give one batch per sample; got {len(batch_ids)} for {len(group_ids)} samples")
     if scale not in ("group", "batch", "none"):
         raise ValueError(f"unknown scale {scale!r}; allowed: group, batch, none")
     rewards = rewards.detach().float() if not rewards.is_floating_point() else rewards.detach()  # (N,)
@@ -62,7 +71,9 @@ def group_advantages(
     if scale == "group":
         return centered / (group_std + eps)  # (N,)
     if scale == "batch":
-        batch_std = rewards.std() if rewards.numel() > 1 else rewards.new_zeros(())  # ()
+        batch_std = torch.zeros_like(rewards)  # (N,) std of each sample's batch
+        for idx in _group_members(batch_ids if batch_ids is not None else [0] * len(group_ids)):
+            batch_std[idx] = rewards[idx].std() if len(idx) > 1 else 0.0  # (n,)
         return centered / (batch_std + eps)  # (N,)
     return centered  # (N,)
 

@@ -6,7 +6,8 @@ GRPO group keyed by (task, turn, agent); the episode continues from the best-sco
 All tasks' candidates for one agent are generated in one batch, the prompt prefill shared.
 
 Plain GRPO (`rollout_independent`): K independent trajectories per task; each agent's samples
-in a trajectory share that trajectory's reward; groups are keyed by (task, agent).
+in a trajectory share that trajectory's reward; groups are keyed by (task, agent), and the
+baseline counts each trajectory once per agent (`training.trainer.step_advantages`).
 
 Candidate reward = alpha * team reward + local reward (+ an optional TRL-style reward function).
 """
@@ -39,6 +40,7 @@ class Candidate:
     text: str
     token_ids: tuple[int, ...]
     truncated: bool
+    """One of its segments hit max_new_tokens (`Generation.truncated`)."""
     team: float
     local: float
     reward: float
@@ -52,13 +54,22 @@ class Candidate:
     """The tool calls made during this candidate's turn (name, arguments, result, error)."""
     segments: tuple[str, ...] = ()
     """With tool calls: the model's text of each segment (call i came after segment i)."""
+    segment_tokens: tuple[int, ...] = ()
+    """With tool calls: the model's tokens in each segment (`Generation.segment_tokens`)."""
     reward_parts: dict[str, float] = field(default_factory=dict)
-    """What each reward function (`Sampler.rewards`) gave it, before its weight."""
+    """What each reward function (`Sampler.rewards`) gave it, before its weight; a function that
+    returned None or NaN for it (TRL: "does not apply") has no entry (and added 0 to its reward)."""
     next_state: State | None = field(default=None, repr=False)
 
     @property
     def model_tokens(self) -> int:
+        """The model's tokens in the turn, every segment, tool results left out (what the loss counts)."""
         return len(self.token_ids) if self.mask is None else sum(self.mask)
+
+    @property
+    def longest_segment(self) -> int:
+        """The model's tokens in its longest segment: what max_new_tokens and the overlong penalty judge."""
+        return max(self.segment_tokens, default=self.model_tokens)
 
 
 @dataclass
@@ -267,9 +278,10 @@ class Sampler:
             values = list(fn(prompts=[prompt] * len(generations), completions=[g.text for g in generations], **columns))
             if len(values) != len(generations):
                 raise ValueError(f"reward function {name} returned {len(values)} rewards for {len(generations)} completions")
-            for part, value in zip(parts, values):  # None (TRL: "does not apply here") and NaN count 0
-                part[name] = float(value) if value is not None and math.isfinite(float(value)) else 0.0
-        extra = [sum(w * part[name] for name, _, w in self.rewards) for part in parts]
+            for part, value in zip(parts, values):  # None (TRL: "does not apply here") and NaN: no part, 0 in the sum
+                if value is not None and math.isfinite(float(value)):
+                    part[name] = float(value)
+        extra = [sum(w * part.get(name, 0.0) for name, _, w in self.rewards) for part in parts]
         alpha = self.config.grpo.alpha
         return [
             Candidate(
@@ -284,6 +296,7 @@ class Sampler:
                 mask=g.mask,
                 calls=g.calls,
                 segments=g.segments,
+                segment_tokens=g.segment_tokens,
                 reward_parts=part,
                 next_state=r.state,
             )

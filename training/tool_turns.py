@@ -175,10 +175,11 @@ class _Exchange:
                 mask += [0] * len(self.results[i])
                 logprobs += [0.0] * len(self.results[i])
         return Generation(
-            token_ids=tuple(ids), text="\n".join(s.text for s in self.segments), truncated=self.segments[-1].truncated,
+            token_ids=tuple(ids), text="\n".join(s.text for s in self.segments), truncated=any(s.truncated for s in self.segments),
             logprobs=tuple(logprobs) if has_logprobs else None, mask=tuple(mask) if self.results else None,
             calls=tuple(c.to_dict() for c in self.calls),
             segments=tuple(s.text for s in self.segments) if self.calls else (),
+            segment_tokens=tuple(len(s.token_ids) for s in self.segments) if self.results else (),
         )
 
 

@@ -32,7 +32,7 @@ import torch
 
 from agents.envs import load_environment
 from agents.verifiers import load_reward_fn
-from training.config import ConfigError, RunConfig, resume_differences
+from training.config import ConfigError, RunConfig, config_warnings, resume_differences
 from training.data import Task, batch_indices, load_tasks
 from training.distributed import Dist, check_gpus, from_env, in_launch, launch
 from training.events import EventSink, StepMetrics, TrainResult
@@ -96,6 +96,8 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
     env = load_environment(config.topology.environment, **config.topology.env_args)
     train_tasks, eval_tasks = load_tasks(config, env)
     sink.log(f"{len(train_tasks)} training tasks, {len(eval_tasks)} held-out tasks ({env.name})")
+    for warning in config_warnings(config):
+        sink.log(warning, level="warning")
     progress = RunProgress(sink, config, has_eval=bool(config.eval.every and eval_tasks))
     t_load = time.perf_counter()
     if dist.main:  # rank 0 converts or downloads the models once; the other ranks then read them
@@ -223,8 +225,7 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
     if cfg.grpo.overlong_cache:
         _shape_overlong(episodes, cfg)
     cands, rewards, keys = _candidates(episodes)
-    adv = group_advantages(rewards, keys, scale=cfg.grpo.scale_rewards, eps=cfg.grpo.adv_eps)  # (N,)
-    for (_, c), a in zip(cands, adv.tolist()):
+    for (_, c), a in zip(cands, step_advantages(episodes, cfg, dist)):
         c.advantage = a
     updated = groups_to_update(cands, beta=cfg.grpo.beta)
 
@@ -271,6 +272,7 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
 
 def _rollout(sampler: Sampler, batch: list[Task]) -> list[Episode]:
     cfg = sampler.config
+    check_distinct_episodes(batch)
     if cfg.grpo.sampling == "tree":
         return rollout_tree(sampler, batch)
     return rollout_independent(sampler, batch, k=cfg.grpo.k)
@@ -302,9 +304,7 @@ def _dynamic_sampling(
     rounds = 0
     while len(kept) < want and rounds < cfg.grpo.dynamic_sampling:
         rounds += 1
-        extra = [(f"{tasks[i][0]}@{step}+{rounds}", tasks[i][1])
-                 for i in batch_indices(len(tasks), cfg.optim.tasks_per_step, step, cfg.seed + 7_919 * rounds)]
-        more = _rollout(sampler, extra[dist.rank :: dist.world])
+        more = _rollout(sampler, extra_tasks(tasks, cfg, step, rounds)[dist.rank :: dist.world])
         pool += more
         kept += [tid for tid in signal_tasks(more) if tid not in kept]
     stats = {"dynamic/extra_batches": float(rounds), "dynamic/signal_tasks": float(min(len(kept), want)) / max(want, 1)}
@@ -314,18 +314,42 @@ def _dynamic_sampling(
     return [ep for ep in pool if ep.task_id in chosen], stats
 
 
-def step_tasks(tasks: list[tuple[str, dict[str, Any]]], cfg: RunConfig, step: int) -> list[tuple[str, dict[str, Any]]]:
-    """The step's (episode id, row) pairs, before a data-parallel launch splits them. The id is
-    the task's id, the step and, when a batch that crosses an epoch boundary holds the same task
-    twice, its occurrence (`3@7`, `3@7#2`): every episode gets its own id, so its candidates never
-    share a GRPO group (task, turn, agent) with another episode's, whose state differs."""
+def step_tasks(tasks: list[Task], cfg: RunConfig, step: int) -> list[Task]:
+    """The step's (episode id, row) pairs, before a data-parallel launch splits them (`episode_ids`
+    names them `3@7`, `3@7#2`)."""
+    return episode_ids(tasks, batch_indices(len(tasks), cfg.optim.tasks_per_step, step, cfg.seed), f"{step}")
+
+
+def extra_tasks(tasks: list[Task], cfg: RunConfig, step: int, round_: int) -> list[Task]:
+    """Dynamic sampling's extra batch `round_` (1-based) of a step: the draw of `batch_indices` with
+    the seed offset by 7919 * round_, named `3@7+1`, `3@7+1#2` (`episode_ids`)."""
+    indices = batch_indices(len(tasks), cfg.optim.tasks_per_step, step, cfg.seed + 7_919 * round_)
+    return episode_ids(tasks, indices, f"{step}+{round_}")
+
+
+def episode_ids(tasks: list[Task], indices: list[int], draw: str) -> list[Task]:
+    """(episode id, row) for each drawn index: the task's id, `@`, the draw (`7`, or `7+1` for an
+    extra batch of step 7) and, from a task's second occurrence in the same draw on (a batch that
+    crosses an epoch boundary, or a train set smaller than the batch), `#n`. Every episode of a
+    step thus has an id of its own, so its candidates never share a GRPO group (task, turn, agent)
+    with another episode's, whose state differs. The id after the last `@` names the draw, so two
+    different (task, draw, n) never give the same id."""
     seen: dict[str, int] = defaultdict(int)
     out = []
-    for i in batch_indices(len(tasks), cfg.optim.tasks_per_step, step, cfg.seed):
+    for i in indices:
         tid, row = tasks[i]
         seen[tid] += 1
-        out.append((f"{tid}@{step}" + (f"#{seen[tid]}" if seen[tid] > 1 else ""), row))
+        out.append((f"{tid}@{draw}" + (f"#{seen[tid]}" if seen[tid] > 1 else ""), row))
     return out
+
+
+def check_distinct_episodes(batch: list[Task]) -> None:
+    """Refuse a batch in which two episodes share an id: their candidates would fall into one GRPO
+    group although their states differ (a bug in how the batch was drawn, never the user's)."""
+    ids = [tid for tid, _ in batch]
+    if len(set(ids)) != len(ids):
+        twice = sorted({tid for tid in ids if ids.count(tid) > 1})
+        raise RuntimeError(f"episodes {twice} appear twice in one rollout batch: each episode needs its own GRPO groups")
 
 
 def _candidates(episodes: list[Episode]) -> tuple[list[tuple[Any, Any]], torch.Tensor, list[Any]]:
@@ -335,13 +359,73 @@ def _candidates(episodes: list[Episode]) -> tuple[list[tuple[Any, Any]], torch.T
     return cands, rewards, [turn.group for turn, _ in cands]
 
 
-def _shape_overlong(episodes: list[Episode], cfg: RunConfig) -> None:
-    """Add DAPO's soft overlong penalty to every candidate's reward (`soft_overlong_penalty`)."""
+def step_advantages(episodes: list[Episode], cfg: RunConfig, dist: Dist) -> list[float]:
+    """Each candidate's advantage (in `_candidates` order), from the step's rewards on every rank.
+
+    The baseline counts each sample once: under tree sampling a sample is a candidate; under
+    independent sampling it is one agent's part of one trajectory (all its turns there share that
+    trajectory's return), so an agent that acted three times in a trajectory does not weigh three
+    times in its (task, agent) group's mean and std. Every turn then takes its trajectory's
+    advantage. `scale_rewards: batch` divides by the std of the agent's samples in the whole
+    step (`group_advantages`' batch_ids): per agent, because agents' rewards need not share a
+    scale; over every rank's samples, gathered first, as TRL gathers before it normalises. A
+    rank's groups are its own (it rolls out whole tasks), so `group` and `none` give the same
+    values either way."""
+    per_trajectory = cfg.grpo.sampling == "independent"
+    units: list[tuple[float, Any, str]] = []  # (reward, group, agent) of each sample the baseline counts
+    unit_of: list[int] = []  # each candidate's sample
     for ep in episodes:
+        mine: dict[str, int] = {}
+        for turn in ep.turns:
+            for c in turn.candidates:
+                if not per_trajectory or turn.agent not in mine:
+                    mine[turn.agent] = len(units)
+                    units.append((c.reward, turn.group, turn.agent))
+                unit_of.append(mine[turn.agent])
+    parts = dist.gather(units)
+    offset = sum(len(part) for part in parts[: dist.rank])
+    everyone = [u for part in parts for u in part]
+    adv = group_advantages(
+        torch.tensor([r for r, _, _ in everyone], dtype=torch.float32),  # (U,)
+        [g for _, g, _ in everyone],
+        scale=cfg.grpo.scale_rewards,
+        eps=cfg.grpo.adv_eps,
+        batch_ids=[a for _, _, a in everyone],
+    )[offset : offset + len(units)].tolist()  # (U_rank,)
+    return [adv[u] for u in unit_of]
+
+
+def _shape_overlong(episodes: list[Episode], cfg: RunConfig) -> None:
+    """Add DAPO's soft overlong penalty (`soft_overlong_penalty`) to every candidate's reward.
+
+    max_new_tokens caps each generation, so the penalty judges the candidate's longest segment
+    against it: a turn that calls a tool and writes 84 + 53 tokens under a cap of 100 is not
+    punished (its longest segment has 84). Under independent sampling an agent's penalties in a
+    trajectory add up, as its local rewards do, and each of its turns there gets the sum (they
+    share one return)."""
+    per_trajectory = cfg.grpo.sampling == "independent"
+    for ep in episodes:
+        total: dict[str, float] = defaultdict(float)
         for turn in ep.turns:
             cap = cfg.agent(turn.agent).max_new_tokens or cfg.generation.max_new_tokens
             for c in turn.candidates:
-                c.reward += soft_overlong_penalty(c.model_tokens, max_len=cap, cache=cfg.grpo.overlong_cache)
+                penalty = soft_overlong_penalty(c.longest_segment, max_len=cap, cache=cfg.grpo.overlong_cache)
+                if per_trajectory:
+                    total[turn.agent] += penalty
+                else:
+                    c.reward += penalty
+        if per_trajectory:
+            for turn in ep.turns:
+                for c in turn.candidates:
+                    c.reward += total[turn.agent]
+
+
+def completion_budget(cfg: RunConfig, agent: str) -> int:
+    """The most tokens the agent can write in one turn: max_new_tokens per generation, times the
+    generations of a turn (1, or 1 + `generation.max_tool_calls` for an agent with tools). Dr.
+    GRPO's constant L for a policy is the largest of its agents' (`update_policy`)."""
+    cap = cfg.agent(agent).max_new_tokens or cfg.generation.max_new_tokens
+    return cap * (1 + cfg.generation.max_tool_calls if cfg.agent(agent).tools else 1)
 
 
 def groups_to_update(cands: list[tuple[Any, Any]], *, beta: float) -> set[Any]:
@@ -375,9 +459,10 @@ def _rollout_metrics(
         "ended": float(np.mean([not c.truncated for _, c in cands])),
         "turns": float(np.mean([len(ep.turns) for ep in episodes])),
     }
-    for name in dict.fromkeys(name for _, c in cands for name in c.reward_parts):  # each reward function, before its weight
-        values[f"reward/fn/{name}"] = float(np.mean([c.reward_parts.get(name, 0.0) for _, c in cands]))
+    for name in dict.fromkeys(name for _, c in cands for name in c.reward_parts):  # each reward function, before its weight,
+        values[f"reward/fn/{name}"] = float(np.mean([c.reward_parts[name] for _, c in cands if name in c.reward_parts]))  # where it applied
     if any(c.calls for _, c in cands):  # agents with tools: calls per candidate, and the share that failed
+        values["segment_len"] = float(np.mean([c.longest_segment for _, c in cands]))  # what max_new_tokens caps
         calls = [call for _, c in cands for call in c.calls]
         values["tool_calls"] = len(calls) / len(cands)
         values["tool_errors"] = float(np.mean([bool(call["error"]) for call in calls]))
@@ -392,7 +477,7 @@ def _rollout_metrics(
                 "reward/team": float(np.mean([c.team for _, c in items])),
                 "reward/local": float(np.mean([c.local for _, c in items])),
                 "reward/std": float(r.std()) if len(r) > 1 else 0.0,
-                "success": float(np.mean([c.local > 0 for _, c in items])),
+                "success": agent_success(episodes, agent),
                 "completion_len": float(np.mean([c.model_tokens for _, c in items])),
                 "truncated": float(np.mean([c.truncated for _, c in items])),
                 "ended": float(np.mean([not c.truncated for _, c in items])),
@@ -402,6 +487,15 @@ def _rollout_metrics(
             }
         )
     return values
+
+
+def agent_success(episodes: list[Episode], agent: str) -> float:
+    """An agent's success: the share of the episodes it acted in that the environment judged
+    solved at their end (`State.success`, the team's outcome). Its own local reward does not
+    count: a format reward or a partial credit would make a wrong answer look like a success.
+    0.0 when the agent never acted."""
+    mine = [ep.success for ep in episodes if any(t.agent == agent for t in ep.turns)]
+    return float(np.mean(mine)) if mine else 0.0
 
 
 # == the update ====================================================================================
@@ -421,9 +515,9 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
                                                           for s in samples if not s.masked)])
     if not n_samples:
         return {"lr": lr, "samples": 0.0}
-    # dr_grpo's constant: the configured cap on the policy's completions (Dr. GRPO; TRL's max_completion_length),
-    # not the longest completion of this step
-    max_len = max(cfg.agent(a).max_new_tokens or cfg.generation.max_new_tokens for a in policy.agents)
+    # dr_grpo's constant: the most tokens the policy's agents can write in a turn (Dr. GRPO; TRL's
+    # max_completion_length), not the longest completion of this step
+    max_len = max(completion_budget(cfg, a) for a in policy.agents)
     g = cfg.grpo
     pad = policy.tokenizer.pad_token_id or 0
     device = next(policy.model.parameters()).device
@@ -649,7 +743,7 @@ def evaluate(
         for name in dict.fromkeys(cfg.topology.order()):
             mine = [t.candidates[0] for ep in episodes for t in ep.turns if t.agent == name]
             agents[name] = {
-                "success": float(np.mean([c.local > 0 for c in mine])) if mine else 0.0,
+                "success": agent_success(episodes, name),
                 "reward": float(np.mean([c.local for c in mine])) if mine else 0.0,
             }
         result = {

@@ -3,6 +3,8 @@ dynamic sampling, which refills a step with tasks whose groups carry a signal.""
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import pytest
 import torch
 
@@ -55,7 +57,8 @@ def test_each_candidate_gains_the_weighted_sum_of_the_reward_functions(make_conf
     gens = [Generation((1,), text, False) for text in ("aaaa", "AAAAAAAA", "")]
     short, loud, empty = sampler.score(state, "writer", "prompt", gens)
     assert short.reward_parts == {"brevity": 1.0, "shouting": 0.0} and loud.reward_parts == {"brevity": 0.0, "shouting": 1.0}
-    assert empty.reward_parts == {"brevity": 1.0, "shouting": 0.0}  # None counts 0
+    assert empty.reward_parts == {"brevity": 1.0}  # None: shouting does not apply here (0 in the sum, no part)
+    assert empty.local == pytest.approx(env.step(state, agent="writer", role="writer", action="").local_reward + 0.5 * 1.0)
     base = env.step(state, agent="writer", role="writer", action="aaaa")
     assert short.local == pytest.approx(base.local_reward + 0.5 * 1.0)
     assert loud.local == pytest.approx(0.0 + 2.0 * 1.0) and loud.reward == pytest.approx(config.grpo.alpha * loud.team + loud.local)
@@ -164,3 +167,16 @@ def test_a_run_with_dynamic_sampling_trains(make_config, tmp_path):
 
     assert train(make_config("lora", **{"grpo.dynamic_sampling": 2}), out_dir=tmp_path, sink=Keep()).status == "succeeded"
     assert seen and all("dynamic/extra_batches" in v and 0 <= v["dynamic/signal_tasks"] <= 1 for v in seen)
+
+
+def test_a_reward_functions_metric_averages_the_completions_it_applied_to():
+    from training.trainer import _rollout_metrics
+
+    parts = [{"fmt": 1.0, "len": 0.0}, {"fmt": 0.0}, {}, {"fmt": 1.0}]  # None left no part (TRL's nanmean skips it)
+    cands = [Candidate(text="x", token_ids=(1,), truncated=False, team=0.0, local=0.0, reward=float(i), reward_parts=p)
+             for i, p in enumerate(parts)]
+    turn = Turn(0, "writer", "writer", "p", (1,), cands, 0, ("t", 0, "writer"))
+    episode = Episode("t", {}, [turn], State(task_id="t", row={}))
+    pairs = [(turn, c) for c in cands]
+    values = _rollout_metrics([episode], pairs, torch.tensor([c.reward for c in cands]), [turn.group] * 4, defaultdict(dict))
+    assert values["reward/fn/fmt"] == pytest.approx(2 / 3) and values["reward/fn/len"] == 0.0
