@@ -173,10 +173,13 @@ def _run(
     stdin: str,
     audit_hook: bool,
     namespaces: bool = True,
+    landlock_abi: int | None = None,
 ) -> SandboxResult:
-    """`run_python` with the audit hook and the namespaces switchable, so tests can check the
-    kernel layers alone, and what holds on a host that grants no namespaces (seccomp, Landlock,
-    rlimits: a worker in a container as an ordinary user, for example)."""
+    """`run_python` with the audit hook, the namespaces and Landlock switchable, so tests can
+    check the kernel layers alone, what holds on a host that grants no namespaces (seccomp,
+    Landlock, rlimits: a worker in a container as an ordinary user, for example), and what holds
+    on an older kernel: `landlock_abi` holds Landlock to that ABI (0: none; 5.15 has 1, 6.1 has 2,
+    6.8 has 4, 6.12 has 6)."""
     _check_file_names(files)
     start = time.monotonic()
     root = os.geteuid() == 0
@@ -202,6 +205,7 @@ def _run(
                 "status_fd": status_w,
                 "audit_hook": audit_hook,
                 "namespaces": namespaces,
+                "landlock_abi": landlock_abi,
             }
             env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}
             cmd = [
