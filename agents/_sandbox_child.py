@@ -937,6 +937,11 @@ def main() -> None:
         real_workdir = os.getcwd()
         _restrict_filesystem(real_workdir, [*needed, *SYSTEM_READ_PATHS], layers, cfg.get("landlock_abi"))
         _install_seccomp(layers)
+        if os.geteuid() == 0 and "readonly-fs" not in layers and "landlock" not in layers:
+            # uid 0 without capabilities still owns every root-owned file: with no read-only
+            # mount view and no Landlock, only the audit hook would keep the code off them.
+            raise OSError("the code would run as root with no read-only mounts and no Landlock "
+                          "(the sandbox user cannot reach the interpreter's library)")
     except Exception as e:  # noqa: BLE001 - any setup failure must stop before the model's code runs
         sys.stderr.write(f"sandbox setup failed: {e}\n")
         os._exit(EXIT_SETUP_FAILED)

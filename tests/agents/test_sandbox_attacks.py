@@ -632,3 +632,13 @@ def test_it_cannot_truncate_or_write_the_uids_own_files(user: User, victim: Path
         (a,) = user.run_all(code, audit_hooks=(False,), landlock_abis=(0,))
         assert a.kernel_refused("truncate by path", "O_RDONLY|O_TRUNC") and "write by dir_fd refused" in a.out, a.out
     assert victim.read_text() == "keep"
+
+
+def test_a_directory_it_makes_unreadable_ends_the_run(user: User) -> None:
+    # Without a mount namespace the parent counts the working directory's bytes; a directory
+    # the code makes unreadable to its own uid (and so to a parent of that uid) would hide files.
+    if user.namespaces:
+        pytest.skip("with namespaces the code writes into its private tmpfs, bounded by the kernel")
+    code = "import os\nos.makedirs('d/e')\nos.chmod('d', 0)\nwhile True:\n    pass"
+    (r,) = user.run_helper([{"code": code, "audit_hook": False, "namespaces": False}])["results"]
+    assert r["error"] == "disk limit" and not r["timed_out"], r
