@@ -28,13 +28,23 @@ written as a JSON list to the status pipe before the model's code starts:
   from Landlock ABI 6 on, no signals to and no abstract unix sockets of processes outside it.
 - `seccomp`: a classic-BPF seccomp filter (see `_seccomp_program`) that kills the process
   on a foreign architecture or ABI and refuses with EPERM: signals (kill, tkill, tgkill,
-  rt_(tg)sigqueueinfo) to anyone but itself, the pidfd calls, ptrace, process_vm_readv/writev,
-  kcmp, fork/vfork/clone/clone3 and execve/execveat, every socket (socketpair only for
-  AF_UNIX), namespace, mount, keyring, bpf, perf, userfaultfd, io_uring and personality
-  calls, and rlimit/priority/affinity/scheduler/page-migration calls on other processes.
+  rt_(tg)sigqueueinfo) to anyone but itself, fcntl and ioctl commands outside their allow-lists
+  (the SIGIO owner and signal of a file, O_ASYNC, leases, a terminal's process group or input:
+  routes to other processes that are not kill, which Landlock scopes only from Linux 6.12), the
+  pidfd calls, ptrace, process_vm_readv/writev, kcmp, fork/vfork/clone/clone3 and
+  execve/execveat, every socket (socketpair only for AF_UNIX) and descriptor passing, memfd,
+  SysV and POSIX IPC, namespace, mount, keyring, bpf, perf, userfaultfd, io_uring and
+  personality calls, truncation by path and writes by dir_fd, and rlimit/priority/affinity/
+  scheduler/page-migration calls on, or questions about, other processes.
 - `audit`: a `sys.addaudithook` hook refusing sockets, fork/exec/subprocess, ctypes,
-  sub-interpreters, and file access outside the working directory (reads also allowed in
-  the standard library). It holds no mutable state and calls no patchable Python code.
+  sub-interpreters, hand-made code objects, fcntl/ioctl commands outside the allow-lists, and
+  file access outside the working directory (reads also allowed in the standard library; a
+  dir_fd must name the working directory or a directory inside it). It holds no mutable state
+  and calls no patchable Python code; before the model's code runs, this module's globals lose
+  their libc handles (`_scrub_globals`), since its frame can be reached by walking frames.
+
+Root never runs the model's code as uid 0 with neither read-only mounts nor Landlock: setup
+fails instead.
 """
 
 from __future__ import annotations
@@ -691,7 +701,7 @@ def _install_audit_hook(workdir: str, read_roots: tuple[str, ...]) -> None:
     }
     workdir_st = os.stat(workdir)
     root_st = os.stat("/")
-    ioctls = frozenset(dict(CHECKED_SYSCALLS)["ioctl"][0][1])
+    ioctls = frozenset(int(v) for v in dict(CHECKED_SYSCALLS)["ioctl"][0][1])
     read_events = frozenset({"os.listdir", "os.scandir", "os.chdir", "os.listxattr", "os.getxattr"})
     blocked_modules = frozenset({
         "ctypes", "_ctypes", "_posixsubprocess", "_xxsubinterpreters", "_xxinterpchannels",

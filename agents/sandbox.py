@@ -19,19 +19,26 @@ says which ones this host grants the current user, and names the missing ones):
 - identity: root switches to uid/gid 65534 (nobody), all capabilities are dropped,
   no-new-privs is set, the process is not dumpable (no /proc/<pid>/mem or ptrace of it);
 - rlimits: CPU seconds, address space, file size, no new processes or threads, 32 open files;
+  and a disk budget: without a mount namespace the parent walks the working directory while
+  the code runs and stops it past `DISK_MB` or `DISK_FILES` ("disk limit");
 - Landlock (Linux 5.13+, any user): files readable only in the interpreter's and the system's
   library directories, writable only in the working directory (no /proc even without a
-  mount namespace); on Linux 6.12+ no signals to processes outside the sandbox;
-- seccomp (any user; it needs only no-new-privs): a filter that kills the process on a
-  foreign architecture and refuses with EPERM signals to any process but itself (kill(0)
-  and kill(-1) included), pidfd_open/pidfd_send_signal/pidfd_getfd, ptrace,
-  process_vm_readv/writev, kcmp, fork/vfork/clone/clone3, execve, every socket (a socketpair
-  of AF_UNIX aside), io_uring, unshare/setns/mount, keyrings, bpf, perf_event_open,
-  userfaultfd, personality, and rlimit/priority/scheduling calls aimed at other processes
-  (the full lists are in `agents/_sandbox_child.py`);
-- Python: an audit hook that refuses sockets, fork/exec/subprocess, ctypes, and file access
-  outside the working directory (reading the standard library is allowed). It is a first
-  line only: the layers above are what hold if code gets around it.
+  mount namespace); on Linux 6.12+ also no signals to processes outside the sandbox;
+- seccomp (any user; it needs only no-new-privs), which alone keeps the code from signalling
+  other processes on kernels before 6.12: a filter that kills the process on a foreign
+  architecture and refuses with EPERM signals to any process but itself (kill(0) and kill(-1)
+  included), the signal routes that are not kill (fcntl and ioctl are allowed only with
+  allow-listed commands: no F_SETOWN, F_SETSIG, O_ASYNC, FIOSETOWN, TIOCSTI...), the pidfd calls,
+  ptrace, process_vm_readv/writev, kcmp, fork/vfork/clone/clone3, execve, every socket (a
+  socketpair of AF_UNIX aside), descriptor passing, memfd, SysV and POSIX IPC, io_uring,
+  unshare/setns/mount, keyrings, bpf, perf_event_open, userfaultfd, personality, path truncation,
+  writes by dir_fd, and rlimit/priority/scheduling calls aimed at other processes (the full
+  lists are in `agents/_sandbox_child.py`);
+- Python: an audit hook that refuses sockets, fork/exec/subprocess, ctypes, hand-made code
+  objects, and file access outside the working directory (reading the standard library is
+  allowed). It is a first line only: the layers above are what hold if code gets around it.
+
+`docs/security.md` says which layer holds what on each kernel (5.15, 6.1, 6.8, 6.12+).
 
 Extra directories to hide can be listed, separated by `:`, in `TROUPE_SANDBOX_HIDE`
 (for example a data directory outside the project).
