@@ -14,7 +14,9 @@ the sandboxed code's own uid (nobody for root, as another sandbox would be), whi
 itself with SIGTERM afterwards: had an attack killed it, its exit status would say SIGKILL.
 
 Attacks through `os` run with the audit hook on and off; those through ctypes with it off, so
-that only the kernel layers stand in the way. Each attack prints "<name> refused <errno>" or
+that only the kernel layers stand in the way. The attacks whose answer depends on the kernel also
+run with Landlock held to the ABI of each kernel teams run (`KERNELS`: 5.15, 6.1, 6.8, 6.12) and
+with no Landlock at all, so that what only the newest kernel provides is never load-bearing. Each attack prints "<name> refused <errno>" or
 "<name> ESCAPED"; where seccomp took hold, the calls it filters must fail with EPERM (1).
 """
 
