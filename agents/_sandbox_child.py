@@ -12,7 +12,8 @@ written as a JSON list to the status pipe before the model's code starts:
   (`os.getppid()` is 0). The started process waits for it and ends the same way it did
   (exit status or signal). Nothing outside the namespace can be named by a pid.
 - `netns`: a new network namespace with no interface up (no TCP/UDP anywhere, 127.0.0.1 included);
-  `userns` when an unprivileged user needed a user namespace to get these.
+  `ipcns`: a new IPC namespace (SysV and POSIX IPC objects die with the sandbox; seccomp refuses
+  them anyway); `userns` when an unprivileged user needed a user namespace to get these.
 - `mountns`: a private mount namespace; with it `readonly-fs` (every mount read-only),
   `masked-paths` (empty read-only tmpfs over the project, /home, /root, /run, the temp
   dirs...; the interpreter's own library directories are bound back in), `private-proc` (a
@@ -63,6 +64,7 @@ import types
 from typing import Any, NoReturn
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
@@ -334,6 +336,7 @@ def _enter_namespaces(root: bool, layers: list[str]) -> int:
         return 0
     uid, gid = os.getuid(), os.getgid()
     wanted = [CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET, CLONE_NEWNS | CLONE_NEWNET, CLONE_NEWNET]
+    wanted = [flags | CLONE_NEWIPC for flags in wanted] + wanted
     attempts = (wanted if root else []) + [CLONE_NEWUSER | flags for flags in wanted]
     for flags in attempts:
         if unshare(ctypes.c_int(flags)) != 0:
@@ -349,6 +352,8 @@ def _enter_namespaces(root: bool, layers: list[str]) -> int:
                 return 0
             layers.append("userns")
         layers.append("netns")
+        if flags & CLONE_NEWIPC:
+            layers.append("ipcns")
         if flags & CLONE_NEWNS:
             layers.append("mountns")
         return flags

@@ -465,7 +465,7 @@ def test_seccomp_and_a_pid_namespace_take_hold(user: User) -> None:
     # seccomp needs only no-new-privs: it holds for every user on Linux
     assert "seccomp" in isolation and caps["seccomp"] is True, caps
     if user.name == "root":
-        assert {"pidns", "netns", "mountns", "private-proc", "nobody"} <= isolation
+        assert {"pidns", "netns", "ipcns", "mountns", "private-proc", "nobody"} <= isolation
         assert caps["pidns"] is True and caps["missing"] == "", caps
     if not user.namespaces:
         assert not {"pidns", "netns", "mountns"} & isolation
