@@ -13,8 +13,7 @@ says which ones this host grants the current user, and names the missing ones):
 - kernel namespaces (as root directly; as an ordinary user inside a user namespace, where
   the host allows one): a PID namespace, where the code runs as pid 2 under a do-nothing
   pid 1 and no process outside can be named; a network namespace (no network at all); an IPC
-  namespace; a
-  private mount namespace where every mount is read-only, the project, /home, /root, /run,
+  namespace; a private mount namespace where every mount is read-only, the project, /home, /root, /run,
   /mnt, /srv and the temp directories are hidden under empty tmpfs mounts, /proc shows only
   the PID namespace, and the working directory is a fresh noexec tmpfs;
 - identity: root switches to uid/gid 65534 (nobody), all capabilities are dropped,
