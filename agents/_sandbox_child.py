@@ -12,7 +12,8 @@ written as a JSON list to the status pipe before the model's code starts:
   (`os.getppid()` is 0). The started process waits for it and ends the same way it did
   (exit status or signal). Nothing outside the namespace can be named by a pid.
 - `netns`: a new network namespace with no interface up (no TCP/UDP anywhere, 127.0.0.1 included);
-  `userns` when an unprivileged user needed a user namespace to get these.
+  `ipcns`: a new IPC namespace (SysV and POSIX IPC objects die with the sandbox; seccomp refuses
+  them anyway); `userns` when an unprivileged user needed a user namespace to get these.
 - `mountns`: a private mount namespace; with it `readonly-fs` (every mount read-only),
   `masked-paths` (empty read-only tmpfs over the project, /home, /root, /run, the temp
   dirs...; the interpreter's own library directories are bound back in), `private-proc` (a
@@ -28,13 +29,23 @@ written as a JSON list to the status pipe before the model's code starts:
   from Landlock ABI 6 on, no signals to and no abstract unix sockets of processes outside it.
 - `seccomp`: a classic-BPF seccomp filter (see `_seccomp_program`) that kills the process
   on a foreign architecture or ABI and refuses with EPERM: signals (kill, tkill, tgkill,
-  rt_(tg)sigqueueinfo) to anyone but itself, the pidfd calls, ptrace, process_vm_readv/writev,
-  kcmp, fork/vfork/clone/clone3 and execve/execveat, every socket (socketpair only for
-  AF_UNIX), namespace, mount, keyring, bpf, perf, userfaultfd, io_uring and personality
-  calls, and rlimit/priority/affinity/scheduler/page-migration calls on other processes.
+  rt_(tg)sigqueueinfo) to anyone but itself, fcntl and ioctl commands outside their allow-lists
+  (the SIGIO owner and signal of a file, O_ASYNC, leases, a terminal's process group or input:
+  routes to other processes that are not kill, which Landlock scopes only from Linux 6.12), the
+  pidfd calls, ptrace, process_vm_readv/writev, kcmp, fork/vfork/clone/clone3 and
+  execve/execveat, every socket (socketpair only for AF_UNIX) and descriptor passing, memfd,
+  SysV and POSIX IPC, namespace, mount, keyring, bpf, perf, userfaultfd, io_uring and
+  personality calls, truncation by path and writes by dir_fd, and rlimit/priority/affinity/
+  scheduler/page-migration calls on, or questions about, other processes.
 - `audit`: a `sys.addaudithook` hook refusing sockets, fork/exec/subprocess, ctypes,
-  sub-interpreters, and file access outside the working directory (reads also allowed in
-  the standard library). It holds no mutable state and calls no patchable Python code.
+  sub-interpreters, hand-made code objects, fcntl/ioctl commands outside the allow-lists, and
+  file access outside the working directory (reads also allowed in the standard library; a
+  dir_fd must name the working directory or a directory inside it). It holds no mutable state
+  and calls no patchable Python code; before the model's code runs, this module's globals lose
+  their libc handles (`_scrub_globals`), since its frame can be reached by walking frames.
+
+Root never runs the model's code as uid 0 with neither read-only mounts nor Landlock: setup
+fails instead.
 """
 
 from __future__ import annotations
@@ -53,6 +64,7 @@ import types
 from typing import Any, NoReturn
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
@@ -83,8 +95,8 @@ EXIT_SETUP_FAILED = 125
 _COMMON_SYSCALLS = {
     "pidfd_send_signal": 424, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
     "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
-    "pidfd_open": 434, "clone3": 435, "pidfd_getfd": 438, "process_madvise": 440, "mount_setattr": 442,
-    "process_mrelease": 448,
+    "pidfd_open": 434, "clone3": 435, "openat2": 437, "pidfd_getfd": 438, "process_madvise": 440, "mount_setattr": 442,
+    "memfd_secret": 447, "process_mrelease": 448,
 }
 SYSCALLS: dict[str, dict[str, int]] = {
     "x86_64": {
@@ -98,6 +110,14 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "rt_tgsigqueueinfo": 297, "perf_event_open": 298, "prlimit64": 302, "open_by_handle_at": 304,
         "setns": 308, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312, "finit_module": 313,
         "sched_setattr": 314, "kexec_file_load": 320, "bpf": 321, "execveat": 322, "userfaultfd": 323,
+        "open": 2, "ioctl": 16, "fcntl": 72, "truncate": 76, "openat": 257, "memfd_create": 319,
+        "sendmsg": 46, "sendmmsg": 307, "fanotify_init": 300, "capget": 125,
+        "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65, "semctl": 66, "semtimedop": 220,
+        "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242,
+        "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245,
+        "setpgid": 109, "setsid": 112, "getpgid": 121, "getsid": 124, "getpriority": 140, "sched_getparam": 143,
+        "sched_getscheduler": 145, "sched_rr_get_interval": 148, "sched_getaffinity": 204, "ioprio_get": 252,
+        "get_robust_list": 274, "sched_getattr": 315,
         **_COMMON_SYSCALLS,
     },
     "aarch64": {
@@ -111,6 +131,14 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "prlimit64": 261, "open_by_handle_at": 265, "setns": 268, "process_vm_readv": 270,
         "process_vm_writev": 271, "kcmp": 272, "finit_module": 273, "sched_setattr": 274,
         "kexec_file_load": 294, "bpf": 280, "execveat": 281, "userfaultfd": 282,
+        "fcntl": 25, "ioctl": 29, "truncate": 45, "openat": 56, "memfd_create": 279,
+        "sendmsg": 211, "sendmmsg": 269, "fanotify_init": 262, "capget": 90,
+        "shmget": 194, "shmctl": 195, "shmat": 196, "shmdt": 197, "semget": 190, "semctl": 191, "semtimedop": 192,
+        "semop": 193, "msgget": 186, "msgctl": 187, "msgrcv": 188, "msgsnd": 189, "mq_open": 180, "mq_unlink": 181,
+        "mq_timedsend": 182, "mq_timedreceive": 183, "mq_notify": 184, "mq_getsetattr": 185,
+        "setpgid": 154, "getpgid": 155, "getsid": 156, "setsid": 157, "getpriority": 141, "sched_getscheduler": 120,
+        "sched_getparam": 121, "sched_getaffinity": 123, "sched_rr_get_interval": 127, "ioprio_get": 31,
+        "get_robust_list": 100, "sched_getattr": 275,
         **_COMMON_SYSCALLS,
     },
 }
@@ -120,7 +148,18 @@ X32_SYSCALL_BIT = 0x40000000  # x86_64's x32 ABI: same AUDIT_ARCH, numbers with 
 REFUSED_SYSCALLS = (
     # other processes: signals by pidfd, tracing, reading or writing their memory, comparing their files
     "pidfd_open", "pidfd_send_signal", "pidfd_getfd", "process_madvise", "process_mrelease",
-    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp",
+    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "get_robust_list", "capget",
+    # leaving its own session or process group (the parent ends the sandbox by its group)
+    "setsid", "setpgid",
+    # memory no address-space limit counts: memfd pages, SysV shared memory (it outlives the
+    # process), POSIX message queues; and descriptors in flight on a unix socket (SCM_RIGHTS
+    # keeps a file alive with no descriptor slot), the other SysV IPC objects
+    "memfd_create", "memfd_secret", "shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semctl", "semtimedop",
+    "msgget", "msgsnd", "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
+    "mq_getsetattr", "sendmsg", "sendmmsg",
+    # files by path with no open descriptor: truncate(2) is not a write to Landlock before ABI 3;
+    # openat2's flags sit in a struct the filter cannot read
+    "truncate", "openat2", "fanotify_init",
     # new processes and new programs (RLIMIT_NPROC also stops threads)
     "fork", "vfork", "clone", "clone3", "execve", "execveat",
     # the network (socketpair stays for AF_UNIX, below); io_uring can open sockets without socket()
@@ -153,15 +192,50 @@ CHECKED_SYSCALLS: tuple[tuple[str, tuple[tuple[int, tuple[int | str, ...]], ...]
     ("sched_setattr", ((0, (0, SELF)),)),
     ("migrate_pages", ((0, (0, SELF)),)),
     ("move_pages", ((0, (0, SELF)),)),
+    # reading about other processes: each answers ESRCH for a pid that does not exist, so
+    # without a PID namespace they would list the host's pids
+    ("getpgid", ((0, (0, SELF)),)),
+    ("getsid", ((0, (0, SELF)),)),
+    ("getpriority", ((0, (0,)), (1, (0, SELF)))),
+    ("ioprio_get", ((0, (1,)), (1, (0, SELF)))),
+    ("sched_getaffinity", ((0, (0, SELF)),)),
+    ("sched_getscheduler", ((0, (0, SELF)),)),
+    ("sched_getparam", ((0, (0, SELF)),)),
+    ("sched_getattr", ((0, (0, SELF)),)),
+    ("sched_rr_get_interval", ((0, (0, SELF)),)),
     ("socketpair", ((0, (1,)),)),  # AF_UNIX
+    # ioctl: only requests that read a terminal's or a descriptor's state or set its own flags.
+    # Refused among the rest: FIOSETOWN/SIOCSPGRP (a socket's SIGIO owner), FIOASYNC, TIOCSPGRP,
+    # TIOCSCTTY, TIOCSTI (typing into another terminal), TIOCSIG, TIOCLINUX, KDSIGACCEPT.
+    ("ioctl", ((1, (0x5401, 0x802C542A, 0x5413, 0x540F, 0x541B, 0x5421, 0x5450, 0x5451, 0x5460)),)),
 )
 """Allowed only when every listed argument (index, allowed values) has one of its values,
-compared on the low 32 bits, as the kernel reads a pid_t or int; refused with EPERM otherwise."""
+compared on the low 32 bits, as the kernel reads a pid_t or int; refused with EPERM otherwise.
+The ioctl requests: TCGETS, TCGETS2, TIOCGWINSZ, TIOCGPGRP, FIONREAD, FIONBIO, FIONCLEX, FIOCLEX, FIOQSIZE."""
+
+F_SETFL, O_ASYNC = 4, 0o20000
+FCNTL_ALLOWED = (
+    0, 1, 2, 3, F_SETFL, 5, 6, 7, 9, 11, 16, 36, 37, 38, 1025, 1030, 1032, 1033, 1034,
+)
+"""fcntl commands the code may use: F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL (without O_ASYNC),
+the record locks (F_GETLK, F_SETLK, F_SETLKW and their F_OFD_ twins), F_GETOWN, F_GETSIG,
+F_GETOWN_EX, F_GETLEASE, F_DUPFD_CLOEXEC, F_GETPIPE_SZ, F_ADD_SEALS, F_GET_SEALS. Refused among
+the rest: F_SETOWN, F_SETOWN_EX and F_SETSIG (which make the kernel signal any process the
+code's uid may signal when the file becomes ready: a route to other processes that is not kill),
+F_SETLEASE and F_NOTIFY (the kernel signals the holder; a lease also stalls whoever opens the
+file), F_SETPIPE_SZ."""
+O_ACCMODE, O_TRUNC, AT_FDCWD_32 = 0o3, 0o1000, AT_FDCWD & 0xFFFFFFFF
+O_WRITING = 0o1 | 0o2 | 0o100 | 0o1000 | 0o2000  # O_WRONLY O_RDWR O_CREAT O_TRUNC O_APPEND
+"""open/openat: a file opened for writing (or created, truncated, appended to) only by a path
+from the working directory (dirfd AT_FDCWD), so that the audit hook, which cannot see a dir_fd,
+checks the path the kernel opens; and O_TRUNC only with write access (O_RDONLY|O_TRUNC truncates
+a file Landlock before ABI 3 only let it read)."""
 
 # Classic BPF, as seccomp reads it (linux/filter.h, linux/seccomp.h).
 _BPF_LD_W_ABS = 0x20
 _BPF_JEQ_K = 0x15
 _BPF_JGE_K = 0x35
+_BPF_JSET_K = 0x45
 _BPF_RET_K = 0x06
 SECCOMP_RET_KILL_PROCESS = 0x80000000
 SECCOMP_RET_ERRNO = 0x00050000
@@ -262,6 +336,7 @@ def _enter_namespaces(root: bool, layers: list[str]) -> int:
         return 0
     uid, gid = os.getuid(), os.getgid()
     wanted = [CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET, CLONE_NEWNS | CLONE_NEWNET, CLONE_NEWNET]
+    wanted = [flags | CLONE_NEWIPC for flags in wanted] + wanted
     attempts = (wanted if root else []) + [CLONE_NEWUSER | flags for flags in wanted]
     for flags in attempts:
         if unshare(ctypes.c_int(flags)) != 0:
@@ -277,6 +352,8 @@ def _enter_namespaces(root: bool, layers: list[str]) -> int:
                 return 0
             layers.append("userns")
         layers.append("netns")
+        if flags & CLONE_NEWIPC:
+            layers.append("ipcns")
         if flags & CLONE_NEWNS:
             layers.append("mountns")
         return flags
@@ -484,16 +561,22 @@ def _set_limits(cfg: dict[str, Any], layers: list[str]) -> None:
     layers.append("rlimits" if not failed else "rlimits-partial")
 
 
-def _restrict_filesystem(workdir: str, read_roots: list[str], layers: list[str]) -> None:
+def _restrict_filesystem(workdir: str, read_roots: list[str], layers: list[str], max_abi: int | None = None) -> None:
     """Enter a Landlock domain: read only `read_roots` (and a few devices), write only in `workdir`;
     from ABI 6 on also no signals to, and no abstract unix sockets of, processes outside it.
 
     All or nothing: if a rule cannot be added, no domain is entered (half a list of readable
-    directories could stop the interpreter), and the layer is missing from `layers`."""
+    directories could stop the interpreter), and the layer is missing from `layers`.
+
+    `max_abi` holds Landlock to an older ABI than the kernel's (0: no Landlock at all), so that
+    the tests can show what holds on the kernels teams run: 5.15 has ABI 1, 6.1 ABI 2, 6.8 ABI 4,
+    6.12 ABI 6. The ABI used is in `layers` as "landlock-abi-N"."""
     syscall = _libc_fn("syscall")
     if syscall is None or not sys.platform.startswith("linux"):
         return
     abi = syscall(ctypes.c_long(SYS_LANDLOCK_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))
+    if max_abi is not None:
+        abi = min(abi, max_abi)
     if abi < 1:
         return
     handled = _LANDLOCK_FS_BY_ABI[min(abi, 5)]
@@ -530,7 +613,7 @@ def _restrict_filesystem(workdir: str, read_roots: list[str], layers: list[str])
             if ret != 0:
                 return
         if syscall(ctypes.c_long(SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0:
-            layers.append("landlock")
+            layers += ["landlock", f"landlock-abi-{abi}"]
     finally:
         os.close(ruleset)
 
@@ -561,6 +644,27 @@ def _seccomp_program(arch: str, self_pid: int) -> list[tuple[int, int, int, int]
             block.append(deny)
         block.append(allow)
         prog += [(_BPF_JEQ_K, 0, len(block), numbers[name]), *block]
+
+    def ld(index: int) -> tuple[int, int, int, int]:
+        return (_BPF_LD_W_ABS, 0, 0, _DATA_ARGS + 8 * index)
+
+    # fcntl: FCNTL_ALLOWED only, and F_SETFL without O_ASYNC.
+    cmds = [c for c in FCNTL_ALLOWED if c != F_SETFL]
+    block = [ld(1), (_BPF_JEQ_K, len(cmds) + 1, 0, F_SETFL)]
+    block += [(_BPF_JEQ_K, len(cmds) - i + 3, 0, c) for i, c in enumerate(cmds)]
+    block += [deny, ld(2), (_BPF_JSET_K, 0, 1, O_ASYNC), deny, allow]
+    prog += [(_BPF_JEQ_K, 0, len(block), numbers["fcntl"]), *block]
+    # open/openat: see O_WRITING.
+    for name, dirfd, flags in (("open", None, 1), ("openat", 0, 2)):
+        if name not in numbers:
+            continue
+        block = [ld(flags), (_BPF_JSET_K, 0, 7 if dirfd is not None else 4, O_WRITING)]
+        if dirfd is not None:
+            block += [ld(dirfd), (_BPF_JEQ_K, 1, 0, AT_FDCWD_32), deny, ld(flags)]
+        else:
+            block += [ld(flags)]
+        block += [(_BPF_JSET_K, 0, 2, O_TRUNC), (_BPF_JSET_K, 1, 0, O_ACCMODE), deny, allow]
+        prog += [(_BPF_JEQ_K, 0, len(block), numbers[name]), *block]
     prog.append(allow)
     return prog
 
@@ -588,11 +692,21 @@ def _install_audit_hook(workdir: str, read_roots: tuple[str, ...]) -> None:
         "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system",
         "subprocess.Popen", "os.killpg", "os.symlink", "os.link", "pty.spawn",
         "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
+        "code.__new__",  # hand-made bytecode reads and writes memory past every check here
     })
     write_events = frozenset({
-        "os.mkdir", "os.rmdir", "os.remove", "os.rename", "os.truncate", "os.chmod", "os.chown",
+        "os.mkdir", "os.rmdir", "os.remove", "os.rename", "os.replace", "os.truncate", "os.chmod", "os.chown",
         "os.utime", "os.chflags", "os.lchflags", "os.setxattr", "os.removexattr",
     })
+    # Where each event's dir_fd sits in its arguments (-1: none). A path relative to a dir_fd is
+    # allowed only when that directory is the working directory or inside it.
+    dir_fd_args = {
+        "os.mkdir": (2,), "os.remove": (1,), "os.rmdir": (1,), "os.rename": (2, 3), "os.replace": (2, 3),
+        "os.chmod": (2,), "os.chown": (3,), "os.utime": (3,),
+    }
+    workdir_st = os.stat(workdir)
+    root_st = os.stat("/")
+    ioctls = frozenset(int(v) for v in dict(CHECKED_SYSCALLS)["ioctl"][0][1])
     read_events = frozenset({"os.listdir", "os.scandir", "os.chdir", "os.listxattr", "os.getxattr"})
     blocked_modules = frozenset({
         "ctypes", "_ctypes", "_posixsubprocess", "_xxsubinterpreters", "_xxinterpchannels",
@@ -628,6 +742,14 @@ def _install_audit_hook(workdir: str, read_roots: tuple[str, ...]) -> None:
         _range: Any = range,
         _OSError: type[OSError] = OSError,
         _Denied: type[PermissionError] = PermissionError,
+        _dir_fd_args: dict[str, tuple[int, ...]] = dir_fd_args,
+        _workdir_id: tuple[int, int] = (workdir_st.st_dev, workdir_st.st_ino),
+        _root_id: tuple[int, int] = (root_st.st_dev, root_st.st_ino),
+        _stat: Any = os.stat,
+        _fcntl_allowed: frozenset[int] = frozenset(FCNTL_ALLOWED),
+        _ioctls: frozenset[int] = ioctls,
+        _F_SETFL: int = F_SETFL,
+        _O_ASYNC: int = O_ASYNC,
     ) -> None:
         def deny(what: str) -> None:
             raise _Denied(f"blocked in the sandbox: {what}")
@@ -675,6 +797,32 @@ def _install_audit_hook(workdir: str, read_roots: tuple[str, ...]) -> None:
                     return True
             return False
 
+        def dir_in_workdir(fd: Any) -> bool:
+            # Walk up from the directory `fd` names with stat (which raises no audit event).
+            if not _isinstance(fd, _int):
+                return False
+            rel = "."
+            for _ in _range(64):
+                try:
+                    st = _stat(rel, dir_fd=fd)
+                except _OSError:
+                    return False
+                if (st.st_dev, st.st_ino) == _workdir_id:
+                    return True
+                if (st.st_dev, st.st_ino) == _root_id:
+                    return False
+                rel = rel + "/.."
+            return False
+
+        def check_dir_fd(event: str) -> None:
+            for i in _dir_fd_args.get(event, ()):
+                fd = args[i] if i < _len(args) else -1
+                if fd is None or fd == -1:
+                    continue
+                p = as_str(args[0 if i == _dir_fd_args[event][0] else 1])
+                if not dir_in_workdir(fd) or p is None or _str.startswith(p, "/") or ".." in _str.split(p, "/"):
+                    deny(f"{event} relative to a directory outside the working directory")
+
         def check_path(p: Any, write: bool) -> None:
             if _isinstance(p, _int) or p is None:
                 return
@@ -707,9 +855,17 @@ def _install_audit_hook(workdir: str, read_roots: tuple[str, ...]) -> None:
             if name in _modules or (_isinstance(name, _str) and _str.split(name, ".")[0] in _modules):
                 deny(f"import {name}")
         elif event in _writes:
+            check_dir_fd(event)
             check_path(args[0], True)
-            if event == "os.rename":
+            if event == "os.rename" or event == "os.replace":
                 check_path(args[1], True)
+        elif event == "fcntl.fcntl":
+            cmd, arg = args[1], args[2]
+            if cmd not in _fcntl_allowed or (cmd == _F_SETFL and _isinstance(arg, _int) and arg & _O_ASYNC):
+                deny(f"fcntl command {cmd}")
+        elif event == "fcntl.ioctl":
+            if args[1] not in _ioctls and (_isinstance(args[1], _int) and args[1] & 0xFFFFFFFF) not in _ioctls:
+                deny(f"ioctl request {args[1]:#x}" if _isinstance(args[1], _int) else "ioctl")
         elif event in _reads:
             if event == "os.chdir":
                 check_path(args[0], True)  # only within the working directory
@@ -719,6 +875,16 @@ def _install_audit_hook(workdir: str, read_roots: tuple[str, ...]) -> None:
             deny(f"setting {args[1]}")
 
     sys.addaudithook(hook)
+
+
+def _scrub_globals() -> None:
+    """Drop this module's handles on libc before the model's code runs. Its frame stays below
+    the model's code (reachable by walking frames), and a ctypes function resolved here could be
+    called with no audit event; the seccomp filter refuses the dangerous calls either way."""
+    g = globals()
+    names = [n for n, v in g.items() if n in ("_libc", "ctypes") or (isinstance(v, type) and issubclass(v, ctypes.Structure))]
+    for name in names:
+        del g[name]
 
 
 def _print_exception(exc: BaseException) -> None:
@@ -784,8 +950,13 @@ def main() -> None:
                 fh.write(text)
         _set_limits(cfg, layers)
         real_workdir = os.getcwd()
-        _restrict_filesystem(real_workdir, [*needed, *SYSTEM_READ_PATHS], layers)
+        _restrict_filesystem(real_workdir, [*needed, *SYSTEM_READ_PATHS], layers, cfg.get("landlock_abi"))
         _install_seccomp(layers)
+        if os.geteuid() == 0 and "readonly-fs" not in layers and "landlock" not in layers:
+            # uid 0 without capabilities still owns every root-owned file: with no read-only
+            # mount view and no Landlock, only the audit hook would keep the code off them.
+            raise OSError("the code would run as root with no read-only mounts and no Landlock "
+                          "(the sandbox user cannot reach the interpreter's library)")
     except Exception as e:  # noqa: BLE001 - any setup failure must stop before the model's code runs
         sys.stderr.write(f"sandbox setup failed: {e}\n")
         os._exit(EXIT_SETUP_FAILED)
@@ -808,6 +979,7 @@ def main() -> None:
     linecache.cache["main.py"] = (len(source), None, source.splitlines(True), "main.py")
     if cfg["audit_hook"]:
         _install_audit_hook(real_workdir, read_roots)
+    _scrub_globals()
 
     try:
         code = compile(source, "main.py", "exec")

@@ -12,26 +12,33 @@ says which ones this host grants the current user, and names the missing ones):
 
 - kernel namespaces (as root directly; as an ordinary user inside a user namespace, where
   the host allows one): a PID namespace, where the code runs as pid 2 under a do-nothing
-  pid 1 and no process outside can be named; a network namespace (no network at all); a
-  private mount namespace where every mount is read-only, the project, /home, /root, /run,
+  pid 1 and no process outside can be named; a network namespace (no network at all); an IPC
+  namespace; a private mount namespace where every mount is read-only, the project, /home, /root, /run,
   /mnt, /srv and the temp directories are hidden under empty tmpfs mounts, /proc shows only
   the PID namespace, and the working directory is a fresh noexec tmpfs;
 - identity: root switches to uid/gid 65534 (nobody), all capabilities are dropped,
   no-new-privs is set, the process is not dumpable (no /proc/<pid>/mem or ptrace of it);
 - rlimits: CPU seconds, address space, file size, no new processes or threads, 32 open files;
+  and a disk budget: without a mount namespace the parent walks the working directory while
+  the code runs and stops it past `DISK_MB` or `DISK_FILES` ("disk limit");
 - Landlock (Linux 5.13+, any user): files readable only in the interpreter's and the system's
   library directories, writable only in the working directory (no /proc even without a
-  mount namespace); on Linux 6.12+ no signals to processes outside the sandbox;
-- seccomp (any user; it needs only no-new-privs): a filter that kills the process on a
-  foreign architecture and refuses with EPERM signals to any process but itself (kill(0)
-  and kill(-1) included), pidfd_open/pidfd_send_signal/pidfd_getfd, ptrace,
-  process_vm_readv/writev, kcmp, fork/vfork/clone/clone3, execve, every socket (a socketpair
-  of AF_UNIX aside), io_uring, unshare/setns/mount, keyrings, bpf, perf_event_open,
-  userfaultfd, personality, and rlimit/priority/scheduling calls aimed at other processes
-  (the full lists are in `agents/_sandbox_child.py`);
-- Python: an audit hook that refuses sockets, fork/exec/subprocess, ctypes, and file access
-  outside the working directory (reading the standard library is allowed). It is a first
-  line only: the layers above are what hold if code gets around it.
+  mount namespace); on Linux 6.12+ also no signals to processes outside the sandbox;
+- seccomp (any user; it needs only no-new-privs), which alone keeps the code from signalling
+  other processes on kernels before 6.12: a filter that kills the process on a foreign
+  architecture and refuses with EPERM signals to any process but itself (kill(0) and kill(-1)
+  included), the signal routes that are not kill (fcntl and ioctl are allowed only with
+  allow-listed commands: no F_SETOWN, F_SETSIG, O_ASYNC, FIOSETOWN, TIOCSTI...), the pidfd calls,
+  ptrace, process_vm_readv/writev, kcmp, fork/vfork/clone/clone3, execve, every socket (a
+  socketpair of AF_UNIX aside), descriptor passing, memfd, SysV and POSIX IPC, io_uring,
+  unshare/setns/mount, keyrings, bpf, perf_event_open, userfaultfd, personality, path truncation,
+  writes by dir_fd, and rlimit/priority/scheduling calls aimed at other processes (the full
+  lists are in `agents/_sandbox_child.py`);
+- Python: an audit hook that refuses sockets, fork/exec/subprocess, ctypes, hand-made code
+  objects, and file access outside the working directory (reading the standard library is
+  allowed). It is a first line only: the layers above are what hold if code gets around it.
+
+`docs/security.md` says which layer holds what on each kernel (5.15, 6.1, 6.8, 6.12+).
 
 Extra directories to hide can be listed, separated by `:`, in `TROUPE_SANDBOX_HIDE`
 (for example a data directory outside the project).
@@ -60,7 +67,11 @@ SANDBOX_UID = 65534
 FILE_BYTES = 8 * 1024 * 1024
 """The largest file the child may write (RLIMIT_FSIZE)."""
 DISK_MB = 64
-"""The size of the child's private tmpfs working directory, where one is available."""
+"""The size of the child's private tmpfs working directory, where one is available; without a
+mount namespace, the byte budget of its working directory on the host's disk (see `_DiskBudget`)."""
+DISK_FILES = 10_000
+"""Without a mount namespace: the most files and directories the working directory may hold."""
+_DISK_CHECK_S = 0.05
 
 EXPECTED_LAYERS = (
     "pidns", "netns", "mountns", "readonly-fs", "masked-paths", "private-proc", "private-tmpfs",
@@ -86,7 +97,7 @@ class SandboxResult:
     """stdout or stderr went over `max_output_bytes`; the process was stopped there."""
     error: str | None
     """Why the run failed at the sandbox level: "timeout", "memory limit", "cpu limit",
-    "output limit", "file size limit", "killed by SIGSEGV", "sandbox setup failed"; None
+    "output limit", "file size limit", "disk limit", "killed by SIGSEGV", "sandbox setup failed"; None
     otherwise (a Python exception in the code shows as a non-zero exit code and a traceback)."""
     duration_s: float
     isolation: tuple[str, ...] = ()
@@ -173,10 +184,13 @@ def _run(
     stdin: str,
     audit_hook: bool,
     namespaces: bool = True,
+    landlock_abi: int | None = None,
 ) -> SandboxResult:
-    """`run_python` with the audit hook and the namespaces switchable, so tests can check the
-    kernel layers alone, and what holds on a host that grants no namespaces (seccomp, Landlock,
-    rlimits: a worker in a container as an ordinary user, for example)."""
+    """`run_python` with the audit hook, the namespaces and Landlock switchable, so tests can
+    check the kernel layers alone, what holds on a host that grants no namespaces (seccomp,
+    Landlock, rlimits: a worker in a container as an ordinary user, for example), and what holds
+    on an older kernel: `landlock_abi` holds Landlock to that ABI (0: none; 5.15 has 1, 6.1 has 2,
+    6.8 has 4, 6.12 has 6)."""
     _check_file_names(files)
     start = time.monotonic()
     root = os.geteuid() == 0
@@ -202,6 +216,7 @@ def _run(
                 "status_fd": status_w,
                 "audit_hook": audit_hook,
                 "namespaces": namespaces,
+                "landlock_abi": landlock_abi,
             }
             env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}
             cmd = [
@@ -221,7 +236,8 @@ def _run(
             )
         os.close(status_w)
         status_w = -1
-        out, err, timed_out, truncated = _collect(proc, deadline=start + timeout_s, cap=max_output_bytes)
+        budget = _DiskBudget(workdir, max_bytes=DISK_MB * 1024 * 1024, max_entries=DISK_FILES)
+        out, err, timed_out, truncated = _collect(proc, deadline=start + timeout_s, cap=max_output_bytes, disk=budget)
         exit_code = proc.wait()
         layers = _read_status(status_r)
     finally:
@@ -231,7 +247,7 @@ def _run(
         for fd in (status_r, status_w):
             if fd >= 0:
                 os.close(fd)
-        shutil.rmtree(workdir, ignore_errors=True)
+        _remove_tree(workdir)
 
     stdout = out.decode("utf-8", errors="replace")
     stderr = err.decode("utf-8", errors="replace")
@@ -241,14 +257,89 @@ def _run(
         exit_code=exit_code,
         timed_out=timed_out,
         output_truncated=truncated,
-        error=_classify(exit_code, stderr, timed_out=timed_out, truncated=truncated, started=bool(layers)),
+        error="disk limit" if budget.exceeded else _classify(
+            exit_code, stderr, timed_out=timed_out, truncated=truncated, started=bool(layers),
+        ),
         duration_s=time.monotonic() - start,
         isolation=tuple(layers),
     )
 
 
-def _collect(proc: subprocess.Popen[bytes], *, deadline: float, cap: int) -> tuple[bytes, bytes, bool, bool]:
-    """Read stdout and stderr until EOF, the deadline, or `cap` bytes on either; never more than cap each."""
+class _DiskBudget:
+    """What the working directory holds on the host's disk, measured while the code runs.
+
+    With a mount namespace the code writes into a private tmpfs of `DISK_MB` (the kernel
+    refuses the write past it, ENOSPC) and the directory the parent sees stays empty. Without
+    one, nothing in the kernel bounds the total: RLIMIT_FSIZE caps each file, not their number.
+    So the parent walks the directory every `_DISK_CHECK_S` and ends the run ("disk limit") once
+    it holds more than `max_bytes` allocated or `max_entries` names, or a directory it cannot
+    read (a place to hide files from the count). Files the code unlinked while keeping them open
+    are not seen; RLIMIT_NOFILE x RLIMIT_FSIZE (32 x 8 MiB) bounds them."""
+
+    def __init__(self, root: str, *, max_bytes: int, max_entries: int) -> None:
+        self.root, self.max_bytes, self.max_entries = root, max_bytes, max_entries
+        self.exceeded = False
+        self._next = 0.0
+
+    def check(self) -> bool:
+        """True when the budget is spent. Checked at most every `_DISK_CHECK_S`, and less often
+        when a walk takes long (a directory of many files), so the parent spends at most about a
+        fifth of its time walking."""
+        now = time.monotonic()
+        if self.exceeded or now < self._next:
+            return self.exceeded
+        spent = self._walk()
+        self._next = time.monotonic() + max(_DISK_CHECK_S, 4 * (time.monotonic() - now))
+        return spent
+
+    def _walk(self) -> bool:
+        used, entries, todo = 0, 0, [self.root]
+        while todo:
+            try:
+                with os.scandir(todo.pop()) as it:
+                    for entry in it:
+                        entries += 1
+                        try:
+                            st = entry.stat(follow_symlinks=False)
+                        except FileNotFoundError:
+                            continue
+                        used += st.st_blocks * 512
+                        if entry.is_dir(follow_symlinks=False):
+                            todo.append(entry.path)
+                        if used > self.max_bytes or entries > self.max_entries:
+                            self.exceeded = True
+                            return True
+            except FileNotFoundError:
+                continue
+            except OSError:  # a directory the code made unreadable
+                self.exceeded = True
+                return True
+        return False
+
+
+def _remove_tree(root: str) -> None:
+    """Remove the working directory, whatever modes the code left on its directories."""
+    def fix_and_retry(func: object, path: str, _exc: object) -> None:
+        try:
+            os.chmod(os.path.dirname(path), 0o700)
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.chmod(path, 0o700)
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
+
+    if os.path.isdir(root):
+        os.chmod(root, 0o700)
+    shutil.rmtree(root, onerror=fix_and_retry)
+
+
+def _collect(
+    proc: subprocess.Popen[bytes], *, deadline: float, cap: int, disk: _DiskBudget | None = None,
+) -> tuple[bytes, bytes, bool, bool]:
+    """Read stdout and stderr until EOF, the deadline, or `cap` bytes on either; never more than cap
+    each. Stop early when `disk` is spent."""
     assert proc.stdout is not None and proc.stderr is not None
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
     bufs = {out_fd: bytearray(), err_fd: bytearray()}
@@ -261,7 +352,10 @@ def _collect(proc: subprocess.Popen[bytes], *, deadline: float, cap: int) -> tup
             if remaining <= 0:
                 timed_out = True
                 break
-            for key, _ in sel.select(timeout=remaining):
+            if disk is not None and disk.check():
+                break
+            wait = remaining if disk is None else min(remaining, _DISK_CHECK_S)
+            for key, _ in sel.select(timeout=wait):
                 fd = int(key.fd)
                 chunk = os.read(fd, _READ_CHUNK)
                 if not chunk:
@@ -274,15 +368,23 @@ def _collect(proc: subprocess.Popen[bytes], *, deadline: float, cap: int) -> tup
                     truncated = True
             if truncated:
                 break
-    if timed_out or truncated:
+    if timed_out or truncated or (disk is not None and disk.exceeded):
         _kill(proc)
     else:
-        # Both pipes closed; the process should be exiting. Hold it to the same deadline.
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill(proc)
+        # Both pipes closed; the process should be exiting. Hold it to the same deadline (and,
+        # since code can close its output and go on writing files, to the disk budget).
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                proc.wait(timeout=max(0.0, remaining if disk is None else min(remaining, _DISK_CHECK_S)))
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    timed_out = True
+                elif disk is None or not disk.check():
+                    continue
+                _kill(proc)
+                break
     proc.stdout.close()
     proc.stderr.close()
     return bytes(bufs[out_fd]), bytes(bufs[err_fd]), timed_out, truncated
@@ -323,6 +425,9 @@ def _classify(exit_code: int, stderr: str, *, timed_out: bool, truncated: bool, 
         return f"killed by {signal.Signals(-exit_code).name}"
     if not started:
         return "sandbox setup failed" if exit_code != 0 else None
-    if exit_code != 0 and stderr.rstrip().rsplit("\n", 1)[-1].startswith("MemoryError"):
+    last = stderr.rstrip().rsplit("\n", 1)[-1]
+    if exit_code != 0 and last.startswith("MemoryError"):
         return "memory limit"
+    if exit_code != 0 and "[Errno 28]" in last:  # ENOSPC: the private tmpfs is full
+        return "disk limit"
     return None

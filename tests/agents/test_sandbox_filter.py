@@ -5,6 +5,7 @@ test_sandbox_attacks.py."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -36,6 +37,8 @@ def verdict(prog: list[tuple[int, int, int, int]], arch: int, nr: int, *args: in
             pc += jt if acc == k else jf
         elif code == child._BPF_JGE_K:
             pc += jt if acc >= k else jf
+        elif code == child._BPF_JSET_K:
+            pc += jt if acc & k else jf
         elif code == child._BPF_RET_K:
             return k
         else:
@@ -47,7 +50,8 @@ def verdict(prog: list[tuple[int, int, int, int]], arch: int, nr: int, *args: in
 def test_the_syscall_numbers_are_the_kernels(arch: str) -> None:
     if not HEADERS[arch].exists():
         pytest.skip(f"no kernel headers for {arch} here (linux-libc-dev)")
-    kernel = {m[1]: int(m[2]) for m in re.finditer(r"#define __NR_(\w+)\s+(\d+)\b", HEADERS[arch].read_text())}
+    # the generic table names fcntl and truncate __NR3264_* (one number, two widths)
+    kernel = {m[1]: int(m[2]) for m in re.finditer(r"#define __NR(?:3264)?_(\w+)\s+(\d+)\b", HEADERS[arch].read_text())}
     assert {name: kernel.get(name) for name in child.SYSCALLS[arch]} == child.SYSCALLS[arch]
 
 
@@ -124,3 +128,41 @@ print(sorted(os.listdir(".")), open("c/d/e").read(), open("/dev/null", "w").writ
                      files={}, stdin="")
     assert r.ok, r.stderr
     assert r.stdout.split("\n")[:3] == ["2d711642 42", "Europe/Paris LATIN SMALL LETTER A 0.25 True", "['c'] x 1 4"]
+
+
+@pytest.mark.parametrize("arch", sorted(child.SYSCALLS))
+def test_the_filter_checks_fcntl_ioctl_and_open_arguments(arch: str) -> None:
+    prog = child._seccomp_program(arch, SELF)
+    nr, audit = child.SYSCALLS[arch], child.AUDIT_ARCH[arch]
+    fcntl_ = functools.partial(verdict, prog, audit, nr["fcntl"], 3)
+    # a file's SIGIO owner and signal, leases and notification: refused, whatever the argument
+    for cmd in (8, 10, 15, 1024, 1026, 1031, 8 | 0xFFFFFFFF00000000):
+        assert fcntl_(cmd, SELF) == EPERM and fcntl_(cmd, 0) == EPERM, cmd
+    assert fcntl_(4, child.O_ASYNC) == EPERM and fcntl_(4, child.O_ASYNC | 0o4000) == EPERM  # F_SETFL with O_ASYNC
+    assert fcntl_(4, 0o4000) == ALLOW and fcntl_(4, 0) == ALLOW  # O_NONBLOCK alone
+    for cmd in (0, 1, 2, 3, 5, 6, 7, 9, 11, 16, 36, 37, 38, 1030):
+        assert fcntl_(cmd, child.O_ASYNC) == ALLOW, cmd  # the argument only matters to F_SETFL
+    ioctl = functools.partial(verdict, prog, audit, nr["ioctl"], 0)
+    for req in (0x8901, 0x8902, 0x5452, 0x5410, 0x5412, 0x540E, 0x40045436, 0x541C, 0x4B4E, 0x5401):
+        expected = ALLOW if req == 0x5401 else EPERM
+        assert ioctl(req) == expected, hex(req)
+    assert ioctl(0x5401 | 0xFFFFFFFF00000000) == ALLOW  # the kernel reads an unsigned int
+    for req in (0x5413, 0x541B, 0x5421, 0x5450, 0x5451, 0x802C542A):
+        assert ioctl(req) == ALLOW, hex(req)
+    # openat: writing only by a path from the working directory, O_TRUNC only with write access
+    at = functools.partial(verdict, prog, audit, nr["openat"])
+    cwd, dirfd = child.AT_FDCWD & 0xFFFFFFFFFFFFFFFF, 5
+    assert at(cwd, 0, 0) == ALLOW and at(dirfd, 0, 0) == ALLOW and at(dirfd, 0, 0o200000) == ALLOW  # reads, O_DIRECTORY
+    assert at(cwd, 0, 0o1 | 0o100 | 0o1000) == ALLOW and at(cwd, 0, 0o2) == ALLOW
+    for flags in (0o1, 0o2, 0o100, 0o2000, 0o1000, 0o1 | 0o100):
+        assert at(dirfd, 0, flags) == EPERM, oct(flags)
+    assert at(cwd, 0, 0o1000) == EPERM  # O_RDONLY|O_TRUNC
+    if "open" in nr:
+        assert verdict(prog, audit, nr["open"], 0, 0o1000) == EPERM
+        assert verdict(prog, audit, nr["open"], 0, 0o1 | 0o1000) == ALLOW and verdict(prog, audit, nr["open"], 0, 0) == ALLOW
+    # questions about other processes: only about itself
+    for name in ("getsid", "getpgid", "sched_getaffinity", "sched_getscheduler", "sched_getparam"):
+        assert verdict(prog, audit, nr[name], 0) == ALLOW and verdict(prog, audit, nr[name], SELF) == ALLOW, name
+        assert verdict(prog, audit, nr[name], 1) == EPERM and verdict(prog, audit, nr[name], 77) == EPERM, name
+    for name in ("memfd_create", "memfd_secret", "shmget", "mq_open", "sendmsg", "truncate", "setsid", "openat2"):
+        assert verdict(prog, audit, nr[name], 0, 0) == EPERM, name
