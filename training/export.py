@@ -60,14 +60,14 @@ def merge_adapter(
 
     from training.models import load_model
 
-    adapter = Path(adapter)
-    if not (adapter / "adapter_config.json").is_file():
-        raise FileNotFoundError(f"{adapter} is not a LoRA adapter folder (no adapter_config.json)")
     target = export_dtype(config, dtype)
     try:
         base_source = config.agent_model(config.agent(agent))
     except KeyError:
         raise ValueError(f"the config has no agent {agent!r}; its agents are {', '.join(a.name for a in config.topology.agents)}") from None
+    adapter = Path(adapter)
+    if not (adapter / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"{adapter} is not a LoRA adapter folder (no adapter_config.json)")
     base, tokenizer = load_model(base_source, dtype="float32", device="cpu")
     merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload().to(target)
     out = Path(out)
