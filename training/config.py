@@ -1,8 +1,9 @@
 """RunConfig: one frozen dataclass tree that describes a training run completely.
 
 The web form, the admin, the CLI and the stored run all go through it: a run's config is a YAML
-snapshot, so any run can be re-run from the CLI. `validate()` runs before any model loads and
-every error names the field (`grpo.k`) and, where there is a closed set, the allowed values.
+snapshot, so any run can be re-run from the CLI. Validation runs before any model loads and finds
+every problem in one pass (`RunConfig.build`, `validate`): each names its field (`grpo.k`) and,
+where there is a closed set, the allowed values; several come together as one `ConfigProblems`.
 """
 
 from __future__ import annotations
