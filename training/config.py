@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -115,9 +117,14 @@ class _Problems:
         """Whether any of these fields, or a field inside one of them, has a problem already."""
         return any(related_fields(f, seen) for f in fields for seen in self.found)
 
-    def catch(self) -> _Catch:
+    @contextmanager
+    def catch(self) -> Iterator[None]:
         """`with problems.catch(): check(...)`: a ConfigError the check raises is recorded."""
-        return _Catch(self)
+        try:
+            yield
+        except ConfigError as exc:
+            for problem in exc.problems:
+                self.add(problem.field, problem.message)
 
     def choice(self, where: str, value: str, allowed: tuple[str, ...]) -> None:
         if value not in allowed:
@@ -133,21 +140,6 @@ class _Problems:
 
     def as_list(self) -> list[ConfigError]:
         return list(self.found.values())
-
-
-class _Catch:
-    def __init__(self, problems: _Problems):
-        self.problems = problems
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
-        if isinstance(exc, ConfigError):
-            for problem in exc.problems:
-                self.problems.add(problem.field, problem.message)
-            return True
-        return False
 
 
 @dataclass(frozen=True)

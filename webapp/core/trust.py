@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -373,8 +375,14 @@ def config_problems(*, team: TeamFiles, config: RunConfig, skip: list[str] | Non
     def at_fault(*fields: str) -> bool:
         return any(related_fields(f, s) for f in fields for s in skipped + [p.field for p in found])
 
-    def check(*fields: str) -> _Check:
-        return _Check(found, enabled=not at_fault(*fields))
+    @contextmanager
+    def check(*fields: str) -> Iterator[None]:  # a check that raises; nothing recorded for a field at fault already
+        enabled = not at_fault(*fields)
+        try:
+            yield
+        except ConfigError as exc:
+            if enabled:
+                found.extend(exc.problems)
 
     with check("config"):
         check_tree(config.to_dict(), field="config")
@@ -404,21 +412,3 @@ def config_problems(*, team: TeamFiles, config: RunConfig, skip: list[str] | Non
         if not team.owns_checkpoint(config.checkpoint.resume_from):
             found.append(ConfigError("checkpoint.resume_from", "must be the path of a checkpoint of one of your team's runs"))
     return found
-
-
-class _Check:
-    """`with check(field): ...`: run a check that raises ConfigError, recording what it raises;
-    skip the block's failure when the field is at fault already."""
-
-    def __init__(self, found: list[ConfigError], *, enabled: bool):
-        self.found, self.enabled = found, enabled
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
-        if isinstance(exc, ConfigError):
-            if self.enabled:
-                self.found.extend(exc.problems)
-            return True
-        return False
