@@ -117,3 +117,13 @@ def test_any_tree_gives_problems_never_a_crash(changes):
     assert len({p.field for p in problems}) == len(problems)  # one per field
     if not problems:
         assert RunConfig.from_dict(data) == config
+
+
+def test_the_cli_prints_every_problem_on_its_own_line(capsys):
+    from tests.training.conftest import TINY_LORA
+    from training.__main__ import main
+
+    assert main(["check", str(TINY_LORA), "--set", "grpo.k=1", "--set", "optim.lr=-1", "--set", "grpo.kk=2"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[1].strip() for line in lines] == ["grpo.kk", "grpo.k", "optim.lr"]
+    assert all(line.startswith("config error: ") for line in lines)
