@@ -68,9 +68,9 @@ class MathToolReward:
 
 
 def _troupe_dtype(config: RunConfig) -> torch.dtype:
-    from training.models import _resolve_dtype
+    from training.models import trained_dtype
 
-    return _resolve_dtype(config.model.dtype, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    return trained_dtype(config.model.dtype)
 
 
 def build_trainer(

@@ -1,5 +1,8 @@
 """Command line: `python -m training run CONFIG.yaml [--set key=value ...] [--out DIR]`,
-`python -m training eval CONFIG.yaml [--checkpoint DIR]`, `python -m training check CONFIG.yaml`."""
+`python -m training eval CONFIG.yaml [--checkpoint DIR]`, `python -m training check CONFIG.yaml`,
+`python -m training export CONFIG.yaml --checkpoint DIR --agent NAME --out DIR [--dtype bfloat16|trained]`
+(merge a LoRA adapter into its base), and `python -m training playground CONFIG.yaml --task JSON
+[--checkpoint DIR [--with-base]]` (play one task turn by turn, one JSON line per turn)."""
 
 from __future__ import annotations
 
@@ -11,11 +14,19 @@ from pathlib import Path
 
 from training.config import ConfigError, RunConfig
 
+COMMANDS = (
+    ("run", "train a run"),
+    ("eval", "evaluate base models or a checkpoint"),
+    ("check", "validate a config and print it resolved"),
+    ("export", "merge an agent's LoRA adapter from a checkpoint into its base model"),
+    ("playground", "play one task turn by turn with the base models or a checkpoint"),
+)
 
-def main(argv: list[str] | None = None) -> int:
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m training", description="Troupe's multi-agent GRPO engine")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, help_text in (("run", "train a run"), ("eval", "evaluate base models or a checkpoint"), ("check", "validate a config and print it resolved")):
+    for name, help_text in COMMANDS:
         p = sub.add_parser(name, help=help_text)
         p.add_argument("config", help="YAML run config")
         p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. optim.lr=1e-4")
@@ -24,12 +35,29 @@ def main(argv: list[str] | None = None) -> int:
         if name == "eval":
             p.add_argument("--checkpoint", help="checkpoint folder (default: the untrained base models)")
             p.add_argument("--sampled", action="store_true", help="also evaluate sampled at the training temperature")
-    args = parser.parse_args(argv)
+        if name == "export":
+            p.add_argument("--checkpoint", required=True, help="checkpoint folder holding the agent's adapter")
+            p.add_argument("--agent", required=True, help="the agent whose adapter is merged")
+            p.add_argument("--out", required=True, help="folder for the merged model (replaced if it exists)")
+            p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "trained"),
+                           help="save in bfloat16 (default) or in the dtype the run trained in")
+        if name == "playground":
+            p.add_argument("--task", required=True, help='the task as a JSON object of its row fields, e.g. \'{"question": "Compute 2+3.", "answer": "5"}\'')
+            p.add_argument("--checkpoint", help="checkpoint folder (default: the base models)")
+            p.add_argument("--with-base", action="store_true", help="with --checkpoint, also play with the base models side by side")
+            p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
+            p.add_argument("--max-new-tokens", type=int, help="completion length cap per turn (default: the config's)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
 
     try:
         config = RunConfig.load(args.config, args.overrides)
     except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"config error: {problem}", file=sys.stderr)
         return 2
     except FileNotFoundError:
         print(f"config error: no such file {args.config}", file=sys.stderr)
@@ -47,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check":
         print(config.to_yaml(), end="")
         return 0
+
+    if args.command == "export":
+        return _export(config, args)
+    if args.command == "playground":
+        return _playground(config, args)
 
     from training.events import JsonlSink, MultiSink, ProgressSink
 
@@ -91,6 +124,54 @@ def main(argv: list[str] | None = None) -> int:
         print(f"held-out team success: step {first['step']} {first['team']['success']:.3f} -> step {last['step']} {last['team']['success']:.3f}")
         for agent in last["agents"]:
             print(f"  {agent}: {first['agents'][agent]['success']:.3f} -> {last['agents'][agent]['success']:.3f}")
+    return 0
+
+
+def _export(config: RunConfig, args: argparse.Namespace) -> int:
+    from training.export import merge_adapter
+
+    try:
+        export = merge_adapter(config, agent=args.agent, adapter=Path(args.checkpoint) / args.agent, out=args.out, dtype=args.dtype)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"merged {args.agent} ({export.dtype}) into {export.folder}: {', '.join(export.files)}")
+    return 0
+
+
+def _playground(config: RunConfig, args: argparse.Namespace) -> int:
+    from training.playground import lane, play
+
+    try:
+        row = json.loads(args.task)
+    except json.JSONDecodeError as exc:
+        print(f"error: --task is not JSON: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(row, dict):
+        print("error: --task must be a JSON object of the task's fields", file=sys.stderr)
+        return 2
+    if args.with_base and not args.checkpoint:
+        print("error: --with-base compares a checkpoint with the base models: give --checkpoint too", file=sys.stderr)
+        return 2
+    lanes = [lane(f"checkpoint {args.checkpoint}", trained=True)] if args.checkpoint else []
+    if not args.checkpoint or args.with_base:
+        lanes.append(lane("base models", trained=False))
+    printed = {id(each): 0 for each in lanes}
+
+    def show(lanes: list[dict]) -> None:  # each new turn, as a JSON line, as soon as it is played
+        for each in lanes:
+            for turn in each["turns"][printed[id(each)]:]:
+                print(json.dumps({"lane": each["label"], **turn}), flush=True)
+            printed[id(each)] = len(each["turns"])
+
+    try:
+        play(config, row, lanes=lanes, checkpoint=args.checkpoint, temperature=args.temperature,
+             max_new_tokens=args.max_new_tokens, on_turn=show)
+    except (ValueError, FileNotFoundError) as exc:  # a ConfigError is a ValueError
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for each in lanes:
+        print(json.dumps({"lane": each["label"], "done": each["done"], "success": each["success"], "turns": len(each["turns"])}))
     return 0
 
 

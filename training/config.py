@@ -1,8 +1,9 @@
 """RunConfig: one frozen dataclass tree that describes a training run completely.
 
 The web form, the admin, the CLI and the stored run all go through it: a run's config is a YAML
-snapshot, so any run can be re-run from the CLI. `validate()` runs before any model loads and
-every error names the field (`grpo.k`) and, where there is a closed set, the allowed values.
+snapshot, so any run can be re-run from the CLI. Validation runs before any model loads and finds
+every problem in one pass (`RunConfig.build`, `validate`): each names its field (`grpo.k`) and,
+where there is a closed set, the allowed values; several come together as one `ConfigProblems`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -46,6 +49,97 @@ class ConfigError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+    @property
+    def problems(self) -> list[ConfigError]:
+        """Every problem this error stands for, in the order found (here just itself)."""
+        return [self]
+
+
+class ConfigProblems(ConfigError):
+    """Every problem a config has, found in one pass. `field` and `message` are the first one's,
+    so code that reports one problem still can; `problems` lists them all, one per field (the first
+    found for a field wins), and `others` those after the first."""
+
+    def __init__(self, problems: list[ConfigError]):
+        unique = _first_per_field(problems)
+        if not unique:
+            raise ValueError("ConfigProblems needs at least one problem")
+        super().__init__(unique[0].field, unique[0].message)
+        self.args = ("; ".join(str(p) for p in unique),)
+        self._problems = unique
+
+    @property
+    def problems(self) -> list[ConfigError]:
+        return list(self._problems)
+
+    @property
+    def others(self) -> list[ConfigError]:
+        return self._problems[1:]
+
+
+def raise_problems(problems: list[ConfigError]) -> None:
+    """Raise the problems found: nothing when there are none, the error itself when there is one,
+    a ConfigProblems holding them all when there are several."""
+    unique = _first_per_field(problems)
+    if len(unique) == 1:
+        raise unique[0]
+    if unique:
+        raise ConfigProblems(unique)
+
+
+def _first_per_field(problems: list[ConfigError]) -> list[ConfigError]:
+    """The problems flattened (a ConfigProblems stands for its own), the first of each field only."""
+    seen: dict[str, ConfigError] = {}
+    for error in problems:
+        for problem in error.problems:
+            seen.setdefault(problem.field, problem)
+    return list(seen.values())
+
+
+def related_fields(a: str, b: str) -> bool:
+    """Whether two dotted fields are the same, or one lies inside the other (`topology.agents`
+    and `topology.agents[1].name`): a problem with one may be an echo of a problem with the other."""
+    short, long = sorted((a, b), key=len)
+    return long == short or long.startswith((short + ".", short + "["))
+
+
+class _Problems:
+    """Collects the problems of one validation pass: the first problem of each field is kept."""
+
+    def __init__(self) -> None:
+        self.found: dict[str, ConfigError] = {}
+
+    def add(self, field: str, message: str) -> None:
+        self.found.setdefault(field, ConfigError(field, message))
+
+    def has(self, *fields: str) -> bool:
+        """Whether any of these fields, or a field inside one of them, has a problem already."""
+        return any(related_fields(f, seen) for f in fields for seen in self.found)
+
+    @contextmanager
+    def catch(self) -> Iterator[None]:
+        """`with problems.catch(): check(...)`: a ConfigError the check raises is recorded."""
+        try:
+            yield
+        except ConfigError as exc:
+            for problem in exc.problems:
+                self.add(problem.field, problem.message)
+
+    def choice(self, where: str, value: str, allowed: tuple[str, ...]) -> None:
+        if value not in allowed:
+            self.add(where, f"unknown value {value!r}; allowed: {', '.join(allowed)}")
+
+    def int_range(self, where: str, value: int, lo: int, hi: int) -> None:
+        if not lo <= value <= hi:
+            self.add(where, f"must be between {lo} and {hi}, got {value}")
+
+    def range(self, where: str, value: float, lo: float, hi: float) -> None:
+        if not lo <= value <= hi:
+            self.add(where, f"must be between {lo:g} and {hi:g}, got {value:g}")
+
+    def as_list(self) -> list[ConfigError]:
+        return list(self.found.values())
 
 
 @dataclass(frozen=True)
@@ -408,14 +502,35 @@ class RunConfig:
         """Return a copy with dotted-path overrides applied (`{"optim.lr": 1e-4}`), validated."""
         data = self.to_dict()
         for key, value in overrides.items():
-            _set_dotted(data, key, value)
+            set_field(data, key, value)
         return RunConfig.from_dict(data)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
-        config = _build(cls, data, "")
-        config.validate()
+        """The validated config of a plain tree; raises ConfigError, or ConfigProblems naming every
+        problem when there are several."""
+        config, problems = cls.build(data)
+        raise_problems(problems)
         return config
+
+    @classmethod
+    def build(cls, data: Any) -> tuple[RunConfig, list[ConfigError]]:
+        """The config of a plain tree and every problem with it, found in one pass: fields that do
+        not parse (each unknown key, each wrong type, each missing required field) and then what
+        `validate` finds in the rest. A field at fault leaves its default in its place (a required
+        one an empty value), so with problems the config is only good for finding more of them:
+        never run it. Validation problems inside or around a field that did not parse are left out
+        (they would only echo it)."""
+        if not isinstance(data, dict):
+            return cls(), [ConfigError("config", f"expected a mapping, got {type(data).__name__}")]
+        built = _Problems()
+        config = _build(cls, data, "", built)
+        parse = built.as_list()
+        try:
+            config.validate()
+        except ConfigError as exc:
+            return config, parse + [p for p in exc.problems if not any(related_fields(p.field, q.field) for q in parse)]
+        return config, parse
 
     @classmethod
     def from_yaml(cls, text: str, overrides: list[str] | None = None) -> RunConfig:
@@ -429,7 +544,7 @@ class RunConfig:
             key, sep, raw = item.partition("=")
             if not sep or not key.strip():
                 raise ConfigError("--set", f"expected key=value, got {item!r}")
-            _set_dotted(data, key.strip(), yaml.safe_load(raw) if raw.strip() else None)
+            set_field(data, key.strip(), yaml.safe_load(raw) if raw.strip() else None)
         return cls.from_dict(data)
 
     @classmethod
@@ -439,171 +554,196 @@ class RunConfig:
     # -- validation ----------------------------------------------------------------------------
 
     def validate(self) -> None:
-        """Check every field; raise ConfigError naming the first bad one. Loads no model."""
-        t, g, o = self.topology, self.grpo, self.optim
-        _choice("topology.specialization", t.specialization, SPECIALIZATIONS)
-        _choice("grpo.sampling", g.sampling, SAMPLING_MODES)
-        _choice("grpo.scale_rewards", g.scale_rewards, SCALE_REWARDS)
-        _choice("grpo.loss_type", g.loss_type, LOSS_TYPES)
-        _choice("generation.backend", self.generation.backend, BACKENDS)
-        _choice("model.dtype", self.model.dtype, DTYPES)
-        _choice("model.quantization", self.model.quantization, QUANTIZATIONS)
-        _choice("resources.parallel", self.resources.parallel, PARALLEL_MODES)
-        _positive_int("resources.gpus", self.resources.gpus, 1, 64)
-        if self.model.quantization != "none" and t.specialization != "lora":
-            raise ConfigError("model.quantization", f"a quantized base trains only through LoRA adapters: use the `lora` specialization (this is {t.specialization!r})")
-        if self.resources.parallel == "agents" and t.specialization != "full":
-            raise ConfigError("resources.parallel", f"`agents` places each agent's own model on a GPU: it needs the `full` specialization (this is {t.specialization!r})")
-        if self.resources.parallel == "data" and o.tasks_per_step < self.resources.gpus:
-            raise ConfigError("optim.tasks_per_step", f"must be at least resources.gpus ({self.resources.gpus}): each process rolls out its share of the step's tasks")
-        check_model_source("model.source", self.model.source)
+        """Check every field (`problems`); raise ConfigError for the one problem found, or
+        ConfigProblems naming them all. Loads no model. The config is frozen, so an instance that
+        passed once is not checked again (the worker's and the trainer's calls cost one pass)."""
+        if self.__dict__.get("_validated"):
+            return
+        raise_problems(self.problems())
+        object.__setattr__(self, "_validated", True)
+
+    def problems(self) -> list[ConfigError]:
+        """Every problem with the field values, in one pass, at most one per field (the first
+        check of a field that fails names it). Raises nothing and loads no model."""
+        p = _Problems()
+        t, g, o, gen, r = self.topology, self.grpo, self.optim, self.generation, self.resources
+        p.choice("topology.specialization", t.specialization, SPECIALIZATIONS)
+        p.choice("grpo.sampling", g.sampling, SAMPLING_MODES)
+        p.choice("grpo.scale_rewards", g.scale_rewards, SCALE_REWARDS)
+        p.choice("grpo.loss_type", g.loss_type, LOSS_TYPES)
+        p.choice("generation.backend", gen.backend, BACKENDS)
+        p.choice("model.dtype", self.model.dtype, DTYPES)
+        p.choice("model.quantization", self.model.quantization, QUANTIZATIONS)
+        p.choice("resources.parallel", r.parallel, PARALLEL_MODES)
+        p.int_range("resources.gpus", r.gpus, 1, 64)
+        # a check across fields runs only when the fields it reads passed their own: it would echo them
+        if self.model.quantization != "none" and t.specialization != "lora" and not p.has("topology.specialization"):
+            p.add("model.quantization", f"a quantized base trains only through LoRA adapters: use the `lora` specialization (this is {t.specialization!r})")
+        if r.parallel == "agents" and t.specialization != "full" and not p.has("topology.specialization"):
+            p.add("resources.parallel", f"`agents` places each agent's own model on a GPU: it needs the `full` specialization (this is {t.specialization!r})")
+        if r.parallel == "data" and o.tasks_per_step < r.gpus and not p.has("resources.gpus"):
+            p.add("optim.tasks_per_step", f"must be at least resources.gpus ({r.gpus}): each process rolls out its share of the step's tasks")
+        with p.catch():
+            check_model_source("model.source", self.model.source)
         if t.environment not in BUILTIN_ENVIRONMENTS and not _DOTTED.match(t.environment):
-            raise ConfigError(
-                "topology.environment",
-                f"unknown environment {t.environment!r}; use one of {', '.join(BUILTIN_ENVIRONMENTS)} "
-                "or a plugin path like mypkg.envs:MyEnv",
-            )
-        if self.data.reward_fn is not None and not _DOTTED.match(self.data.reward_fn):
-            raise ConfigError("data.reward_fn", f"{self.data.reward_fn!r} is not a dotted path like mypkg.rewards:fn")
-        for i, path in enumerate(self.data.reward_fns):
+            p.add("topology.environment", f"unknown environment {t.environment!r}; use one of {', '.join(BUILTIN_ENVIRONMENTS)} "
+                                          "or a plugin path like mypkg.envs:MyEnv")
+        self._data_problems(p)
+        self._agent_problems(p)
+        p.int_range("topology.max_turns", t.max_turns, 1, 64)
+        if g.k < 2:
+            p.add("grpo.k", f"must be at least 2 (a group of {g.k} has no advantage signal)")
+        p.int_range("grpo.k", g.k, 2, 256)
+        p.int_range("grpo.num_iterations", g.num_iterations, 1, 16)
+        p.range("grpo.alpha", g.alpha, 0.0, 100.0)
+        p.range("grpo.adv_eps", g.adv_eps, 1e-12, 1.0)
+        p.int_range("grpo.dynamic_sampling", g.dynamic_sampling, 0, 16)
+        p.range("grpo.eps_low", g.eps_low, 0.0, 1.0)
+        p.range("grpo.eps_high", g.eps_high, 0.0, 10.0)
+        p.choice("grpo.ratio_level", g.ratio_level, RATIO_LEVELS)
+        if g.delta is not None and not 1.0 + g.eps_high < g.delta <= 100.0 and not p.has("grpo.eps_high"):
+            p.add("grpo.delta", f"must be above 1 + eps_high ({1 + g.eps_high:g}) and at most 100, or empty")
+        p.range("grpo.cispo_cap", g.cispo_cap, 1.0, 100.0)
+        p.int_range("grpo.overlong_cache", g.overlong_cache, 0, 4096)
+        p.range("grpo.beta", g.beta, 0.0, 10.0)
+        p.range("grpo.importance_sampling_cap", g.importance_sampling_cap, 1.0, 100.0)
+        p.int_range("lora.r", self.lora.r, 1, 1024)
+        p.int_range("lora.alpha", self.lora.alpha, 1, 4096)
+        p.range("lora.dropout", self.lora.dropout, 0.0, 0.9)
+        if not self.lora.target_modules:
+            p.add("lora.target_modules", "name at least one module")
+        p.int_range("optim.steps", o.steps, 1, 1_000_000)
+        p.int_range("optim.tasks_per_step", o.tasks_per_step, 1, 4096)
+        p.int_range("optim.micro_batch_size", o.micro_batch_size, 1, 4096)
+        p.int_range("optim.micro_batch_tokens", o.micro_batch_tokens, 64, 1_000_000)
+        if not o.lr > 0:
+            p.add("optim.lr", f"must be positive, got {o.lr}")
+        p.range("optim.lr", o.lr, 0.0, 1.0)
+        p.range("optim.weight_decay", o.weight_decay, 0.0, 1.0)
+        p.range("optim.max_grad_norm", o.max_grad_norm, 1e-6, 1e6)
+        p.int_range("optim.warmup_steps", o.warmup_steps, 0, 1_000_000)
+        p.choice("optim.lr_schedule", o.lr_schedule, LR_SCHEDULES)
+        p.range("optim.adam_beta1", o.adam_beta1, 0.0, 0.999999)
+        p.range("optim.adam_beta2", o.adam_beta2, 0.0, 0.999999)
+        p.range("optim.adam_eps", o.adam_eps, 1e-12, 1.0)
+        p.int_range("generation.max_new_tokens", gen.max_new_tokens, 1, 4096)
+        p.int_range("generation.max_tool_calls", gen.max_tool_calls, 0, 16)
+        p.range("generation.temperature", gen.temperature, 0.0, 5.0)
+        acting = set(t.order())
+        for i, a in enumerate(t.agents):  # greedy candidates are identical: every group has equal rewards, nothing learns
+            if a.trainable and a.name in acting and (a.temperature if a.temperature is not None else gen.temperature) == 0:
+                where = f"topology.agents[{i}].temperature" if a.temperature is not None else "generation.temperature"
+                p.add(where, f"is 0 (greedy) for trainable agent {a.name!r}: its grpo.k={g.k} candidates "
+                             "would all be the same, so no group has a signal; sample at a temperature above 0")
+        p.range("generation.top_p", gen.top_p, 1e-6, 1.0)
+        p.range("generation.eval_temperature", gen.eval_temperature, 0.0, 5.0)
+        p.range("generation.vllm_gpu_memory_utilization", gen.vllm_gpu_memory_utilization, 0.01, 0.95)
+        p.int_range("generation.vllm_max_model_len", gen.vllm_max_model_len, 0, 1_048_576)
+        caps = [a.max_new_tokens or gen.max_new_tokens for a in t.agents]
+        capped = ("generation.max_new_tokens", *(f"topology.agents[{i}].max_new_tokens" for i in range(len(t.agents))))
+        if g.overlong_cache and caps and g.overlong_cache >= min(caps) and not p.has(*capped):
+            p.add("grpo.overlong_cache", f"must be below every agent's max_new_tokens (the smallest is {min(caps)})")
+        p.int_range("data.train_size", self.data.train_size, 1, 10_000_000)
+        p.int_range("data.eval_size", self.data.eval_size, 0, 1_000_000)
+        p.range("data.eval_fraction", self.data.eval_fraction, 0.0, 0.9)
+        p.int_range("eval.every", self.eval.every, 0, 1_000_000)
+        p.int_range("eval.size", self.eval.size, 0, 1_000_000)
+        p.int_range("checkpoint.every", self.checkpoint.every, 0, 1_000_000)
+        p.int_range("checkpoint.keep", self.checkpoint.keep, 0, 1000)
+        p.int_range("seed", self.seed, 0, 2**32 - 1)
+        _report_to_problems(self.report_to, p)
+        return p.as_list()
+
+    def _data_problems(self, p: _Problems) -> None:
+        """The reward functions: dotted paths, each once, with one weight each when weighted."""
+        d = self.data
+        if d.reward_fn is not None and not _DOTTED.match(d.reward_fn):
+            p.add("data.reward_fn", f"{d.reward_fn!r} is not a dotted path like mypkg.rewards:fn")
+        for i, path in enumerate(d.reward_fns):
             if not isinstance(path, str) or not _DOTTED.match(path):
-                raise ConfigError(f"data.reward_fns[{i}]", f"{path!r} is not a dotted path like mypkg.rewards:fn")
-        paths = ([self.data.reward_fn] if self.data.reward_fn else []) + list(self.data.reward_fns)
+                p.add(f"data.reward_fns[{i}]", f"{path!r} is not a dotted path like mypkg.rewards:fn")
+        paths = ([d.reward_fn] if d.reward_fn else []) + list(d.reward_fns)
         if len(set(paths)) != len(paths):
-            raise ConfigError("data.reward_fns", "names a reward function twice")
-        if self.data.reward_weights and len(self.data.reward_weights) != len(paths):
-            raise ConfigError("data.reward_weights", f"gives {len(self.data.reward_weights)} weights for {len(paths)} reward functions "
-                                                     "(data.reward_fn, then data.reward_fns)")
-        for i, w in enumerate(self.data.reward_weights):
-            _range(f"data.reward_weights[{i}]", w, -100.0, 100.0)
+            p.add("data.reward_fns", "names a reward function twice")
+        if d.reward_weights and len(d.reward_weights) != len(paths):
+            p.add("data.reward_weights", f"gives {len(d.reward_weights)} weights for {len(paths)} reward functions "
+                                         "(data.reward_fn, then data.reward_fns)")
+        for i, w in enumerate(d.reward_weights):
+            p.range(f"data.reward_weights[{i}]", w, -100.0, 100.0)
+
+    def _agent_problems(self, p: _Problems) -> None:
+        """The agents: names, roles, models, sampling caps and tools; the turn order; who trains."""
+        t = self.topology
         if not t.agents:
-            raise ConfigError("topology.agents", "at least one agent is required")
+            p.add("topology.agents", "at least one agent is required")
         names: set[str] = set()
         for i, a in enumerate(t.agents):
             where = f"topology.agents[{i}]"
             if not _AGENT_NAME.match(a.name):
-                raise ConfigError(f"{where}.name", f"{a.name!r} must start with a letter and use letters, digits, - or _ (max 40)")
+                p.add(f"{where}.name", f"{a.name!r} must start with a letter and use letters, digits, - or _ (max 40)")
             if a.name in names:
-                raise ConfigError(f"{where}.name", f"duplicate agent name {a.name!r}")
+                p.add(f"{where}.name", f"duplicate agent name {a.name!r}")
             names.add(a.name)
             if not a.role:
-                raise ConfigError(f"{where}.role", "is required")
+                p.add(f"{where}.role", "is required")
             if a.model is not None:
-                check_model_source(f"{where}.model", a.model)
-                if t.specialization != "full" and a.model != self.model.source:
-                    raise ConfigError(
-                        f"{where}.model",
-                        f"only `full` specialization may give agents different models (this is {t.specialization!r})",
-                    )
+                with p.catch():
+                    check_model_source(f"{where}.model", a.model)
+                if t.specialization != "full" and a.model != self.model.source and not p.has("model.source", "topology.specialization"):
+                    p.add(f"{where}.model", f"only `full` specialization may give agents different models (this is {t.specialization!r})")
             if a.temperature is not None and a.temperature < 0:
-                raise ConfigError(f"{where}.temperature", "must be >= 0")
+                p.add(f"{where}.temperature", "must be >= 0")
             if a.max_new_tokens is not None and not 1 <= a.max_new_tokens <= 4096:
-                raise ConfigError(f"{where}.max_new_tokens", "must be between 1 and 4096")
-            _check_tools(f"{where}.tools", a.tools)
+                p.add(f"{where}.max_new_tokens", "must be between 1 and 4096")
+            with p.catch():
+                _check_tools(f"{where}.tools", a.tools)
         for i, name in enumerate(t.turn_order):
             if name not in names:
-                raise ConfigError(f"topology.turn_order[{i}]", f"agent {name!r} is not defined; agents are {sorted(names)}")
-        acting = set(t.order())
-        if t.specialization == "single" and len(acting) != 1:
-            raise ConfigError("topology.specialization", f"`single` needs exactly one acting agent, the turn order has {len(acting)}")
-        if not any(self.agent(n).trainable for n in acting):
-            raise ConfigError("topology.agents", "no acting agent is trainable")
-        _positive_int("topology.max_turns", t.max_turns, 1, 64)
-        if g.k < 2:
-            raise ConfigError("grpo.k", f"must be at least 2 (a group of {g.k} has no advantage signal)")
-        _positive_int("grpo.k", g.k, 2, 256)
-        _positive_int("grpo.num_iterations", g.num_iterations, 1, 16)
-        _range("grpo.alpha", g.alpha, 0.0, 100.0)
-        _range("grpo.adv_eps", g.adv_eps, 1e-12, 1.0)
-        _positive_int("grpo.dynamic_sampling", g.dynamic_sampling, 0, 16)
-        _range("grpo.eps_low", g.eps_low, 0.0, 1.0)
-        _range("grpo.eps_high", g.eps_high, 0.0, 10.0)
-        _choice("grpo.ratio_level", g.ratio_level, RATIO_LEVELS)
-        if g.delta is not None and not 1.0 + g.eps_high < g.delta <= 100.0:
-            raise ConfigError("grpo.delta", f"must be above 1 + eps_high ({1 + g.eps_high:g}) and at most 100, or empty")
-        _range("grpo.cispo_cap", g.cispo_cap, 1.0, 100.0)
-        _positive_int("grpo.overlong_cache", g.overlong_cache, 0, 4096)
-        caps = [a.max_new_tokens or self.generation.max_new_tokens for a in t.agents]
-        if g.overlong_cache and g.overlong_cache >= min(caps):
-            raise ConfigError("grpo.overlong_cache", f"must be below every agent's max_new_tokens (the smallest is {min(caps)})")
-        _range("grpo.beta", g.beta, 0.0, 10.0)
-        _range("grpo.importance_sampling_cap", g.importance_sampling_cap, 1.0, 100.0)
-        _positive_int("lora.r", self.lora.r, 1, 1024)
-        _positive_int("lora.alpha", self.lora.alpha, 1, 4096)
-        _range("lora.dropout", self.lora.dropout, 0.0, 0.9)
-        if not self.lora.target_modules:
-            raise ConfigError("lora.target_modules", "name at least one module")
-        _positive_int("optim.steps", o.steps, 1, 1_000_000)
-        _positive_int("optim.tasks_per_step", o.tasks_per_step, 1, 4096)
-        _positive_int("optim.micro_batch_size", o.micro_batch_size, 1, 4096)
-        _positive_int("optim.micro_batch_tokens", o.micro_batch_tokens, 64, 1_000_000)
-        if not o.lr > 0:
-            raise ConfigError("optim.lr", f"must be positive, got {o.lr}")
-        _range("optim.lr", o.lr, 0.0, 1.0)
-        _range("optim.weight_decay", o.weight_decay, 0.0, 1.0)
-        _range("optim.max_grad_norm", o.max_grad_norm, 1e-6, 1e6)
-        _positive_int("optim.warmup_steps", o.warmup_steps, 0, 1_000_000)
-        _choice("optim.lr_schedule", o.lr_schedule, LR_SCHEDULES)
-        _range("optim.adam_beta1", o.adam_beta1, 0.0, 0.999999)
-        _range("optim.adam_beta2", o.adam_beta2, 0.0, 0.999999)
-        _range("optim.adam_eps", o.adam_eps, 1e-12, 1.0)
-        _positive_int("generation.max_new_tokens", self.generation.max_new_tokens, 1, 4096)
-        _positive_int("generation.max_tool_calls", self.generation.max_tool_calls, 0, 16)
-        _range("generation.temperature", self.generation.temperature, 0.0, 5.0)
-        for i, a in enumerate(t.agents):  # greedy candidates are identical: every group has equal rewards, nothing learns
-            if a.trainable and a.name in acting and (a.temperature if a.temperature is not None else self.generation.temperature) == 0:
-                field = f"topology.agents[{i}].temperature" if a.temperature is not None else "generation.temperature"
-                raise ConfigError(field, f"is 0 (greedy) for trainable agent {a.name!r}: its grpo.k={self.grpo.k} candidates "
-                                  "would all be the same, so no group has a signal; sample at a temperature above 0")
-        _range("generation.top_p", self.generation.top_p, 1e-6, 1.0)
-        _range("generation.eval_temperature", self.generation.eval_temperature, 0.0, 5.0)
-        _range("generation.vllm_gpu_memory_utilization", self.generation.vllm_gpu_memory_utilization, 0.01, 0.95)
-        _positive_int("generation.vllm_max_model_len", self.generation.vllm_max_model_len, 0, 1_048_576)
-        _positive_int("data.train_size", self.data.train_size, 1, 10_000_000)
-        _positive_int("data.eval_size", self.data.eval_size, 0, 1_000_000)
-        _range("data.eval_fraction", self.data.eval_fraction, 0.0, 0.9)
-        _positive_int("eval.every", self.eval.every, 0, 1_000_000)
-        _positive_int("eval.size", self.eval.size, 0, 1_000_000)
-        _positive_int("checkpoint.every", self.checkpoint.every, 0, 1_000_000)
-        _positive_int("checkpoint.keep", self.checkpoint.keep, 0, 1000)
-        _positive_int("seed", self.seed, 0, 2**32 - 1)
-        check_report_to(self.report_to)
+                p.add(f"topology.turn_order[{i}]", f"agent {name!r} is not defined; agents are {sorted(names)}")
+        acting = set(t.order()) & names
+        if t.specialization == "single" and len(set(t.order())) != 1:
+            p.add("topology.specialization", f"`single` needs exactly one acting agent, the turn order has {len(set(t.order()))}")
+        if t.agents and acting and not any(self.agent(n).trainable for n in acting):
+            p.add("topology.agents", "no acting agent is trainable")
 
 
 def check_report_to(r: ReportToConfig) -> None:
-    """Validate the `report_to` section: known trackers, names the trackers accept, files only
-    inside the run's output folder, and no credentials (they come from the worker's environment)."""
+    """Validate the `report_to` section (see `_report_to_problems`); raise what is wrong with it."""
+    p = _Problems()
+    _report_to_problems(r, p)
+    raise_problems(p.as_list())
+
+
+def _report_to_problems(r: ReportToConfig, p: _Problems) -> None:
+    """The `report_to` section: known trackers, names the trackers accept, files only inside the
+    run's output folder, and no credentials (they come from the worker's environment)."""
     for i, name in enumerate(r.trackers):
-        _choice(f"report_to.trackers[{i}]", name, TRACKERS)
+        p.choice(f"report_to.trackers[{i}]", name, TRACKERS)
         if name in r.trackers[:i]:
-            raise ConfigError(f"report_to.trackers[{i}]", f"{name!r} is listed twice")
+            p.add(f"report_to.trackers[{i}]", f"{name!r} is listed twice")
     if not _TRACKER_NAME.match(r.project):
-        raise ConfigError("report_to.project", f"{r.project!r} must use letters, digits, '.', '-' or '_' (at most 128)")
+        p.add("report_to.project", f"{r.project!r} must use letters, digits, '.', '-' or '_' (at most 128)")
     if len(r.run_name) > 128 or not r.run_name.isprintable():
-        raise ConfigError("report_to.run_name", "must be printable text of at most 128 characters")
-    _positive_int("report_to.samples", r.samples, 0, 64)
+        p.add("report_to.run_name", "must be printable text of at most 128 characters")
+    p.int_range("report_to.samples", r.samples, 0, 64)
     tb = Path(r.tensorboard_dir)
     if not r.tensorboard_dir or tb.is_absolute() or ".." in tb.parts or len(r.tensorboard_dir) > 200 or "\0" in r.tensorboard_dir:
-        raise ConfigError("report_to.tensorboard_dir", f"{r.tensorboard_dir!r} must be a relative path inside the run's output folder")
+        p.add("report_to.tensorboard_dir", f"{r.tensorboard_dir!r} must be a relative path inside the run's output folder")
     if r.trackio_space_id and not ("/" in r.trackio_space_id and is_hub_id(r.trackio_space_id)):
-        raise ConfigError("report_to.trackio_space_id", f"{r.trackio_space_id!r} is not a Space id like org/name")
+        p.add("report_to.trackio_space_id", f"{r.trackio_space_id!r} is not a Space id like org/name")
     if r.mlflow_tracking_uri:
         uri = urlsplit(r.mlflow_tracking_uri)
         if uri.scheme not in ("http", "https") or not uri.hostname:
-            raise ConfigError(
-                "report_to.mlflow_tracking_uri",
-                f"{r.mlflow_tracking_uri!r} is not an http(s) URL of a tracking server; leave it empty for a file store in the run's output folder",
-            )
-        if uri.username or uri.password or uri.query or uri.fragment:
-            raise ConfigError(
-                "report_to.mlflow_tracking_uri",
-                "must not carry credentials or a query: set MLFLOW_TRACKING_TOKEN (or MLFLOW_TRACKING_USERNAME and "
-                "MLFLOW_TRACKING_PASSWORD) in the worker's environment",
-            )
+            p.add("report_to.mlflow_tracking_uri",
+                  f"{r.mlflow_tracking_uri!r} is not an http(s) URL of a tracking server; leave it empty for a file store in the run's output folder")
+        elif uri.username or uri.password or uri.query or uri.fragment:
+            p.add("report_to.mlflow_tracking_uri",
+                  "must not carry credentials or a query: set MLFLOW_TRACKING_TOKEN (or MLFLOW_TRACKING_USERNAME and "
+                  "MLFLOW_TRACKING_PASSWORD) in the worker's environment")
     if r.wandb_entity and not _TRACKER_NAME.match(r.wandb_entity):
-        raise ConfigError("report_to.wandb_entity", f"{r.wandb_entity!r} must use letters, digits, '.', '-' or '_' (at most 128)")
+        p.add("report_to.wandb_entity", f"{r.wandb_entity!r} must use letters, digits, '.', '-' or '_' (at most 128)")
     if r.wandb_mode not in WANDB_MODES:
-        raise ConfigError("report_to.wandb_mode", f"unknown value {r.wandb_mode!r}; allowed: online, offline, disabled, or empty for WANDB_MODE")
+        p.add("report_to.wandb_mode", f"unknown value {r.wandb_mode!r}; allowed: online, offline, disabled, or empty for WANDB_MODE")
 
 
 _HUB_PART = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?")
@@ -651,66 +791,91 @@ def check_model_source(where: str, source: str) -> None:
 # -- building dataclasses from plain data --------------------------------------------------------
 
 
-def _build(cls: Any, data: Any, prefix: str) -> Any:
+_BAD = object()
+"""What `_coerce` returns for a value that did not parse (its problem is recorded)."""
+
+
+_EMPTY: dict[Any, Any] = {str: "", int: 0, float: 0.0, bool: False}
+"""What stands in for a required field that is missing or did not parse."""
+
+
+def _build(cls: Any, data: Any, prefix: str, problems: _Problems) -> Any:
+    """`cls` from a mapping, recording every problem on the way: each unknown key, each value that
+    does not parse (its default stays) and each missing required field (an empty value stands in),
+    so one pass finds them all. Never raises a ConfigError."""
     where = prefix.rstrip(".") or "config"
-    if not isinstance(data, dict):
-        raise ConfigError(where, f"expected a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(data) - set(known))
-    secret = [k for k in unknown if cls is ReportToConfig and _CREDENTIAL_KEY.search(str(k))]
-    if secret:
-        raise ConfigError(
-            f"{prefix}{secret[0]}",
-            "looks like a credential, and credentials never go in a run config (it is stored with the run and shown "
-            "to the team): set the tracker's variable in the worker's environment instead (WANDB_API_KEY, "
-            "MLFLOW_TRACKING_TOKEN, HF_TOKEN)",
-        )
-    if unknown:
-        raise ConfigError(f"{prefix}{unknown[0]}", f"unknown field; allowed: {', '.join(known)}")
+    if not isinstance(data, dict):
+        problems.add(where, f"expected a mapping, got {type(data).__name__}")
+        data, report_missing = {}, False
+    else:
+        report_missing = True
+    for key in data:
+        if key in known:
+            continue
+        if cls is ReportToConfig and _CREDENTIAL_KEY.search(str(key)):
+            problems.add(
+                f"{prefix}{key}",
+                "looks like a credential, and credentials never go in a run config (it is stored with the run and shown "
+                "to the team): set the tracker's variable in the worker's environment instead (WANDB_API_KEY, "
+                "MLFLOW_TRACKING_TOKEN, HF_TOKEN)",
+            )
+        else:
+            problems.add(f"{prefix}{key}", f"unknown field; allowed: {', '.join(known)}")
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
-        kwargs[name] = _coerce(hints[name], value, f"{prefix}{name}")
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:  # a required field is missing
-        missing = [f.name for f in fields(cls) if f.name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-        raise ConfigError(f"{prefix}{missing[0]}" if missing else where, "is required" if missing else str(exc)) from None
+        if name in known:
+            coerced = _coerce(hints[name], value, f"{prefix}{name}", problems)
+            if coerced is not _BAD:
+                kwargs[name] = coerced
+    for f in fields(cls):
+        if f.name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            if report_missing and f.name not in data:
+                problems.add(f"{prefix}{f.name}", "is required")
+            kwargs[f.name] = _EMPTY.get(hints[f.name])
+    return cls(**kwargs)
 
 
-def _coerce(hint: Any, value: Any, where: str) -> Any:
+def _coerce(hint: Any, value: Any, where: str, problems: _Problems) -> Any:
+    """`value` as the type `hint` names, or `_BAD` with the problem recorded."""
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return _coerce(inner[0], value, where)
+        return _coerce(inner[0], value, where, problems)
     if dataclasses.is_dataclass(hint):
-        return _build(hint, value if value is not None else {}, where + ".")
+        return _build(hint, value if value is not None else {}, where + ".", problems)
     if origin is tuple:
         if value is None:
             value = []
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(where, f"expected a list, got {type(value).__name__}")
-        return tuple(_coerce(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+            problems.add(where, f"expected a list, got {type(value).__name__}")
+            return _BAD
+        items = [_coerce(args[0], v, f"{where}[{i}]", problems) for i, v in enumerate(value)]
+        return _BAD if any(item is _BAD for item in items) else tuple(items)
     if origin is dict:
         if value is None:
             return {}
         if not isinstance(value, dict):
-            raise ConfigError(where, f"expected a mapping, got {type(value).__name__}")
+            problems.add(where, f"expected a mapping, got {type(value).__name__}")
+            return _BAD
         return dict(value)
     if hint is bool:
         if not isinstance(value, bool):
-            raise ConfigError(where, f"expected true or false, got {value!r}")
+            problems.add(where, f"expected true or false, got {value!r}")
+            return _BAD
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
                 return int(value)
-            raise ConfigError(where, f"expected an integer, got {value!r}")
+            problems.add(where, f"expected an integer, got {value!r}")
+            return _BAD
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -719,11 +884,13 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
                     return float(value)
                 except ValueError:
                     pass
-            raise ConfigError(where, f"expected a number, got {value!r}")
+            problems.add(where, f"expected a number, got {value!r}")
+            return _BAD
         return float(value)
     if hint is str:
         if not isinstance(value, str):
-            raise ConfigError(where, f"expected a string, got {value!r}")
+            problems.add(where, f"expected a string, got {value!r}")
+            return _BAD
         return value
     return value
 
@@ -738,10 +905,15 @@ def _to_plain(obj: Any) -> Any:
     return obj
 
 
-def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+def set_field(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set the dotted field `key` (`optim.lr`, `topology.agents[1].temperature`) in a plain config
+    tree, making the sections on the way; ConfigError(key) when the path runs through a value that
+    is not a section or past the end of a list."""
     parts = key.split(".")
     node: Any = data
     for part in parts[:-1]:
+        if not isinstance(node, dict):
+            raise ConfigError(key, f"{part} is not inside a section")
         m = re.match(r"^(\w+)\[(\d+)\]$", part)
         if m:
             node = node.setdefault(m.group(1), [])
@@ -756,12 +928,9 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
             if not isinstance(nxt, dict):
                 raise ConfigError(key, f"{part} is not a section")
             node = nxt
+    if not isinstance(node, dict):
+        raise ConfigError(key, f"{parts[-2] if len(parts) > 1 else key} is not a section")
     node[parts[-1]] = value
-
-
-def _choice(where: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(where, f"unknown value {value!r}; allowed: {', '.join(allowed)}")
 
 
 def _check_tools(where: str, tools: Any) -> None:
@@ -777,13 +946,3 @@ def _check_tools(where: str, tools: Any) -> None:
             load_tool(name)
         except ToolError as exc:
             raise ConfigError(f"{where}[{i}]", str(exc)) from None
-
-
-def _positive_int(where: str, value: int, lo: int, hi: int) -> None:
-    if not lo <= value <= hi:
-        raise ConfigError(where, f"must be between {lo} and {hi}, got {value}")
-
-
-def _range(where: str, value: float, lo: float, hi: float) -> None:
-    if not lo <= value <= hi:
-        raise ConfigError(where, f"must be between {lo:g} and {hi:g}, got {value:g}")

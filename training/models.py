@@ -214,6 +214,12 @@ def _check_device(device: str | torch.device) -> torch.device:
     return dev
 
 
+def trained_dtype(dtype: str) -> torch.dtype:
+    """The torch dtype a run whose `model.dtype` is `dtype` trains in on this host: `auto` is
+    bfloat16 with CUDA and float32 without (as `load_model` picks for the training device)."""
+    return _resolve_dtype(dtype, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+
+
 def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from training.config import RunConfig
@@ -29,3 +31,26 @@ def toy_config(specialization: str = "lora", **overrides) -> RunConfig:
 @pytest.fixture
 def make_config():
     return toy_config
+
+
+TINY_LORA = Path(__file__).resolve().parents[2] / "configs" / "tiny-lora.yaml"
+
+
+@pytest.fixture(scope="module")
+def lora_checkpoint(tmp_path_factory):
+    """(config, checkpoint folder) of configs/tiny-lora.yaml: each agent's LoRA adapter as
+    `save_policies` writes it, moved off its zero init so the trained agents differ from the base."""
+    import torch
+
+    from training.policies import build_policies, save_policies
+
+    config = RunConfig.load(TINY_LORA)
+    policies = build_policies(config, device=torch.device("cpu"))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for policy in policies.policies.values():
+            for p in policy.params:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+    folder = tmp_path_factory.mktemp("checkpoint") / "step-000001"
+    save_policies(policies, folder)
+    return config, folder

@@ -171,11 +171,12 @@ def _launch(request: ApiRequest) -> HttpResponse:
             tags=", ".join(map(str, tags)) if isinstance(tags, list) else str(tags), notes=str(options.get("notes") or ""),
             topology=topology,
         )
-    except ConfigError as exc:  # every field at fault (`config_problems_after`), the first one named in `error`
+    except ConfigError as exc:  # every field at fault, found in one pass; the first one named in `error`
+        first, *others = exc.problems
         fields: dict[str, list[str]] = {}
-        for problem in [exc, *(exc.others if isinstance(exc, run_services.ConfigProblems) else [])]:
+        for problem in [first, *others[:run_services.MAX_CONFIG_PROBLEMS]]:
             fields.setdefault(problem.field, []).append(problem.message)
-        return error(400, str(exc), field=exc.field, fields=fields)
+        return error(400, str(first), field=first.field, fields=fields)
     except ValidationError as exc:
         field = next(iter(exc.message_dict), None) if hasattr(exc, "error_dict") else None
         return error(400, " ".join(exc.messages), field=field)

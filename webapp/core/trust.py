@@ -24,7 +24,10 @@ field and the API returns as a 400. docs/security.md gives the threat model.
 
 from __future__ import annotations
 
+import copy
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -34,7 +37,7 @@ from django.conf import settings
 from agents.envs import BUILTIN, load_environment
 from agents.plugins import ENVIRONMENT, REWARD_FUNCTION, PluginError, lookup
 from agents.verifiers import BUILTIN_REWARDS
-from training.config import ConfigError, RunConfig
+from training.config import ConfigError, RunConfig, raise_problems, related_fields
 from training.config import check_model_source as engine_check_model_source
 
 MAX_CONFIG_BYTES = 64 * 1024
@@ -215,14 +218,23 @@ def check_plugins(config: RunConfig) -> None:
     """The environment and reward functions must be built-in or registered by the operator:
     nothing is imported here (registered plugins loaded at process start)."""
     check_environment(config.topology.environment, field="topology.environment")
-    named = ([("data.reward_fn", config.data.reward_fn)] if config.data.reward_fn else []) + \
+    for field, reward_fn in _reward_functions(config):
+        check_reward_function(reward_fn, field=field)
+
+
+def check_reward_function(path: str, *, field: str) -> None:
+    """A built-in reward function or a registered plugin one: nothing is imported here."""
+    if path not in BUILTIN_REWARDS:
+        try:
+            lookup(path, kind=REWARD_FUNCTION)
+        except PluginError as exc:
+            raise ConfigError(field, f"{exc}; built-ins are {', '.join(BUILTIN_REWARDS)}") from None
+
+
+def _reward_functions(config: RunConfig) -> list[tuple[str, str]]:
+    """(field, dotted path) of each reward function the config names."""
+    return ([("data.reward_fn", config.data.reward_fn)] if config.data.reward_fn else []) + \
         [(f"data.reward_fns[{i}]", path) for i, path in enumerate(config.data.reward_fns)]
-    for field, reward_fn in named:
-        if reward_fn not in BUILTIN_REWARDS:
-            try:
-                lookup(reward_fn, kind=REWARD_FUNCTION)
-            except PluginError as exc:
-                raise ConfigError(field, f"{exc}; built-ins are {', '.join(BUILTIN_REWARDS)}") from None
 
 
 # == where a run's data goes ==========================================================================
@@ -244,14 +256,13 @@ def check_report_to(config: RunConfig) -> None:
     operator's choice: a value not listed in TROUPE_TRACKER_DESTINATIONS is refused. (Left empty,
     each tracker uses the worker's own environment: MLFLOW_TRACKING_URI, WANDB_ENTITY...)"""
     allowed = set(settings.TROUPE_TRACKER_DESTINATIONS)
-    for name, prefix in TRACKER_DESTINATIONS.items():
-        value = getattr(config.report_to, name)
-        if value and f"{prefix}:{value}" not in allowed:
-            raise ConfigError(
-                f"report_to.{name}",
-                f"{value!r} is not a destination the operator allows; leave it empty to use the worker's own "
-                f"settings, or ask the operator to list {prefix}:{value} in TROUPE_TRACKER_DESTINATIONS",
-            )
+    raise_problems([
+        ConfigError(f"report_to.{name}",
+                    f"{value!r} is not a destination the operator allows; leave it empty to use the worker's own "
+                    f"settings, or ask the operator to list {prefix}:{value} in TROUPE_TRACKER_DESTINATIONS")
+        for name, prefix in TRACKER_DESTINATIONS.items()
+        if (value := getattr(config.report_to, name)) and f"{prefix}:{value}" not in allowed
+    ])
 
 
 # == files ===========================================================================================
@@ -303,48 +314,101 @@ def check_model_source(*, team: TeamFiles, source: str, field: str, look_inside:
         engine_check_model_source(field, source)
 
 
-def config_from_tree(*, team: TeamFiles, tree: Any) -> RunConfig:
-    """The RunConfig a team submitted as a parsed tree, checked from end to end: its size first,
-    the folders it names before the engine's own validation looks inside any of them (so the
-    engine's "no config.json" cannot tell a team what exists elsewhere), then everything else."""
+def config_from_tree(*, team: TeamFiles, tree: Any, problems: list[ConfigError] | None = None) -> RunConfig:
+    """The RunConfig a team submitted as a parsed tree, checked from end to end in one pass: its
+    size first (a tree too large stops here), the folders it names before the engine's own
+    validation looks inside any of them (so the engine's "no config.json" cannot tell a team what
+    exists elsewhere: a refused folder is left out of what the engine sees), then the engine's
+    fields and everything `check_config` decides. Raises ConfigError, or ConfigProblems naming
+    every problem when there are several; `problems` found earlier by the caller (a bad YAML
+    text, a dataset for another environment) are raised with them."""
     check_tree(tree, field="config")
+    found = list(problems or [])
+    trial = tree
     if isinstance(tree, dict):
-        model = tree.get("model")
+        trial = copy.deepcopy(tree)
+        model = trial.get("model")
         if isinstance(model, dict) and isinstance(model.get("source"), str):
-            check_model_source(team=team, source=model["source"], field="model.source", look_inside=False)
-        topology = tree.get("topology")
+            try:
+                check_model_source(team=team, source=model["source"], field="model.source", look_inside=False)
+            except ConfigError as exc:
+                found.append(exc)
+                del model["source"]
+        topology = trial.get("topology")
         agents = topology.get("agents") if isinstance(topology, dict) else None
         for i, agent in enumerate(agents if isinstance(agents, list) else []):
             if isinstance(agent, dict) and isinstance(agent.get("model"), str):
-                check_model_source(team=team, source=agent["model"], field=f"topology.agents[{i}].model", look_inside=False)
-    config = RunConfig.from_dict(tree)
-    check_config(team=team, config=config)
+                try:
+                    check_model_source(team=team, source=agent["model"], field=f"topology.agents[{i}].model", look_inside=False)
+                except ConfigError as exc:
+                    found.append(exc)
+                    del agent["model"]
+    config, engine = RunConfig.build(trial)
+    found += engine
+    found += config_problems(team=team, config=config, skip=[p.field for p in found])
+    raise_problems(found)
     return config
 
 
 def check_config(*, team: TeamFiles, config: RunConfig) -> None:
-    """Everything a run config may reach, for a config from any way in. Raises ConfigError naming the field.
+    """Everything a run config may reach (`config_problems`). Raises ConfigError naming the field,
+    or ConfigProblems naming each when there are several."""
+    raise_problems(config_problems(team=team, config=config))
+
+
+def config_problems(*, team: TeamFiles, config: RunConfig, skip: list[str] | None = None) -> list[ConfigError]:
+    """Every problem with what a run config may reach, for a config from any way in:
 
     - its size (`check_tree` on the whole tree, `check_env_args` on the environment's arguments);
-    - plugins built in or registered (`check_plugins`);
+    - plugins built in or registered (`check_plugins`), and the environment's own checks of its
+      arguments (only for an environment that passed, so nothing unregistered is ever loaded);
+    - tracker destinations the operator allows (`check_report_to`);
     - model sources the team may use (`check_model_source`);
     - `data.path` one of the team's uploaded datasets; `checkpoint.resume_from` a checkpoint of
-      one of the team's runs."""
-    check_tree(config.to_dict(), field="config")
-    check_env_args(config.topology.env_args, field="topology.env_args")
-    check_plugins(config)
-    check_report_to(config)
-    try:  # the environment's own checks on its arguments (e.g. a sandbox timeout of at most 30 s)
-        load_environment(config.topology.environment, **config.topology.env_args)
-    except Exception as exc:  # noqa: BLE001 (plugin constructors raise what they like; PluginCrash included)
-        raise ConfigError("topology.env_args", f"{config.topology.environment} refused these arguments: {exc}") from None
+      one of the team's runs.
+
+    Fields in `skip` (and fields inside them) already have a problem, found by the caller: they
+    are not checked again."""
+    skipped = list(skip or [])
+    found: list[ConfigError] = []
+
+    def at_fault(*fields: str) -> bool:
+        return any(related_fields(f, s) for f in fields for s in skipped + [p.field for p in found])
+
+    @contextmanager
+    def check(*fields: str) -> Iterator[None]:  # a check that raises; nothing recorded for a field at fault already
+        enabled = not at_fault(*fields)
+        try:
+            yield
+        except ConfigError as exc:
+            if enabled:
+                found.extend(exc.problems)
+
+    with check("config"):
+        check_tree(config.to_dict(), field="config")
+    with check("topology.env_args"):
+        check_env_args(config.topology.env_args, field="topology.env_args")
+    with check("topology.environment"):
+        check_environment(config.topology.environment, field="topology.environment")
+    for field, reward_fn in _reward_functions(config):
+        with check(field):
+            check_reward_function(reward_fn, field=field)
+    with check("report_to"):
+        check_report_to(config)
+    if not at_fault("topology.environment", "topology.env_args"):
+        try:  # the environment's own checks on its arguments (e.g. a sandbox timeout of at most 30 s)
+            load_environment(config.topology.environment, **config.topology.env_args)
+        except Exception as exc:  # noqa: BLE001 (plugin constructors raise what they like; PluginCrash included)
+            found.append(ConfigError("topology.env_args", f"{config.topology.environment} refused these arguments: {exc}"))
     for where, source in [("model.source", config.model.source)] + [
         (f"topology.agents[{i}].model", a.model) for i, a in enumerate(config.topology.agents) if a.model
     ]:
-        check_model_source(team=team, source=source, field=where)
-    if config.data.path is not None:
+        with check(where):
+            check_model_source(team=team, source=source, field=where)
+    if config.data.path is not None and not at_fault("data.path"):
         if Path(config.data.path).resolve() not in team.dataset_files():
-            raise ConfigError("data.path", "must be one of your team's uploaded datasets; pass its id as `dataset` instead of a path")
-    if config.checkpoint.resume_from is not None:
+            found.append(ConfigError("data.path", "must be one of your team's uploaded datasets; pass its id as `dataset` instead of a path"))
+    if config.checkpoint.resume_from is not None and not at_fault("checkpoint.resume_from"):
         if not team.owns_checkpoint(config.checkpoint.resume_from):
-            raise ConfigError("checkpoint.resume_from", "must be the path of a checkpoint of one of your team's runs")
+            found.append(ConfigError("checkpoint.resume_from", "must be the path of a checkpoint of one of your team's runs"))
+    return found

@@ -1,12 +1,13 @@
-"""Jobs: model work besides training, done by a GPU worker (the Celery `gpu` queue).
+"""Jobs: model work besides training, done by a GPU worker (the Celery `gpu` queue). Each job is
+claim -> call the engine -> record; the engine's functions do the model work:
 
 - `evaluation_*`: evaluate a checkpoint (or the base models) of a run on the held-out split of
   any dataset of the same environment, through `training.trainer.evaluate_checkpoint`.
-- `merge_*`: merge one agent's LoRA adapter into its base (`PeftModel.merge_and_unload`) and keep
-  the result as a standalone Hugging Face model folder for download.
+- `merge_*`: merge one agent's LoRA adapter into its base and keep the result as a standalone
+  Hugging Face model folder for download, through `training.export.merge_adapter`.
 - `playground_*`: agents (a topology's base models, or a run's checkpoint, and optionally both
-  side by side) play one task the user typed; each turn is written to the job row as it is
-  generated, and the page polls the row.
+  side by side) play one task the user typed, through `training.playground.play`; each turn is
+  written to the job row as it is generated, and the page polls the row.
 
 Why a worker and not the web process: models load where the GPUs are (the web image may not
 even have torch), inference takes the GPU between runs instead of racing them, and Daphne's
@@ -18,9 +19,7 @@ tests call them directly.
 
 from __future__ import annotations
 
-import json
 import logging
-import shutil
 import traceback
 import uuid
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from training.config import ConfigError, RunConfig
+from training.playground import lane as playground_lane
 from webapp.artifacts import files as artifacts
 from webapp.catalog import services as catalog
 from webapp.core import paths, trust
@@ -224,7 +224,7 @@ def _evaluate_checkpoint(config: RunConfig, checkpoint: str | None) -> list[dict
 # == merged export ====================================================================================
 
 
-MERGE_DTYPES = {"bfloat16": "bf16", "trained": "as trained"}
+MERGE_DTYPES = {"bfloat16": "bf16", "trained": "as trained"}  # training.export.EXPORT_DTYPES, with their labels
 
 
 """How a merged model is saved: bf16 (half the size of fp32, what GPUs serve), or the dtype the
@@ -257,38 +257,22 @@ def merge_out_dir(job: Job) -> Path:
 
 
 def merge_execute(*, job_id: int, worker: str = "") -> Job | None:
+    """Claim the merge job, merge the adapter (`training.export.merge_adapter`), record the folder."""
     job = _claim(job_id, Job.Kind.MERGE, worker)
     if job is None:
         return None
 
     def work(job: Job) -> dict[str, Any]:
-        import torch  # only in the worker
-        from peft import PeftModel
-
-        from training.models import load_model
+        from training.export import merge_adapter  # imports torch: only in the worker
 
         assert job.run is not None and job.checkpoint is not None
-        config = job.run.to_config()
         adapter, _ = artifacts.policy_folder(run=job.run, checkpoint=job.checkpoint, name=job.params["agent"])
-        # merged in fp32 (no rounding of the adapter's update into the base), then saved in the dtype asked for
-        base, tokenizer = load_model(config.agent_model(config.agent(job.params["agent"])), dtype="float32", device="cpu")
-        merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
-        trained = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
-            config.model.dtype, torch.bfloat16 if torch.cuda.is_available() else torch.float32)
-        merged = merged.to(torch.bfloat16 if job.params.get("dtype", "bfloat16") == "bfloat16" else trained)
-        out = merge_out_dir(job)
-        tmp = out.with_name(out.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        merged.save_pretrained(str(tmp), safe_serialization=True)
-        tokenizer.save_pretrained(str(tmp))
-        (tmp / "troupe.json").write_text(json.dumps({
-            "run": job.run.pk, "run_name": job.run.name, "checkpoint_step": job.checkpoint.step,
-            "agent": job.params["agent"], "base_model": config.agent_model(config.agent(job.params["agent"])),
-            "dtype": str(merged.dtype).removeprefix("torch."),
-        }, indent=2))
-        shutil.rmtree(out, ignore_errors=True)
-        tmp.rename(out)
-        return {"output": str(out), "result": {"files": sorted(p.name for p in out.iterdir())}}
+        export = merge_adapter(
+            job.run.to_config(), agent=job.params["agent"], adapter=adapter, out=merge_out_dir(job),
+            dtype=job.params.get("dtype", "bfloat16"),
+            about={"run": job.run.pk, "run_name": job.run.name, "checkpoint_step": job.checkpoint.step},
+        )
+        return {"output": str(export.folder), "result": {"files": export.files}}
 
     return _run_job(job, work)
 
@@ -355,11 +339,9 @@ def playground_start(
         raise ValidationError(f"{env.name} tasks need: {', '.join(missing)}.")
     lanes = []
     if checkpoint is not None:
-        lanes.append({"label": f"Run #{checkpoint.run_id} · step {checkpoint.step}", "trained": True})
+        lanes.append(playground_lane(f"Run #{checkpoint.run_id} · step {checkpoint.step}", trained=True))
     if checkpoint is None or with_base:
-        lanes.append({"label": "Base models", "trained": False})
-    for lane in lanes:
-        lane.update(turns=[], done=False, success=None)
+        lanes.append(playground_lane("Base models", trained=False))
     return job_create(
         team=team, user=user, kind=Job.Kind.PLAYGROUND, topology=topology, checkpoint=checkpoint,
         run=checkpoint.run if checkpoint else None,
@@ -370,62 +352,25 @@ def playground_start(
 
 
 def playground_execute(*, job_id: int, worker: str = "") -> Job | None:
-    """Play the task in every lane, turn by turn, saving each turn to the row as it is done."""
+    """Claim the playground job and play its task in every lane (`training.playground.play`),
+    saving the transcript to the row after each turn (the page polls it)."""
     job = _claim(job_id, Job.Kind.PLAYGROUND, worker)
     if job is None:
         return None
 
     def work(job: Job) -> dict[str, Any]:
-        import torch
-
-        from agents.envs import load_environment
-        from training.policies import build_policies, load_policy_weights
-        from training.rollout import Sampler, start_episodes
+        from training.playground import play  # imports torch: only in the worker
 
         config = RunConfig.from_yaml(job.params["config_yaml"])
         trust.check_config(team=job.team, config=config)
-        if job.params.get("max_new_tokens"):
-            config = config.replace(**{"generation.max_new_tokens": int(job.params["max_new_tokens"])})
-        temperature = float(job.params.get("temperature") or 0.0)
-        env = load_environment(config.topology.environment, **config.topology.env_args)
         result = job.result
-        lanes = result["lanes"]
-        checkpoint = _checkpoint_path(job)
-        samplers, episodes = [], []
-        for lane in lanes:
-            policies = build_policies(config)
-            if lane["trained"] and checkpoint is not None:
-                load_policy_weights(policies, checkpoint)
-            sampler = Sampler(env, policies, config, torch.Generator().manual_seed(config.seed))
-            samplers.append(sampler)
-            (episode,) = start_episodes(sampler, [("playground", job.params["row"])])
-            episodes.append(episode)
-        try:
-            order = config.topology.order()
-            for turn in range(config.topology.max_turns):
-                agent = order[turn % len(order)]
-                for lane, sampler, episode in zip(lanes, samplers, episodes):
-                    if episode.state.done:
-                        continue
-                    text, ids = sampler.prompt(agent, episode.state)
-                    ((generation,),) = sampler.act(agent, [episode.state], [ids], 1, temperature)  # tool calls included
-                    (candidate,) = sampler.score(episode.state, agent, text, [generation])
-                    assert candidate.next_state is not None
-                    episode.state = candidate.next_state
-                    lane["turns"].append({
-                        "index": turn, "agent": agent, "role": config.agent(agent).role, "prompt": text,
-                        "text": candidate.text, "tool_output": candidate.tool_output, "local": candidate.local,
-                        "team": candidate.team, "tokens": candidate.model_tokens, "truncated": candidate.truncated,
-                        "calls": list(candidate.calls), "segments": list(candidate.segments),
-                        "policy": sampler.served.get(agent, ""),
-                    })
-                    lane["done"], lane["success"] = episode.state.done, episode.state.success
-                    Job.objects.filter(pk=job.pk).update(result=storable(result))
-        finally:
-            for sampler in samplers:
-                sampler.pool.shutdown()
-        for lane, episode in zip(lanes, episodes):
-            lane["done"], lane["success"] = True, episode.state.success
+
+        def save(_: Any) -> None:
+            Job.objects.filter(pk=job.pk).update(result=storable(result))
+
+        play(config, job.params["row"], lanes=result["lanes"], checkpoint=_checkpoint_path(job),
+             temperature=float(job.params.get("temperature") or 0.0), max_new_tokens=job.params.get("max_new_tokens"),
+             on_turn=save)
         return {"result": storable(result)}
 
     return _run_job(job, work)

@@ -68,6 +68,8 @@ class RunForm(forms.Form):
 
     def __init__(self, *args: Any, team: Team, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.team = team
+        self._yaml_tree: Any = None
         self.fields["topology"].queryset = Topology.objects.filter(team=team)  # type: ignore[attr-defined]
         self.fields["dataset"].queryset = Dataset.objects.filter(team=team, status=Dataset.Status.VALID)  # type: ignore[attr-defined]
 
@@ -81,8 +83,10 @@ class RunForm(forms.Form):
         return self.cleaned_data.get("name") or f"{self.cleaned_data['topology'].name} · {self.cleaned_data['dataset'].name}"
 
     def add_config_error(self, exc: ConfigError, source: str | None = None) -> None:
-        """Show an engine error next to the field it concerns, in words: at the form field that
-        caused it (`source`: a dotted override, or "yaml"), else the field it names."""
+        """Show an engine error next to the field it concerns, in words: at the form field `source`
+        names (a dotted override, or "yaml") when given, else at the field its dotted path names:
+        the advanced YAML box when the YAML sets that field, the form field that sets it, or the
+        topology or dataset it comes from."""
         field = {dotted: name for name, dotted in RUN_OVERRIDES.items()}.get(source or "") or (
             "advanced_yaml" if source == "yaml" else self.field_for(exc.field))
         if exc.field == "yaml":
@@ -94,7 +98,7 @@ class RunForm(forms.Form):
         self.add_error(field, message)
 
     def field_for(self, dotted: str) -> str:
-        if dotted == "yaml" or _yaml_sets(self.cleaned_data.get("advanced_yaml", ""), dotted):
+        if dotted == "yaml" or _yaml_sets(self._advanced_tree(), dotted):
             return "advanced_yaml"
         for name, target in RUN_OVERRIDES.items():
             if dotted == target:
@@ -105,15 +109,27 @@ class RunForm(forms.Form):
             return "dataset"
         return "advanced_yaml"
 
+    def _advanced_tree(self) -> Any:
+        """The advanced YAML, parsed once (None when it does not parse)."""
+        if self._yaml_tree is None:
+            try:
+                self._yaml_tree = trust.yaml_load(self.cleaned_data.get("advanced_yaml", "") or "") or {}
+            except ConfigError:
+                self._yaml_tree = {}
+        return self._yaml_tree
 
-def _yaml_sets(text: str, dotted: str) -> bool:
-    """Whether the advanced YAML sets this dotted field (so its error belongs at the YAML box)."""
-    try:
-        node: Any = trust.yaml_load(text or "")
-    except ConfigError:
-        return False
+
+def _yaml_sets(tree: Any, dotted: str) -> bool:
+    """Whether the advanced YAML's tree sets this dotted field (`grpo.kk`,
+    `topology.agents[1].tools[0]`), so that its error belongs at the YAML box."""
+    node = tree
     for part in dotted.split("."):
-        if not isinstance(node, dict) or part.split("[")[0] not in node:
+        key, *indices = part.replace("]", "").split("[")
+        if not isinstance(node, dict) or key not in node:
             return False
-        node = node[part.split("[")[0]]
+        node = node[key]
+        for index in indices:
+            if not (isinstance(node, list) and index.isdigit() and int(index) < len(node)):
+                return False
+            node = node[int(index)]
     return True

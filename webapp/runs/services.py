@@ -28,7 +28,8 @@ from django.db import transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
-from training.config import ConfigError, RunConfig
+from training.config import ConfigError, RunConfig, set_field
+from training.config import ConfigProblems as ConfigProblems  # raised by run_config_build
 from webapp.catalog import services as catalog
 from webapp.core import trust
 from webapp.core.enqueue import RUN_EXECUTE, enqueue
@@ -75,65 +76,89 @@ advanced YAML still sets its own."""
 
 
 def run_config_build(
-    *, topology: Topology, dataset: Dataset, name: str = "run", overrides: Mapping[str, Any] | None = None,
-    advanced_yaml: str = "",
+    *, topology: Topology | None = None, dataset: Dataset | None = None, team: Team | None = None, name: str = "",
+    tree: Mapping[str, Any] | None = None, overrides: Mapping[str, Any] | None = None, advanced_yaml: str = "",
 ) -> RunConfig:
-    """The RunConfig for a topology on a dataset, with dotted overrides (`{"optim.lr": 1e-4}`)
-    and then the advanced YAML merged on top. Raises ConfigError naming the field at fault,
-    also when the YAML reaches outside the team (another path, checkpoint, model or a plugin
-    that is not what it claims to be)."""
-    tree: dict[str, Any] = {"name": name, **catalog.topology_config_tree(topology=topology)}
-    if dataset.environment != topology.environment:
-        raise ConfigError(
-            "data", f"dataset {dataset.name!r} is for {dataset.environment}; the topology plays {topology.environment}"
-        )
-    env_args, tree["data"] = catalog.dataset_config_tree(dataset=dataset)
-    tree["topology"]["env_args"].update(env_args)
-    specialization = (overrides or {}).get("topology.specialization") or topology.specialization
-    for dotted, value in {**SPECIALIZATION_DEFAULTS.get(specialization, {}), **(overrides or {})}.items():
-        if value is not None:
-            section, key = dotted.split(".")
-            tree.setdefault(section, {})[key] = value
-    if advanced_yaml.strip():
-        extra = trust.yaml_load(advanced_yaml, field="yaml")
-        if extra is not None and not isinstance(extra, dict):
-            raise ConfigError("yaml", "the advanced YAML must be a mapping of sections, like `grpo: {alpha: 0.5}`")
-        _merge(tree, extra or {})
-    # the advanced YAML may name files, checkpoints, models and plugins: only the team's own
-    return trust.config_from_tree(team=topology.team, tree=tree)
+    """The one way a run's config is built: the run form and its preview, clone-and-edit, the API's
+    launch (`run_launch`) and experiments all call it. Layers, each over the ones before:
 
+    1. `tree`, a submitted config (the API's body, an experiment's base), or nothing;
+    2. `topology`: its `model` and `topology` sections, key by key over the tree's, and its name
+       when nothing else names the run;
+    3. `dataset`, for the environment the config plays: its `data` section and the environment
+       arguments it adds;
+    4. without a `tree`, what the run form uses for the specialization (`SPECIALIZATION_DEFAULTS`);
+    5. `overrides`, dotted fields (`{"optim.lr": 1e-4}`; None sets nothing);
+    6. `advanced_yaml`, a YAML mapping merged on top; then `name`, when given.
 
-def run_config_check(
-    *, topology: Topology, dataset: Dataset, name: str = "run", overrides: Mapping[str, Any] | None = None,
-    advanced_yaml: str = "",
-) -> tuple[RunConfig | None, list[tuple[str | None, ConfigError]]]:
-    """The run form's config, or every problem with it at once: (config, []) or (None, [(source,
-    error), ...]) where `source` is the override (a dotted field) or "yaml" that caused an error on
-    its own, or None for one only their combination has. Each override and the YAML are tried
-    alone first, so one bad field never hides another."""
-    base = {"topology": topology, "dataset": dataset, "name": name}
+    The topology and dataset must be `team`'s (by default the topology's team). The tree then
+    passes `trust.config_from_tree` once, which validates it in one pass. Raises ConfigError for one
+    problem, or ConfigProblems naming every problem (a bad YAML text or a dataset for another
+    environment does not hide the rest: the config is still checked without it)."""
+    owner = team or (topology.team if topology is not None else dataset.team if dataset is not None else None)
+    if owner is None:
+        raise ValueError("run_config_build needs a team, a topology or a dataset")
+    if topology is not None and topology.team_id != owner.pk:
+        raise ConfigError("topology", "not one of your team's topologies")
+    if dataset is not None and dataset.team_id != owner.pk:
+        raise ConfigError("dataset", "not one of your team's datasets")
+    problems: list[ConfigError] = []
+    config_tree: dict[str, Any] = copy.deepcopy(dict(tree or {}))  # the caller's tree stays as it was
+    if topology is not None:
+        try:
+            sections = catalog.topology_config_tree(topology=topology)
+        except ConfigError as exc:
+            problems.append(exc)
+        else:
+            for key in ("model", "topology"):
+                given = config_tree.get(key) if isinstance(config_tree.get(key), dict) else {}
+                config_tree[key] = {**given, **sections[key]}
+            config_tree.setdefault("name", topology.name)
+    if dataset is not None:
+        problems += _dataset_apply(config_tree, dataset, plays="topology" if topology is not None else "config")
     given = {dotted: value for dotted, value in (overrides or {}).items() if value is not None}
-    try:
-        run_config_build(**base)
-    except ConfigError as exc:
-        return None, [(None, exc)]  # the topology and dataset themselves
-    errors: list[tuple[str | None, ConfigError]] = []
+    if tree is None:
+        section = config_tree.get("topology") if isinstance(config_tree.get("topology"), dict) else {}
+        specialization = given.get("topology.specialization") or section.get("specialization")
+        given = {**SPECIALIZATION_DEFAULTS.get(str(specialization), {}), **given}
     for dotted, value in given.items():
         try:
-            run_config_build(**base, overrides={dotted: value})
+            set_field(config_tree, dotted, value)
         except ConfigError as exc:
-            errors.append((dotted, exc))
+            problems.append(exc)
     if advanced_yaml.strip():
         try:
-            run_config_build(**base, advanced_yaml=advanced_yaml)
+            extra = trust.yaml_load(advanced_yaml, field="yaml")
         except ConfigError as exc:
-            errors.append(("yaml", exc))
-    if errors:
-        return None, errors
+            problems.append(exc)
+        else:
+            if extra is not None and not isinstance(extra, dict):
+                problems.append(ConfigError("yaml", "the advanced YAML must be a mapping of sections, like `grpo: {alpha: 0.5}`"))
+            else:
+                _merge(config_tree, extra or {})
+    if name:
+        config_tree["name"] = name
+    # the tree may name files, checkpoints, models and plugins: only the team's own
+    return trust.config_from_tree(team=owner, tree=config_tree, problems=problems)
+
+
+def _dataset_apply(tree: dict[str, Any], dataset: Dataset, *, plays: str) -> list[ConfigError]:
+    """Give the tree `dataset`'s `data` section and environment arguments (over the tree's), or
+    the problem why not: a dataset for another environment, or one that is not valid."""
+    section = tree.get("topology") if isinstance(tree.get("topology"), dict) else {}
+    environment = section.get("environment", RunConfig().topology.environment)
+    if dataset.environment != environment:
+        return [ConfigError("data", f"dataset {dataset.name!r} is for {dataset.environment}; the {plays} plays {environment}")]
     try:
-        return run_config_build(**base, overrides=given, advanced_yaml=advanced_yaml), []
+        env_args, data = catalog.dataset_config_tree(dataset=dataset)
     except ConfigError as exc:
-        return None, [(None, exc)]
+        return [exc]
+    given_args = section.get("env_args")
+    section["env_args"] = {**(given_args if isinstance(given_args, dict) else {}), **env_args}
+    tree["topology"] = section
+    given_data = tree.get("data") if isinstance(tree.get("data"), dict) else {}
+    tree["data"] = {**given_data, **data}
+    return []
 
 
 def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> None:
@@ -378,79 +403,18 @@ def _tree_diff(base: Any, target: Any) -> Any:
 MAX_CONFIG_PROBLEMS = 20
 
 
-class ConfigProblems(ConfigError):
-    """A config's first problem (as a ConfigError names it) and, in `others`, those after it."""
-
-    def __init__(self, first: ConfigError, others: list[ConfigError]):
-        super().__init__(first.field, first.message)
-        self.others = others
-
-
-def config_problems_after(*, team: Team, tree: Mapping[str, Any], first: ConfigError) -> list[ConfigError]:
-    """The config's other problems, after `first`: the engine names one field at a time, so the
-    field at fault is taken out (its default stands in) and the rest validated again, until the
-    config passes, a problem is not a field that can be taken out, or MAX_CONFIG_PROBLEMS."""
-    trial = copy.deepcopy(dict(tree))
-    seen = {first.field}
-    others: list[ConfigError] = []
-    error = first
-    while len(others) < MAX_CONFIG_PROBLEMS and _drop_field(trial, error.field):
-        try:
-            trust.config_from_tree(team=team, tree=trial)
-            break
-        except ConfigError as exc:
-            if exc.field in seen:
-                break
-            seen.add(exc.field)
-            others.append(exc)
-            error = exc
-    return others
-
-
-def _drop_field(tree: dict[str, Any], dotted: str) -> bool:
-    """Take `section.key` (or a whole top-level key) out of the tree; False when it names no such
-    plain entry (a list item, a whole section the engine needs)."""
-    parts = dotted.split(".")
-    if len(parts) == 1:
-        return parts[0] not in ("model", "topology", "data") and tree.pop(parts[0], None) is not None
-    section = tree.get(parts[0])
-    if len(parts) != 2 or not isinstance(section, dict) or parts[1] not in section:
-        return False
-    del section[parts[1]]
-    return True
+"""Problems after the first that the API lists in `fields`."""
 
 
 def run_launch(
-    *, team: Team, user: Any, tree: dict[str, Any], name: str = "", dataset: Any = None, tags: str = "", notes: str = "",
-    topology: Topology | None = None,
+    *, team: Team, user: Any, tree: Mapping[str, Any], name: str = "", dataset: Dataset | None = None, tags: str = "",
+    notes: str = "", topology: Topology | None = None, overrides: Mapping[str, Any] | None = None,
 ) -> Run:
-    """Validate a config tree (a parsed YAML mapping) for this team and queue it as a run.
-    `topology` (one of the team's) gives the `model` and `topology` sections, its values over the
-    tree's; `dataset` (one of the team's) fills the `data` section as the run form does."""
-    tree = dict(tree)
-    if topology is not None:
-        if topology.team_id != team.pk:
-            raise ConfigError("topology", "not one of your team's topologies")
-        sections = catalog.topology_config_tree(topology=topology)
-        for key in ("model", "topology"):
-            given = tree.get(key) if isinstance(tree.get(key), dict) else {}
-            tree[key] = {**given, **sections[key]}
-        tree.setdefault("name", topology.name)
-    if dataset is not None:
-        env_args, data = catalog.dataset_config_tree(dataset=dataset)
-        section = dict(tree.get("topology") or {}) if isinstance(tree.get("topology"), dict) else {}
-        if section.get("environment", "math_tool") != dataset.environment:
-            raise ConfigError("data", f"dataset {dataset.name!r} is for {dataset.environment}; the config plays {section.get('environment', 'math_tool')}")
-        section["env_args"] = {**(section.get("env_args") or {}), **env_args}
-        tree["topology"] = section
-        extra = tree.get("data") if isinstance(tree.get("data"), dict) else {}
-        tree["data"] = {**extra, **data}
-    if name:
-        tree["name"] = name
-    try:
-        config = trust.config_from_tree(team=team, tree=tree)
-    except ConfigError as exc:
-        raise ConfigProblems(exc, config_problems_after(team=team, tree=tree, first=exc)) from exc
+    """Build a config tree (a parsed YAML mapping) for this team with `run_config_build` (a
+    `topology` gives the `model` and `topology` sections, its values over the tree's; a `dataset`
+    fills the `data` section as the run form does; `overrides` are dotted fields on top) and queue
+    it as a run. Raises ConfigError, or ConfigProblems naming every problem."""
+    config = run_config_build(team=team, tree=tree, topology=topology, dataset=dataset, name=name, overrides=overrides)
     with transaction.atomic():
         run = run_create(team=team, user=user, name=(name or config.name)[:200], config=config, dataset=dataset, topology=topology)
         if notes:

@@ -64,17 +64,21 @@ def run_new(request: TeamRequest) -> HttpResponse:
 
 def _run_form_config(form: RunForm) -> RunConfig | None:
     """The form's RunConfig, or None with every problem added to the form at once: its own field
-    errors, and the engine's for each field that parsed (`services.run_config_check`)."""
+    errors, and every problem the engine and the trust boundary find in one pass
+    (`services.run_config_build`), each next to the field it concerns."""
     form.is_valid()
     data = form.cleaned_data
     if not (data.get("topology") and data.get("dataset")):
         return None
-    config, errors = services.run_config_check(
-        topology=data["topology"], dataset=data["dataset"], name=form.run_name(), overrides=form.overrides(),
-        advanced_yaml=data.get("advanced_yaml", ""),
-    )
-    for source, exc in errors:
-        form.add_config_error(exc, source)
+    try:
+        config = services.run_config_build(
+            team=form.team, topology=data["topology"], dataset=data["dataset"], name=form.run_name(),
+            overrides=form.overrides(), advanced_yaml=data.get("advanced_yaml", ""),
+        )
+    except ConfigError as exc:
+        for problem in exc.problems:
+            form.add_config_error(problem)
+        return None
     return config if not form.errors else None
 
 

@@ -1,0 +1,86 @@
+"""The playground: a team plays one task someone typed, turn by turn, in one or more lanes side by
+side (a checkpoint's trained agents, the base models), so the lanes can be compared on the same
+task. Each turn samples one action (tool calls included) from the acting agent at the given
+temperature and lets the environment score it and move on; nothing is trained.
+
+A lane is a plain dict, as the web stores it in its job row and the CLI prints it:
+`{"label", "trained", "turns": [...], "done", "success"}`. `play` fills the lanes in place and
+calls `on_turn` after every turn, so a caller can save or print the transcript as it grows.
+Called by the web's playground job (`webapp.jobs.services.playground_execute`) and by
+`python -m training playground`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from training.config import RunConfig
+
+Lane = dict[str, Any]
+
+
+def lane(label: str, *, trained: bool) -> Lane:
+    """An empty lane: the checkpoint's agents (`trained`) or the base models."""
+    return {"label": label, "trained": trained, "turns": [], "done": False, "success": None}
+
+
+def play(
+    config: RunConfig, row: dict[str, Any], *, lanes: list[Lane], checkpoint: str | Path | None = None,
+    temperature: float = 0.0, max_new_tokens: int | None = None, on_turn: Callable[[list[Lane]], None] | None = None,
+) -> list[Lane]:
+    """Play the task `row` (a dataset row of the config's environment) in every lane for up to
+    `topology.max_turns` turns: a lane whose `trained` is true loads the weights of `checkpoint`,
+    the others keep the base models. Every lane's turn is appended to its `turns` as it is played,
+    then `on_turn(lanes)`; at the end every lane is `done` with the episode's `success`. A row
+    without a field the environment requires is a ValueError naming it."""
+    import torch
+
+    from agents.envs import load_environment
+    from training.policies import build_policies, load_policy_weights
+    from training.rollout import Sampler, start_episodes
+
+    if max_new_tokens:
+        config = config.replace(**{"generation.max_new_tokens": int(max_new_tokens)})
+    env = load_environment(config.topology.environment, **config.topology.env_args)
+    missing = [f for f in env.required_fields if f not in row]
+    if missing:
+        raise ValueError(f"{env.name} tasks need the field(s) {', '.join(missing)}")
+    samplers, episodes = [], []
+    try:
+        for each in lanes:
+            policies = build_policies(config)
+            if each["trained"] and checkpoint is not None:
+                load_policy_weights(policies, checkpoint)
+            sampler = Sampler(env, policies, config, torch.Generator().manual_seed(config.seed))
+            samplers.append(sampler)
+            (episode,) = start_episodes(sampler, [("playground", row)])
+            episodes.append(episode)
+        order = config.topology.order()
+        for turn in range(config.topology.max_turns):
+            agent = order[turn % len(order)]
+            for each, sampler, episode in zip(lanes, samplers, episodes):
+                if episode.state.done:
+                    continue
+                text, ids = sampler.prompt(agent, episode.state)
+                ((generation,),) = sampler.act(agent, [episode.state], [ids], 1, temperature)  # tool calls included
+                (candidate,) = sampler.score(episode.state, agent, text, [generation])
+                assert candidate.next_state is not None
+                episode.state = candidate.next_state
+                each["turns"].append({
+                    "index": turn, "agent": agent, "role": config.agent(agent).role, "prompt": text,
+                    "text": candidate.text, "tool_output": candidate.tool_output, "local": candidate.local,
+                    "team": candidate.team, "tokens": candidate.model_tokens, "truncated": candidate.truncated,
+                    "calls": list(candidate.calls), "segments": list(candidate.segments),
+                    "policy": sampler.served.get(agent, ""),
+                })
+                each["done"], each["success"] = episode.state.done, episode.state.success
+                if on_turn is not None:
+                    on_turn(lanes)
+    finally:
+        for sampler in samplers:
+            sampler.pool.shutdown()
+    for each, episode in zip(lanes, episodes):
+        each["done"], each["success"] = True, episode.state.success
+    return lanes
