@@ -20,6 +20,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from agents.envs import BUILTIN as BUILTIN_ENVS
+
 SPECIALIZATIONS = ("single", "prompt", "lora", "full")
 SAMPLING_MODES = ("tree", "independent")
 SCALE_REWARDS = ("group", "batch", "none")
@@ -30,7 +32,8 @@ BACKENDS = ("auto", "hf", "vllm")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "4bit")
 PARALLEL_MODES = ("data", "agents")
-BUILTIN_ENVIRONMENTS = ("arithmetic", "math_tool", "plan_path", "code_tests")
+BUILTIN_ENVIRONMENTS = tuple(BUILTIN_ENVS)
+"""The environments that ship with Troupe: the names `agents.envs.BUILTIN` registers (one list)."""
 MODEL_PREFIXES = ("bundled:", "tiny-random:", "hf:", "local:")
 BUNDLED_MODELS = ("smollm2-135m-instruct",)
 TINY_RANDOM_ARCHS = ("llama",)

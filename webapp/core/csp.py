@@ -1,8 +1,8 @@
 """The Content-Security-Policy header: django-csp's middleware with the policy in settings
 (`CONTENT_SECURITY_POLICY`), plus this host's websocket origin in `connect-src`.
 
-CSP3 lets `'self'` match `ws:`/`wss:` on the page's own host, which is what the live run page and
-htmx's ws extension use; Safari before 16 did not, so the origin is also named explicitly.
+CSP3 lets `'self'` match `ws:`/`wss:` on the page's own host, which is what the live pages'
+websockets (static/js/run-live.js) use; Safari before 16 did not, so the origin is also named explicitly.
 """
 
 from __future__ import annotations
