@@ -42,7 +42,8 @@ class PromptCache(DynamicCache):
     """Records each layer's prompt keys and values on the first call; a replay stores nothing."""
 
     def update(self, key_states: Tensor, value_states: Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
-        if layer_idx < len(self.layers) and self.layers[layer_idx].is_initialized:  # the backward's replay
+        layer = self.layers[layer_idx] if layer_idx < len(self.layers) else None
+        if isinstance(layer, DynamicLayer) and layer.is_initialized:  # the backward's replay
             return key_states, value_states  # (U, H, P, D) each
         return super().update(key_states, value_states, layer_idx, *args, **kwargs)  # type: ignore[no-any-return]
 
@@ -58,6 +59,7 @@ class CompletionCache(DynamicCache):
 
     def update(self, key_states: Tensor, value_states: Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
         layer = self.layers[layer_idx]
+        assert isinstance(layer, DynamicLayer) and layer.keys is not None and layer.values is not None, "a filled PromptCache layer"
         keys = torch.cat([layer.keys[self.rows], key_states], dim=-2)  # (B, H, P + Tc, D)
         values = torch.cat([layer.values[self.rows], value_states], dim=-2)  # (B, H, P + Tc, D)
         return keys, values
