@@ -103,3 +103,15 @@ def test_it_uses_the_plain_forward_under_the_reentrant_checkpoint():
     ids = torch.arange(6).repeat(2, 1)
     attn = torch.ones_like(ids)
     assert grpo._shared_prompt_logits(model, ids, attn, attn.cumsum(1) - 1, 2) is None
+
+
+def test_it_uses_the_plain_forward_for_a_cache_that_holds_more_than_keys_and_values(monkeypatch):
+    """A recurrent (linear-attention, Mamba) cache layer cannot be recorded once and read without writing."""
+    from training import prompt_cache
+
+    model, _ = load_model("tiny-random:llama")
+    ids = torch.arange(6).repeat(2, 1)
+    attn = torch.ones_like(ids)
+    assert grpo._shared_prompt_logits(model, ids, attn, attn.cumsum(1) - 1, 2) is not None
+    monkeypatch.setattr(prompt_cache, "REPLAYABLE_LAYERS", ())
+    assert grpo._shared_prompt_logits(model, ids, attn, attn.cumsum(1) - 1, 2) is None
