@@ -154,7 +154,10 @@ class ModelConfig:
     dtype: str = "auto"
     """Weights dtype: `auto` is float32 on CPU and bfloat16 on GPU."""
     gradient_checkpointing: bool = False
-    """Trade compute for memory during the update (useful for large bases on GPU)."""
+    """Activation checkpointing in the update: each decoder layer keeps only its input and runs
+    again in the backward pass, trading about one more forward for the layers' activations (large
+    bases, long completions). Same losses and gradients; a group's shared prompt is still
+    forwarded once (docs/grpo.md, "Memory")."""
     quantization: str = "none"
     """`4bit` loads the frozen base in 4-bit NF4 (QLoRA: bitsandbytes, CUDA, `lora` only) so a
     large base fits beside its adapters; `none` keeps `dtype`."""
@@ -278,11 +281,13 @@ class GRPOConfig:
     num_iterations: int = 1
     """Update passes over each batch of samples (mu in the GRPO paper)."""
     disable_dropout: bool = True
-    """Run the update with dropout off (TRL's `disable_dropout`): the old, reference and current
-    log-probs then come from the same deterministic function, so with `num_iterations > 1` the
-    first pass's ratio is exactly 1, and the log-probs match the policy that sampled (generation
-    runs with dropout off). False keeps dropout (e.g. `lora.dropout`) in the update's forward
-    passes, old log-probs included."""
+    """Run the update with dropout off (TRL's `disable_dropout`): every dropout probability of the
+    trained models is set to zero when they are built (the update runs in train mode, which
+    activation checkpointing needs). The old, reference and current log-probs then come from the
+    same deterministic function, so with `num_iterations > 1` the first pass's ratio is exactly 1,
+    and the log-probs match the policy that sampled (generation and evaluation run in eval mode,
+    dropout off). False keeps dropout (e.g. `lora.dropout`) in the update's forward passes, old
+    log-probs included."""
     importance_sampling: bool = True
     """Correct for the sampler/trainer mismatch when vLLM samples: vLLM's kernels (and maybe its
     dtype) give the sampled tokens other log-probs than the trainer computes, so each token's

@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from training.prompt_cache import CompletionCache, PromptCache, cache_through_checkpoints, shares_prompts
+
 # -- advantages ----------------------------------------------------------------------------------
 
 
@@ -331,32 +333,38 @@ def _shared_prompt_logits(model: Any, input_ids: Tensor, attention_mask: Tensor,
     """The (B, Tc, V) completion logits of `token_logprobs`, forwarding each distinct prompt once.
 
     The K candidates of a group share their prompt, often the larger part of each row. The U
-    distinct prompts (U < B) run once, with grad, into a KV cache; the cache rows are gathered
-    per row (an indexing op, so each prompt's gradient sums its rows' contributions) and the
-    completions run on top of it. Same values as the full forward up to float rounding (with LoRA
-    dropout > 0 the rows of a group share one dropout mask on their prompt). Returns
-    None, and the caller runs the plain forward, when no prompt repeats or when gradient
-    checkpointing is on (it does not run with a cache).
+    distinct prompts (U < B) run once, with grad, into a `PromptCache`; the completions run on top
+    of it through a `CompletionCache`, which gathers each row's prompt states (an indexing op, so
+    each prompt's gradient sums its rows' contributions). Same values and gradients as the full
+    forward up to float rounding (with dropout on, the rows of a group share one dropout mask on
+    their prompt). Both caches are safe to replay, so this holds with activation checkpointing on
+    (`training.prompt_cache`). Returns None, and the caller runs the plain forward, when no prompt
+    repeats or when the model's cache holds more than keys and values.
     """
     p_width = input_ids.shape[1] - tc
-    if p_width < 1 or getattr(model, "is_activation_checkpointing", False):
+    if p_width < 1:
         return None
     prompts = torch.cat([input_ids[:, :p_width], attention_mask[:, :p_width].long()], dim=1)  # (B, 2P)
     unique, row_of = torch.unique(prompts, dim=0, return_inverse=True)  # (U, 2P), (B,)
     if unique.shape[0] == prompts.shape[0]:
         return None
+    cache = PromptCache(config=model.config)
+    if not shares_prompts(model, cache):
+        return None
     u_ids, u_mask = unique[:, :p_width], unique[:, p_width:]  # (U, P), (U, P)
     u_pos = (u_mask.cumsum(dim=1) - 1).clamp(min=0)  # (U, P)
-    head = model(input_ids=u_ids, attention_mask=u_mask, position_ids=u_pos, logits_to_keep=1, use_cache=True)
-    cache = head.past_key_values
-    cache.batch_select_indices(row_of)  # (U, ...) -> (B, ...) per layer
-    tail = model(
-        input_ids=input_ids[:, p_width:],
-        attention_mask=attention_mask,
-        position_ids=position_ids[:, p_width:],
-        past_key_values=cache,
-        logits_to_keep=tc,
-        use_cache=True,
-    )
+    with cache_through_checkpoints(model) as checkpointing:
+        use_cache = not checkpointing
+        head = model(
+            input_ids=u_ids, attention_mask=u_mask, position_ids=u_pos, past_key_values=cache, logits_to_keep=1, use_cache=use_cache
+        )
+        tail = model(
+            input_ids=input_ids[:, p_width:],
+            attention_mask=attention_mask,
+            position_ids=position_ids[:, p_width:],
+            past_key_values=CompletionCache(cache, row_of),
+            logits_to_keep=tc,
+            use_cache=use_cache,
+        )
     first = head.logits[row_of]  # (B, 1, V) the last prompt position predicts completion token 0
     return torch.cat([first, tail.logits[:, :-1, :]], dim=1)  # (B, Tc, V)

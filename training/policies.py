@@ -115,7 +115,9 @@ def build_policies(config: RunConfig, *, device: torch.device | None = None) -> 
         for p in base.parameters():
             p.requires_grad_(False)
         if config.model.quantization != "none":  # QLoRA: norms in float32, inputs that carry gradients
-            base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=config.model.gradient_checkpointing)
+            base = prepare_model_for_kbit_training(
+                base, use_gradient_checkpointing=config.model.gradient_checkpointing, gradient_checkpointing_kwargs=CHECKPOINT_KWARGS
+            )
         lcfg = config.lora
         peft_cfg = PeftLoraConfig(
             r=lcfg.r,
@@ -165,11 +167,21 @@ def _frozen_copy(model: PreTrainedModel) -> PreTrainedModel:
     return ref
 
 
+CHECKPOINT_KWARGS = {"use_reentrant": False}
+"""PyTorch's non-reentrant activation checkpoint: gradients reach tensors a checkpointed layer
+reads from outside its arguments (the shared prompt's keys and values, `training.prompt_cache`),
+and a frozen embedding needs no `enable_input_require_grads` for LoRA's gradients to flow (the
+reentrant checkpoint would pass none to a layer whose inputs do not require grad)."""
+
+
 def _prepare(policy: Policy, config: RunConfig) -> None:
-    """Collect the policy's trainable parameters and give it an AdamW optimizer."""
+    """Collect the policy's trainable parameters and give it an AdamW optimizer; switch dropout
+    off (`grpo.disable_dropout`) and activation checkpointing on (`model.gradient_checkpointing`)."""
     model = policy.model
-    if config.model.gradient_checkpointing and policy.trainable:
-        model.gradient_checkpointing_enable()
+    if config.grpo.disable_dropout:
+        disable_dropout(model)
+    if config.model.gradient_checkpointing and policy.trainable and not model.is_activation_checkpointing:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=CHECKPOINT_KWARGS)
     if policy.adapter is not None:
         suffix = f".{policy.adapter}.weight"
         params = [p for n, p in model.named_parameters() if "lora_" in n and n.endswith(suffix)]
@@ -184,6 +196,21 @@ def _prepare(policy: Policy, config: RunConfig) -> None:
         policy.optimizer = torch.optim.AdamW(
             policy.params, lr=config.optim.lr, weight_decay=config.optim.weight_decay, betas=(config.optim.adam_beta1, config.optim.adam_beta2), eps=config.optim.adam_eps
         )
+
+
+def disable_dropout(model: torch.nn.Module) -> None:
+    """Set every dropout probability of `model` to zero, so a forward in train mode (which the
+    update needs for activation checkpointing) is deterministic. Like TRL's
+    `disable_dropout_in_model` it zeroes each `nn.Dropout` (LoRA's dropout included); it also
+    zeroes the float probabilities attention modules keep for themselves (`attention_dropout` in
+    Llama, Qwen and Mistral), which TRL's leaves on. The model's config is not changed, so saved
+    checkpoints keep their dropout."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        for name, value in list(vars(module).items()):
+            if "dropout" in name and isinstance(value, float):
+                setattr(module, name, 0.0)
 
 
 # -- checkpoints ----------------------------------------------------------------------------------

@@ -526,7 +526,7 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
     temps = [mb[0].temperature for mb in micro]
 
     with policy.active() as model:
-        model.train(not g.disable_dropout)  # eval mode only switches dropout off; gradients still flow
+        model.train()  # train mode, so layers checkpoint; `grpo.disable_dropout` zeroed dropout at build (policies._prepare)
         old: list[torch.Tensor | None] = [None] * len(batches)
         ref: list[torch.Tensor | None] = [None] * len(batches)
         is_w: list[torch.Tensor | None] = [None] * len(batches)  # truncated importance weights, from the first pass

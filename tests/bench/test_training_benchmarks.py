@@ -40,6 +40,16 @@ def test_it_measures_peak_memory_per_specialization(tmp_path):
 
 
 @pytest.mark.slow
+def test_it_measures_one_updates_memory_with_and_without_checkpointing(tmp_path):
+    out = tmp_path / "checkpointing.json"
+    run("checkpointing.py", *TINY, "--groups", "1", "--k", "2", "--prompt", "8", "--completion", "8", "--out", str(out))
+    runs = json.loads(out.read_text())["runs"]
+    assert set(runs) == {"plain", "checkpointing"}
+    assert runs["plain"]["ratio_to_plain"] == 1.0
+    assert runs["checkpointing"]["grad_norm"] == pytest.approx(runs["plain"]["grad_norm"], rel=1e-5)
+
+
+@pytest.mark.slow
 def test_it_writes_one_json_per_arm_and_a_report(tmp_path):
     common = [*TINY, "--steps", "2", "--eval-every", "1", "--eval-size", "3", "--max-new-tokens", "6", "--work-dir", str(tmp_path), "--out-dir", str(tmp_path)]
     for arm in ("untrained-single", "single", "trl"):

@@ -62,3 +62,30 @@ def test_agents_models_sit_on_their_own_gpus():
 def test_a_two_gpu_data_parallel_run_trains_over_nccl(tmp_path):
     result = train(tiny(**{"resources.gpus": 2, "optim.tasks_per_step": 4}), out_dir=tmp_path, sink=NullSink())
     assert result.status == "succeeded" and result.step == 2
+
+
+def _update_peak_mib(config: RunConfig) -> tuple[float, float]:
+    """(peak CUDA memory of one update above what was allocated before it, the update's grad norm)."""
+    from training.trainer import Sample, update_policy
+
+    policy = build_policies(config).for_agent("tool")
+    gen = torch.Generator().manual_seed(0)
+    samples = []
+    for g in range(2):
+        prompt = tuple(torch.randint(0, 250, (512,), generator=gen).tolist())
+        samples += [Sample("tool", prompt, tuple(torch.randint(0, 250, (256,), generator=gen).tolist()), advantage=(-1.0) ** i + 0.1 * g)
+                    for i in range(4)]
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    stats = update_policy(policy, samples, config, step=1)
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 2**20, stats["grad_norm"]
+
+
+def test_gradient_checkpointing_lowers_the_updates_peak_memory_on_the_gpu():
+    config = tiny(**{"topology.specialization": "full", "optim.micro_batch_size": 8, "optim.micro_batch_tokens": 8192})
+    plain, plain_norm = _update_peak_mib(config)
+    ckpt, ckpt_norm = _update_peak_mib(config.replace(**{"model.gradient_checkpointing": True}))
+    assert ckpt < plain, (ckpt, plain)
+    assert ckpt_norm == pytest.approx(plain_norm, rel=1e-2)  # bfloat16
