@@ -1,5 +1,6 @@
 """Command line: `python -m training run CONFIG.yaml [--set key=value ...] [--out DIR]`,
-`python -m training eval CONFIG.yaml [--checkpoint DIR]`, `python -m training check CONFIG.yaml`."""
+`python -m training eval CONFIG.yaml [--checkpoint DIR]`, `python -m training check CONFIG.yaml`,
+`python -m training sweep EXPERIMENT.yaml [--out DIR]` (the trials of an experiment, in turn)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,14 @@ def main(argv: list[str] | None = None) -> int:
         if name == "eval":
             p.add_argument("--checkpoint", help="checkpoint folder (default: the untrained base models)")
             p.add_argument("--sampled", action="store_true", help="also evaluate sampled at the training temperature")
+    p = sub.add_parser("sweep", help="run an experiment's trials in turn and compare its arms")
+    p.add_argument("config", help="YAML experiment: base, axes, seeds (see training.experiment)")
+    p.add_argument("--out", help="output folder (default runs/<experiment name>); trials already finished there are kept")
     args = parser.parse_args(argv)
+    if args.command == "sweep":
+        from training.sweep import sweep_main
+
+        return sweep_main(args.config, out=args.out)
 
     try:
         config = RunConfig.load(args.config, args.overrides)
