@@ -235,6 +235,10 @@ def run_execute(*, run_id: int | None = None, worker: str = "", train: TrainFn |
     with queue.run_heartbeat(run_id=run.pk, worker=worker):
         _run_train(run, train)
     run.refresh_from_db()
+    if run.experiment_id is not None:  # a trial ended: a trial its team's cap held back may start, so send it a message
+        held = queue.run_queue().filter(team_id=run.team_id, experiment__isnull=False).first()
+        if held is not None:
+            run_enqueue(run=held)
     return run
 
 
