@@ -48,6 +48,10 @@ def experiment_spec_build(
                                      advanced_yaml=advanced_yaml)
     except ConfigError as exc:
         raise ExperimentError([ConfigError(f"base.{exc.field}" if exc.field != "yaml" else "base", exc.message)]) from None
+    try:
+        trust.check_tree(axes, field="axes")
+    except ConfigError as exc:
+        raise ExperimentError([exc]) from None
     problems = _reach_problems(team=team, axes=axes)
     try:
         spec = ExperimentSpec.from_dict(
