@@ -394,16 +394,24 @@ def _strip_optional(hint: Any) -> Any:
 def trial_metrics(evaluations: list[dict[str, Any]]) -> dict[str, float]:
     """A trial's metrics from its evaluations (`training.trainer.evaluate`'s dicts): the last
     greedy one (lowest temperature at the highest step): `team.success`, `<agent>.success`,
-    `<agent>.reward`. Empty when the trial has not been evaluated."""
-    if not evaluations:
+    `<agent>.reward`. Empty when the trial has not been evaluated; entries without a numeric team
+    success (a stored row of another shape) are passed over."""
+    usable = [e for e in evaluations if isinstance(e, dict) and isinstance(e.get("team"), dict) and _number(e["team"].get("success"))
+              and _number(e.get("step", 0)) and _number(e.get("temperature", 0.0))]
+    if not usable:
         return {}
-    last = max(evaluations, key=lambda e: (e.get("step", 0), -float(e.get("temperature", 0.0))))
+    last = max(usable, key=lambda e: (e.get("step", 0), -float(e.get("temperature", 0.0))))
     out = {"team.success": float(last["team"]["success"])}
-    for agent, values in (last.get("agents") or {}).items():
+    agents = last.get("agents") if isinstance(last.get("agents"), dict) else {}
+    for agent, values in agents.items():
         for key in ("success", "reward"):
-            if key in values:
+            if isinstance(values, dict) and _number(values.get(key)):
                 out[f"{agent}.{key}"] = float(values[key])
     return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,

@@ -121,6 +121,7 @@ def test_it_summarises_arms_and_picks_the_best_in_the_metrics_direction():
                                   {"step": step, "temperature": 1.0, "team": {"success": 0.99}, "agents": {}},
                                   {"step": step, "temperature": 0.0, "team": {"success": team}, "agents": {"a": {"success": team, "reward": 1.0}}}]
     assert trial_metrics(evals(0.25)) == {"team.success": 0.25, "a.success": 0.25, "a.reward": 1.0}  # the last greedy one
+    assert trial_metrics([{}, {"step": 1, "team": {}}, {"team": {"success": "high"}}]) == {}  # rows of another shape
     low, high = (("optim.lr", 1e-4),), (("optim.lr", 1e-3),)
     results = [(low, 0, trial_metrics(evals(0.2))), (low, 1, trial_metrics(evals(0.4))), (high, 0, trial_metrics(evals(0.5))),
                (high, 1, {})]
