@@ -402,7 +402,7 @@ def trial_metrics(evaluations: list[dict[str, Any]]) -> dict[str, float]:
         return {}
     last = max(usable, key=lambda e: (e.get("step", 0), -float(e.get("temperature", 0.0))))
     out = {"team.success": float(last["team"]["success"])}
-    agents = last.get("agents") if isinstance(last.get("agents"), dict) else {}
+    agents: dict[Any, Any] = last["agents"] if isinstance(last.get("agents"), dict) else {}
     for agent, values in agents.items():
         for key in ("success", "reward"):
             if isinstance(values, dict) and _number(values.get(key)):
