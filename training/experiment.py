@@ -36,6 +36,7 @@ import numpy as np
 import yaml
 
 from training.config import ConfigError, RunConfig
+from training.search import SearchSpec, parse_search
 
 MAX_TRIALS = 256
 """Most runs one experiment may start (grid points x seeds): a typo like a 100-value axis should be
@@ -47,7 +48,7 @@ MAX_SEEDS = 32
 MAX_PROBLEMS = 50
 """Most problems reported for one spec (the rest are counted)."""
 DIRECTIONS = ("maximize", "minimize")
-SPEC_KEYS = ("name", "base", "axes", "seeds", "metric", "direction")
+SPEC_KEYS = ("name", "base", "axes", "seeds", "metric", "direction", "search")
 NOT_AXES = {
     "name": "every trial is named after its experiment, arm and seed",
     "seed": "list the seeds in the experiment's `seeds`",
@@ -101,6 +102,9 @@ class ExperimentSpec:
     trial's last greedy held-out evaluation."""
     direction: str = "maximize"
     """Whether a higher (`maximize`) or a lower (`minimize`) metric is better."""
+    search: SearchSpec | None = None
+    """An Optuna search (`training.search`) instead of a grid: a budget of trials over ranges, each
+    trial at the first seed, the pruner stopping trials that trail. None: the grid of `axes`."""
 
     # -- expansion ---------------------------------------------------------------------------
 
@@ -109,8 +113,11 @@ class ExperimentSpec:
         return [tuple(zip([a.field for a in self.axes], values)) for values in itertools.product(*(a.values for a in self.axes))]
 
     def trials(self) -> list[Trial]:
-        """The runs, arm by arm, every seed of an arm together."""
+        """The runs, arm by arm, every seed of an arm together (a search's trials are asked one by
+        one instead: `training.search`)."""
         out: list[Trial] = []
+        if self.search is not None:
+            return out
         for arm in self.arms():
             for seed in self.seeds:
                 config = self.base.replace(**dict(arm), seed=seed, name=trial_name(self.name, arm, seed)[:200])
@@ -125,6 +132,7 @@ class ExperimentSpec:
             "seeds": list(self.seeds),
             "metric": self.metric,
             "direction": self.direction,
+            **({"search": self.search.to_dict()} if self.search is not None else {}),
         }
 
     def to_yaml(self) -> str:
@@ -163,9 +171,14 @@ class ExperimentSpec:
         direction = data.get("direction", "maximize")
         if direction not in DIRECTIONS:
             problems.add("direction", f"unknown value {direction!r}; allowed: {', '.join(DIRECTIONS)}")
+        search = None
+        if data.get("search") is not None and base is not None:
+            if raw_axes:
+                problems.add("search", "an experiment is a grid (axes) or a search, not both")
+            search = parse_search(data["search"], base, problems.add)
         if problems or base is None:
             raise ExperimentError(problems.items)
-        spec = cls(name=name, base=base, axes=axes, seeds=seeds, metric=metric, direction=direction)
+        spec = cls(name=name, base=base, axes=axes, seeds=seeds, metric=metric, direction=direction, search=search)
         if axes and not problems:  # each value passed alone; now the combinations
             _check_combinations(spec, problems)
             if problems:

@@ -15,6 +15,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -28,7 +29,9 @@ from training.experiment import (
     best_arm,
     summarize,
     trial_metrics,
+    trial_name,
 )
+from training.search import PruningSink, TrialRecord, best_record, search_ask, search_should_prune
 
 TrainFn = Callable[..., TrainResult]
 TRIAL_FILE = "trial.json"
@@ -56,6 +59,10 @@ def sweep_main(path: str, *, out: str | None = None) -> int:
         return 2
     folder = Path(out or f"runs/{spec.name.replace(' ', '-')}")
     try:
+        if spec.search is not None:
+            print(format_search(spec, run_search(spec, folder)))
+            print(f"results: {folder / 'results.csv'}")
+            return 0
         summaries = run_sweep(spec, folder)
     except KeyboardInterrupt:
         print("\ninterrupted: run the same command again to finish the remaining trials", file=sys.stderr)
@@ -90,6 +97,90 @@ def run_sweep(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None, 
         records.append(record)
     _write_csv(spec, trials, records, out / "results.csv")
     return summarize(spec.arms(), [(t.arm, t.seed, r["metrics"]) for t, r in zip(trials, records) if r["status"] == "succeeded"])
+
+
+def run_search(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None, stream: TextIO | None = None) -> list[TrialRecord]:
+    """An Optuna search: trial after trial until the budget, each asked from the records so far
+    (`training.search`), the pruner stopping a trial whose held-out evaluations trail. Trials
+    already recorded under `out` are kept. The records, in trial order."""
+    search = spec.search
+    assert search is not None
+    stream = stream or sys.stdout
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "experiment.yaml").write_text(spec.to_yaml(), encoding="utf-8")
+    if train is None:
+        from training.trainer import train as train_fn
+    else:
+        train_fn = train
+    seed = spec.seeds[0]
+    records: list[TrialRecord] = []
+    for number in range(search.trials):
+        folder = out / f"trial-{number:03d}"
+        saved = _read_record(folder)
+        if saved is not None and "params" in saved:
+            records.append(_search_record(saved))
+            print(f"[{number + 1}/{search.trials}] done before, kept", file=stream, flush=True)
+            continue
+        params = search_ask(search=search, direction=spec.direction, seed=seed, records=records)
+        arm = tuple(params.items())
+        config = spec.base.replace(**params, seed=seed, name=trial_name(spec.name, arm, seed)[:200])
+        print(f"[{number + 1}/{search.trials}] {arm_label(arm)}", file=stream, flush=True)
+        before = list(records)
+        if folder.exists():
+            shutil.rmtree(folder)
+        decide: Callable[..., bool] = partial(search_should_prune, search=search, direction=spec.direction, seed=seed,
+                                              records=before, params=params)
+        sink = PruningSink(MultiSink(JsonlSink(folder), ProgressSink()), metric=spec.metric, decide=partial(_ask_pruner, decide))
+        t0 = time.perf_counter()
+        error = ""
+        try:
+            result = train_fn(config, out_dir=folder, sink=sink)
+            metrics = trial_metrics(result.evaluations)
+            state = "pruned" if sink.pruned_at is not None else ("complete" if result.status == "succeeded" else "failed")
+        except Exception as exc:  # noqa: BLE001 (a failed trial is told to the study as failed)
+            metrics, state, error = {}, "failed", f"{type(exc).__name__}: {exc}"
+        record = TrialRecord(number=number, params=params, state=state,
+                             value=metrics.get(spec.metric) if state == "complete" else None, intermediate=dict(sink.intermediate))
+        records.append(record)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / TRIAL_FILE).write_text(json.dumps({
+            "index": number, "params": params, "state": state, "status": state, "value": record.value, "error": error,
+            "intermediate": {str(k): v for k, v in record.intermediate.items()}, "pruned_at": sink.pruned_at, "metrics": metrics,
+            "seconds": time.perf_counter() - t0,
+        }, indent=1), encoding="utf-8")
+        shown = f"{spec.metric} {record.value:.3f}" if record.value is not None else (
+            f"pruned at step {sink.pruned_at}" if state == "pruned" else state)
+        print(f"    {state}: {shown}", file=stream, flush=True)
+    with open(out / "results.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["trial", *[p.field for p in search.params], "state", spec.metric])
+        for r in records:
+            writer.writerow([r.number, *[r.params.get(p.field, "") for p in search.params], r.state, "" if r.value is None else r.value])
+    return records
+
+
+def _ask_pruner(decide: Callable[..., bool], intermediate: dict[int, float]) -> bool:
+    return decide(intermediate=intermediate)
+
+
+def _search_record(saved: dict[str, Any]) -> TrialRecord:
+    return TrialRecord(number=int(saved.get("index", 0)), params=dict(saved["params"]), state=str(saved.get("state", "failed")),
+                       value=saved.get("value"), intermediate={int(k): float(v) for k, v in (saved.get("intermediate") or {}).items()})
+
+
+def format_search(spec: ExperimentSpec, records: list[TrialRecord]) -> str:
+    """Every trial with its state and value, then the best trial and its parameters."""
+    lines = [f"search {spec.name}: {len(records)} trial(s); {spec.metric} ({spec.direction}), TPE sampler, "
+             f"{spec.search.pruner if spec.search else 'none'} pruner"]
+    for r in records:
+        value = f"{r.value:.3f}" if r.value is not None else "-"
+        lines.append(f"  #{r.number:<3} {r.state:<8} {value:>7}  {arm_label(tuple(r.params.items()))}")
+    best = best_record(records, spec.direction)
+    if best is not None:
+        lines.append(f"best trial: #{best.number} {spec.metric} {best.value:.3f} with {arm_label(tuple(best.params.items()))}")
+    pruned = sum(r.state == "pruned" for r in records)
+    lines.append(f"pruned: {pruned} of {len(records)}")
+    return "\n".join(lines)
 
 
 def run_trial(trial: Trial, folder: Path, *, train: TrainFn, sink: EventSink | None = None) -> dict[str, Any]:
