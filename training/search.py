@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from training.config import ConfigError, RunConfig
 from training.events import EventSink, StepMetrics
+from training.trials import field_value, resolve_field, trial_metrics
 
 if TYPE_CHECKING:
     import optuna
@@ -89,8 +90,6 @@ class SearchSpec:
 
 def parse_search(raw: Any, base: RunConfig, add: Callable[[str, str], None]) -> SearchSpec | None:
     """The `search` section, every problem reported through `add(place, message)`."""
-    from training.experiment import field_value, resolve_field
-
     if not isinstance(raw, dict):
         add("search", "must be a mapping with trials and params")
         return None
@@ -274,7 +273,8 @@ def _plain(value: Any) -> Any:
 class PruningSink:
     """Passes every event on to `inner`; after each held-out evaluation past step 0 it records the
     target metric and asks `decide(intermediate)`; once that says prune, `should_stop()` is true, so
-    the trainer stops at its next step (and saves a checkpoint), like a cancel."""
+    the trainer stops at its next step (and saves a checkpoint), like a cancel. A trial whose last
+    evaluation trails has already finished: it counts as complete (its caller checks the status)."""
 
     def __init__(self, inner: EventSink, *, metric: str, decide: Callable[[dict[int, float]], bool]):
         self.inner = inner
@@ -302,8 +302,6 @@ class PruningSink:
         self.inner.status(phase, detail, progress=progress, eta=eta)
 
     def evaluation(self, result: dict[str, Any]) -> None:
-        from training.experiment import trial_metrics
-
         self.inner.evaluation(result)
         step = int(result.get("step", 0))
         value = trial_metrics([result]).get(self.metric)

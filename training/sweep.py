@@ -136,7 +136,7 @@ def run_search(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None,
         try:
             result = train_fn(config, out_dir=folder, sink=sink)
             metrics = trial_metrics(result.evaluations)
-            state = "pruned" if sink.pruned_at is not None else ("complete" if result.status == "succeeded" else "failed")
+            state = "complete" if result.status == "succeeded" else ("pruned" if sink.pruned_at is not None else "failed")
         except Exception as exc:  # noqa: BLE001 (a failed trial is told to the study as failed)
             metrics, state, error = {}, "failed", f"{type(exc).__name__}: {exc}"
         record = TrialRecord(number=number, params=params, state=state,

@@ -361,6 +361,9 @@ class Run(models.Model):
     trial_index = models.PositiveIntegerField(
         null=True, blank=True, help_text="Which of the experiment's trials (`ExperimentSpec.trials()`) this run is; a resumed trial keeps it.",
     )
+    pruned_at_step = models.PositiveIntegerField(
+        null=True, blank=True, help_text="A search trial the experiment's pruner stopped: the evaluation step that trailed the median.",
+    )
     # What the engine says it is doing now (`EventSink.status`), kept while the run runs.
     phase = models.CharField(max_length=20, blank=True, help_text="training.events.PHASES: loading, evaluating, training, ...")
     phase_detail = models.CharField(max_length=300, blank=True, help_text="The engine's sentence about it, e.g. 'Evaluating at step 10: 50/100 held-out tasks'.")

@@ -31,6 +31,8 @@ EXPERIMENT_FIELDS = {
     "seeds": Field("array", f"Each arm runs once per seed (at most {MAX_SEEDS}); default [0].", items="integer"),
     "metric": Field("string", "What ranks the arms: team.success, or <agent>.success / <agent>.reward.", max_length=100),
     "direction": Field("string", "Whether a higher or a lower metric is better.", enum=DIRECTIONS),
+    "search": Field("object", "An Optuna search instead of axes: {trials, params: {field: {low, high, log} or {choices}}, "
+                    "pruner: median|none, startup_trials}."),
 }
 
 
@@ -67,7 +69,10 @@ def experiment_detail_json(request: HttpRequest, experiment: Experiment) -> dict
         "direction": spec.direction,
         "axes": {a.field: list(a.values) for a in spec.axes},
         "seeds": list(spec.seeds),
-        "best_arm": dict(results.best.arm) if results.best is not None else None,
+        "best_arm": (dict(results.best.arm) if results.best is not None else
+                     next(({**r.params} for r in results.search_rows if r.is_best), None)),
+        "search_trials": [{"trial": r.index, "run": r.run.pk, "params": r.params, "state": r.state, "value": r.value,
+                           "pruned_at_step": r.run.pruned_at_step} for r in results.search_rows],
         "arms": [{
             "arm": dict(arm.summary.arm),
             "label": arm.label,
@@ -103,7 +108,7 @@ def experiments(request: Any) -> HttpResponse:
         spec = services.experiment_spec_build(
             team=request.team, topology=topology, dataset=dataset, name=body.get("name") or "", axes=body.get("axes") or {},
             seeds=body.get("seeds", [0]), metric=body.get("metric") or "team.success", direction=body.get("direction") or "maximize",
-            advanced_yaml=config,
+            advanced_yaml=config, search=body.get("search"),
         )
     except ExperimentError as exc:
         fields: dict[str, list[str]] = {}

@@ -195,7 +195,11 @@ SCHEMAS: dict[str, Any] = {
         "spec_yaml": {"type": "string", "description": "The spec; `python -m training sweep` runs it as written."},
         "metric": {"type": "string"}, "direction": {"type": "string", "enum": ["maximize", "minimize"]},
         "axes": {"type": "object"}, "seeds": {"type": "array", "items": {"type": "integer"}},
-        "best_arm": {"oneOf": [{"type": "null"}, {"type": "object"}], "description": "field -> value of the best arm so far"},
+        "best_arm": {"oneOf": [{"type": "null"}, {"type": "object"}], "description": "field -> value of the best arm (or search trial) so far"},
+        "search_trials": {"type": "array", "description": "A search's trials (empty for a grid)", "items": obj({
+            "trial": {"type": "integer"}, "run": {"type": "integer"}, "params": {"type": "object"},
+            "state": {"type": "string", "enum": ["complete", "pruned", "failed", "running", "cancelled"]},
+            "value": nullable("number"), "pruned_at_step": nullable("integer")})},
         "arms": {"type": "array", "items": obj({
             "arm": {"type": "object"}, "label": {"type": "string"}, "best": {"type": "boolean"},
             "metrics": {"type": "object", "description": "metric -> {mean, ci95: [low, high] or null (one seed), n} or null",

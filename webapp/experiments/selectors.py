@@ -13,9 +13,11 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Count, Q, QuerySet
 
-from training.experiment import ArmSummary, ExperimentSpec, Trial, arm_label, best_arm, summarize, trial_metrics
+from training.experiment import ArmSummary, ExperimentSpec, Trial, arm_label, best_arm, field_value, summarize, trial_metrics
+from training.search import best_record
 from webapp.models import Evaluation, Experiment, Run, Team
 from webapp.runs import queue
+from webapp.runs import trials as trials_of_search
 
 
 def experiment_list(*, team: Team) -> QuerySet[Experiment]:
@@ -55,6 +57,17 @@ class ArmRow:
 
 
 @dataclass
+class SearchRow:
+    index: int
+    run: Run
+    params: dict[str, Any]
+    state: str
+    """complete, pruned, failed, running, or cancelled (by a person)."""
+    value: float | None
+    is_best: bool = False
+
+
+@dataclass
 class ExperimentResults:
     spec: ExperimentSpec
     arms: list[ArmRow]
@@ -66,6 +79,12 @@ class ExperimentResults:
     cap: int = 0
     running_trials: int = 0
     """The team's running experiment trials (all its experiments), against `cap`."""
+    search_rows: list[SearchRow] = field(default_factory=list)
+    """A search's trials in order (empty for a grid)."""
+
+    @property
+    def best_search_row(self) -> SearchRow | None:
+        return next((r for r in self.search_rows if r.is_best), None)
 
 
 def experiment_results(*, experiment: Experiment) -> ExperimentResults:
@@ -94,8 +113,29 @@ def experiment_results(*, experiment: Experiment) -> ExperimentResults:
         key = t.run.status if t.run is not None else "not started"
         counts[key] = counts.get(key, 0) + 1
     running = Run.objects.filter(team_id=experiment.team_id, status=Run.Status.RUNNING, experiment__isnull=False).count()
+    rows = _search_rows(experiment=experiment, spec=spec, latest=latest) if spec.search is not None else []
+    if spec.search is not None:
+        for row in rows:
+            counts[row.state] = counts.get(row.state, 0) + 1
+        counts["not asked yet"] = spec.search.trials - len(rows)
     return ExperimentResults(spec=spec, arms=arms, trials=trials, metric_names=names, best=best, counts=counts,
-                             cap=settings.TROUPE_EXPERIMENT_CONCURRENCY, running_trials=running)
+                             cap=settings.TROUPE_EXPERIMENT_CONCURRENCY, running_trials=running, search_rows=rows)
+
+
+def _search_rows(*, experiment: Experiment, spec: ExperimentSpec, latest: dict[int, Run]) -> list[SearchRow]:
+    records = {r.number: r for r in trials_of_search.search_records(experiment=experiment, spec=spec)}
+    rows = []
+    for index, run in sorted(latest.items()):
+        record = records.get(index)
+        if record is None:  # cancelled by a person: not part of the study
+            params = {p.field: field_value(run.to_config(), p.field) for p in spec.search.params} if spec.search else {}
+            rows.append(SearchRow(index=index, run=run, params=params, state="cancelled", value=None))
+        else:
+            rows.append(SearchRow(index=index, run=run, params=record.params, state=record.state, value=record.value))
+    best = best_record([records[r.index] for r in rows if r.index in records], spec.direction)
+    for row in rows:
+        row.is_best = best is not None and row.index == best.number
+    return rows
 
 
 def seconds_per_step(*, team: Team, environment: str) -> float | None:
@@ -130,17 +170,27 @@ def experiment_estimate(*, team: Team, spec: ExperimentSpec) -> Estimate:
     """How many runs the spec starts and roughly how long they take: total steps times the
     team's recent seconds per step, over the trials its cap lets run at once."""
     trials = spec.trials()
-    steps = sum(t.config.optim.steps for t in trials)
-    return Estimate(runs=len(trials), arms=len(spec.arms()), seeds=len(spec.seeds), steps=steps,
+    if spec.search is not None:  # at most: the pruner may stop some trials early
+        runs, arms, seeds, steps = spec.search.trials, spec.search.trials, 1, spec.search.trials * spec.base.optim.steps
+    else:
+        runs, arms, seeds, steps = len(trials), len(spec.arms()), len(spec.seeds), sum(t.config.optim.steps for t in trials)
+    return Estimate(runs=runs, arms=arms, seeds=seeds, steps=steps,
                     seconds_per_step=seconds_per_step(team=team, environment=spec.base.topology.environment),
-                    parallel=min(settings.TROUPE_EXPERIMENT_CONCURRENCY, len(trials)) or 1)
+                    parallel=min(settings.TROUPE_EXPERIMENT_CONCURRENCY, runs) or 1)
 
 
 def experiment_csv_rows(*, results: ExperimentResults) -> Iterator[list[Any]]:
     """One row per trial: its arm, each axis value, the seed, its run and status, every metric;
-    then one summary row per arm (mean, and the interval's bounds) of the target metric."""
+    then one summary row per arm (mean, and the interval's bounds) of each metric. A search: one
+    row per trial with its parameters, state and target metric."""
     spec = results.spec
     names = results.metric_names
+    if spec.search is not None:
+        yield ["trial", *[p.field for p in spec.search.params], "run", "state", spec.metric]
+        for row in results.search_rows:
+            yield [row.index, *[row.params.get(p.field, "") for p in spec.search.params], row.run.pk, row.state,
+                   "" if row.value is None else row.value]
+        return
     yield ["trial", "arm", *[a.field for a in spec.axes], "seed", "run", "status", *names]
     for t in results.trials:
         yield [t.trial.index, arm_label(t.trial.arm), *[v for _, v in t.trial.arm], t.trial.seed,

@@ -35,7 +35,7 @@ MODEL_FIELDS = ("model.source",)
 def experiment_spec_build(
     *, team: Team, topology: Topology, dataset: Dataset, name: str, axes: Any, seeds: Any,
     metric: str = "team.success", direction: str = "maximize", advanced_yaml: str = "",
-    overrides: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None, search: Any = None,
 ) -> ExperimentSpec:
     """The experiment's spec, or ExperimentError with every problem at once. The base config is
     the run form's (`runs.run_config_build`: topology, dataset, overrides, advanced YAML); the
@@ -50,12 +50,16 @@ def experiment_spec_build(
         raise ExperimentError([ConfigError(f"base.{exc.field}" if exc.field != "yaml" else "base", exc.message)]) from None
     try:
         trust.check_tree(axes, field="axes")
+        trust.check_tree(search, field="search")
     except ConfigError as exc:
         raise ExperimentError([exc]) from None
-    problems = _reach_problems(team=team, axes=axes)
+    params = search.get("params") if isinstance(search, dict) else None
+    problems = _reach_problems(team=team, axes=axes) + _reach_problems(
+        team=team, axes={k: v.get("choices") for k, v in params.items() if isinstance(v, dict)} if isinstance(params, dict) else {})
     try:
         spec = ExperimentSpec.from_dict(
-            {"name": name or base.name, "axes": axes, "seeds": seeds, "metric": metric, "direction": direction}, base=base,
+            {"name": name or base.name, "axes": axes, "seeds": seeds, "metric": metric, "direction": direction,
+             **({"search": search} if search else {})}, base=base,
         )
     except ExperimentError as exc:
         raise ExperimentError(problems + exc.problems) from None
@@ -66,6 +70,11 @@ def experiment_spec_build(
             trust.check_config(team=team, config=trial.config)
         except ConfigError as exc:
             problems.append(ConfigError("axes", f"the arm {arm_label(trial.arm)}: {exc}"))
+    for config in _search_corners(spec):
+        try:
+            trust.check_config(team=team, config=config)
+        except ConfigError as exc:
+            problems.append(ConfigError("search", str(exc)))
     if problems:
         raise ExperimentError(problems)
     return spec
@@ -93,6 +102,18 @@ def _reach_problems(*, team: Team, axes: Any) -> list[ConfigError]:
     return problems
 
 
+def _search_corners(spec: ExperimentSpec) -> list[RunConfig]:
+    """A search's configs at each end of each range and at each choice: what its trials may reach
+    (the values between the ends of a numeric range reach nothing the ends do not)."""
+    if spec.search is None:
+        return []
+    out = [spec.base]
+    for param in spec.search.params:
+        for value in (param.choices if param.kind == "choice" else (param.low, param.high)):
+            out.append(spec.base.replace(**{param.field: value}))
+    return out
+
+
 def _one_per_arm(trials: list[Trial]) -> list[Trial]:
     seen: set[Any] = set()
     out = []
@@ -108,19 +129,23 @@ def experiment_create(
     *, team: Team, user: User | None, spec: ExperimentSpec, topology: Topology | None = None, dataset: Dataset | None = None,
     notes: str = "",
 ) -> Experiment:
-    """Save the experiment and queue every trial as a run (arm by arm, each arm's seeds together);
-    the runs are enqueued when the transaction commits, like any run."""
+    """Save the experiment and queue every trial as a run (arm by arm, each arm's seeds together),
+    or for a search its first trials (as many as the team's cap on running trials; each one that
+    ends asks for the next); the runs are enqueued when the transaction commits, like any run."""
     trials = spec.trials()
+    count = spec.search.trials if spec.search is not None else len(trials)
     with transaction.atomic():
         experiment = Experiment.objects.create(
             team=team, owner=user, name=spec.name[:100], topology=topology, dataset=dataset, spec_yaml=spec.to_yaml(),
-            trial_count=len(trials), notes=notes,
+            trial_count=count, notes=notes,
         )
         for trial in trials:
             _trial_run(experiment=experiment, trial=trial, user=user)
-        audit_record(team=team, actor=user, verb=Verb.LAUNCH, obj=experiment, trials=len(trials),
-                     arms=len(spec.arms()), seeds=len(spec.seeds))
-    log.info("experiment #%s queued by %s: %s trials", experiment.pk, user or "the API", len(trials))
+        if spec.search is not None:
+            runs.experiment_trials_start(experiment=experiment)
+        audit_record(team=team, actor=user, verb=Verb.LAUNCH, obj=experiment, trials=count,
+                     arms=len(spec.arms()), seeds=len(spec.seeds), search=spec.search is not None)
+    log.info("experiment #%s queued by %s: %s trials", experiment.pk, user or "the API", count)
     return experiment
 
 
@@ -154,6 +179,13 @@ def experiment_resume(*, experiment: Experiment, user: User) -> int:
     spec = experiment.to_spec()
     latest = experiment_latest_runs(experiment=experiment)
     started = 0
+    if spec.search is not None:  # a search goes on asking until its budget is spent
+        with transaction.atomic():
+            Experiment.objects.filter(pk=experiment.pk).update(cancelled=None)
+            experiment.refresh_from_db()
+            started = len(runs.experiment_trials_start(experiment=experiment))
+            audit_record(team=experiment.team_id, actor=user, verb=Verb.RESUME, obj=experiment, trials=started)
+        return started
     with transaction.atomic():
         Experiment.objects.filter(pk=experiment.pk).update(cancelled=None)
         for trial in spec.trials():

@@ -38,7 +38,7 @@ def _form_spec(request: TeamRequest, form: ExperimentForm) -> ExperimentSpec | N
         return services.experiment_spec_build(
             team=request.team, topology=data["topology"], dataset=data["dataset"], name=data["name"],
             axes=data["axes_yaml"], seeds=data["seeds"], metric=data["metric"], direction=data["direction"],
-            advanced_yaml=data["advanced_yaml"],
+            advanced_yaml=data["advanced_yaml"], search=data["search_yaml"],
         )
     except ExperimentError as exc:
         for problem in exc.problems:
@@ -69,7 +69,8 @@ def experiment_preview(request: TeamRequest) -> HttpResponse:
     context: dict[str, Any] = {"form": form, "errors": errors if picked else [], "spec": spec}
     if spec is not None:
         context["estimate"] = selectors.experiment_estimate(team=request.team, spec=spec)
-        context["arms"] = [", ".join(f"{f}={v}" for f, v in arm) or "base" for arm in spec.arms()]
+        context["arms"] = ([] if spec.search is not None else
+                           [", ".join(f"{f}={v}" for f, v in arm) or "base" for arm in spec.arms()])
     return render(request, "experiments/new.html#preview", context)
 
 
