@@ -129,3 +129,12 @@ def test_it_summarises_arms_and_picks_the_best_in_the_metrics_direction():
     assert arms[0].metrics["team.success"].mean == pytest.approx(0.3) and arms[1].metrics["team.success"].n == 1
     assert best_arm(arms, "team.success", "maximize").arm == high
     assert best_arm(arms, "team.success", "minimize").arm == low
+
+
+def test_every_example_experiment_loads():
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "configs" / "experiments"
+    specs = {p.name: ExperimentSpec.load(p) for p in sorted(folder.glob("*.yaml"))}
+    assert len(specs["tiny-lr.yaml"].trials()) == 6
+    assert specs["tiny-search.yaml"].search.trials == 6 and specs["tiny-search.yaml"].trials() == []
