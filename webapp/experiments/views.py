@@ -76,7 +76,11 @@ def experiment_preview(request: TeamRequest) -> HttpResponse:
 
 def experiment_detail(request: TeamRequest, pk: int) -> HttpResponse:
     experiment = team_object_or_404(request, Experiment, pk)
-    results = selectors.experiment_results(experiment=experiment)
+    try:
+        results = selectors.experiment_results(experiment=experiment)
+    except ExperimentError as exc:  # the stored spec no longer validates (a plugin it names was unregistered, ...)
+        messages.error(request, f"This experiment's spec no longer validates, so its arms cannot be read: {exc}")
+        return render(request, "experiments/list.html", {"experiments": selectors.experiment_list(team=request.team)})
     context = {"experiment": experiment, "results": results, "active": experiment.is_active}
     template = "experiments/detail.html#results" if request.htmx else "experiments/detail.html"
     return render(request, template, context)

@@ -68,3 +68,10 @@ def test_the_list_and_the_run_page_link_to_the_experiment(alice, alice_world):
     assert f'href="{experiment.get_absolute_url()}">#{experiment.pk} lr sweep</a>' in listing
     run_page = alice.client.get(trials(experiment)[1].get_absolute_url()).content.decode()
     assert f'href="{experiment.get_absolute_url()}">#{experiment.pk}</a> (trial 1)' in run_page
+
+
+def test_a_spec_that_no_longer_validates_is_said_not_a_server_error(alice, alice_world):
+    experiment = launch(alice, alice_world, seeds=[0])
+    type(experiment).objects.filter(pk=experiment.pk).update(spec_yaml=experiment.spec_yaml.replace("lr: 0.0001", "lr: 7.0"))
+    response = alice.client.get(experiment.get_absolute_url())
+    assert response.status_code == 200 and "spec no longer validates" in response.content.decode()
