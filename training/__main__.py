@@ -1,8 +1,9 @@
 """Command line: `python -m training run CONFIG.yaml [--set key=value ...] [--out DIR]`,
 `python -m training eval CONFIG.yaml [--checkpoint DIR]`, `python -m training check CONFIG.yaml`,
 `python -m training export CONFIG.yaml --checkpoint DIR --agent NAME --out DIR [--dtype bfloat16|trained]`
-(merge a LoRA adapter into its base), and `python -m training playground CONFIG.yaml --task JSON
-[--checkpoint DIR [--with-base]]` (play one task turn by turn, one JSON line per turn)."""
+(merge a LoRA adapter into its base), `python -m training playground CONFIG.yaml --task JSON
+[--checkpoint DIR [--with-base]]` (play one task turn by turn, one JSON line per turn), and
+`python -m training sweep EXPERIMENT.yaml [--out DIR]` (the trials of an experiment, in turn)."""
 
 from __future__ import annotations
 
@@ -47,11 +48,18 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--with-base", action="store_true", help="with --checkpoint, also play with the base models side by side")
             p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
             p.add_argument("--max-new-tokens", type=int, help="completion length cap per turn (default: the config's)")
+    p = sub.add_parser("sweep", help="run an experiment's trials in turn and compare its arms")
+    p.add_argument("config", help="YAML experiment: base, axes, seeds (see training.experiment)")
+    p.add_argument("--out", help="output folder (default runs/<experiment name>); trials already finished there are kept")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "sweep":
+        from training.sweep import sweep_main
+
+        return sweep_main(args.config, out=args.out)
 
     try:
         config = RunConfig.load(args.config, args.overrides)

@@ -11,6 +11,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from webapp.catalog import services as catalog
+from webapp.experiments import services as experiment_services
 from webapp.models import (
     Agent,
     ApiToken,
@@ -18,6 +19,7 @@ from webapp.models import (
     Checkpoint,
     Dataset,
     Evaluation,
+    Experiment,
     Invitation,
     Job,
     LogLine,
@@ -184,6 +186,48 @@ class RunAdmin(admin.ModelAdmin):
     def cancel(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
         runs = [run_services.run_cancel(run=run, actor=request.user) for run in queryset.filter(status__in=Run.ACTIVE)]
         self.message_user(request, f"Cancelled or asked to stop {len(runs)} run(s).", messages.SUCCESS)
+
+
+class TrialInline(admin.TabularInline):
+    model = Run
+    fields = ["trial_index", "name", "status", "step", "total_steps"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = True
+    ordering = ["trial_index", "created"]
+
+    def has_add_permission(self, request: HttpRequest, obj: Experiment | None = None) -> bool:
+        return False
+
+
+@admin.register(Experiment)
+class ExperimentAdmin(admin.ModelAdmin):
+    list_display = ["id", "name", "team", "owner", "trial_count", "state", "created"]
+    list_filter = ["team", "created", ("cancelled", admin.EmptyFieldListFilter)]
+    search_fields = ["name", "owner__username", "topology__name", "dataset__name", "notes"]
+    list_select_related = ["team", "owner"]
+    date_hierarchy = "created"
+    readonly_fields = ["spec", "trial_count", "created", "cancelled", "topology", "dataset", "team", "owner"]
+    exclude = ["spec_yaml"]
+    inlines = [TrialInline]
+    actions = ["cancel"]
+
+    @admin.display(description="Status")
+    def state(self, experiment: Experiment) -> str:
+        return Experiment.Status(experiment.status).label
+
+    @admin.display(description="Spec YAML")
+    def spec(self, experiment: Experiment) -> SafeString:
+        return format_html('<pre class="admin-yaml">{}</pre>', experiment.spec_yaml)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # experiments start from their form or the API, which check the spec
+
+    @admin.action(description="Cancel the selected experiments' queued and running trials")
+    def cancel(self, request: HttpRequest, queryset: QuerySet[Experiment]) -> None:
+        stopped = sum(experiment_services.experiment_cancel(experiment=e, actor=request.user) for e in queryset)
+        self.message_user(request, f"Cancelled or asked to stop {stopped} trial(s).", messages.SUCCESS)
 
 
 @admin.register(Worker)

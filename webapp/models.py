@@ -354,6 +354,16 @@ class Run(models.Model):
     gpus = models.PositiveSmallIntegerField(
         default=1, help_text="config.resources.gpus: the run waits on the queue of workers with that many GPUs (gpu, gpu-x2, ...).",
     )
+    experiment = models.ForeignKey(
+        "Experiment", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs",
+        help_text="The experiment this run is a trial of (its arm and seed: `trial_index` in the experiment's spec).",
+    )
+    trial_index = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Which of the experiment's trials (`ExperimentSpec.trials()`) this run is; a resumed trial keeps it.",
+    )
+    pruned_at_step = models.PositiveIntegerField(
+        null=True, blank=True, help_text="A search trial the experiment's pruner stopped: the evaluation step that trailed the median.",
+    )
     # What the engine says it is doing now (`EventSink.status`), kept while the run runs.
     phase = models.CharField(max_length=20, blank=True, help_text="training.events.PHASES: loading, evaluating, training, ...")
     phase_detail = models.CharField(max_length=300, blank=True, help_text="The engine's sentence about it, e.g. 'Evaluating at step 10: 50/100 held-out tasks'.")
@@ -413,6 +423,55 @@ class Run(models.Model):
     def to_config(self) -> RunConfig:
         """The RunConfig this run executes, rebuilt and re-validated from its snapshot."""
         return RunConfig.from_yaml(self.config_yaml)
+
+
+class Experiment(models.Model):
+    """A base config, axes and seeds (`training.experiment.ExperimentSpec`, stored as YAML) whose
+    trials are ordinary runs (`Run.experiment`, `Run.trial_index`). Its state is its runs': it is
+    active while a trial is queued or running (`status`)."""
+
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        FINISHED = "finished", "Finished"
+        CANCELLED = "cancelled", "Cancelled"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="experiments")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="experiments")
+    name = models.CharField(max_length=100)
+    topology = models.ForeignKey(Topology, on_delete=models.SET_NULL, null=True, blank=True, related_name="experiments")
+    dataset = models.ForeignKey(Dataset, on_delete=models.SET_NULL, null=True, blank=True, related_name="experiments")
+    spec_yaml = models.TextField(help_text="The ExperimentSpec: base config snapshot, axes, seeds, metric and direction "
+                                           "(`python -m training sweep` runs it as it is).")
+    trial_count = models.PositiveIntegerField(default=0, help_text="Arms x seeds.")
+    created = models.DateTimeField(default=timezone.now)
+    cancelled = models.DateTimeField(null=True, blank=True, help_text="When someone cancelled it (resume clears it).")
+    notes = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        indexes = [models.Index(fields=["team", "-created"], name="experiment_team_created")]
+
+    def __str__(self) -> str:
+        return f"experiment #{self.pk} {self.name}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("experiment_detail", args=[self.pk])
+
+    def to_spec(self) -> Any:
+        """The ExperimentSpec, rebuilt and re-checked from its snapshot."""
+        from training.experiment import ExperimentSpec
+
+        return ExperimentSpec.from_yaml(self.spec_yaml)
+
+    @property
+    def status(self) -> str:
+        if self.runs.filter(status__in=Run.ACTIVE).exists():
+            return self.Status.ACTIVE
+        return self.Status.CANCELLED if self.cancelled else self.Status.FINISHED
+
+    @property
+    def is_active(self) -> bool:
+        return self.status == self.Status.ACTIVE
 
 
 class MetricPoint(models.Model):

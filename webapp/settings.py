@@ -67,6 +67,9 @@ TROUPE_TRACKER_DESTINATIONS = env_list("TROUPE_TRACKER_DESTINATIONS", [])
 trackers use only the worker's own environment (MLFLOW_TRACKING_URI, WANDB_ENTITY...)."""
 TROUPE_MAX_RUN_HOURS = env_int("TROUPE_MAX_RUN_HOURS", 7 * 24, minimum=1)
 """Longest a run may take; the broker redelivers an unacknowledged task only after this."""
+TROUPE_EXPERIMENT_CONCURRENCY = env_int("TROUPE_EXPERIMENT_CONCURRENCY", 2, minimum=1)
+"""Most trials of experiments one team may have running at once: the team's further trials wait
+in the queue (marked "held") while other runs, the team's own included, go past them."""
 TROUPE_WORKER_LOST_SECONDS = env_int("TROUPE_WORKER_LOST_SECONDS", 60, minimum=3)
 """A running run whose worker has not been heard from for this long is marked failed ("worker
 lost") by the next sweep, and a worker that silent is shown offline."""

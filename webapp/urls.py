@@ -6,11 +6,13 @@ from django.contrib.auth import views as auth_views
 from django.urls import path, re_path
 
 from webapp.api import catalog as api_catalog
+from webapp.api import experiments as api_experiments
 from webapp.api import jobs as api_jobs
 from webapp.api import openapi as api_openapi
 from webapp.api import views as api
 from webapp.artifacts import views as artifacts
 from webapp.catalog import views as catalog
+from webapp.experiments import views as experiments
 from webapp.history import views as history
 from webapp.jobs import views as jobs
 from webapp.ops import views as ops
@@ -91,6 +93,13 @@ urlpatterns = [
     path("runs/<int:pk>/merged/<int:job_id>.zip", artifacts.run_merged_download, name="run_merged_download"),
     path("runs/<int:pk>/checkpoints/<int:step>/delete/", artifacts.run_checkpoint_delete, name="run_checkpoint_delete"),
     path("runs/<int:pk>/merged/<int:job_id>/delete/", artifacts.run_export_delete, name="run_export_delete"),
+    path("experiments/", experiments.experiment_list, name="experiment_list"),
+    path("experiments/new/", experiments.experiment_new, name="experiment_new"),
+    path("experiments/preview/", experiments.experiment_preview, name="experiment_preview"),
+    path("experiments/<int:pk>/", experiments.experiment_detail, name="experiment_detail"),
+    path("experiments/<int:pk>/cancel/", experiments.experiment_cancel, name="experiment_cancel"),
+    path("experiments/<int:pk>/resume/", experiments.experiment_resume, name="experiment_resume"),
+    path("experiments/<int:pk>/export.csv", experiments.experiment_export, name="experiment_export"),
     path("playground/", jobs.playground, name="playground"),
     path("playground/<int:pk>/", jobs.playground_job, name="playground_job"),
     path("account/tokens/", teams.api_tokens, name="api_tokens"),
@@ -108,6 +117,10 @@ urlpatterns = [
     path("api/v1/playground/", api_jobs.playground, name="api_playground"),
     path("api/v1/jobs/", api_jobs.jobs, name="api_jobs"),
     path("api/v1/jobs/<int:pk>/", api_jobs.job_detail, name="api_job"),
+    path("api/v1/experiments/", api_experiments.experiments, name="api_experiments"),
+    path("api/v1/experiments/<int:pk>/", api_experiments.experiment_detail, name="api_experiment"),
+    path("api/v1/experiments/<int:pk>/cancel/", api_experiments.experiment_cancel, name="api_experiment_cancel"),
+    path("api/v1/experiments/<int:pk>/resume/", api_experiments.experiment_resume, name="api_experiment_resume"),
     path("api/v1/runs/", api.runs, name="api_runs"),
     path("api/v1/runs/<int:pk>/", api.run_detail, name="api_run"),
     path("api/v1/runs/<int:pk>/cancel/", api.run_cancel, name="api_run_cancel"),

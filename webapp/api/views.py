@@ -96,7 +96,7 @@ def index(request: ApiRequest) -> HttpResponse:
         "team": {"id": request.team.pk, "name": request.team.name},
         "token": {"name": request.api_token.name, "prefix": request.api_token.prefix},
         "runs": absolute(request, reverse("api_runs")),
-        **{name: absolute(request, reverse(f"api_{name}")) for name in ("models", "agents", "topologies", "datasets", "jobs", "playground")},
+        **{name: absolute(request, reverse(f"api_{name}")) for name in ("models", "agents", "topologies", "datasets", "experiments", "jobs", "playground")},
         "openapi": absolute(request, reverse("api_openapi")),
     })
 

@@ -36,7 +36,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from webapp.core import paths
@@ -125,12 +125,29 @@ def run_claim(*, run_id: int, worker: str) -> Run | None:
     return Run.objects.get(pk=run_id)
 
 
+def experiment_capped_teams() -> list[int]:
+    """Teams whose running experiment trials reach TROUPE_EXPERIMENT_CONCURRENCY: their queued
+    trials are held (skipped by the claims) until one of the running trials ends."""
+    running = (Run.objects.filter(status=Run.Status.RUNNING, experiment__isnull=False).values("team_id")
+               .annotate(n=Count("id")).filter(n__gte=settings.TROUPE_EXPERIMENT_CONCURRENCY))
+    return [row["team_id"] for row in running]
+
+
+def run_is_held(*, run: Run, capped: list[int] | None = None) -> bool:
+    """Whether a queued run is an experiment trial held back by its team's cap on running trials."""
+    if run.status != Run.Status.QUEUED or run.experiment_id is None:
+        return False
+    return run.team_id in (experiment_capped_teams() if capped is None else capped)
+
+
 def run_claim_next(*, worker: str, gpus: int = 1) -> Run | None:
     """Claim the first queued run in queue order among the runs needing `gpus` GPUs (the runs
-    whose messages go to the queue this message came from); None when there is none. Each failed
-    attempt means another worker claimed that run, so the loop always makes progress."""
+    whose messages go to the queue this message came from), passing over experiment trials of a
+    team at its cap on running trials (`experiment_capped_teams`); None when there is none. Each
+    failed attempt means another worker claimed that run, so the loop always makes progress."""
     while True:
-        candidate = run_queue().filter(gpus=gpus).values_list("pk", flat=True).first()
+        held = Q(experiment__isnull=False, team_id__in=experiment_capped_teams())
+        candidate = run_queue().filter(gpus=gpus).exclude(held).values_list("pk", flat=True).first()
         if candidate is None:
             return None
         run = run_claim(run_id=candidate, worker=worker)

@@ -30,17 +30,19 @@ from kombu.exceptions import OperationalError
 
 from training.config import ConfigError, RunConfig, set_field
 from training.config import ConfigProblems as ConfigProblems  # raised by run_config_build
+from training.search import PruningSink
 from webapp.catalog import services as catalog
 from webapp.core import trust
 from webapp.core.enqueue import RUN_EXECUTE, enqueue
 from webapp.history.services import run_notes_set, run_tags_set
 from webapp.models import (
     Dataset,
+    Experiment,
     Run,
     Team,
     Topology,
 )
-from webapp.runs import queue
+from webapp.runs import queue, trials
 from webapp.runs.sink import DatabaseSink
 from webapp.teams.audit import Verb, audit_record
 
@@ -260,7 +262,31 @@ def run_execute(*, run_id: int | None = None, worker: str = "", train: TrainFn |
     with queue.run_heartbeat(run_id=run.pk, worker=worker):
         _run_train(run, train)
     run.refresh_from_db()
+    if run.experiment_id is not None:  # a trial ended: a search asks its next trials; a held trial may start
+        try:
+            experiment_trials_start(experiment=Experiment.objects.get(pk=run.experiment_id))
+        except ValueError as exc:  # its stored spec no longer validates: the run's own outcome stands
+            log.warning("experiment #%s: no next trial asked (%s)", run.experiment_id, exc)
+        held = queue.run_queue().filter(team_id=run.team_id, experiment__isnull=False).first()
+        if held is not None:
+            run_enqueue(run=held)
     return run
+
+
+def experiment_trials_start(*, experiment: Experiment) -> list[Run]:
+    """Queue the next trials of an experiment's Optuna search (`webapp.runs.trials.search_next`):
+    as many as its budget and the team's cap on running trials allow. A grid's trials are all
+    queued when it is created, so this queues nothing for one."""
+    started = []
+    with transaction.atomic():
+        Experiment.objects.select_for_update().filter(pk=experiment.pk).first()  # one asker at a time
+        for index, config in trials.search_next(experiment=experiment, running_cap=settings.TROUPE_EXPERIMENT_CONCURRENCY):
+            new = run_create(team=experiment.team, user=experiment.owner, name=config.name, config=config,
+                             topology=experiment.topology, dataset=experiment.dataset)
+            Run.objects.filter(pk=new.pk).update(experiment=experiment, trial_index=index)
+            new.experiment, new.trial_index = experiment, index
+            started.append(new)
+    return started
 
 
 def _run_train(run: Run, train: TrainFn | None) -> None:
@@ -273,7 +299,8 @@ def _run_train(run: Run, train: TrainFn | None) -> None:
             from training.trainer import (
                 train,  # imports torch: only inside the worker's task
             )
-        result = train(config, out_dir=Path(run.out_dir), sink=sink)
+        trial_sink = trials.trial_sink(run=run, sink=sink)  # a search trial: the pruner may stop it
+        result = train(config, out_dir=Path(run.out_dir), sink=trial_sink)
     except Exception as exc:  # any engine failure is the run's outcome, recorded with its traceback
         sink.finish(status=Run.Status.FAILED, error=run_failure_message(exc), traceback=traceback.format_exc())
         log.warning("run #%s failed: %s", run.pk, run_failure_message(exc))
@@ -285,6 +312,10 @@ def _run_train(run: Run, train: TrainFn | None) -> None:
             sink.checkpoint(result.step, result.checkpoint)
         cancelled = result.status == "cancelled"
         error = "stopped because the worker shut down; resume it from its last checkpoint" if cancelled and sink.stopped_by_shutdown else ""
+        pruned_at = trial_sink.pruned_at if isinstance(trial_sink, PruningSink) and cancelled else None  # not at its last evaluation
+        if pruned_at is not None:
+            Run.objects.filter(pk=run.pk).update(pruned_at_step=pruned_at)
+            error = f"pruned at step {pruned_at}: its held-out evaluation trailed the median of the experiment's completed trials"
         sink.finish(
             status=Run.Status.CANCELLED if cancelled else Run.Status.SUCCEEDED,
             step=result.step, final_metrics=dict(result.final_metrics), error=error,

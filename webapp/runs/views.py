@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import HttpResponse
@@ -32,9 +33,13 @@ from webapp.teams.access import TeamRequest, team_object_or_404
 def dashboard(request: TeamRequest) -> HttpResponse:
     runs = Run.objects.filter(team=request.team).select_related("owner", "topology")
     template = "dashboard.html#runs" if request.htmx else "dashboard.html"  # the runs part polls itself
+    active = runs.filter(status__in=Run.ACTIVE).order_by("-status", *Run.QUEUE_ORDER)  # running, then queued in order
+    capped = queue.experiment_capped_teams()
     return render(request, template, {
-        "active": runs.filter(status__in=Run.ACTIVE).order_by("-status", *Run.QUEUE_ORDER),  # running, then queued in order
+        "active": active,
         "queue": queue.run_queue_positions(),
+        "held": {run.pk for run in active if queue.run_is_held(run=run, capped=capped)},
+        "experiment_cap": settings.TROUPE_EXPERIMENT_CONCURRENCY,
         "can_reorder": request.user.is_staff or request.membership.role == "admin",
         "recent": runs.exclude(status__in=Run.ACTIVE)[:10],
         "counts": {

@@ -119,6 +119,12 @@ def bravo_objects(team, user, data_dir) -> None:
     config = run_services.run_config_build(topology=topology, dataset=dataset, name="secret", overrides={"optim.steps": 2})
     run = Run.objects.create(pk=PK, team=team, owner=user, name="bravo secret", topology=topology, dataset=dataset,
                              config_yaml=config.to_yaml(), status=Run.Status.QUEUED, total_steps=2)
+    from training.experiment import ExperimentSpec
+    from webapp.models import Experiment
+
+    experiment = Experiment.objects.create(pk=PK, team=team, owner=user, name="bravo secret", topology=topology, dataset=dataset,
+                                           spec_yaml=ExperimentSpec(name="bravo", base=config).to_yaml(), trial_count=1)
+    Run.objects.filter(pk=PK).update(experiment=experiment, trial_index=0)
     folder = data_dir / "runs" / str(PK) / "checkpoints" / f"step-{PK:06d}"
     (folder / "tool").mkdir(parents=True)
     (folder / "tool" / "adapter_config.json").write_text("{}")

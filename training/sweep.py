@@ -1,0 +1,242 @@
+"""`python -m training sweep EXPERIMENT.yaml`: an experiment's trials, one after another, on this
+machine, then a table of its arms (mean ± 95 % interval over seeds, and each seed's value).
+
+Each trial trains in `<out>/trial-<index>/` like `python -m training run` does (metrics.jsonl,
+rollouts.jsonl, checkpoints) and leaves `trial.json` (its arm, seed, status and held-out metrics)
+when it ends. Running the same sweep again keeps the trials that have a `trial.json` and starts the
+others over, so an interrupted sweep picks up where it stopped. `results.csv` holds one row per trial.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any, TextIO
+
+from training.events import EventSink, JsonlSink, MultiSink, ProgressSink, TrainResult
+from training.experiment import (
+    ArmSummary,
+    ExperimentError,
+    ExperimentSpec,
+    Trial,
+    arm_label,
+    best_arm,
+    summarize,
+    trial_metrics,
+    trial_name,
+)
+from training.search import PruningSink, TrialRecord, best_record, search_ask, search_should_prune
+
+TrainFn = Callable[..., TrainResult]
+TRIAL_FILE = "trial.json"
+
+
+def sweep_main(path: str, *, out: str | None = None) -> int:
+    try:
+        spec = ExperimentSpec.load(path)
+    except FileNotFoundError:
+        print(f"experiment error: no such file {path}", file=sys.stderr)
+        return 2
+    except ExperimentError as exc:
+        print(f"experiment error: {len(exc.problems)} problem(s)", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 2
+    from agents.plugins import PluginError, register_named_in
+
+    config = spec.base
+    try:  # the command line is the operator's own: the plugins the base config names may load
+        register_named_in(config.topology.environment, [p for p, _ in config.data.reward_functions()],
+                          [t for a in config.topology.agents for t in a.tools])
+    except PluginError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    folder = Path(out or f"runs/{spec.name.replace(' ', '-')}")
+    try:
+        if spec.search is not None:
+            print(format_search(spec, run_search(spec, folder)))
+            print(f"results: {folder / 'results.csv'}")
+            return 0
+        summaries = run_sweep(spec, folder)
+    except KeyboardInterrupt:
+        print("\ninterrupted: run the same command again to finish the remaining trials", file=sys.stderr)
+        return 130
+    print(format_table(spec, summaries))
+    print(f"results: {folder / 'results.csv'}")
+    return 0
+
+
+def run_sweep(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None, stream: TextIO | None = None) -> list[ArmSummary]:
+    """Run every trial not yet finished under `out`, in order; the arms' summaries."""
+    stream = stream or sys.stdout
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "experiment.yaml").write_text(spec.to_yaml(), encoding="utf-8")
+    if train is None:
+        from training.trainer import train as train_fn
+    else:
+        train_fn = train
+    trials = spec.trials()
+    records = []
+    for trial in trials:
+        folder = out / f"trial-{trial.index:03d}"
+        record = _read_record(folder)
+        if record is None:
+            print(f"[{trial.index + 1}/{len(trials)}] {trial.config.name}", file=stream, flush=True)
+            record = run_trial(trial, folder, train=train_fn)
+            metric = record["metrics"].get(spec.metric)
+            shown = f"{spec.metric} {metric:.3f}" if metric is not None else "no held-out evaluation"
+            print(f"    {record['status']} in {record['seconds']:.0f}s: {shown}", file=stream, flush=True)
+        else:
+            print(f"[{trial.index + 1}/{len(trials)}] {trial.config.name}: done before, kept", file=stream, flush=True)
+        records.append(record)
+    _write_csv(spec, trials, records, out / "results.csv")
+    return summarize(spec.arms(), [(t.arm, t.seed, r["metrics"]) for t, r in zip(trials, records) if r["status"] == "succeeded"])
+
+
+def run_search(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None, stream: TextIO | None = None) -> list[TrialRecord]:
+    """An Optuna search: trial after trial until the budget, each asked from the records so far
+    (`training.search`), the pruner stopping a trial whose held-out evaluations trail. Trials
+    already recorded under `out` are kept. The records, in trial order."""
+    search = spec.search
+    assert search is not None
+    stream = stream or sys.stdout
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "experiment.yaml").write_text(spec.to_yaml(), encoding="utf-8")
+    if train is None:
+        from training.trainer import train as train_fn
+    else:
+        train_fn = train
+    seed = spec.seeds[0]
+    records: list[TrialRecord] = []
+    for number in range(search.trials):
+        folder = out / f"trial-{number:03d}"
+        saved = _read_record(folder)
+        if saved is not None and "params" in saved:
+            records.append(_search_record(saved))
+            print(f"[{number + 1}/{search.trials}] done before, kept", file=stream, flush=True)
+            continue
+        params = search_ask(search=search, direction=spec.direction, seed=seed, records=records)
+        arm = tuple(params.items())
+        config = spec.base.replace(**params, seed=seed, name=trial_name(spec.name, arm, seed)[:200])
+        print(f"[{number + 1}/{search.trials}] {arm_label(arm)}", file=stream, flush=True)
+        before = list(records)
+        if folder.exists():
+            shutil.rmtree(folder)
+        decide: Callable[..., bool] = partial(search_should_prune, search=search, direction=spec.direction, seed=seed,
+                                              records=before, params=params)
+        sink = PruningSink(MultiSink(JsonlSink(folder), ProgressSink()), metric=spec.metric, decide=partial(_ask_pruner, decide))
+        t0 = time.perf_counter()
+        error = ""
+        try:
+            result = train_fn(config, out_dir=folder, sink=sink)
+            metrics = trial_metrics(result.evaluations)
+            state = "complete" if result.status == "succeeded" else ("pruned" if sink.pruned_at is not None else "failed")
+        except Exception as exc:  # noqa: BLE001 (a failed trial is told to the study as failed)
+            metrics, state, error = {}, "failed", f"{type(exc).__name__}: {exc}"
+        record = TrialRecord(number=number, params=params, state=state,
+                             value=metrics.get(spec.metric) if state == "complete" else None, intermediate=dict(sink.intermediate))
+        records.append(record)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / TRIAL_FILE).write_text(json.dumps({
+            "index": number, "params": params, "state": state, "status": state, "value": record.value, "error": error,
+            "intermediate": {str(k): v for k, v in record.intermediate.items()}, "pruned_at": sink.pruned_at, "metrics": metrics,
+            "seconds": time.perf_counter() - t0,
+        }, indent=1), encoding="utf-8")
+        shown = f"{spec.metric} {record.value:.3f}" if record.value is not None else (
+            f"pruned at step {sink.pruned_at}" if state == "pruned" else state)
+        print(f"    {state}: {shown}", file=stream, flush=True)
+    with open(out / "results.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["trial", *[p.field for p in search.params], "state", spec.metric])
+        for r in records:
+            writer.writerow([r.number, *[r.params.get(p.field, "") for p in search.params], r.state, "" if r.value is None else r.value])
+    return records
+
+
+def _ask_pruner(decide: Callable[..., bool], intermediate: dict[int, float]) -> bool:
+    return decide(intermediate=intermediate)
+
+
+def _search_record(saved: dict[str, Any]) -> TrialRecord:
+    return TrialRecord(number=int(saved.get("index", 0)), params=dict(saved["params"]), state=str(saved.get("state", "failed")),
+                       value=saved.get("value"), intermediate={int(k): float(v) for k, v in (saved.get("intermediate") or {}).items()})
+
+
+def format_search(spec: ExperimentSpec, records: list[TrialRecord]) -> str:
+    """Every trial with its state and value, then the best trial and its parameters."""
+    lines = [f"search {spec.name}: {len(records)} trial(s); {spec.metric} ({spec.direction}), TPE sampler, "
+             f"{spec.search.pruner if spec.search else 'none'} pruner"]
+    for r in records:
+        value = f"{r.value:.3f}" if r.value is not None else "-"
+        lines.append(f"  #{r.number:<3} {r.state:<8} {value:>7}  {arm_label(tuple(r.params.items()))}")
+    best = best_record(records, spec.direction)
+    if best is not None:
+        lines.append(f"best trial: #{best.number} {spec.metric} {best.value:.3f} with {arm_label(tuple(best.params.items()))}")
+    pruned = sum(r.state == "pruned" for r in records)
+    lines.append(f"pruned: {pruned} of {len(records)}")
+    return "\n".join(lines)
+
+
+def run_trial(trial: Trial, folder: Path, *, train: TrainFn, sink: EventSink | None = None) -> dict[str, Any]:
+    """Train one trial in `folder` (a partial earlier attempt there is removed) and record it."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    t0 = time.perf_counter()
+    try:
+        result = train(trial.config, out_dir=folder, sink=sink or MultiSink(JsonlSink(folder), ProgressSink()))
+        status, error, metrics = result.status, "", trial_metrics(result.evaluations)
+    except Exception as exc:  # noqa: BLE001 (one failed trial is recorded and does not end the sweep)
+        status, error, metrics = "failed", f"{type(exc).__name__}: {exc}", {}
+    record = {
+        "index": trial.index, "arm": [[f, v] for f, v in trial.arm], "seed": trial.seed, "status": status,
+        "error": error, "metrics": metrics, "seconds": time.perf_counter() - t0,
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / TRIAL_FILE).write_text(json.dumps(record, indent=1), encoding="utf-8")
+    return record
+
+
+def _read_record(folder: Path) -> dict[str, Any] | None:
+    try:
+        record = json.loads((folder / TRIAL_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and "metrics" in record else None
+
+
+def _write_csv(spec: ExperimentSpec, trials: list[Trial], records: list[dict[str, Any]], path: Path) -> None:
+    names = list(dict.fromkeys(k for r in records for k in r["metrics"]))
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["trial", "arm", *[a.field for a in spec.axes], "seed", "status", *names])
+        for trial, record in zip(trials, records):
+            writer.writerow([trial.index, arm_label(trial.arm), *[v for _, v in trial.arm], trial.seed, record["status"],
+                             *[record["metrics"].get(n, "") for n in names]])
+
+
+def format_table(spec: ExperimentSpec, summaries: list[ArmSummary]) -> str:
+    """The arms as rows: each metric's mean ± 95 % interval over seeds, then the target metric per seed."""
+    names = [spec.metric] + [n for n in dict.fromkeys(k for s in summaries for k in s.metrics) if n != spec.metric]
+    header = ["arm", "runs", *names, f"{spec.metric} per seed"]
+    rows = []
+    for s in summaries:
+        per_seed = " ".join(f"{seed}:{m[spec.metric]:.3f}" for seed, m in s.trials if spec.metric in m)
+        rows.append([s.label, str(len(s.trials)), *[str(s.metrics[n]) if n in s.metrics else "-" for n in names], per_seed])
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = [
+        f"experiment {spec.name}: {len(summaries)} arm(s) x {len(spec.seeds)} seed(s); "
+        f"mean ± 95% t-interval over seeds; {spec.metric} ({spec.direction}) ranks the arms",
+        "  ".join(h.ljust(w) for h, w in zip(header, widths)),
+    ]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+    best = best_arm(summaries, spec.metric, spec.direction)
+    if best is not None:
+        lines.append(f"best arm: {best.label} ({spec.metric} {best.metrics[spec.metric]})")
+    return "\n".join(line.rstrip() for line in lines)
+

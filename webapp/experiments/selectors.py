@@ -1,0 +1,205 @@
+"""Reads for experiments: the list, each trial's latest run and its held-out metrics, the arms'
+mean ± 95 % interval over seeds, the best arm, the rough duration of a spec before launch, and
+the CSV export."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, Q, QuerySet
+
+from training.experiment import ArmSummary, ExperimentSpec, Trial, arm_label, best_arm, field_value, summarize, trial_metrics
+from training.search import best_record
+from webapp.models import Evaluation, Experiment, Run, Team
+from webapp.runs import queue
+from webapp.runs import trials as trials_of_search
+
+
+def experiment_list(*, team: Team) -> QuerySet[Experiment]:
+    """The team's experiments, newest first, with their trials counted by state."""
+    return (Experiment.objects.filter(team=team).select_related("owner", "topology", "dataset")
+            .annotate(active_runs=Count("runs", filter=Q(runs__status__in=Run.ACTIVE)),
+                      succeeded_runs=Count("runs", filter=Q(runs__status=Run.Status.SUCCEEDED))))
+
+
+def experiment_latest_runs(*, experiment: Experiment) -> dict[int, Run]:
+    """Trial index -> the trial's latest run (a resumed trial's newest attempt)."""
+    latest: dict[int, Run] = {}
+    for run in experiment.runs.filter(trial_index__isnull=False).order_by("created", "id"):
+        latest[run.trial_index] = run  # type: ignore[index]
+    return latest
+
+
+@dataclass
+class TrialRow:
+    trial: Trial
+    run: Run | None
+    metrics: dict[str, float]
+    held: bool = False
+    """Queued but held back by the team's cap on running trials."""
+
+
+@dataclass
+class ArmRow:
+    summary: ArmSummary
+    cells: list[TrialRow]
+    """One per seed, in the spec's seed order."""
+    is_best: bool = False
+
+    @property
+    def label(self) -> str:
+        return self.summary.label
+
+
+@dataclass
+class SearchRow:
+    index: int
+    run: Run
+    params: dict[str, Any]
+    state: str
+    """complete, pruned, failed, running, or cancelled (by a person)."""
+    value: float | None
+    is_best: bool = False
+
+
+@dataclass
+class ExperimentResults:
+    spec: ExperimentSpec
+    arms: list[ArmRow]
+    trials: list[TrialRow]
+    metric_names: list[str]
+    best: ArmSummary | None
+    counts: dict[str, int] = field(default_factory=dict)
+    """Trials by their latest run's status (`queued`, `running`, ...), `not started` for none."""
+    cap: int = 0
+    running_trials: int = 0
+    """The team's running experiment trials (all its experiments), against `cap`."""
+    search_rows: list[SearchRow] = field(default_factory=list)
+    """A search's trials in order (empty for a grid)."""
+
+    @property
+    def best_search_row(self) -> SearchRow | None:
+        return next((r for r in self.search_rows if r.is_best), None)
+
+
+def experiment_results(*, experiment: Experiment) -> ExperimentResults:
+    """Every trial with its latest run and metrics (the last greedy held-out evaluation, as the
+    CLI reads it), and each arm's mean ± 95 % interval over the seeds whose trial succeeded."""
+    spec = experiment.to_spec()
+    latest = experiment_latest_runs(experiment=experiment)
+    evaluations: dict[int, list[dict[str, Any]]] = {}
+    for row in Evaluation.objects.filter(run_id__in=[r.pk for r in latest.values()]).order_by("step", "id").values("run_id", "data"):
+        evaluations.setdefault(row["run_id"], []).append(row["data"])
+    capped = queue.experiment_capped_teams()
+    trials = []
+    for trial in spec.trials():
+        run = latest.get(trial.index)
+        metrics = trial_metrics(evaluations.get(run.pk, [])) if run is not None else {}
+        trials.append(TrialRow(trial=trial, run=run, metrics=metrics,
+                               held=run is not None and queue.run_is_held(run=run, capped=capped)))
+    finished = [(t.trial.arm, t.trial.seed, t.metrics) for t in trials if t.run is not None and t.run.status == Run.Status.SUCCEEDED]
+    summaries = summarize(spec.arms(), finished)
+    best = best_arm(summaries, spec.metric, spec.direction)
+    arms = [ArmRow(summary=s, cells=[t for t in trials if t.trial.arm == s.arm], is_best=best is not None and s.arm == best.arm)
+            for s in summaries]
+    names = [spec.metric] + [n for n in dict.fromkeys(k for t in trials for k in t.metrics) if n != spec.metric]
+    counts: dict[str, int] = {}
+    for t in trials:
+        key = t.run.status if t.run is not None else "not started"
+        counts[key] = counts.get(key, 0) + 1
+    running = Run.objects.filter(team_id=experiment.team_id, status=Run.Status.RUNNING, experiment__isnull=False).count()
+    rows = _search_rows(experiment=experiment, spec=spec, latest=latest) if spec.search is not None else []
+    if spec.search is not None:
+        for row in rows:
+            counts[row.state] = counts.get(row.state, 0) + 1
+        counts["not asked yet"] = spec.search.trials - len(rows)
+    return ExperimentResults(spec=spec, arms=arms, trials=trials, metric_names=names, best=best, counts=counts,
+                             cap=settings.TROUPE_EXPERIMENT_CONCURRENCY, running_trials=running, search_rows=rows)
+
+
+def _search_rows(*, experiment: Experiment, spec: ExperimentSpec, latest: dict[int, Run]) -> list[SearchRow]:
+    records = {r.number: r for r in trials_of_search.search_records(experiment=experiment, spec=spec)}
+    rows = []
+    for index, run in sorted(latest.items()):
+        record = records.get(index)
+        if record is None:  # cancelled by a person: not part of the study
+            params = {p.field: field_value(run.to_config(), p.field) for p in spec.search.params} if spec.search else {}
+            rows.append(SearchRow(index=index, run=run, params=params, state="cancelled", value=None))
+        else:
+            rows.append(SearchRow(index=index, run=run, params=record.params, state=record.state, value=record.value))
+    best = best_record([records[r.index] for r in rows if r.index in records], spec.direction)
+    for row in rows:
+        row.is_best = best is not None and row.index == best.number
+    return rows
+
+
+def seconds_per_step(*, team: Team, environment: str) -> float | None:
+    """The median wall time per step of the team's last succeeded runs (of this environment if it
+    has any): what a trial's duration is estimated from. None before any run finished."""
+    done = Run.objects.filter(team=team, status=Run.Status.SUCCEEDED, started__isnull=False, finished__isnull=False, step__gt=0)
+    same = done.filter(environment=environment)
+    rows = list((same if same.exists() else done).order_by("-finished").values("started", "finished", "step", "resumed_at_step")[:20])
+    rates = [(r["finished"] - r["started"]).total_seconds() / max(r["step"] - (r["resumed_at_step"] or 0), 1) for r in rows]
+    return statistics.median(rates) if rates else None
+
+
+@dataclass
+class Estimate:
+    runs: int
+    arms: int
+    seeds: int
+    steps: int
+    """Training steps over all trials."""
+    seconds_per_step: float | None
+    parallel: int
+    """Trials that may run at once (the team's cap)."""
+
+    @property
+    def duration(self) -> timedelta | None:
+        if self.seconds_per_step is None:
+            return None
+        return timedelta(seconds=self.seconds_per_step * self.steps / self.parallel)
+
+
+def experiment_estimate(*, team: Team, spec: ExperimentSpec) -> Estimate:
+    """How many runs the spec starts and roughly how long they take: total steps times the
+    team's recent seconds per step, over the trials its cap lets run at once."""
+    trials = spec.trials()
+    if spec.search is not None:  # at most: the pruner may stop some trials early
+        runs, arms, seeds, steps = spec.search.trials, spec.search.trials, 1, spec.search.trials * spec.base.optim.steps
+    else:
+        runs, arms, seeds, steps = len(trials), len(spec.arms()), len(spec.seeds), sum(t.config.optim.steps for t in trials)
+    return Estimate(runs=runs, arms=arms, seeds=seeds, steps=steps,
+                    seconds_per_step=seconds_per_step(team=team, environment=spec.base.topology.environment),
+                    parallel=min(settings.TROUPE_EXPERIMENT_CONCURRENCY, runs) or 1)
+
+
+def experiment_csv_rows(*, results: ExperimentResults) -> Iterator[list[Any]]:
+    """One row per trial: its arm, each axis value, the seed, its run and status, every metric;
+    then one summary row per arm (mean, and the interval's bounds) of each metric. A search: one
+    row per trial with its parameters, state and target metric."""
+    spec = results.spec
+    names = results.metric_names
+    if spec.search is not None:
+        yield ["trial", *[p.field for p in spec.search.params], "run", "state", spec.metric]
+        for row in results.search_rows:
+            yield [row.index, *[row.params.get(p.field, "") for p in spec.search.params], row.run.pk, row.state,
+                   "" if row.value is None else row.value]
+        return
+    yield ["trial", "arm", *[a.field for a in spec.axes], "seed", "run", "status", *names]
+    for t in results.trials:
+        yield [t.trial.index, arm_label(t.trial.arm), *[v for _, v in t.trial.arm], t.trial.seed,
+               t.run.pk if t.run else "", t.run.status if t.run else "not started", *[t.metrics.get(n, "") for n in names]]
+    yield []
+    yield ["arm", "runs", *[f"{n} {part}" for n in names for part in ("mean", "ci95_low", "ci95_high")]]
+    for arm in results.arms:
+        cells: list[Any] = []
+        for n in names:
+            interval = arm.summary.metrics.get(n)
+            cells += [interval.mean, interval.low, interval.high] if interval is not None else ["", "", ""]
+        yield [arm.label, len(arm.summary.trials), *cells]

@@ -1,0 +1,205 @@
+"""An experiment's workflows: building and checking its spec (the base config through the run
+form's own builder, then the engine's `ExperimentSpec` with every problem at once, then each arm
+through the trust boundary), creating it with its trials queued as ordinary runs, cancelling and
+resuming it.
+
+Functions are keyword-only and named `<entity>_<action>`; problems are `ExperimentError`s whose
+`problems` are ConfigErrors naming their place (`axes.optim.lr`, `seeds[1]`, `base.grpo.k`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from training.config import ConfigError, RunConfig
+from training.experiment import ExperimentError, ExperimentSpec, Trial, arm_label
+from webapp.core import trust
+from webapp.experiments.selectors import experiment_latest_runs
+from webapp.models import Dataset, Experiment, Run, Team, Topology
+from webapp.runs import services as runs
+from webapp.teams.audit import Verb, audit_record
+
+log = logging.getLogger(__name__)
+
+MODEL_FIELDS = ("model.source",)
+"""Axis fields naming model folders: checked by the trust boundary before the engine looks inside."""
+
+
+def experiment_spec_build(
+    *, team: Team, topology: Topology, dataset: Dataset, name: str, axes: Any, seeds: Any,
+    metric: str = "team.success", direction: str = "maximize", advanced_yaml: str = "",
+    overrides: Mapping[str, Any] | None = None, search: Any = None,
+) -> ExperimentSpec:
+    """The experiment's spec, or ExperimentError with every problem at once. The base config is
+    the run form's (`runs.run_config_build`: topology, dataset, overrides, advanced YAML); the
+    axes and seeds are checked by the engine against the config's schema; then each arm passes
+    the trust boundary as a run's config would (files, models and plugins of the team only)."""
+    if topology.team_id != team.pk or dataset.team_id != team.pk:
+        raise ExperimentError([ConfigError("base", "the topology and the dataset must be your team's")])
+    try:
+        base = runs.run_config_build(topology=topology, dataset=dataset, name=name or topology.name, overrides=overrides,
+                                     advanced_yaml=advanced_yaml)
+    except ConfigError as exc:  # every problem of the base at once, each under `base.`
+        raise ExperimentError([ConfigError(f"base.{p.field}" if p.field != "yaml" else "base", p.message)
+                               for p in exc.problems]) from None
+    try:
+        trust.check_tree(axes, field="axes")
+        trust.check_tree(search, field="search")
+    except ConfigError as exc:
+        raise ExperimentError([exc]) from None
+    params = search.get("params") if isinstance(search, dict) else None
+    problems = _reach_problems(team=team, axes=axes) + _reach_problems(
+        team=team, axes={k: v.get("choices") for k, v in params.items() if isinstance(v, dict)} if isinstance(params, dict) else {})
+    try:
+        spec = ExperimentSpec.from_dict(
+            {"name": name or base.name, "axes": axes, "seeds": seeds, "metric": metric, "direction": direction,
+             **({"search": search} if search else {})}, base=base,
+        )
+    except ExperimentError as exc:
+        raise ExperimentError(problems + exc.problems) from None
+    if problems:
+        raise ExperimentError(problems)
+    for trial in _one_per_arm(spec.trials()):
+        try:
+            trust.check_config(team=team, config=trial.config)
+        except ConfigError as exc:
+            problems.append(ConfigError("axes", f"the arm {arm_label(trial.arm)}: {exc}"))
+    for config in _search_corners(spec):
+        try:
+            trust.check_config(team=team, config=config)
+        except ConfigError as exc:
+            problems.append(ConfigError("search", str(exc)))
+    if problems:
+        raise ExperimentError(problems)
+    return spec
+
+
+def _reach_problems(*, team: Team, axes: Any) -> list[ConfigError]:
+    """Axis values that name what only the trust boundary may look at: model folders outside the
+    team's reach (refused before the engine opens them), a data file (the dataset gives it)."""
+    problems: list[ConfigError] = []
+    if not isinstance(axes, dict):
+        return problems
+    for dotted, values in axes.items():
+        if not isinstance(values, list):
+            continue
+        if dotted in ("data.path", "checkpoint.resume_from"):
+            problems.append(ConfigError(f"axes.{dotted}", "cannot be an axis here: the dataset gives the data, and trials start from scratch"))
+            continue
+        if dotted in MODEL_FIELDS or (dotted.startswith("topology.agents[") and dotted.endswith("].model")):
+            for value in values:
+                if isinstance(value, str):
+                    try:
+                        trust.check_model_source(team=team, source=value, field=f"axes.{dotted}", look_inside=False)
+                    except ConfigError as exc:
+                        problems.append(exc)
+    return problems
+
+
+def _search_corners(spec: ExperimentSpec) -> list[RunConfig]:
+    """A search's configs at each end of each range and at each choice: what its trials may reach
+    (the values between the ends of a numeric range reach nothing the ends do not)."""
+    if spec.search is None:
+        return []
+    out = [spec.base]
+    for param in spec.search.params:
+        for value in (param.choices if param.kind == "choice" else (param.low, param.high)):
+            out.append(spec.base.replace(**{param.field: value}))
+    return out
+
+
+def _one_per_arm(trials: list[Trial]) -> list[Trial]:
+    seen: set[Any] = set()
+    out = []
+    for trial in trials:
+        key = repr(trial.arm)
+        if key not in seen:
+            seen.add(key)
+            out.append(trial)
+    return out
+
+
+def experiment_create(
+    *, team: Team, user: User | None, spec: ExperimentSpec, topology: Topology | None = None, dataset: Dataset | None = None,
+    notes: str = "",
+) -> Experiment:
+    """Save the experiment and queue every trial as a run (arm by arm, each arm's seeds together),
+    or for a search its first trials (as many as the team's cap on running trials; each one that
+    ends asks for the next); the runs are enqueued when the transaction commits, like any run."""
+    trials = spec.trials()
+    count = spec.search.trials if spec.search is not None else len(trials)
+    with transaction.atomic():
+        experiment = Experiment.objects.create(
+            team=team, owner=user, name=spec.name[:100], topology=topology, dataset=dataset, spec_yaml=spec.to_yaml(),
+            trial_count=count, notes=notes,
+        )
+        for trial in trials:
+            _trial_run(experiment=experiment, trial=trial, user=user)
+        if spec.search is not None:
+            runs.experiment_trials_start(experiment=experiment)
+        audit_record(team=team, actor=user, verb=Verb.LAUNCH, obj=experiment, trials=count,
+                     arms=len(spec.arms()), seeds=len(spec.seeds), search=spec.search is not None)
+    log.info("experiment #%s queued by %s: %s trials", experiment.pk, user or "the API", count)
+    return experiment
+
+
+def _trial_run(*, experiment: Experiment, trial: Trial, user: User | None, config: RunConfig | None = None) -> Run:
+    run = runs.run_create(team=experiment.team, user=user, name=trial.config.name, config=config or trial.config,
+                          topology=experiment.topology, dataset=experiment.dataset)
+    Run.objects.filter(pk=run.pk).update(experiment=experiment, trial_index=trial.index)
+    run.experiment, run.trial_index = experiment, trial.index
+    return run
+
+
+def experiment_cancel(*, experiment: Experiment, actor: User | None = None) -> int:
+    """Cancel every queued and running trial (running ones stop at their next step); the number
+    of trials it stopped."""
+    with transaction.atomic():
+        Experiment.objects.filter(pk=experiment.pk).update(cancelled=timezone.now())
+        active = list(experiment.runs.filter(status__in=Run.ACTIVE))
+        for run in active:
+            runs.run_cancel(run=run, actor=actor)
+        audit_record(team=experiment.team_id, actor=actor, verb=Verb.CANCEL, obj=experiment, trials=len(active))
+    experiment.refresh_from_db()
+    return len(active)
+
+
+def experiment_resume(*, experiment: Experiment, user: User) -> int:
+    """Start the trials that did not succeed: a failed or cancelled trial with a checkpoint
+    continues from it (`run_resume`), one without starts over, one never started starts. The
+    number of trials started; ValidationError while trials are still queued or running."""
+    if experiment.runs.filter(status__in=Run.ACTIVE).exists():
+        raise ValidationError("Some trials are still queued or running; cancel them first, or wait for them to end.")
+    spec = experiment.to_spec()
+    latest = experiment_latest_runs(experiment=experiment)
+    started = 0
+    if spec.search is not None:  # a search goes on asking until its budget is spent
+        with transaction.atomic():
+            Experiment.objects.filter(pk=experiment.pk).update(cancelled=None)
+            experiment.refresh_from_db()
+            started = len(runs.experiment_trials_start(experiment=experiment))
+            audit_record(team=experiment.team_id, actor=user, verb=Verb.RESUME, obj=experiment, trials=started)
+        return started
+    with transaction.atomic():
+        Experiment.objects.filter(pk=experiment.pk).update(cancelled=None)
+        for trial in spec.trials():
+            run = latest.get(trial.index)
+            if run is not None and run.status == Run.Status.SUCCEEDED:
+                continue
+            if run is not None and run.checkpoints.filter(deleted__isnull=True).exists():
+                new = runs.run_resume(run=run, user=user)
+                Run.objects.filter(pk=new.pk).update(experiment=experiment, trial_index=trial.index)
+            else:
+                trust.check_config(team=experiment.team, config=trial.config)
+                _trial_run(experiment=experiment, trial=trial, user=user)
+            started += 1
+        audit_record(team=experiment.team_id, actor=user, verb=Verb.RESUME, obj=experiment, trials=started)
+    experiment.refresh_from_db()
+    return started

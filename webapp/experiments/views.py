@@ -1,0 +1,121 @@
+"""Experiment pages: the list, the new-experiment form with its preview (how many runs, roughly how
+long), the experiment page (arms as rows, live by htmx polling while trials are active), cancel,
+resume and the CSV export. Each view fetches within the current team, calls one service, renders."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from training.experiment import ExperimentError, ExperimentSpec
+from webapp.artifacts.downloads import streamed
+from webapp.core.values import csv_cell
+from webapp.experiments import selectors, services
+from webapp.experiments.forms import ExperimentForm
+from webapp.models import Experiment
+from webapp.teams.access import TeamRequest, team_object_or_404
+
+
+@require_GET
+def experiment_list(request: TeamRequest) -> HttpResponse:
+    return render(request, "experiments/list.html", {"experiments": selectors.experiment_list(team=request.team)})
+
+
+def _form_spec(request: TeamRequest, form: ExperimentForm) -> ExperimentSpec | None:
+    """The form's spec, or None with every problem added next to its field."""
+    if not form.is_valid():
+        return None
+    data = form.cleaned_data
+    try:
+        return services.experiment_spec_build(
+            team=request.team, topology=data["topology"], dataset=data["dataset"], name=data["name"],
+            axes=data["axes_yaml"], seeds=data["seeds"], metric=data["metric"], direction=data["direction"],
+            advanced_yaml=data["advanced_yaml"], search=data["search_yaml"],
+        )
+    except ExperimentError as exc:
+        for problem in exc.problems:
+            form.add_problem(problem)
+        return None
+
+
+def experiment_new(request: TeamRequest) -> HttpResponse:
+    initial = {key: request.GET[key] for key in ("topology", "dataset") if request.GET.get(key, "").isdigit()}
+    form = ExperimentForm(request.POST or None, team=request.team, initial=initial)
+    if request.method == "POST":
+        spec = _form_spec(request, form)
+        if spec is not None:
+            experiment = services.experiment_create(team=request.team, user=request.user, spec=spec,
+                                                    topology=form.cleaned_data["topology"], dataset=form.cleaned_data["dataset"])
+            messages.success(request, f"Queued experiment #{experiment.pk}: {experiment.trial_count} runs.")
+            return redirect(experiment)
+    return render(request, "experiments/new.html", {"form": form})
+
+
+@require_POST
+def experiment_preview(request: TeamRequest) -> HttpResponse:
+    """How many runs the form starts and roughly how long they take, or every problem with it."""
+    form = ExperimentForm(request.POST, team=request.team)
+    picked = bool(request.POST.get("topology") and request.POST.get("dataset"))
+    spec = _form_spec(request, form) if picked else None
+    errors = [f"{form[name].label if name in form.fields else ''}: {' '.join(errs)}".lstrip(": ") for name, errs in form.errors.items()]
+    context: dict[str, Any] = {"form": form, "errors": errors if picked else [], "spec": spec}
+    if spec is not None:
+        context["estimate"] = selectors.experiment_estimate(team=request.team, spec=spec)
+        context["arms"] = ([] if spec.search is not None else
+                           [", ".join(f"{f}={v}" for f, v in arm) or "base" for arm in spec.arms()])
+    return render(request, "experiments/new.html#preview", context)
+
+
+def experiment_detail(request: TeamRequest, pk: int) -> HttpResponse:
+    experiment = team_object_or_404(request, Experiment, pk)
+    try:
+        results = selectors.experiment_results(experiment=experiment)
+    except ExperimentError as exc:  # the stored spec no longer validates (a plugin it names was unregistered, ...)
+        messages.error(request, f"This experiment's spec no longer validates, so its arms cannot be read: {exc}")
+        return render(request, "experiments/list.html", {"experiments": selectors.experiment_list(team=request.team)})
+    context = {"experiment": experiment, "results": results, "active": experiment.is_active}
+    template = "experiments/detail.html#results" if request.htmx else "experiments/detail.html"
+    return render(request, template, context)
+
+
+@require_POST
+def experiment_cancel(request: TeamRequest, pk: int) -> HttpResponse:
+    experiment = team_object_or_404(request, Experiment, pk)
+    stopped = services.experiment_cancel(experiment=experiment, actor=request.user)
+    messages.info(request, f"Cancelled {stopped} queued or running trial{'s' if stopped != 1 else ''}.")
+    return redirect(experiment)
+
+
+@require_POST
+def experiment_resume(request: TeamRequest, pk: int) -> HttpResponse:
+    experiment = team_object_or_404(request, Experiment, pk)
+    try:
+        started = services.experiment_resume(experiment=experiment, user=request.user)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, f"Started {started} unfinished trial{'s' if started != 1 else ''} again.")
+    return redirect(experiment)
+
+
+@require_GET
+def experiment_export(request: TeamRequest, pk: int) -> HttpResponse:
+    experiment = team_object_or_404(request, Experiment, pk)
+    results = selectors.experiment_results(experiment=experiment)
+    return streamed(request, _csv(selectors.experiment_csv_rows(results=results)), filename=f"experiment-{experiment.pk}.csv",
+                    content_type="text/csv; charset=utf-8")
+
+
+def _csv(rows: Iterator[list[Any]]) -> Iterator[str]:
+    for row in rows:
+        buffer = io.StringIO()
+        csv.writer(buffer).writerow([csv_cell(v) for v in row])
+        yield buffer.getvalue()
