@@ -20,6 +20,8 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
+from training.config import ConfigError
+from webapp.core import trust
 from webapp.models import ApiToken, Invitation, Membership, Team
 from webapp.teams.audit import Verb, audit_record
 
@@ -38,6 +40,10 @@ def api_token_create(*, user: User, team: Team, name: str) -> tuple[ApiToken, st
     name = name.strip()
     if not name:
         raise ValidationError({"name": "Name the token after where it is used (\"laptop notebook\")."})
+    try:
+        trust.check_name(name)
+    except ConfigError as exc:
+        raise ValidationError({"name": exc.message}) from None
     if not Membership.objects.filter(user=user, team=team).exists():
         raise ValidationError("You are not a member of this team.")
     if ApiToken.objects.filter(user=user, revoked=None).count() >= MAX_ACTIVE:
