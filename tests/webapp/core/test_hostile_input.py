@@ -107,14 +107,14 @@ def test_yaml_configs_refuse_them_too(text, says):
 
 def test_an_agent_temperature_of_nan_or_infinity_is_a_400(alice, alice_world, api):
     for literal in ("NaN", "Infinity", "1e400"):
-        body = '{"name": "hot", "role": "tool", "model_source": %d, "temperature": %s}' % (alice_world.source.pk, literal)
+        body = f'{{"name": "hot", "role": "tool", "model_source": {alice_world.source.pk}, "temperature": {literal}}}'
         response = api.post(reverse("api_agents"), body, content_type="application/json")
         assert response.status_code == 400, response.content
     assert not Agent.objects.filter(name="hot").exists()
 
 
 def test_a_json_body_with_a_key_twice_is_a_400(alice, api, enqueued):
-    body = '{"config": %s, "name": "first", "name": "second"}' % json.dumps(TINY_CONFIG)
+    body = f'{{"config": {json.dumps(TINY_CONFIG)}, "name": "first", "name": "second"}}'
     response = api.post(reverse("api_runs"), body, content_type="application/json")
     assert response.status_code == 400 and "appears twice" in response.json()["error"]
     assert not Run.objects.exists() and enqueued == []
