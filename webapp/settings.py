@@ -24,6 +24,7 @@ from webapp.core.env import (
     env_list,
     env_paths,
     env_redis_url,
+    env_site_url,
     env_str,
 )
 
@@ -77,6 +78,10 @@ TROUPE_HEARTBEAT_SECONDS = max(1.0, TROUPE_WORKER_LOST_SECONDS / 6)
 
 TROUPE_HTTPS = env_bool("TROUPE_HTTPS", not DEBUG)
 """The site is reached over HTTPS (directly or through a TLS-terminating proxy): the defaults below."""
+TROUPE_SITE_URL = env_site_url("TROUPE_SITE_URL", f"{'https' if TROUPE_HTTPS else 'http'}://localhost:{env_str('PORT') or 8000}")
+"""Where people reach the site (`https://troupe.example.org`): password-reset and invitation links
+are built from it, never from the request's Host header, which a client chooses. `manage.py troupe`
+sets it to the address it serves when unset."""
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", TROUPE_HTTPS)
 SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # container and load-balancer checks speak plain HTTP inside
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", TROUPE_HTTPS)
@@ -200,6 +205,9 @@ EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "") or ""
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
 EMAIL_FILE_PATH = TROUPE_DATA_DIR / "emails"
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "troupe@localhost")
+TROUPE_PASSWORD_RESET_LIMIT = env_int("TROUPE_PASSWORD_RESET_LIMIT", 5, minimum=1)
+"""Password-reset requests each client address, and each email address, may make in a window."""
+TROUPE_PASSWORD_RESET_WINDOW_MINUTES = env_int("TROUPE_PASSWORD_RESET_WINDOW_MINUTES", 60, minimum=1)
 PASSWORD_RESET_TIMEOUT = env_int("PASSWORD_RESET_TIMEOUT", 3 * 24 * 3600, minimum=60)
 # How long a team invitation link works.
 TROUPE_INVITATION_DAYS = env_int("TROUPE_INVITATION_DAYS", 7, minimum=1)

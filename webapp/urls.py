@@ -25,7 +25,7 @@ urlpatterns = [
          name="password_change"),
     path("account/password/done/", auth_views.PasswordChangeDoneView.as_view(template_name="account/password_change_done.html"),
          name="password_change_done"),
-    path("password-reset/", auth_views.PasswordResetView.as_view(
+    path("password-reset/", teams.PasswordResetView.as_view(
         template_name="account/password_reset.html", email_template_name="account/password_reset_email.txt",
         subject_template_name="account/password_reset_subject.txt"), name="password_reset"),
     path("password-reset/sent/", auth_views.PasswordResetDoneView.as_view(

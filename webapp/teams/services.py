@@ -136,6 +136,39 @@ def membership_remove(*, membership: Membership, actor: User | None = None) -> N
         membership.delete()
 
 
+# == password resets ==================================================================================
+
+
+def site_link(path: str) -> str:
+    """An absolute link for an email: the configured site address (`TROUPE_SITE_URL`) and `path`,
+    never the Host a request named."""
+    return settings.TROUPE_SITE_URL + path
+
+
+def password_reset_throttle(*, client: str, email: str) -> str | None:
+    """Count one password-reset request from `client` (an IP address) for `email`, and say why it
+    must not send anything (None: it may). Each client and each address gets
+    `TROUPE_PASSWORD_RESET_LIMIT` requests a `TROUPE_PASSWORD_RESET_WINDOW_MINUTES` window, whether
+    or not the address has an account (so the answer reveals nothing about it). Counted in Django's
+    cache: one web process shares its counts, several need a shared cache (`CACHES`)."""
+    from django.core.cache import cache
+
+    window = settings.TROUPE_PASSWORD_RESET_WINDOW_MINUTES * 60
+    address = hashlib.sha256(email.strip().lower().encode("utf-8", "surrogatepass")).hexdigest()
+    over = None
+    for key, who in ((f"troupe:reset:client:{client}", "from your address"), (f"troupe:reset:email:{address}", "for this email address")):
+        cache.add(key, 0, timeout=window)
+        try:
+            count = cache.incr(key)
+        except ValueError:  # expired between add and incr: a fresh window
+            cache.add(key, 1, timeout=window)
+            count = 1
+        if count > settings.TROUPE_PASSWORD_RESET_LIMIT and over is None:
+            over = (f"Too many password-reset requests {who}: try again in {settings.TROUPE_PASSWORD_RESET_WINDOW_MINUTES} "
+                    "minutes, or ask a team admin.")
+    return over
+
+
 # == invitations =======================================================================================
 
 MAX_PENDING_INVITATIONS = 50

@@ -14,12 +14,13 @@ from axes.helpers import get_cool_off
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
-from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
+from django.contrib.auth.forms import AuthenticationForm, PasswordResetForm, UserCreationForm
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -75,7 +76,7 @@ def team_invite(request: TeamRequest) -> HttpResponse:
     try:
         _, link = services.invitation_create(
             team=request.team, by=request.user, role=form.cleaned_data["role"], email=form.cleaned_data["email"],
-            link_for=lambda token: request.build_absolute_uri(reverse("invitation_accept", args=[token])),
+            link_for=lambda token: services.site_link(reverse("invitation_accept", args=[token])),
         )
     except ValidationError as exc:
         form.add_error(None, exc)
@@ -226,3 +227,24 @@ def login_locked_out(request: HttpRequest, original_response: HttpResponse | Non
     form = AuthenticationForm(request, initial={"username": username})
     return render(request, "login.html", {"form": form, "locked_out_minutes": minutes, "next": request.POST.get("next", "")},
                   status=429)
+
+
+class PasswordResetView(auth_views.PasswordResetView):
+    """Django's reset page, with two differences: the emailed link is built from TROUPE_SITE_URL
+    (Django's uses the request's Host, which a client chooses: ALLOWED_HOSTS checks the host, not
+    the port), and requests are limited per client address and per email address
+    (`services.password_reset_throttle`): past the limit the page says so (429) and sends nothing."""
+
+    def form_valid(self, form: PasswordResetForm) -> HttpResponse:
+        refused = services.password_reset_throttle(client=self.request.META.get("REMOTE_ADDR", ""), email=form.cleaned_data["email"])
+        if refused:
+            form.add_error(None, refused)
+            return self.render_to_response(self.get_context_data(form=form), status=429)
+        scheme, _, rest = settings.TROUPE_SITE_URL.partition("://")
+        form.save(
+            domain_override=rest, use_https=scheme == "https", token_generator=self.token_generator,
+            from_email=self.from_email, email_template_name=self.email_template_name,
+            subject_template_name=self.subject_template_name, request=self.request,
+            html_email_template_name=self.html_email_template_name, extra_email_context=self.extra_email_context,
+        )
+        return HttpResponseRedirect(self.get_success_url())

@@ -65,7 +65,7 @@ class Command(BaseCommand):
         if options["seed_only"]:
             return
 
-        env = child_env(os.environ, host=options["host"])
+        env = child_env(os.environ, host=options["host"], port=port)
         if env.get("TROUPE_HTTPS") == "0" and "TROUPE_HTTPS" not in os.environ:
             self.stdout.write(f"Plain HTTP on {options['host']} (loopback only); behind a TLS proxy set TROUPE_HTTPS=1")
         elif not settings.DEBUG and "TROUPE_HTTPS" not in os.environ:
@@ -149,12 +149,17 @@ class Command(BaseCommand):
             self.stdout.write("Stopped.")
 
 
-def child_env(environ: Mapping[str, str], *, host: str) -> dict[str, str]:
+def child_env(environ: Mapping[str, str], *, host: str, port: int | None = None) -> dict[str, str]:
     """The environment of the web server and the worker: this one, plus plain HTTP on a loopback
-    address (unless TROUPE_HTTPS says otherwise)."""
+    address (unless TROUPE_HTTPS says otherwise), and unless TROUPE_SITE_URL is set, the address
+    served (`http://127.0.0.1:8000`) as the site address emailed links are built from."""
     env = dict(environ)
     if host in LOOPBACK:
         env.setdefault("TROUPE_HTTPS", "0")
+    if port is not None:
+        scheme = "http" if env.get("TROUPE_HTTPS", "1").lower() in ("0", "false", "no", "off") else "https"
+        shown = "localhost" if host in ("0.0.0.0", "::", "") else (f"[{host}]" if ":" in host and not host.startswith("[") else host)
+        env.setdefault("TROUPE_SITE_URL", f"{scheme}://{shown}:{port}")
     return env
 
 
