@@ -16,7 +16,7 @@ from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
-from django.contrib.auth.forms import AuthenticationForm, PasswordResetForm, UserCreationForm
+from django.contrib.auth.forms import AuthenticationForm, PasswordResetForm
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db import transaction
@@ -28,7 +28,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from webapp.models import ApiToken, Invitation, Membership
 from webapp.teams import audit, services
 from webapp.teams.access import SESSION_KEY, TeamRequest, is_team_admin, team_optional
-from webapp.teams.forms import ApiTokenForm, AuditFilterForm, InvitationForm
+from webapp.teams.forms import ApiTokenForm, AuditFilterForm, InvitationForm, SignupForm
 
 
 @require_POST
@@ -104,7 +104,7 @@ def invitation_accept(request: HttpRequest, token: str) -> HttpResponse:
     invitation = services.invitation_find(token=token)
     if invitation is None:
         return render(request, "team/invitation.html", {"invitation": None}, status=404)
-    signup = None if request.user.is_authenticated else UserCreationForm(request.POST or None)
+    signup = None if request.user.is_authenticated else SignupForm(request.POST or None)
     error = ""
     if request.method == "POST":
         user = request.user
