@@ -16,7 +16,10 @@ from django.conf import settings  # noqa: E402
 from webapp.runs.routing import websocket_urlpatterns  # noqa: E402
 
 if not settings.TESTING:
+    from webapp.core.private import umask_private  # noqa: E402
     from webapp.ops.workers import Sweeper  # noqa: E402
+
+    umask_private()  # Daphne started by hand (not through manage.py troupe) writes private files too
 
     Sweeper().start()  # runs lost by a dead worker are failed even when no worker is left to sweep
 

@@ -27,6 +27,7 @@ from webapp.core.env import (
     env_site_url,
     env_str,
 )
+from webapp.core.private import data_dir_tighten, private_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 TESTING = "pytest" in sys.modules
@@ -36,7 +37,9 @@ TESTING = "pytest" in sys.modules
 
 DEBUG = env_bool("DEBUG", False)
 TROUPE_DATA_DIR = env_data_dir("TROUPE_DATA_DIR", BASE_DIR / ".data")
-"""Database (SQLite), uploaded datasets, run outputs and the embedded Redis live here."""
+"""Database (SQLite), uploaded datasets, run outputs and the embedded Redis live here: closed to
+other accounts (0700, its files 0600) whatever the umask; see webapp/core/private.py."""
+data_dir_tighten(TROUPE_DATA_DIR, deep=False)
 
 SECRET_KEY = env_str("SECRET_KEY") or ""
 """Unset: a key generated once into the data dir (`secret_key`), shared by every process using it."""
@@ -46,6 +49,13 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 
 DATABASES = {"default": env_database("DATABASE_URL", TROUPE_DATA_DIR / "troupe.sqlite3")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" and DATABASES["default"]["NAME"] != ":memory:":
+    # Made 0600 before SQLite first opens it: its -wal, -shm and -journal files take the database's mode.
+    _sqlite = Path(DATABASES["default"]["NAME"])
+    if _sqlite.parent.is_dir():
+        private_file(_sqlite)
+        for _suffix in ("-wal", "-shm", "-journal"):
+            data_dir_tighten(_sqlite.with_name(_sqlite.name + _suffix), deep=False)
 
 REDIS_URL = env_redis_url("REDIS_URL")
 """Channel layer and Celery broker. Unset: the embedded Redis that `manage.py troupe` starts."""
@@ -190,7 +200,7 @@ LOGOUT_REDIRECT_URL = "login"
 # EMAIL_HOST, the default when it is set), `file` (each email a file in <data dir>/emails/, the
 # default on a laptop) or `console` (printed by the web process).
 _EMAIL_BACKENDS = {"smtp": "django.core.mail.backends.smtp.EmailBackend",
-                   "file": "django.core.mail.backends.filebased.EmailBackend",
+                   "file": "webapp.core.private.PrivateFileEmailBackend",
                    "console": "django.core.mail.backends.console.EmailBackend"}
 EMAIL_HOST = env_str("EMAIL_HOST", "") or ""
 _email = env_str("EMAIL_BACKEND") or ("smtp" if EMAIL_HOST else "file")

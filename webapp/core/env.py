@@ -73,7 +73,7 @@ def env_data_dir(name: str, default: Path) -> Path:
     if not path.is_absolute():
         raise ImproperlyConfigured(f"{name}={raw!r} must be an absolute path")
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise ImproperlyConfigured(f"{name}={str(path)!r} cannot be created: {exc.strerror}") from None
     if not os.access(path, os.W_OK):

@@ -31,6 +31,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from webapp.core.private import data_dir_tighten, umask_private
 from webapp.models import gpu_queue
 from webapp.runs import services as run_services
 
@@ -60,6 +61,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         port = options["port"] or _port_from_env()
         self.stdout.write(f"Troupe · data in {settings.TROUPE_DATA_DIR} · database {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}")
+        umask_private()  # manage.py set it already; the web server and worker inherit it
+        data_dir_tighten(settings.TROUPE_DATA_DIR, deep=True)  # an older install's files, readable by all until now
         call_command("migrate", interactive=False, verbosity=0)
         call_command("seed_demo", stdout=self.stdout)
         if options["seed_only"]:
