@@ -64,6 +64,10 @@ _redis = REDIS_URL or f"unix://{EMBEDDED_REDIS_SOCKET}"
 
 TROUPE_UPLOAD_MAX_BYTES = env_int("TROUPE_UPLOAD_MAX_BYTES", 50 * 1024 * 1024, minimum=1)
 """Largest dataset file accepted for upload."""
+TROUPE_REQUEST_MAX_BYTES = env_int("TROUPE_REQUEST_MAX_BYTES", 2_621_440, minimum=1024)
+"""Largest request body anywhere but a dataset upload (2.5 MiB): refused with a 413 as it streams,
+before login or CSRF are checked (webapp/core/bodylimit.py)."""
+DATA_UPLOAD_MAX_MEMORY_SIZE = TROUPE_REQUEST_MAX_BYTES
 TROUPE_UPLOAD_MAX_ROWS = env_int("TROUPE_UPLOAD_MAX_ROWS", 200_000, minimum=1)
 """Most rows accepted in an uploaded dataset."""
 # Plugin environments and reward functions are registered from TROUPE_ENVIRONMENTS and
