@@ -21,7 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from training.config import ConfigError
-from webapp.core import trust
+from webapp.core import sockets, trust
 from webapp.models import ApiToken, Invitation, Membership, Team
 from webapp.teams.audit import Verb, audit_record
 
@@ -100,6 +100,7 @@ def membership_set_role(*, membership: Membership, role: str, actor: User | None
             return membership
         Membership.objects.filter(pk=membership.pk).update(role=role)
         audit_record(team=membership.team_id, actor=actor, verb=Verb.ROLE, obj=membership, before=membership.role, after=role)
+        sockets.user_sockets_close(user_id=membership.user_id, code=sockets.RECONNECT, reason="role changed")
     membership.role = role
     return membership
 
@@ -122,8 +123,8 @@ def membership_remove_blocker(*, membership: Membership) -> str | None:
 def membership_remove(*, membership: Membership, actor: User | None = None) -> None:
     """Take a user out of the team (their account, runs and tokens of other teams stay); a team
     always keeps an admin. Their API tokens for this team are revoked: they stop working at once
-    and stay dead if the user is invited back (who joins again makes new ones). `actor` is who
-    removed them (themselves: they left)."""
+    and stay dead if the user is invited back (who joins again makes new ones), and their open
+    websockets are closed. `actor` is who removed them (themselves: they left)."""
     with transaction.atomic():
         membership = _locked(membership)
         if blocker := membership_remove_blocker(membership=membership):
@@ -134,6 +135,8 @@ def membership_remove(*, membership: Membership, actor: User | None = None) -> N
                      left=actor is not None and actor.pk == membership.user_id,
                      **({"tokens_revoked": revoked} if revoked else {}))
         membership.delete()
+        # their pages reconnect: sockets of this team's runs are then refused, others carry on
+        sockets.user_sockets_close(user_id=membership.user_id, code=sockets.RECONNECT, reason="removed from a team")
 
 
 # == password resets ==================================================================================

@@ -25,6 +25,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from webapp.core import sockets
 from webapp.models import ApiToken, Invitation, Membership
 from webapp.teams import audit, services
 from webapp.teams.access import SESSION_KEY, TeamRequest, is_team_admin, team_optional
@@ -248,3 +249,34 @@ class PasswordResetView(auth_views.PasswordResetView):
             html_email_template_name=self.html_email_template_name, extra_email_context=self.extra_email_context,
         )
         return HttpResponseRedirect(self.get_success_url())
+
+
+class LogoutView(auth_views.LogoutView):
+    """Django's logout, which also closes the user's open websockets (a logged-out session no
+    longer receives a run's metrics, logs and rollouts)."""
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        user_id = request.user.pk if request.user.is_authenticated else None
+        response = super().post(request, *args, **kwargs)
+        if user_id is not None:
+            sockets.user_sockets_close(user_id=user_id, code=sockets.GONE, reason="logged out")
+        return response
+
+
+class PasswordChangeView(auth_views.PasswordChangeView):
+    """Django's password change; the user's open websockets reconnect, so those of the sessions
+    the change ended are refused (this one stays logged in)."""
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        response = super().form_valid(form)
+        sockets.user_sockets_close(user_id=form.user.pk, code=sockets.RECONNECT, reason="password changed")
+        return response
+
+
+class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
+    """Django's "choose a new password" page; as for a change, the user's sockets reconnect."""
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        response = super().form_valid(form)
+        sockets.user_sockets_close(user_id=form.user.pk, code=sockets.RECONNECT, reason="password reset")
+        return response
