@@ -159,3 +159,46 @@ def test_playground_tasks_with_nul_are_a_400(alice, alice_world, api, jobs_sent)
     response = api.post(reverse("api_playground"), body, content_type="application/json")
     assert response.status_code == 400 and "NUL" in response.json()["error"], response.content
     assert jobs_sent == []
+
+
+FUZZ = [HUGE, "a\x00b", "²", "-1", "9999-12-31T99:99", "1e999", "nan"]
+
+
+def test_no_hostile_query_parameter_makes_a_page_or_the_api_fail(alice, alice_world, api):
+    """Every page's and endpoint's query parameters, each given the values above: answered, never a 500."""
+    run = alice_world.run.pk
+    pages = {
+        reverse("run_list"): ["page", "sort", "status", "archived", "environment", "specialization"],
+        reverse("run_export"): ["sort", "status", "q"],
+        reverse("team_audit"): ["verb", "actor", "object_type", "page"],
+        reverse("run_rollouts", args=[run]): ["agent", "success", "step", "before", "after"],
+        reverse("playground"): ["agents", "job"],
+        reverse("run_new"): ["topology", "dataset", "clone"],
+        reverse("dataset_list"): ["page"],
+        reverse("dashboard"): ["page"],
+    }
+    failed = []
+    for url, names in pages.items():
+        for name in names:
+            for value in FUZZ:
+                response = alice.client.get(url, {name: value})
+                if response.status_code >= 500:
+                    failed.append((url, name, value))
+    for value in FUZZ:
+        response = alice.client.get(reverse("run_compare_data"), {"ids": [str(run), value], "metric": value})
+        if response.status_code >= 500:
+            failed.append(("compare", "ids", value))
+    endpoints = {
+        reverse("api_runs"): ["page", "per_page", "sort", "status", "archived"],
+        reverse("api_jobs"): ["kind", "status", "page", "per_page"],
+        reverse("api_run_metrics", args=[run]): ["after", "limit"],
+        reverse("api_run_rollouts", args=[run]): ["after", "limit", "step"],
+        reverse("api_models"): ["page", "per_page"],
+    }
+    for url, names in endpoints.items():
+        for name in names:
+            for value in FUZZ:
+                response = api.get(url, **{name: value})
+                if response.status_code >= 500:
+                    failed.append((url, name, value))
+    assert failed == []
