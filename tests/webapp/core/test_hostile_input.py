@@ -147,11 +147,19 @@ def test_names_in_any_script_and_emoji_still_pass():
         trust.check_name(name)
 
 
-def test_the_run_form_refuses_a_bidi_name(alice, alice_world, enqueued):
-    data = {"name": "abc\u202etxt.exe", "topology": alice_world.topology.pk, "dataset": alice_world.dataset.pk}
+@pytest.mark.parametrize(("name", "says"), [("abc\u202etxt.exe", "bidirectional"), ("a\x00b", "Null characters")])
+def test_the_run_form_refuses_a_bidi_or_nul_name(alice, alice_world, enqueued, name, says):
+    data = {"name": name, "topology": alice_world.topology.pk, "dataset": alice_world.dataset.pk}
     response = alice.client.post(reverse("run_new"), data)
-    assert response.status_code == 200 and "bidirectional" in response.content.decode()
+    assert response.status_code == 200 and says in response.content.decode()
     assert Run.objects.count() == 1 and enqueued == []
+
+
+def test_a_playground_task_with_nul_is_refused_by_the_page(alice, alice_world, jobs_sent):
+    for value in ("1+1?\x00", '["a\\u0000"]'):
+        response = alice.client.post(reverse("playground"), {"agents": f"t:{alice_world.topology.pk}", "task_question": value,
+                                                             "task_answer": "2"})
+        assert response.status_code in (200, 400) and jobs_sent == [], response.status_code
 
 
 def test_playground_tasks_with_nul_are_a_400(alice, alice_world, api, jobs_sent):
