@@ -44,9 +44,12 @@ async def _open(run_id: int, client: Client):
 
 
 async def _closed_with(ws) -> int:
-    message = await ws.receive_output(timeout=2)
-    assert message["type"] == "websocket.close", message
-    return message["code"]
+    """The close code, once the socket closes (what the backlog still had in flight may come first)."""
+    while True:
+        message = await ws.receive_output(timeout=10)
+        if message["type"] == "websocket.close":
+            return message["code"]
+        assert message["type"] == "websocket.send", message
 
 
 async def _event(run_id: int) -> None:
