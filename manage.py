@@ -6,6 +6,7 @@ import sys
 
 
 def main() -> None:
+    os.umask(0o077)  # what Troupe writes is its user's alone (webapp/core/private.py)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
     from django.core.management import execute_from_command_line
 

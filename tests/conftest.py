@@ -58,7 +58,7 @@ def plugin_registry() -> Iterator[object]:
 DATABASE_DEPENDENT = frozenset({
     # the API: queries, filters, JSON bodies stored as rows, NUL characters PostgreSQL refuses
     "webapp/api/test_api.py", "webapp/api/test_catalog_api.py", "webapp/api/test_openapi.py",
-    "webapp/core/test_trust_properties.py",
+    "webapp/core/test_trust_properties.py", "webapp/core/test_hostile_input.py", "webapp/api/test_api_experiments.py",
     # rows written in bulk, protected foreign keys, unique names, ordered many-to-many
     "webapp/artifacts/test_artifacts.py",
     "webapp/catalog/test_bad_input_forms.py", "webapp/catalog/test_bad_input_uploads.py",
@@ -73,7 +73,8 @@ DATABASE_DEPENDENT = frozenset({
     "webapp/runs/test_integration_worker.py", "webapp/runs/test_run_cancel.py", "webapp/runs/test_run_claim.py",
     "webapp/runs/test_run_clone.py", "webapp/runs/test_run_execute.py", "webapp/runs/test_run_form.py",
     "webapp/runs/test_run_queue.py", "webapp/runs/test_run_resume.py", "webapp/runs/test_run_sweep_lost.py",
-    "webapp/runs/test_bad_input_configs.py",
+    "webapp/runs/test_bad_input_configs.py", "webapp/experiments/test_experiment_queue_cap.py",
+    "webapp/experiments/test_experiment_cancel_resume.py",
     # the stream's backlog, gap fill and downsampling are database reads
     "webapp/runs/test_stream_backlog_then_deltas.py", "webapp/runs/test_stream_dashboard.py",
     "webapp/runs/test_stream_downsampling.py", "webapp/runs/test_stream_gap_fill.py",
@@ -84,6 +85,7 @@ DATABASE_DEPENDENT = frozenset({
     "webapp/teams/test_api_tokens.py", "webapp/teams/test_audit_trail.py", "webapp/teams/test_invitations.py",
     "webapp/teams/test_login_throttle.py", "webapp/teams/test_members.py",
     "webapp/teams/test_password_change_and_reset.py", "webapp/teams/test_team_isolation.py",
+    "webapp/teams/test_username_look_alikes.py",
 })
 """The test modules (under tests/) whose outcome can change with the database: `make test` runs
 them again on PostgreSQL (the `postgres` marker). A new module that queries, locks, filters or stores

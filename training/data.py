@@ -43,6 +43,14 @@ list of objects of scalars 2. Such fields are a team's metadata, kept with the r
 MAX_NUMBER_CHARS = 100
 """Longest text a `number` field may hold ("1,234.5", "3/4"): a longer one is no number."""
 MAX_INT = 2**63 - 1
+
+MAX_BLANK_LINES = 10_000
+"""Blank lines (or CSV rows of empty cells) a file may hold: past them the reading stops, so a file
+of one row and millions of newlines is refused at once instead of walked line by line."""
+
+MAX_LINE_CHARS = 2 * MAX_FIELDS * MAX_FIELD_CHARS
+"""Characters in one JSONL line: room for every field at its limit, quoted and escaped. A longer
+line is refused before it is parsed."""
 """Largest whole number an `int` field holds (what a database column holds)."""
 
 _CSV_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
@@ -150,11 +158,28 @@ def _json(text: str) -> Any:
     return json.loads(text, parse_constant=_no_constants, object_pairs_hook=_unique_keys)
 
 
+def _lines(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) split on \n one at a time: no list of every line of a big file."""
+    start, number = 0, 1
+    while start <= len(text):
+        end = text.find("\n", start)
+        if end == -1:
+            end = len(text)
+        yield number, text[start:end]
+        start, number = end + 1, number + 1
+
+
 def _jsonl_rows(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line."""
-    for number, line in enumerate(text.split("\n"), start=1):  # only \n ends a JSONL line (\u2028 may sit in a string)
+    """(line number, object) for each non-blank line; at most MAX_BLANK_LINES blank ones."""
+    blank = 0
+    for number, line in _lines(text):  # only \n ends a JSONL line (\u2028 may sit in a string)
         if not line.strip():
+            blank += 1
+            if blank > MAX_BLANK_LINES:
+                raise DataError(f"more than {MAX_BLANK_LINES:,} blank lines", number)
             continue
+        if len(line) > MAX_LINE_CHARS:
+            raise DataError(f"the line is {len(line):,} characters; the limit is {MAX_LINE_CHARS:,}", number)
         try:
             value = _json(line)
         except json.JSONDecodeError as exc:
@@ -183,8 +208,10 @@ def _depth(value: Any, limit: int) -> int:
 
 
 def _csv_rows(text: str) -> Iterator[tuple[int, dict[str, str]]]:
-    """(line number where the row starts, cells by column) for each row with a non-blank cell."""
+    """(line number where the row starts, cells by column) for each row with a non-blank cell; at
+    most MAX_BLANK_LINES rows without one."""
     reader = csv.reader(io.StringIO(text), strict=True)
+    blank = 0
     try:
         header = [h.strip() for h in next(reader, [])]
         _check_header(header)
@@ -192,6 +219,9 @@ def _csv_rows(text: str) -> Iterator[tuple[int, dict[str, str]]]:
         for cells in reader:
             line, start = start, reader.line_num + 1
             if not any(c.strip() for c in cells):
+                blank += 1
+                if blank > MAX_BLANK_LINES:
+                    raise DataError(f"more than {MAX_BLANK_LINES:,} blank lines", line)
                 continue
             if len(cells) != len(header):
                 more = "more" if len(cells) > len(header) else "fewer"

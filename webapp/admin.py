@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin, messages
+from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
@@ -35,6 +37,7 @@ from webapp.models import (
     Worker,
 )
 from webapp.runs import services as run_services
+from webapp.teams.forms import AccountChangeForm, AdminSignupForm
 from webapp.teams.services import api_token_revoke, invitation_revoke
 
 admin.site.site_header = admin.site.site_title = "Troupe administration"
@@ -46,6 +49,17 @@ class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 1
     autocomplete_fields = ["user"]
+
+
+admin.site.unregister(User)
+
+
+@admin.register(User)
+class AccountAdmin(UserAdmin):
+    """Django's user admin; usernames meet the sign-up page's rules (one script, no look-alike)."""
+
+    add_form = AdminSignupForm
+    form = AccountChangeForm
 
 
 @admin.register(Team)

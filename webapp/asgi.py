@@ -1,4 +1,5 @@
-"""ASGI entry point (Daphne): HTTP through Django, websockets through Channels with the session
+"""ASGI entry point (Daphne): HTTP through Django behind a body-size limit that refuses oversized
+bodies as they stream (webapp/core/bodylimit.py), websockets through Channels with the session
 user attached. `webapp.runs.routing` holds the websocket URLs."""
 
 import os
@@ -13,16 +14,22 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from webapp.core.bodylimit import BodyLimit, install_daphne_limit  # noqa: E402
 from webapp.runs.routing import websocket_urlpatterns  # noqa: E402
 
 if not settings.TESTING:
+    from webapp.core.private import umask_private  # noqa: E402
     from webapp.ops.workers import Sweeper  # noqa: E402
+
+    umask_private()  # Daphne started by hand (not through manage.py troupe) writes private files too
 
     Sweeper().start()  # runs lost by a dead worker are failed even when no worker is left to sweep
 
+install_daphne_limit()  # Daphne reads a whole body before the app starts: refuse it while it streams
+
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": BodyLimit(django_asgi_app),  # and in front of Django, for any ASGI server
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -14,7 +14,7 @@ from typing import Any
 
 from celery import Celery
 from celery.exceptions import SecurityWarning
-from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
+from celery.signals import worker_init, worker_ready, worker_shutdown, worker_shutting_down
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 # Celery warns at every start of a worker running as root (a laptop's or a container's user); the
@@ -24,6 +24,18 @@ warnings.filterwarnings("ignore", category=SecurityWarning)
 app = Celery("webapp")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["webapp.runs", "webapp.jobs"])  # their tasks.py
+
+
+@worker_init.connect
+def _private_files(**kwargs: Any) -> None:
+    """A worker writes run outputs, checkpoints and exports for its user alone (umask 077, whatever
+    the shell's), and closes what an older install left readable in the data dir."""
+    from django.conf import settings
+
+    from webapp.core.private import data_dir_tighten, umask_private
+
+    umask_private()
+    data_dir_tighten(settings.TROUPE_DATA_DIR, deep=True)
 
 
 @worker_shutting_down.connect

@@ -111,6 +111,8 @@ class ModelSource(models.Model):
     def clean(self) -> None:
         from webapp.core import trust
 
+        with _field_errors("name"):
+            trust.check_name(self.name)
         with _field_errors("source"):
             trust.check_model_source(team=self.team if self.team_id else Team(), source=self.source, field="source")
 
@@ -187,6 +189,8 @@ class Topology(models.Model):
     def clean(self) -> None:
         from webapp.core import trust
 
+        with _field_errors("name"):
+            trust.check_name(self.name)
         with _field_errors("environment"):
             trust.check_environment(self.environment, field="environment")
         with _field_errors("env_args"):
@@ -265,6 +269,8 @@ class Dataset(models.Model):
     def clean(self) -> None:
         from webapp.core import trust
 
+        with _field_errors("name"):
+            trust.check_name(self.name)
         with _field_errors("environment"):
             trust.check_environment(self.environment, field="environment")
         with _field_errors("env_args"):

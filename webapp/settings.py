@@ -24,8 +24,10 @@ from webapp.core.env import (
     env_list,
     env_paths,
     env_redis_url,
+    env_site_url,
     env_str,
 )
+from webapp.core.private import data_dir_tighten, private_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 TESTING = "pytest" in sys.modules
@@ -35,7 +37,9 @@ TESTING = "pytest" in sys.modules
 
 DEBUG = env_bool("DEBUG", False)
 TROUPE_DATA_DIR = env_data_dir("TROUPE_DATA_DIR", BASE_DIR / ".data")
-"""Database (SQLite), uploaded datasets, run outputs and the embedded Redis live here."""
+"""Database (SQLite), uploaded datasets, run outputs and the embedded Redis live here: closed to
+other accounts (0700, its files 0600) whatever the umask; see webapp/core/private.py."""
+data_dir_tighten(TROUPE_DATA_DIR, deep=False)
 
 SECRET_KEY = env_str("SECRET_KEY") or ""
 """Unset: a key generated once into the data dir (`secret_key`), shared by every process using it."""
@@ -45,6 +49,13 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 
 DATABASES = {"default": env_database("DATABASE_URL", TROUPE_DATA_DIR / "troupe.sqlite3")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" and DATABASES["default"]["NAME"] != ":memory:":
+    # Made 0600 before SQLite first opens it: its -wal, -shm and -journal files take the database's mode.
+    _sqlite = Path(DATABASES["default"]["NAME"])
+    if _sqlite.parent.is_dir():
+        private_file(_sqlite)
+        for _suffix in ("-wal", "-shm", "-journal"):
+            data_dir_tighten(_sqlite.with_name(_sqlite.name + _suffix), deep=False)
 
 REDIS_URL = env_redis_url("REDIS_URL")
 """Channel layer and Celery broker. Unset: the embedded Redis that `manage.py troupe` starts."""
@@ -53,6 +64,10 @@ _redis = REDIS_URL or f"unix://{EMBEDDED_REDIS_SOCKET}"
 
 TROUPE_UPLOAD_MAX_BYTES = env_int("TROUPE_UPLOAD_MAX_BYTES", 50 * 1024 * 1024, minimum=1)
 """Largest dataset file accepted for upload."""
+TROUPE_REQUEST_MAX_BYTES = env_int("TROUPE_REQUEST_MAX_BYTES", 2_621_440, minimum=1024)
+"""Largest request body anywhere but a dataset upload (2.5 MiB): refused with a 413 as it streams,
+before login or CSRF are checked (webapp/core/bodylimit.py)."""
+DATA_UPLOAD_MAX_MEMORY_SIZE = TROUPE_REQUEST_MAX_BYTES
 TROUPE_UPLOAD_MAX_ROWS = env_int("TROUPE_UPLOAD_MAX_ROWS", 200_000, minimum=1)
 """Most rows accepted in an uploaded dataset."""
 # Plugin environments and reward functions are registered from TROUPE_ENVIRONMENTS and
@@ -80,6 +95,10 @@ TROUPE_HEARTBEAT_SECONDS = max(1.0, TROUPE_WORKER_LOST_SECONDS / 6)
 
 TROUPE_HTTPS = env_bool("TROUPE_HTTPS", not DEBUG)
 """The site is reached over HTTPS (directly or through a TLS-terminating proxy): the defaults below."""
+TROUPE_SITE_URL = env_site_url("TROUPE_SITE_URL", f"{'https' if TROUPE_HTTPS else 'http'}://localhost:{env_str('PORT') or 8000}")
+"""Where people reach the site (`https://troupe.example.org`): password-reset and invitation links
+are built from it, never from the request's Host header, which a client chooses. `manage.py troupe`
+sets it to the address it serves when unset."""
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", TROUPE_HTTPS)
 SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # container and load-balancer checks speak plain HTTP inside
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", TROUPE_HTTPS)
@@ -188,7 +207,7 @@ LOGOUT_REDIRECT_URL = "login"
 # EMAIL_HOST, the default when it is set), `file` (each email a file in <data dir>/emails/, the
 # default on a laptop) or `console` (printed by the web process).
 _EMAIL_BACKENDS = {"smtp": "django.core.mail.backends.smtp.EmailBackend",
-                   "file": "django.core.mail.backends.filebased.EmailBackend",
+                   "file": "webapp.core.private.PrivateFileEmailBackend",
                    "console": "django.core.mail.backends.console.EmailBackend"}
 EMAIL_HOST = env_str("EMAIL_HOST", "") or ""
 _email = env_str("EMAIL_BACKEND") or ("smtp" if EMAIL_HOST else "file")
@@ -203,6 +222,9 @@ EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "") or ""
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
 EMAIL_FILE_PATH = TROUPE_DATA_DIR / "emails"
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "troupe@localhost")
+TROUPE_PASSWORD_RESET_LIMIT = env_int("TROUPE_PASSWORD_RESET_LIMIT", 5, minimum=1)
+"""Password-reset requests each client address, and each email address, may make in a window."""
+TROUPE_PASSWORD_RESET_WINDOW_MINUTES = env_int("TROUPE_PASSWORD_RESET_WINDOW_MINUTES", 60, minimum=1)
 PASSWORD_RESET_TIMEOUT = env_int("PASSWORD_RESET_TIMEOUT", 3 * 24 * 3600, minimum=60)
 # How long a team invitation link works.
 TROUPE_INVITATION_DAYS = env_int("TROUPE_INVITATION_DAYS", 7, minimum=1)

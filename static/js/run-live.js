@@ -669,7 +669,8 @@
     var el = document.getElementById("live-conn");
     if (!el) return;
     el.dataset.state = state.conn;
-    var text = { connecting: "connecting…", live: "live", done: "", offline: "offline" }[state.conn];
+    var text = { connecting: "connecting…", live: "live", done: "", offline: "offline",
+                 ended: "signed out · reload the page" }[state.conn];
     if (state.conn === "reconnecting") {
       var wait = Math.max(0, Math.ceil((state.retryAt - Date.now()) / 1000));
       text = wait ? "connection lost · retrying in " + wait + "s" : "reconnecting…";
@@ -746,11 +747,12 @@
       try { m = JSON.parse(e.data); } catch (err) { return; }
       handle(m);
     };
-    ws.onclose = function () {
+    ws.onclose = function (e) {
       if (state.ws !== ws) return;
       state.ws = null;
       clearInterval(state.pingTimer);
       clearTimeout(state.pongTimer);
+      if (e && e.code === 4401) { setConn("ended"); return; }  // logged out or no longer allowed: reload to sign in
       if (TERMINAL[state.status] && state.loaded) { setConn("done"); return; }
       scheduleReconnect();
     };

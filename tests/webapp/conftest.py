@@ -47,6 +47,14 @@ class World:
 
 
 @pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    """Rate-limit counters (password resets) live in the cache: each test starts with none."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
+@pytest.fixture(autouse=True)
 def data_dir(settings: Any, tmp_path: Path) -> Path:
     """Uploaded files and run folders go to a fresh folder per test."""
     settings.TROUPE_DATA_DIR = tmp_path

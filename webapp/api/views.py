@@ -106,6 +106,9 @@ def runs(request: ApiRequest) -> HttpResponse:
     if request.method == "POST":
         return _launch(request)
     filters = history.RunFilter.from_query(request.GET)
+    if filters.problems:
+        raise ApiError(400, " ".join(f"{name}: {problem}" for name, problem in filters.problems),
+                       fields={name: [problem] for name, problem in filters.problems})
     per_page = query_int(request, "per_page", 25, low=1, high=PER_PAGE_MAX) or 25
     paginator = Paginator(history.run_search(team=request.team, filters=filters), per_page)
     number = query_int(request, "page", 1, low=1) or 1

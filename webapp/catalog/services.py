@@ -29,6 +29,7 @@ from agents.base import Environment, fields_of
 from agents.envs import EnvironmentInfo, describe_environment, list_environments, load_environment
 from training.config import ConfigError
 from training.data import DataError, read_rows
+from webapp.core.private import data_dir_tighten, private_file
 from webapp.models import (
     Agent,
     Dataset,
@@ -310,11 +311,13 @@ def dataset_upload(*, team: Team, name: str, environment: str, upload: UploadedF
     dataset.format = _upload_format(upload)
 
     folder = Path(settings.TROUPE_DATA_DIR) / "datasets" / str(team.pk)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    data_dir_tighten(folder.parent, deep=False)  # datasets/ and this team's folder: the owner's alone
     token = secrets.token_hex(16)
     final = folder / f"{token}.{dataset.format}"
     part = folder / f".{token}.part.{dataset.format}"  # read_rows picks the format by suffix
     try:
+        private_file(part)  # 0600 whatever the umask
         with part.open("wb") as out:
             for chunk in upload.chunks():
                 out.write(chunk)

@@ -73,12 +73,28 @@ def env_data_dir(name: str, default: Path) -> Path:
     if not path.is_absolute():
         raise ImproperlyConfigured(f"{name}={raw!r} must be an absolute path")
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise ImproperlyConfigured(f"{name}={str(path)!r} cannot be created: {exc.strerror}") from None
     if not os.access(path, os.W_OK):
         raise ImproperlyConfigured(f"{name}={str(path)!r} is not writable")
     return path
+
+
+def env_site_url(name: str, default: str) -> str:
+    """The address people reach the site at, as `scheme://host[:port][/prefix]` without a trailing
+    slash: links in emails are built from it, never from a request's Host header."""
+    from urllib.parse import urlsplit
+
+    raw = (env_str(name) or default).rstrip("/")
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment or parts.username:
+        raise ImproperlyConfigured(f"{name}={raw!r} must look like https://troupe.example.org (scheme and host, an optional port and path)")
+    return raw
 
 
 def env_database(name: str, default_sqlite: Path) -> dict[str, Any]:

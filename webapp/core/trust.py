@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -80,6 +82,12 @@ MAX_ENV_ARGS_BYTES = 16 * 1024
 
 
 """The largest `env_args` mapping, as JSON."""
+
+
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+"""Characters that reorder the text around them (a name that reads `exe.txt` but is `txt.exe`)."""
 
 
 # == size ============================================================================================
@@ -140,11 +148,26 @@ def yaml_load(text: str, *, field: str = "yaml") -> Any:
 
 
 def json_load(body: bytes | str, *, field: str = "body") -> Any:
-    """Parse an untrusted JSON body with the same bounds as `yaml_load`."""
+    """Parse an untrusted JSON body with the same bounds as `yaml_load`; a key given twice in one
+    object and the non-standard NaN/Infinity are refused (Python's parser accepts both silently)."""
     if len(body) > MAX_CONFIG_BYTES * 2:
         raise ConfigError(field, f"is {len(body):,} bytes; the limit is {MAX_CONFIG_BYTES * 2:,}")
+
+    def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise ConfigError(field, f"the key {key[:60]!r} appears twice in one object")
+            out[key] = value
+        return out
+
+    def no_constant(name: str) -> Any:
+        raise ConfigError(field, f"{name} is not a JSON number; send a finite number")
+
     try:
-        tree = json.loads(body or b"{}")
+        tree = json.loads(body or b"{}", object_pairs_hook=unique_keys, parse_constant=no_constant)
+    except ConfigError:
+        raise
     except RecursionError:
         raise ConfigError(field, f"nested more than {MAX_DEPTH} levels deep") from None
     except json.JSONDecodeError as exc:
@@ -158,7 +181,8 @@ def json_load(body: bytes | str, *, field: str = "body") -> Any:
 def check_tree(tree: Any, *, field: str, max_depth: int = MAX_DEPTH) -> None:
     """Refuse a parsed tree that nests deeper than `max_depth`, holds more than MAX_VALUES values,
     a string over MAX_STRING characters, a list or mapping over MAX_ITEMS entries, or a value that
-    is not plain data (str, int, float, bool, None, list, mapping with string keys)."""
+    is not plain data (str, int, float, bool, None, list, mapping with string keys), a NUL character
+    in a string or key (PostgreSQL stores none), or a number that is not finite (NaN, infinity)."""
     count = 0
     stack: list[tuple[Any, str, int]] = [(tree, field, 1)]
     while stack:
@@ -171,6 +195,10 @@ def check_tree(tree: Any, *, field: str, max_depth: int = MAX_DEPTH) -> None:
         if isinstance(node, str):
             if len(node) > MAX_STRING:
                 raise ConfigError(where, f"is {len(node):,} characters; the limit is {MAX_STRING:,}")
+            if "\x00" in node:
+                raise ConfigError(where, "contains a NUL character")
+        elif isinstance(node, float) and not math.isfinite(node):
+            raise ConfigError(where, f"must be a finite number, not {node}")
         elif isinstance(node, dict):
             if len(node) > MAX_ITEMS:
                 raise ConfigError(where, f"has {len(node):,} entries; the limit is {MAX_ITEMS}")
@@ -179,6 +207,8 @@ def check_tree(tree: Any, *, field: str, max_depth: int = MAX_DEPTH) -> None:
                     raise ConfigError(where, f"keys must be text, not {type(key).__name__} ({str(key)[:40]!r})")
                 if len(key) > 200:
                     raise ConfigError(where, f"has a key of {len(key):,} characters; the limit is 200")
+                if "\x00" in key:
+                    raise ConfigError(where, "has a key with a NUL character")
                 stack.append((value, f"{where}.{key}", depth + 1))
         elif isinstance(node, list):
             if len(node) > MAX_ITEMS:
@@ -186,6 +216,19 @@ def check_tree(tree: Any, *, field: str, max_depth: int = MAX_DEPTH) -> None:
             stack.extend((value, f"{where}[{i}]", depth + 1) for i, value in enumerate(node))
         elif node is not None and not isinstance(node, (bool, int, float)):
             raise ConfigError(where, f"must be plain data (text, a number, true/false, a list or a mapping), not {type(node).__name__}")
+
+
+def check_name(name: Any, *, field: str = "name") -> None:
+    """A name people read (a run, model, agent, topology, dataset, token): no control characters
+    (NUL included), no bidirectional or other invisible format characters, no lone surrogates."""
+    if not isinstance(name, str):
+        raise ConfigError(field, "must be text")
+    for ch in name:
+        if ch in BIDI_CONTROLS:
+            raise ConfigError(field, f"contains the bidirectional control character U+{ord(ch):04X}, which reorders the text shown around it")
+        if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
+            kind = "a NUL character" if ch == "\x00" else f"the invisible or control character U+{ord(ch):04X}"
+            raise ConfigError(field, f"contains {kind}")
 
 
 def check_env_args(env_args: Any, *, field: str = "env_args") -> None:
@@ -359,7 +402,8 @@ def check_config(*, team: TeamFiles, config: RunConfig) -> None:
 def config_problems(*, team: TeamFiles, config: RunConfig, skip: list[str] | None = None) -> list[ConfigError]:
     """Every problem with what a run config may reach, for a config from any way in:
 
-    - its size (`check_tree` on the whole tree, `check_env_args` on the environment's arguments);
+    - its size (`check_tree` on the whole tree, `check_env_args` on the environment's arguments)
+      and its name (`check_name`);
     - plugins built in or registered (`check_plugins`), and the environment's own checks of its
       arguments (only for an environment that passed, so nothing unregistered is ever loaded);
     - tracker destinations the operator allows (`check_report_to`);
@@ -386,6 +430,8 @@ def config_problems(*, team: TeamFiles, config: RunConfig, skip: list[str] | Non
 
     with check("config"):
         check_tree(config.to_dict(), field="config")
+    with check("name"):
+        check_name(config.name, field="name")
     with check("topology.env_args"):
         check_env_args(config.topology.env_args, field="topology.env_args")
     with check("topology.environment"):

@@ -14,6 +14,17 @@ ID_MAX = 2**63 - 1
 """The largest primary key a database holds (a signed 64-bit integer): a larger id names no row, and
 SQLite and PostgreSQL refuse to compare with it rather than answer 'no such row'."""
 
+def id_or_none(text: Any) -> int | None:
+    """An object id written in a query string or a form value (ASCII digits, at most ID_MAX), or
+    None for anything else: `str.isdigit` also accepts digits `int` refuses (`²`), and a number
+    past ID_MAX makes the database raise instead of answering "no such row"."""
+    text = str(text or "").strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 19:
+        return None
+    value = int(text)
+    return value if value <= ID_MAX else None
+
+
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 

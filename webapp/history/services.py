@@ -25,7 +25,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from webapp.core.series import downsample_minmax
-from webapp.core.values import csv_cell
+from webapp.core.values import ID_MAX, csv_cell, id_or_none
 from webapp.models import Evaluation, MetricPoint, Run, Tag, Team
 
 METRIC_KEY = re.compile(r"^[\w./:-]{1,100}$")
@@ -72,19 +72,38 @@ class RunFilter:
     """`created`, `name`, `status` or a final metric as `metric:<key>`; a `-` prefix sorts
     descending (`-created`, the default, is newest first; `-metric:success` highest first)."""
 
+    problems: tuple[tuple[str, str], ...] = ()
+    """What was wrong with the query string, as (parameter, sentence): those parameters are ignored
+    (the run list says so; the API and the CSV export answer 400)."""
+
     @classmethod
     def from_query(cls, query: Mapping[str, Any]) -> RunFilter:
+        problems: dict[str, str] = {}
+
         def text(name: str, limit: int = 200) -> str:
-            return str(query.get(name) or "").strip()[:limit]
+            value = str(query.get(name) or "").strip()
+            if "\x00" in value:
+                problems[name] = "Contains a NUL character."
+                return ""
+            return value[:limit]
 
         def number(name: str) -> int | None:
-            value = text(name, 20)
-            return int(value) if value.isdigit() else None
+            value = text(name, 40)
+            if not value:
+                return None
+            if not (value.isascii() and value.isdigit()) or int(value) > ID_MAX:
+                problems[name] = f"{value[:30]!r} is not an id."
+                return None
+            return int(value)
 
         def day(name: str) -> date | None:
+            value = text(name, 40)
+            if not value:
+                return None
             try:
-                return date.fromisoformat(text(name, 10))
+                return date.fromisoformat(value)
             except ValueError:
+                problems[name] = f"{value[:30]!r} is not a date (YYYY-MM-DD)."
                 return None
 
         sort = text("sort", 110)
@@ -96,6 +115,7 @@ class RunFilter:
             specialization=text("specialization", 10), owner=number("owner"), tag=text("tag", 40),
             created_from=day("created_from"), created_to=day("created_to"),
             archived=text("archived", 4) if text("archived", 4) in ("all", "only") else "", sort=sort,
+            problems=tuple(problems.items()),
         )
 
     def params(self, **changes: Any) -> dict[str, str]:
@@ -103,6 +123,8 @@ class RunFilter:
         current = replace(self, **changes) if changes else self
         out = {}
         for f in fields(self):
+            if f.name == "problems":
+                continue
             value = getattr(current, f.name)
             if value not in (None, "") and value != f.default:
                 out[f.name] = value.isoformat() if isinstance(value, date) else str(value)
@@ -151,8 +173,8 @@ def run_search(*, team: Team, filters: RunFilter) -> QuerySet[Run]:
         runs = runs.filter(tags__name=f.tag)
     if f.created_from:
         runs = runs.filter(created__gte=_day_start(f.created_from))
-    if f.created_to:
-        runs = runs.filter(created__lt=_day_start(f.created_to) + timezone.timedelta(days=1))
+    if f.created_to and f.created_to < date.max:  # the last day there is has no day after it
+        runs = runs.filter(created__lt=_day_start(f.created_to + timezone.timedelta(days=1)))
     if f.q:
         words = f.q.split()
         for word in words[:8]:
@@ -276,7 +298,11 @@ def run_export_csv(*, runs: QuerySet[Run], metrics: Iterable[str] = ()) -> Itera
 def compare_runs(*, team: Team, ids: Iterable[Any]) -> list[Run]:
     """The 2 to 8 runs to compare, in the order given. Raises Run.DoesNotExist when one is not the
     team's (the view answers 404), ValidationError when there are too few or too many."""
-    wanted = list(dict.fromkeys(int(i) for i in ids if str(i).isdigit()))
+    given = list(ids)
+    bad = [str(i) for i in given if id_or_none(i) is None]
+    if bad:
+        raise ValidationError(f"{bad[0][:30]!r} is not a run id.")
+    wanted = list(dict.fromkeys(pk for pk in map(id_or_none, given) if pk is not None))
     if not COMPARE_MIN <= len(wanted) <= COMPARE_MAX:
         raise ValidationError(f"Pick {COMPARE_MIN} to {COMPARE_MAX} runs to compare (got {len(wanted)}).")
     runs = Run.objects.filter(team=team, pk__in=wanted).select_related("topology", "dataset", "owner").in_bulk()

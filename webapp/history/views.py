@@ -32,6 +32,8 @@ SECTIONS = "runs/history_sections.html"
 @require_GET
 def run_list(request: TeamRequest) -> HttpResponse:
     filters = services.RunFilter.from_query(request.GET)
+    for name, problem in filters.problems:
+        messages.warning(request, f"{name}: {problem} Ignored.")
     page = Paginator(services.run_search(team=request.team, filters=filters), PER_PAGE).get_page(request.GET.get("page"))
     context = {
         "page": page, "f": filters, "choices": services.run_filter_choices(team=request.team),
@@ -50,6 +52,9 @@ def run_list(request: TeamRequest) -> HttpResponse:
 def run_export(request: TeamRequest) -> HttpResponse:
     """The filtered list as CSV (every page), with the final metrics as columns."""
     filters = services.RunFilter.from_query(request.GET)
+    if filters.problems:  # answered before the stream starts: a 200 must never die half-way
+        return HttpResponse("".join(f"{name}: {problem}\n" for name, problem in filters.problems), status=400,
+                            content_type="text/plain; charset=utf-8")
     runs = services.run_search(team=request.team, filters=filters)
     metrics = services.run_filter_choices(team=request.team).metrics
     return streamed(request, services.run_export_csv(runs=runs, metrics=metrics), filename="troupe-runs.csv",

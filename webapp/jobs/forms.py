@@ -9,6 +9,7 @@ from django import forms
 from django.db.models import QuerySet
 from django.urls import reverse
 
+from webapp.core.values import id_or_none
 from webapp.models import Checkpoint, Dataset, Run, Team, Topology
 
 
@@ -64,13 +65,14 @@ def playground_agent_choices(team: Team) -> list[tuple[str, list[tuple[str, str]
 
 def playground_agents(team: Team, value: str) -> Topology | Checkpoint | None:
     """The topology (`t:<id>`) or checkpoint (`c:<id>`) of this team a choice names."""
-    kind, _, pk = (value or "").partition(":")
-    if not pk.isdigit():
+    kind, _, text = (value or "").partition(":")
+    pk = id_or_none(text)
+    if pk is None:
         return None
     if kind == "t":
-        return Topology.objects.filter(team=team, pk=int(pk)).first()
+        return Topology.objects.filter(team=team, pk=pk).first()
     if kind == "c":
-        return Checkpoint.objects.filter(run__team=team, pk=int(pk)).select_related("run").first()
+        return Checkpoint.objects.filter(run__team=team, pk=pk).select_related("run").first()
     return None
 
 

@@ -185,7 +185,7 @@ class StreamCursor:
 
         def number(name: str) -> int | None:
             value = (params.get(name) or [""])[0]
-            return int(value) if value.isdigit() and len(value) < 12 else None
+            return int(value) if value.isascii() and value.isdigit() and len(value) < 12 else None
 
         return cls(run_id=run_id, step=number("step"), rollout=number("rollout"), log=number("log"))
 
@@ -575,7 +575,7 @@ class RolloutFilter:
         return cls(
             agent=agent if AGENT_NAME.match(agent) else "",
             success=success,
-            step=int(step) if step.isdigit() and len(step) < 10 else None,
+            step=int(step) if step.isascii() and step.isdigit() and len(step) < 10 else None,
         )
 
     def apply(self, rows: Any) -> Any:

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from training.config import ConfigError, RunConfig
 from webapp.artifacts.views import artifacts_context
+from webapp.core.values import id_or_none
 from webapp.history import services as history
 from webapp.jobs.forms import EvaluationForm
 from webapp.models import Agent, Dataset, Job, Run, Topology
@@ -90,12 +91,13 @@ def _run_form_config(form: RunForm) -> RunConfig | None:
 def _run_initial(request: TeamRequest) -> dict[str, Any]:
     """Preselect a topology/dataset passed in the query string (links from their pages), or
     everything from a run's config (`?clone=<run id>`, "Clone and edit")."""
-    if request.GET.get("clone", "").isdigit():
-        clone = services.run_clone_initial(run=team_object_or_404(request, Run, int(request.GET["clone"])))
+    clone_id = id_or_none(request.GET.get("clone"))
+    if clone_id is not None:
+        clone = services.run_clone_initial(run=team_object_or_404(request, Run, clone_id))
         for note in clone.notes:
             messages.info(request, note)
         return clone.initial
-    return {key: request.GET[key] for key in ("topology", "dataset") if request.GET.get(key, "").isdigit()}
+    return {key: request.GET[key] for key in ("topology", "dataset") if id_or_none(request.GET.get(key)) is not None}
 
 
 @require_POST
@@ -141,10 +143,8 @@ def run_rollouts(request: TeamRequest, pk: int) -> HttpResponse:
     """The rollout viewer's episodes: a filter change, "load older" (`before`=id), or the live
     page fetching what a websocket notification announced (`after`=id)."""
     run = team_object_or_404(request, Run, pk)
-    before, after = request.GET.get("before", ""), request.GET.get("after", "")
     page = streaming.rollouts_page(run=run, filters=streaming.RolloutFilter.from_query(request.GET),
-                                   before=int(before) if before.isdigit() else None,
-                                   after=int(after) if after.isdigit() else None)
+                                   before=id_or_none(request.GET.get("before")), after=id_or_none(request.GET.get("after")))
     return render(request, "runs/_episodes.html", page)
 
 

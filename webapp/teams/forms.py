@@ -1,13 +1,46 @@
-"""Forms of a member's account and the team's pages: a new API token, an invitation, the audit filters."""
+"""Forms of a member's account and the team's pages: a new account, a new API token, an invitation, the audit filters."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django import forms
+from django.contrib.auth.forms import AdminUserCreationForm, UserChangeForm, UserCreationForm
 
 from webapp.models import AuditEvent, Membership
 from webapp.teams.audit import SYSTEM_ACTOR
+from webapp.teams.usernames import username_check
+
+
+class SignupForm(UserCreationForm):
+    """A new account through an invitation: Django's checks, and a username in one writing system
+    that looks like no existing one (`webapp.teams.usernames`)."""
+
+    def clean_username(self) -> str | None:
+        username = super().clean_username()  # None when Django found it taken (the error is added)
+        if username is not None:
+            username_check(username)
+        return username
+
+
+class AdminSignupForm(AdminUserCreationForm):
+    """The admin's "add user" form, with the same username rules as `SignupForm`."""
+
+    def clean_username(self) -> str | None:
+        username = super().clean_username()
+        if username is not None:
+            username_check(username)
+        return username
+
+
+class AccountChangeForm(UserChangeForm):
+    """The admin's user form: a renamed account meets the same username rules as a new one."""
+
+    def clean_username(self) -> str:
+        username = self.cleaned_data["username"]
+        if username != self.initial.get("username"):
+            username_check(username, exclude_pk=self.instance.pk)
+        return username
 
 
 class ApiTokenForm(forms.Form):

@@ -20,6 +20,8 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
+from training.config import ConfigError
+from webapp.core import sockets, trust
 from webapp.models import ApiToken, Invitation, Membership, Team
 from webapp.teams.audit import Verb, audit_record
 
@@ -38,6 +40,10 @@ def api_token_create(*, user: User, team: Team, name: str) -> tuple[ApiToken, st
     name = name.strip()
     if not name:
         raise ValidationError({"name": "Name the token after where it is used (\"laptop notebook\")."})
+    try:
+        trust.check_name(name)
+    except ConfigError as exc:
+        raise ValidationError({"name": exc.message}) from None
     if not Membership.objects.filter(user=user, team=team).exists():
         raise ValidationError("You are not a member of this team.")
     if ApiToken.objects.filter(user=user, revoked=None).count() >= MAX_ACTIVE:
@@ -94,6 +100,7 @@ def membership_set_role(*, membership: Membership, role: str, actor: User | None
             return membership
         Membership.objects.filter(pk=membership.pk).update(role=role)
         audit_record(team=membership.team_id, actor=actor, verb=Verb.ROLE, obj=membership, before=membership.role, after=role)
+        sockets.user_sockets_close(user_id=membership.user_id, code=sockets.RECONNECT, reason="role changed")
     membership.role = role
     return membership
 
@@ -116,8 +123,8 @@ def membership_remove_blocker(*, membership: Membership) -> str | None:
 def membership_remove(*, membership: Membership, actor: User | None = None) -> None:
     """Take a user out of the team (their account, runs and tokens of other teams stay); a team
     always keeps an admin. Their API tokens for this team are revoked: they stop working at once
-    and stay dead if the user is invited back (who joins again makes new ones). `actor` is who
-    removed them (themselves: they left)."""
+    and stay dead if the user is invited back (who joins again makes new ones), and their open
+    websockets are closed. `actor` is who removed them (themselves: they left)."""
     with transaction.atomic():
         membership = _locked(membership)
         if blocker := membership_remove_blocker(membership=membership):
@@ -128,6 +135,41 @@ def membership_remove(*, membership: Membership, actor: User | None = None) -> N
                      left=actor is not None and actor.pk == membership.user_id,
                      **({"tokens_revoked": revoked} if revoked else {}))
         membership.delete()
+        # their pages reconnect: sockets of this team's runs are then refused, others carry on
+        sockets.user_sockets_close(user_id=membership.user_id, code=sockets.RECONNECT, reason="removed from a team")
+
+
+# == password resets ==================================================================================
+
+
+def site_link(path: str) -> str:
+    """An absolute link for an email: the configured site address (`TROUPE_SITE_URL`) and `path`,
+    never the Host a request named."""
+    return settings.TROUPE_SITE_URL + path
+
+
+def password_reset_throttle(*, client: str, email: str) -> str | None:
+    """Count one password-reset request from `client` (an IP address) for `email`, and say why it
+    must not send anything (None: it may). Each client and each address gets
+    `TROUPE_PASSWORD_RESET_LIMIT` requests a `TROUPE_PASSWORD_RESET_WINDOW_MINUTES` window, whether
+    or not the address has an account (so the answer reveals nothing about it). Counted in Django's
+    cache: one web process shares its counts, several need a shared cache (`CACHES`)."""
+    from django.core.cache import cache
+
+    window = settings.TROUPE_PASSWORD_RESET_WINDOW_MINUTES * 60
+    address = hashlib.sha256(email.strip().lower().encode("utf-8", "surrogatepass")).hexdigest()
+    over = None
+    for key, who in ((f"troupe:reset:client:{client}", "from your address"), (f"troupe:reset:email:{address}", "for this email address")):
+        cache.add(key, 0, timeout=window)
+        try:
+            count = cache.incr(key)
+        except ValueError:  # expired between add and incr: a fresh window
+            cache.add(key, 1, timeout=window)
+            count = 1
+        if count > settings.TROUPE_PASSWORD_RESET_LIMIT and over is None:
+            over = (f"Too many password-reset requests {who}: try again in {settings.TROUPE_PASSWORD_RESET_WINDOW_MINUTES} "
+                    "minutes, or ask a team admin.")
+    return over
 
 
 # == invitations =======================================================================================

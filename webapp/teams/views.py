@@ -14,20 +14,22 @@ from axes.helpers import get_cool_off
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
-from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
+from django.contrib.auth.forms import AuthenticationForm, PasswordResetForm
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from webapp.core import sockets
 from webapp.models import ApiToken, Invitation, Membership
 from webapp.teams import audit, services
 from webapp.teams.access import SESSION_KEY, TeamRequest, is_team_admin, team_optional
-from webapp.teams.forms import ApiTokenForm, AuditFilterForm, InvitationForm
+from webapp.teams.forms import ApiTokenForm, AuditFilterForm, InvitationForm, SignupForm
 
 
 @require_POST
@@ -75,7 +77,7 @@ def team_invite(request: TeamRequest) -> HttpResponse:
     try:
         _, link = services.invitation_create(
             team=request.team, by=request.user, role=form.cleaned_data["role"], email=form.cleaned_data["email"],
-            link_for=lambda token: request.build_absolute_uri(reverse("invitation_accept", args=[token])),
+            link_for=lambda token: services.site_link(reverse("invitation_accept", args=[token])),
         )
     except ValidationError as exc:
         form.add_error(None, exc)
@@ -103,7 +105,7 @@ def invitation_accept(request: HttpRequest, token: str) -> HttpResponse:
     invitation = services.invitation_find(token=token)
     if invitation is None:
         return render(request, "team/invitation.html", {"invitation": None}, status=404)
-    signup = None if request.user.is_authenticated else UserCreationForm(request.POST or None)
+    signup = None if request.user.is_authenticated else SignupForm(request.POST or None)
     error = ""
     if request.method == "POST":
         user = request.user
@@ -226,3 +228,55 @@ def login_locked_out(request: HttpRequest, original_response: HttpResponse | Non
     form = AuthenticationForm(request, initial={"username": username})
     return render(request, "login.html", {"form": form, "locked_out_minutes": minutes, "next": request.POST.get("next", "")},
                   status=429)
+
+
+class PasswordResetView(auth_views.PasswordResetView):
+    """Django's reset page, with two differences: the emailed link is built from TROUPE_SITE_URL
+    (Django's uses the request's Host, which a client chooses: ALLOWED_HOSTS checks the host, not
+    the port), and requests are limited per client address and per email address
+    (`services.password_reset_throttle`): past the limit the page says so (429) and sends nothing."""
+
+    def form_valid(self, form: PasswordResetForm) -> HttpResponse:
+        refused = services.password_reset_throttle(client=self.request.META.get("REMOTE_ADDR", ""), email=form.cleaned_data["email"])
+        if refused:
+            form.add_error(None, refused)
+            return self.render_to_response(self.get_context_data(form=form), status=429)
+        scheme, _, rest = settings.TROUPE_SITE_URL.partition("://")
+        form.save(
+            domain_override=rest, use_https=scheme == "https", token_generator=self.token_generator,
+            from_email=self.from_email, email_template_name=self.email_template_name,
+            subject_template_name=self.subject_template_name, request=self.request,
+            html_email_template_name=self.html_email_template_name, extra_email_context=self.extra_email_context,
+        )
+        return HttpResponseRedirect(self.get_success_url())
+
+
+class LogoutView(auth_views.LogoutView):
+    """Django's logout, which also closes the user's open websockets (a logged-out session no
+    longer receives a run's metrics, logs and rollouts)."""
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        user_id = request.user.pk if request.user.is_authenticated else None
+        response = super().post(request, *args, **kwargs)
+        if user_id is not None:
+            sockets.user_sockets_close(user_id=user_id, code=sockets.GONE, reason="logged out")
+        return response
+
+
+class PasswordChangeView(auth_views.PasswordChangeView):
+    """Django's password change; the user's open websockets reconnect, so those of the sessions
+    the change ended are refused (this one stays logged in)."""
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        response = super().form_valid(form)
+        sockets.user_sockets_close(user_id=form.user.pk, code=sockets.RECONNECT, reason="password changed")
+        return response
+
+
+class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
+    """Django's "choose a new password" page; as for a change, the user's sockets reconnect."""
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        response = super().form_valid(form)
+        sockets.user_sockets_close(user_id=form.user.pk, code=sockets.RECONNECT, reason="password reset")
+        return response

@@ -15,6 +15,14 @@ register = template.Library()
 
 
 @register.filter
+def username(name: str) -> str:
+    """A username as shown where a look-alike could deceive (`webapp.teams.usernames.shown`)."""
+    from webapp.teams.usernames import shown
+
+    return shown(name or "")
+
+
+@register.filter
 def get(mapping: Any, key: str) -> Any:
     return mapping.get(key) if isinstance(mapping, dict) else None
 

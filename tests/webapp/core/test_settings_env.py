@@ -95,7 +95,7 @@ def test_a_broken_key_file_stops_startup_naming_it(tmp_path):
 
 def test_emails_go_to_files_in_the_data_dir_until_a_mail_server_is_set(monkeypatch, tmp_path):
     laptop = load(monkeypatch, tmp_path)
-    assert laptop["EMAIL_BACKEND"].endswith("filebased.EmailBackend") and laptop["EMAIL_FILE_PATH"] == laptop["TROUPE_DATA_DIR"] / "emails"
+    assert laptop["EMAIL_BACKEND"].endswith("PrivateFileEmailBackend") and laptop["EMAIL_FILE_PATH"] == laptop["TROUPE_DATA_DIR"] / "emails"
     team = load(monkeypatch, tmp_path, EMAIL_HOST="smtp.example.org", EMAIL_PORT="2525", EMAIL_USE_TLS="false")
     assert team["EMAIL_BACKEND"].endswith("smtp.EmailBackend")
     assert (team["EMAIL_HOST"], team["EMAIL_PORT"], team["EMAIL_USE_TLS"]) == ("smtp.example.org", 2525, False)

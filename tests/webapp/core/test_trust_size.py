@@ -100,6 +100,10 @@ def test_the_api_refuses_oversized_env_args(alice, api):
 def test_a_sandbox_timeout_beyond_the_cap_is_refused_before_it_reaches_a_worker(alice, api, timeout_s):
     response = api.post(reverse("api_runs"), TINY_CONFIG + f"topology: {{environment: math_tool, env_args: {{timeout_s: {timeout_s}}}, "
                                                            "agents: [{name: tool, role: tool}]}\n")
+    if timeout_s == ".inf":  # refused where the YAML is read: no config value may be infinite
+        assert response.status_code == 400 and response.json()["field"] == "yaml.topology.env_args.timeout_s", response.content
+        assert "finite" in response.json()["error"] and not Run.objects.exists()
+        return
     assert response.status_code == 400 and response.json()["field"] == "topology.env_args", response.content
     assert "at most 30" in response.json()["error"] and not Run.objects.exists()
 

@@ -31,6 +31,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from webapp.core.private import data_dir_tighten, umask_private
 from webapp.models import gpu_queue
 from webapp.runs import services as run_services
 
@@ -60,12 +61,14 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         port = options["port"] or _port_from_env()
         self.stdout.write(f"Troupe · data in {settings.TROUPE_DATA_DIR} · database {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}")
+        umask_private()  # manage.py set it already; the web server and worker inherit it
+        data_dir_tighten(settings.TROUPE_DATA_DIR, deep=True)  # an older install's files, readable by all until now
         call_command("migrate", interactive=False, verbosity=0)
         call_command("seed_demo", stdout=self.stdout)
         if options["seed_only"]:
             return
 
-        env = child_env(os.environ, host=options["host"])
+        env = child_env(os.environ, host=options["host"], port=port)
         if env.get("TROUPE_HTTPS") == "0" and "TROUPE_HTTPS" not in os.environ:
             self.stdout.write(f"Plain HTTP on {options['host']} (loopback only); behind a TLS proxy set TROUPE_HTTPS=1")
         elif not settings.DEBUG and "TROUPE_HTTPS" not in os.environ:
@@ -149,12 +152,17 @@ class Command(BaseCommand):
             self.stdout.write("Stopped.")
 
 
-def child_env(environ: Mapping[str, str], *, host: str) -> dict[str, str]:
+def child_env(environ: Mapping[str, str], *, host: str, port: int | None = None) -> dict[str, str]:
     """The environment of the web server and the worker: this one, plus plain HTTP on a loopback
-    address (unless TROUPE_HTTPS says otherwise)."""
+    address (unless TROUPE_HTTPS says otherwise), and unless TROUPE_SITE_URL is set, the address
+    served (`http://127.0.0.1:8000`) as the site address emailed links are built from."""
     env = dict(environ)
     if host in LOOPBACK:
         env.setdefault("TROUPE_HTTPS", "0")
+    if port is not None:
+        scheme = "http" if env.get("TROUPE_HTTPS", "1").lower() in ("0", "false", "no", "off") else "https"
+        shown = "localhost" if host in ("0.0.0.0", "::", "") else (f"[{host}]" if ":" in host and not host.startswith("[") else host)
+        env.setdefault("TROUPE_SITE_URL", f"{scheme}://{shown}:{port}")
     return env
 
 
