@@ -44,10 +44,13 @@ def socket(run_id: int, client: Client | None, query: str = "") -> WebsocketComm
     return WebsocketCommunicator(application, f"/ws/runs/{run_id}/" + (f"?{query}" if query else ""), headers=headers)
 
 
-async def receive_all(ws: WebsocketCommunicator, timeout: float = 1.0) -> list[dict[str, Any]]:
-    """Every message the socket sends until it has been quiet for `timeout` seconds."""
+async def receive_all(ws: WebsocketCommunicator, timeout: float = 1.0, *, first: float | None = None) -> list[dict[str, Any]]:
+    """Every message the socket sends until it has been quiet for `timeout` seconds, after waiting
+    up to `first` seconds (default 15) for the first one: a busy machine may take its time to send
+    what the test waits for, and the long first wait ends as soon as it comes. A call that expects
+    nothing passes `first` as short as `timeout`."""
     out = []
-    while not await ws.receive_nothing(timeout=timeout):
+    while not await ws.receive_nothing(timeout=(15.0 if first is None else first) if not out else timeout):
         out.append(await ws.receive_json_from())
     return out
 

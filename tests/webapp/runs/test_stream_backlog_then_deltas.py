@@ -108,7 +108,7 @@ def test_it_catches_up_at_a_ping_after_losing_its_group(alice, alice_world):
         await worker.metrics(1, total=5)
         await worker.rollouts(1)
         await worker.log("after the restart")
-        assert await receive_all(ws, timeout=0.2) == []
+        assert await receive_all(ws, timeout=0.2, first=0.2) == []
 
         await ws.send_json_to({"t": "ping"})
         caught_up = await receive_all(ws)

@@ -63,7 +63,7 @@ def test_it_reads_a_dropped_message_back_from_the_database(alice, alice_world):
         await worker.metrics(2, total=8)
         await worker.metrics(3, total=8)
         layer.group_send = send
-        assert await receive_all(ws, timeout=0.2) == []
+        assert await receive_all(ws, timeout=0.2, first=0.2) == []
 
         await worker.metrics(4, total=8)
         assert metric_steps(await receive_all(ws)) == [2, 3, 4]
