@@ -417,7 +417,7 @@ def playground_execute(*, job_id: int, worker: str = "") -> Job | None:
                         "text": candidate.text, "tool_output": candidate.tool_output, "local": candidate.local,
                         "team": candidate.team, "tokens": candidate.model_tokens, "truncated": candidate.truncated,
                         "calls": list(candidate.calls), "segments": list(candidate.segments),
-                        "policy": sampler.served.get(agent, ""),
+                        "policy": sampler.served.get(agent, "") if lane["trained"] else _base_label(config, agent),
                     })
                     lane["done"], lane["success"] = episode.state.done, episode.state.success
                     Job.objects.filter(pk=job.pk).update(result=storable(result))
@@ -429,6 +429,12 @@ def playground_execute(*, job_id: int, worker: str = "") -> Job | None:
         return {"result": storable(result)}
 
     return _run_job(job, work)
+
+
+def _base_label(config: RunConfig, agent: str) -> str:
+    """What plays `agent` in an untrained lane: its base model. (A `lora` lane's fresh adapters
+    start with B = 0, so they add nothing to the base; naming them would read like a trained one.)"""
+    return f"base model {config.agent_model(config.agent(agent))}"
 
 
 def playground_example(*, environment: str, env_args: dict[str, Any]) -> dict[str, Any]:
