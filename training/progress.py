@@ -54,7 +54,10 @@ class RunProgress:
             self.eval_seconds = elapsed
         expected = elapsed / share if share else self.eval_seconds
         self._at, self._phase_left = (step, EVAL), max(0.0, (expected or 0.0) - elapsed)
-        self._report("evaluating", f"Evaluating at step {step}: {done}/{n} held-out tasks", progress=share)
+        # the share counts turns played, `done` whole episodes: a batch's episodes all end at its last
+        # turn, so "0/8" alone would sit under a bar at 75 %; the sentence gives both
+        self._report("evaluating", f"Evaluating at step {step} on {n} held-out tasks: {100 * share:.0f}% done ({done} finished)",
+                     progress=share)
 
     def training(self, step: int) -> None:
         """Step `step` starts."""
