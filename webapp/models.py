@@ -593,7 +593,7 @@ class ApiToken(models.Model):
 
 
 class Worker(models.Model):
-    """A Celery worker process serving the `gpu` queue, as it last reported itself.
+    """A Celery worker process serving GPU queues (`gpu_queue`), as it last reported itself.
 
     Workers are shared by every team (they are not team objects). Each worker process writes its
     row every few seconds from a background thread (`webapp.ops.workers.WorkerBeat`); a worker is
@@ -621,6 +621,10 @@ class Worker(models.Model):
 
     def __str__(self) -> str:
         return self.hostname
+
+    def queue_names(self) -> list[str]:
+        """The queues it takes work from, as it reported them."""
+        return [q for q in self.queues.split(",") if q]
 
     def is_online(self, now: Any = None) -> bool:
         """Heard from within the lost-worker timeout, and not shut down."""
