@@ -704,7 +704,15 @@ class AuditEvent(models.Model):
                    models.Index(fields=["team", "verb", "-time"], name="audit_team_verb_time")]
 
     def __str__(self) -> str:
-        return f"{self.actor_name or 'Troupe'} {self.get_verb_display()} {self.object_type} {self.object_label}"
+        return f"{self.actor_name or 'Troupe'} {self.get_verb_display()} {self.object_type} {self.shown_label}"
+
+    @property
+    def shown_label(self) -> str:
+        """The label to show after the type: without the type again (events recorded before jobs'
+        labels dropped it read "evaluation evaluation #5")."""
+        repeated = f"{self.object_type} #{self.object_id}"
+        label = self.object_label
+        return label[len(self.object_type) + 1:] if label == repeated or label.startswith(repeated + " ") else label
 
     @property
     def object_url(self) -> str:
