@@ -108,3 +108,13 @@ def test_it_sorts_running_runs_by_their_latest_step(alice, alice_world):
     sink.metrics(StepMetrics(step=1, total_steps=9, values={"success": 0.25}, agents={}, time=_time.time()))
     sink.metrics(StepMetrics(step=2, total_steps=9, values={"success": 0.75}, agents={}, time=_time.time()))
     assert names(alice.client.get(reverse("run_list"), {"sort": "-metric:success"}))[:2] == ["still training", "done"]
+
+
+def test_it_offers_each_filter_value_once(alice, alice_world):
+    for i in range(3):
+        make_run(alice.team, alice_world.run, name=f"again {i}")
+    make_run(alice.team, alice_world.run, name="solo", environment="arithmetic", specialization="single")
+    choices = history.run_filter_choices(team=alice.team)
+    assert choices.environments == ["arithmetic", "math_tool"] and choices.specializations == ["lora", "single"]
+    page = alice.client.get(reverse("run_list")).content.decode()
+    assert page.count('<option value="math_tool"') == 1 and page.count('<option value="lora"') == 1
