@@ -28,7 +28,7 @@ from agents import plugins
 from agents.base import Environment, fields_of
 from agents.envs import EnvironmentInfo, describe_environment, list_environments, load_environment
 from training.config import ConfigError
-from training.data import DataError, read_rows
+from training.data import DataError, DataErrors, read_rows
 from webapp.models import (
     Agent,
     Dataset,
@@ -360,9 +360,14 @@ def _dataset_read(path: Path, env: Environment, *, field: str) -> list[dict[str,
             max_rows=settings.TROUPE_UPLOAD_MAX_ROWS,
             max_bytes=settings.TROUPE_UPLOAD_MAX_BYTES,
         )
-    except DataError as exc:
-        needs = f" ({env.name} rows need: {', '.join(env.required_fields)})" if "missing" in exc.message else ""
-        raise ValidationError({field: f"{exc}{needs}"}) from None
+    except DataError as exc:  # every bad line found, each its own message
+        needs = f"{env.name} rows need: {', '.join(env.required_fields)}."
+        problems = [str(p) for p in exc.problems]
+        if isinstance(exc, DataErrors) and exc.stopped:
+            problems.append(f"Stopped looking after {len(exc.problems)} problems; lines after line {exc.problems[-1].line} were not checked.")
+        if any("missing" in p.message for p in exc.problems):
+            problems.append(needs)
+        raise ValidationError({field: problems}) from None
 
 
 def _dataset_describe(dataset: Dataset, rows: list[dict[str, Any]], *, row_count: int) -> None:
