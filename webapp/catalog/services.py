@@ -280,6 +280,18 @@ def topology_delete_blocker(*, topology: Topology) -> str | None:
     return None
 
 
+def topology_delete_effects(*, topology: Topology) -> list[str]:
+    """What deleting this topology does to the runs that used it, for the confirmation page."""
+    runs = topology.runs.order_by("-created")
+    count = runs.count()
+    if not count:
+        return []
+    names = ", ".join(f"#{pk} {name}" for pk, name in runs.values_list("pk", "name")[:5])
+    more = f" and {count - 5} more" if count > 5 else ""
+    return [f"{count} run{'s' if count > 1 else ''} used it: {names}{more}. They keep their config snapshot (each can be "
+            "re-run or cloned from it), but their pages will name no topology. Its agents stay."]
+
+
 def topology_delete(*, topology: Topology, actor: User | None = None) -> None:
     if blocker := topology_delete_blocker(topology=topology):
         raise ValidationError(blocker)
@@ -471,6 +483,23 @@ def dataset_delete_blocker(*, dataset: Dataset) -> str | None:
     if dataset.runs.filter(status__in=Run.ACTIVE).exists():
         return "A queued or running run uses this dataset; cancel it first."
     return None
+
+
+def dataset_delete_effects(*, dataset: Dataset) -> list[str]:
+    """What deleting this dataset does to the runs that used it, for the confirmation page."""
+    effects = []
+    runs = dataset.runs.order_by("-created")
+    count = runs.count()
+    if count:
+        names = ", ".join(f"#{pk} {name}" for pk, name in runs.values_list("pk", "name")[:5])
+        more = f" and {count - 5} more" if count > 5 else ""
+        effects.append(f"{count} run{'s' if count > 1 else ''} used it: {names}{more}. They keep their config, metrics and "
+                       "checkpoints, but their pages will name no dataset.")
+        if dataset.kind == Dataset.Kind.UPLOAD:
+            effects.append("Its file is deleted: resuming or re-running those runs needs the file uploaded again.")
+    if dataset.kind == Dataset.Kind.UPLOAD:
+        effects.insert(0, f"Its file goes from disk ({dataset.original_filename}, {dataset.row_count or 0:,} rows).")
+    return effects
 
 
 def dataset_delete(*, dataset: Dataset, actor: User | None = None) -> None:

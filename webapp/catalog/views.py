@@ -33,8 +33,9 @@ def environment_hint(request: TeamRequest) -> HttpResponse:
     return render(request, "_environment_hint.html", {"env": env})
 
 
-def _delete(request: TeamRequest, obj: Any, delete: Any, kind: str, back: str, blocker: Any) -> HttpResponse:
-    """Confirm on GET, saying already why it cannot be deleted if it cannot (`blocker(obj)`);
+def _delete(request: TeamRequest, obj: Any, delete: Any, kind: str, back: str, blocker: Any, effects: Any = None) -> HttpResponse:
+    """Confirm on GET, saying already why it cannot be deleted if it cannot (`blocker(obj)`), or
+    else what the deletion takes with it (`effects(obj)`: the runs that used it, its file);
     delete through the service on POST, or show why not."""
     error = blocker(obj)
     if request.method == "POST":
@@ -45,7 +46,8 @@ def _delete(request: TeamRequest, obj: Any, delete: Any, kind: str, back: str, b
         else:
             messages.success(request, f"Deleted {kind} {obj}.")
             return redirect(back)
-    return render(request, "confirm_delete.html", {"object": obj, "kind": kind, "back": back, "error": error})
+    return render(request, "confirm_delete.html", {"object": obj, "kind": kind, "back": back, "error": error,
+                                                   "effects": effects(obj) if effects and not error else []})
 
 
 # == model sources ================================================================================
@@ -155,7 +157,7 @@ def topology_duplicate(request: TeamRequest, pk: int) -> HttpResponse:
 def topology_delete(request: TeamRequest, pk: int) -> HttpResponse:
     topology = team_object_or_404(request, Topology, pk)
     return _delete(request, topology, lambda t: services.topology_delete(topology=t, actor=request.user), "topology", "topology_list",
-                   lambda t: services.topology_delete_blocker(topology=t))
+                   lambda t: services.topology_delete_blocker(topology=t), lambda t: services.topology_delete_effects(topology=t))
 
 
 # == datasets =====================================================================================
@@ -227,4 +229,4 @@ def dataset_revalidate(request: TeamRequest, pk: int) -> HttpResponse:
 def dataset_delete(request: TeamRequest, pk: int) -> HttpResponse:
     dataset = team_object_or_404(request, Dataset, pk)
     return _delete(request, dataset, lambda d: services.dataset_delete(dataset=d, actor=request.user), "dataset", "dataset_list",
-                   lambda d: services.dataset_delete_blocker(dataset=d))
+                   lambda d: services.dataset_delete_blocker(dataset=d), lambda d: services.dataset_delete_effects(dataset=d))
