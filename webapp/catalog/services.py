@@ -548,7 +548,8 @@ def dataset_config_tree(*, dataset: Dataset) -> tuple[dict[str, Any], dict[str, 
         raise ConfigError("data", f"dataset {dataset.name!r} is invalid: {dataset.status_message}")
     if dataset.kind == Dataset.Kind.GENERATOR:
         return dict(dataset.env_args), {"path": None, "train_size": dataset.size, "eval_size": dataset.eval_size or 0}
-    return {}, {"path": str(dataset.path), "eval_fraction": dataset.eval_fraction, "eval_size": dataset.split[1]}
+    train, held = dataset.split  # the engine's split of the file: record its sizes, not the generator default
+    return {}, {"path": str(dataset.path), "eval_fraction": dataset.eval_fraction, "eval_size": held, "train_size": max(train, 1)}
 
 
 # == helpers ===================================================================================

@@ -422,6 +422,13 @@ def compare_config_diff(*, runs: list[Run], differences_only: bool = False) -> l
             tree = {}
         flat.append(config_flatten(tree if isinstance(tree, dict) else {}))
     keys = list(dict.fromkeys(k for f in flat for k in f if k != "name"))
+    # an empty mapping or list in one run and keys under it in another is one difference, shown on
+    # those keys ("topology.env_args.level: — / 1"), not a second row for the empty value
+    nested = {k for k in keys if any(other.startswith((k + ".", k + "[")) for other in keys)}
+    keys = [k for k in keys if k not in nested]
+    for f in flat:
+        for k in nested:
+            f.pop(k, None)
     rows = []
     for key in keys:
         values = [f.get(key, "—") for f in flat]
