@@ -14,6 +14,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from training.data import MAX_FIELD_CHARS, MAX_FIELDS, MAX_JSON_DEPTH
@@ -124,7 +125,17 @@ def agent_delete(request: TeamRequest, pk: int) -> HttpResponse:
 @require_GET
 def topology_list(request: TeamRequest) -> HttpResponse:
     topologies = Topology.objects.filter(team=request.team).prefetch_related("members__agent").annotate(n_runs=Count("runs"))
-    return render(request, "topologies/list.html", {"topologies": topologies})
+    saved = request.GET.get("saved", "")
+    checking = Topology.objects.filter(team=request.team, pk=int(saved)).first() if saved.isdigit() else None
+    return render(request, "topologies/list.html", {"topologies": topologies, "checking": checking})
+
+
+@require_GET
+def topology_tool_notes(request: TeamRequest, pk: int) -> HttpResponse:
+    """What the author should know about the tools of a topology's agents (htmx, after a save)."""
+    topology = team_object_or_404(request, Topology, pk)
+    return render(request, "topologies/list.html#tool-notes", {
+        "checking": topology, "notes": services.tool_template_notes(agents=topology.ordered_agents()), "checked": True})
 
 
 def topology_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
@@ -140,9 +151,10 @@ def topology_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
             form.add_error(None, exc)
         else:
             messages.success(request, f"Saved topology {topology.name}.")
-            for note in services.tool_template_notes(agents=topology.ordered_agents()):
-                messages.warning(request, note)
-            return redirect("topology_list")
+            # whether its models' chat templates render tools is checked after the redirect (the first
+            # check in a web process imports torch and transformers: seconds the save need not wait)
+            saved = f"?saved={topology.pk}" if any(a.tools for a in topology.ordered_agents()) else ""
+            return redirect(reverse("topology_list") + saved)
     env_name = form["environment"].value() or "math_tool"
     return render(request, "topologies/form.html", {"form": form, "object": topology, "env": services.environment_describe(name=env_name)})
 
