@@ -120,6 +120,7 @@ def run_detail(request: TeamRequest, pk: int) -> HttpResponse:
         "checkpoints": run.checkpoints.filter(deleted__isnull=True),
         "log_lines": list(run.log_lines.order_by("-time", "-id")[:50])[::-1],
         "parts": parts,
+        "waiting_for": queue.run_waiting_for(run=run),
     }
     if not request.htmx or parts:
         context.update(run_history_context(run=run))
@@ -206,6 +207,8 @@ def run_queue_move(request: TeamRequest, pk: int, direction: str) -> HttpRespons
 def run_queue_position(request: TeamRequest, pk: int) -> HttpResponse:
     """The run page's queue line (htmx polls it while the run waits)."""
     run = team_object_or_404(request, Run, pk)
+    if request.GET.get("part") == "waiting":  # the log box's sentence
+        return render(request, "runs/detail.html#log-waiting", {"run": run, "waiting_for": queue.run_waiting_for(run=run)})
     return render(request, "runs/detail.html#queue", _queue_context(request, run))
 
 
