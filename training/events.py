@@ -218,8 +218,8 @@ class ProgressSink(NullSink):
     def status(self, phase: str, detail: str, *, progress: float | None = None, eta: float | None = None) -> None:
         self.eta = eta
         if phase != "training":  # a step's bar says that
-            shown = progress is not None and "%" not in detail  # the evaluation's sentence gives its share itself
-            self._put(detail + (f" ({100 * progress:.0f}%)" if shown else ""))
+            # the evaluation's sentence gives its share itself
+            self._put(detail + (f" ({100 * progress:.0f}%)" if progress is not None and "%" not in detail else ""))
 
     def log(self, message: str, *, level: str = "info") -> None:
         self._put(f"[{level}] {message}", end="\n")

@@ -134,3 +134,24 @@ def test_the_cli_sinks_show_and_keep_the_status(tmp_path):
     JsonlSink(tmp_path).status("training", "Training step 1 of 2", eta=12.5)
     line = (tmp_path / "events.jsonl").read_text()
     assert '"type": "status"' in line and '"phase": "training"' in line and '"eta": 12.5' in line
+
+
+def test_the_eta_follows_steps_that_get_faster(monkeypatch):
+    """Untrained policies write long answers: the first steps are slow, later ones fast. Two fast
+    steps in, the ETA is near the truth (a mean of the last five steps said more than twice it)."""
+    clock = Clock()
+    monkeypatch.setattr(progress_module.time, "monotonic", clock)
+    sink = Phases()
+    p = RunProgress(sink, toy_config(**{"optim.steps": 10, "checkpoint.every": 0}), has_eval=False)
+    for step, seconds in zip(range(1, 6), (90, 90, 90, 30, 30)):
+        p.training(step)
+        clock.now += seconds
+        p.trained()
+    p.training(6)
+    left = 5 * 30  # steps 6..10 at 30 s
+    assert sink.calls[-1][3] == pytest.approx(left, rel=0.35)
+    for step in range(6, 9):
+        clock.now += 30
+        p.trained()
+        p.training(step + 1)
+    assert sink.calls[-1][3] == pytest.approx(2 * 30, rel=0.05)  # settled on the new pace
