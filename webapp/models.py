@@ -37,6 +37,10 @@ SPECIALIZATION_LABELS = {
     "full": "full — one full model per agent (L3)",
 }
 SPECIALIZATION_CHOICES = [(s, SPECIALIZATION_LABELS[s]) for s in SPECIALIZATIONS]
+SPECIALIZATION_SHORT_CHOICES = [(s, f"{s} (L{level})") for level, s in enumerate(SPECIALIZATIONS)]
+"""What a select box shows ("lora (L2)"): the long labels were cut by the box's width; the field's
+help text (`SPECIALIZATION_HELP`) says what each means."""
+SPECIALIZATION_HELP = "; ".join(label.replace(" — ", ": ", 1) for label in SPECIALIZATION_LABELS.values()) + "."
 
 
 class Team(models.Model):

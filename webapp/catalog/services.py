@@ -542,6 +542,35 @@ def topology_config_tree(*, topology: Topology) -> dict[str, Any]:
     }
 
 
+def dataset_matching(*, topology: Topology) -> Dataset | None:
+    """The team's valid dataset a run of this topology most likely wants: one for its environment,
+    with the topology's own environment arguments first (a generator at its level), newest first."""
+    candidates = list(Dataset.objects.filter(team_id=topology.team_id, environment=topology.environment,
+                                             status=Dataset.Status.VALID).order_by("-created", "-id")[:50])
+    same_args = [d for d in candidates if d.kind == Dataset.Kind.GENERATOR and d.env_args == topology.env_args]
+    return (same_args or candidates or [None])[0]
+
+
+def topology_matching(*, dataset: Dataset) -> Topology | None:
+    """The team's topology a run on this dataset most likely wants: one for its environment (the
+    same environment arguments first), the most recently changed first."""
+    candidates = list(Topology.objects.filter(team_id=dataset.team_id, environment=dataset.environment).order_by("-updated", "-id")[:50])
+    same_args = [t for t in candidates if dataset.kind == Dataset.Kind.GENERATOR and t.env_args == dataset.env_args]
+    return (same_args or candidates or [None])[0]
+
+
+def run_pair_complete(*, team: Team, topology_id: int | None, dataset_id: int | None) -> tuple[Topology | None, Dataset | None]:
+    """The team's topology and dataset with these ids, the missing one filled in by a match
+    (`dataset_matching`, `topology_matching`): what the run form starts from."""
+    topology = Topology.objects.filter(team=team, pk=topology_id).first() if topology_id else None
+    dataset = Dataset.objects.filter(team=team, pk=dataset_id).first() if dataset_id else None
+    if topology is not None and dataset is None and not dataset_id:
+        dataset = dataset_matching(topology=topology)
+    elif dataset is not None and topology is None and not topology_id:
+        topology = topology_matching(dataset=dataset)
+    return topology, dataset
+
+
 def dataset_config_tree(*, dataset: Dataset) -> tuple[dict[str, Any], dict[str, Any]]:
     """(env_args the dataset adds to the topology's, the `data` section) for a valid dataset."""
     if dataset.status != Dataset.Status.VALID:

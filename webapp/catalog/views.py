@@ -34,6 +34,12 @@ def environment_hint(request: TeamRequest) -> HttpResponse:
     return render(request, "_environment_hint.html", {"env": env})
 
 
+def _picked_environment(form: Any) -> Any:
+    """The environment the form's select shows picked, for the help box: none while none is."""
+    name = form["environment"].value()
+    return services.environment_describe(name=name) if name else None
+
+
 def _delete(request: TeamRequest, obj: Any, delete: Any, kind: str, back: str, blocker: Any, effects: Any = None) -> HttpResponse:
     """Confirm on GET, saying already why it cannot be deleted if it cannot (`blocker(obj)`), or
     else what the deletion takes with it (`effects(obj)`: the runs that used it, its file);
@@ -155,8 +161,7 @@ def topology_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
             # check in a web process imports torch and transformers: seconds the save need not wait)
             saved = f"?saved={topology.pk}" if any(a.tools for a in topology.ordered_agents()) else ""
             return redirect(reverse("topology_list") + saved)
-    env_name = form["environment"].value() or "math_tool"
-    return render(request, "topologies/form.html", {"form": form, "object": topology, "env": services.environment_describe(name=env_name)})
+    return render(request, "topologies/form.html", {"form": form, "object": topology, "env": _picked_environment(form)})
 
 
 @require_POST
@@ -191,7 +196,7 @@ def dataset_upload(request: TeamRequest) -> HttpResponse:
             messages.success(request, f"Uploaded {dataset.name}: {dataset.row_count} rows.")
             return redirect(dataset)
     return render(request, "datasets/new.html", {
-        "form": form, "mode": "upload", "env": services.environment_describe(name=form["environment"].value() or "math_tool"),
+        "form": form, "mode": "upload", "env": _picked_environment(form),
         "max_bytes": settings.TROUPE_UPLOAD_MAX_BYTES, "max_rows": settings.TROUPE_UPLOAD_MAX_ROWS,
         "row_limits": {"fields": MAX_FIELDS, "chars": f"{MAX_FIELD_CHARS:,}", "depth": MAX_JSON_DEPTH},
         "environments": services.environment_infos().values(),
@@ -208,7 +213,7 @@ def dataset_generate(request: TeamRequest) -> HttpResponse:
         else:
             messages.success(request, f"Created {dataset.name}.")
             return redirect(dataset)
-    return render(request, "datasets/new.html", {"form": form, "mode": "generate", "env": services.environment_describe(name=form["environment"].value() or "math_tool")})
+    return render(request, "datasets/new.html", {"form": form, "mode": "generate", "env": _picked_environment(form)})
 
 
 def dataset_detail(request: TeamRequest, pk: int) -> HttpResponse:

@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from training.config import ConfigError, RunConfig
 from webapp.artifacts.views import artifacts_context
+from webapp.catalog import services as catalog
 from webapp.history import services as history
 from webapp.jobs.forms import EvaluationForm
 from webapp.models import Agent, Dataset, Job, Run, Topology
@@ -86,7 +87,10 @@ def _run_initial(request: TeamRequest) -> dict[str, Any]:
         for note in clone.notes:
             messages.info(request, note)
         return clone.initial
-    return {key: request.GET[key] for key in ("topology", "dataset") if request.GET.get(key, "").isdigit()}
+    picked = {key: int(request.GET[key]) for key in ("topology", "dataset") if request.GET.get(key, "").isdigit()}
+    # "Run" from a topology (or a dataset) picks the other half too when one fits its environment
+    topology, dataset = catalog.run_pair_complete(team=request.team, topology_id=picked.get("topology"), dataset_id=picked.get("dataset"))
+    return {key: str(obj.pk) for key, obj in (("topology", topology), ("dataset", dataset)) if obj is not None}
 
 
 @require_POST
