@@ -227,7 +227,8 @@ class ProgressSink(NullSink):
     def evaluation(self, result: dict[str, Any]) -> None:
         agents = " ".join(f"{name}={v['success']:.2f}" for name, v in result.get("agents", {}).items())
         self._put(
-            f"[eval] step {result['step']} T={result['temperature']:g} n={result['n']} "
+            f"[eval] step {result['step']} {'temperature ' + format(result['temperature'], 'g') if result['temperature'] else 'greedy'}, "
+            f"{result['n']} tasks: "
             f"team success {result['team']['success']:.3f} | {agents}",
             end="\n",
         )

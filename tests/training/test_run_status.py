@@ -155,3 +155,12 @@ def test_the_eta_follows_steps_that_get_faster(monkeypatch):
         p.trained()
         p.training(step + 1)
     assert sink.calls[-1][3] == pytest.approx(2 * 30, rel=0.05)  # settled on the new pace
+
+
+def test_an_evaluation_line_names_its_decoding_not_a_bare_T():
+    result = {"step": 4, "temperature": 0.0, "n": 8, "team": {"success": 0.5}, "agents": {"tool": {"success": 0.25}}}
+    stream = io.StringIO()
+    ProgressSink(stream).evaluation(result)
+    ProgressSink(stream).evaluation({**result, "temperature": 0.7})
+    assert "[eval] step 4 greedy, 8 tasks: team success 0.500" in stream.getvalue()
+    assert "[eval] step 4 temperature 0.7, 8 tasks:" in stream.getvalue() and "T=" not in stream.getvalue()
