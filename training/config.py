@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -209,7 +209,8 @@ class DataConfig:
     path: str | None = None
     """JSONL or CSV file of task rows; none means the environment's procedural generator."""
     train_size: int = 256
-    """Generated training tasks (ignored when `path` is given)."""
+    """Generated training tasks; with `path`, the rows left for training after the held-out split
+    (the engine trains on all of them: the web records their count here so a stored config says it)."""
     eval_size: int = 100
     """Held-out tasks used for evaluation (generated with a different seed, or split off `path`)."""
     eval_fraction: float = 0.1
@@ -505,6 +506,18 @@ class RunConfig:
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True, width=100)
+
+    def with_default_instructions(self, defaults: Mapping[str, str]) -> RunConfig:
+        """A copy in which each agent with empty `instructions` holds `defaults[role]` (the
+        environment's `default_instructions`): the system prompt its rollouts are sent anyway, so
+        a stored config says what ran (`training.rollout.Sampler.messages` falls back the same way)."""
+        agents = tuple(
+            dataclasses.replace(a, instructions=defaults.get(a.role, "")) if not a.instructions and defaults.get(a.role) else a
+            for a in self.topology.agents
+        )
+        if agents == self.topology.agents:
+            return self
+        return dataclasses.replace(self, topology=dataclasses.replace(self.topology, agents=agents))
 
     def replace(self, **overrides: Any) -> RunConfig:
         """Return a copy with dotted-path overrides applied (`{"optim.lr": 1e-4}`), validated."""

@@ -61,6 +61,10 @@ _NOT_TEXT = re.compile(r"[\x00\ud800-\udfff]")
 """A NUL character or a lone surrogate: neither can be stored (Postgres text, UTF-8)."""
 
 
+MAX_PROBLEMS = 20
+"""Most bad lines one reading reports (each with its line number) before it stops looking."""
+
+
 class DataError(ValueError):
     """A dataset file is unusable; `line` is the 1-based line number when one line is at fault."""
 
@@ -68,6 +72,27 @@ class DataError(ValueError):
         super().__init__(f"line {line}: {message}" if line else message)
         self.line = line
         self.message = message
+
+    @property
+    def problems(self) -> list[DataError]:
+        """Each problem on its own (one here; several in `DataErrors`)."""
+        return [self]
+
+
+class DataErrors(DataError):
+    """Several lines are bad: every one found (up to `MAX_PROBLEMS`), so a file is fixed in one go."""
+
+    def __init__(self, errors: list[DataError], *, stopped: bool = False):
+        self.errors = errors
+        self.stopped = stopped
+        """The reading stopped at `MAX_PROBLEMS`: lines after the last one listed were not checked."""
+        tail = f"; stopped looking after {len(errors)} problems" if stopped else ""
+        super().__init__(f"{len(errors)} problems: " + "; ".join(str(e) for e in errors) + tail)
+        self.message = str(self)
+
+    @property
+    def problems(self) -> list[DataError]:
+        return list(self.errors)
 
 
 def read_rows(
@@ -94,11 +119,28 @@ def read_rows(
     if kind not in (".jsonl", ".csv", ".json", ".ndjson"):
         kind = ".jsonl" if text.lstrip().startswith("{") else ".csv"
     parsed = _csv_rows(text) if kind == ".csv" else _jsonl_rows(text)
-    rows = []
-    for number, row in parsed:  # one line at a time: the first bad line stops the reading
-        rows.append(check_row(row, declared, line=number, from_csv=kind == ".csv"))
-        if max_rows is not None and len(rows) > max_rows:
-            raise DataError(f"more than {max_rows:,} rows")
+    rows: list[dict[str, Any]] = []
+    problems: list[DataError] = []
+    try:
+        for number, row in parsed:  # every bad line is noted and the reading goes on, up to MAX_PROBLEMS
+            try:
+                if isinstance(row, DataError):
+                    raise row
+                rows.append(check_row(row, declared, line=number, from_csv=kind == ".csv"))
+            except DataError as exc:
+                problems.append(exc)
+                if len(problems) >= MAX_PROBLEMS:
+                    raise DataErrors(problems, stopped=True) from None
+            if max_rows is not None and len(rows) + len(problems) > max_rows:
+                raise DataError(f"more than {max_rows:,} rows")
+    except DataError as exc:
+        if exc.line is None:  # about the whole file (too many rows), or the list is full
+            raise
+        problems.append(exc)  # the file cannot be read on past this line (a CSV header or quoting error)
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise DataErrors(problems)
     if not rows:
         raise DataError("no rows")
     return rows
@@ -169,8 +211,9 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
         start, number = end + 1, number + 1
 
 
-def _jsonl_rows(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line; at most MAX_BLANK_LINES blank ones."""
+def _jsonl_rows(text: str) -> Iterator[tuple[int, dict[str, Any] | DataError]]:
+    """(line number, object) for each non-blank line; a line that is no JSON object comes as its
+    DataError, so the reading goes on to the next line. At most MAX_BLANK_LINES blank lines."""
     blank = 0
     for number, line in _lines(text):  # only \n ends a JSONL line (\u2028 may sit in a string)
         if not line.strip():
@@ -178,22 +221,26 @@ def _jsonl_rows(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
             if blank > MAX_BLANK_LINES:
                 raise DataError(f"more than {MAX_BLANK_LINES:,} blank lines", number)
             continue
-        if len(line) > MAX_LINE_CHARS:
-            raise DataError(f"the line is {len(line):,} characters; the limit is {MAX_LINE_CHARS:,}", number)
-        try:
-            value = _json(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"invalid JSON: {exc.msg} (column {exc.colno})", number) from None
-        except RecursionError:
-            raise DataError(f"nested deeper than {MAX_JSON_DEPTH} levels", number) from None
-        except ValueError as exc:  # a repeated key, NaN, an integer with thousands of digits
-            message = "a number has more than 4,300 digits" if "integer string conversion" in str(exc) else str(exc)
-            raise DataError(f"invalid JSON: {message}", number) from None
-        if not isinstance(value, dict):
-            raise DataError("each line must be a JSON object", number)
-        if line.count("[") + line.count("{") > MAX_JSON_DEPTH and _depth(value, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
-            raise DataError(f"nested deeper than {MAX_JSON_DEPTH} levels", number)
-        yield number, value
+        yield number, _jsonl_line(line, number)
+
+
+def _jsonl_line(line: str, number: int) -> dict[str, Any] | DataError:
+    if len(line) > MAX_LINE_CHARS:
+        return DataError(f"the line is {len(line):,} characters; the limit is {MAX_LINE_CHARS:,}", number)
+    try:
+        value = _json(line)
+    except json.JSONDecodeError as exc:
+        return DataError(f"invalid JSON: {exc.msg} (column {exc.colno})", number)
+    except RecursionError:
+        return DataError(f"nested deeper than {MAX_JSON_DEPTH} levels", number)
+    except ValueError as exc:  # a repeated key, NaN, an integer with thousands of digits
+        message = "a number has more than 4,300 digits" if "integer string conversion" in str(exc) else str(exc)
+        return DataError(f"invalid JSON: {message}", number)
+    if not isinstance(value, dict):
+        return DataError("each line must be a JSON object", number)
+    if line.count("[") + line.count("{") > MAX_JSON_DEPTH and _depth(value, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        return DataError(f"nested deeper than {MAX_JSON_DEPTH} levels", number)
+    return value
 
 
 def _depth(value: Any, limit: int) -> int:
@@ -207,9 +254,10 @@ def _depth(value: Any, limit: int) -> int:
 # -- CSV -----------------------------------------------------------------------------------------
 
 
-def _csv_rows(text: str) -> Iterator[tuple[int, dict[str, str]]]:
-    """(line number where the row starts, cells by column) for each row with a non-blank cell; at
-    most MAX_BLANK_LINES rows without one."""
+def _csv_rows(text: str) -> Iterator[tuple[int, dict[str, str] | DataError]]:
+    """(line number where the row starts, cells by column) for each row with a non-blank cell; a
+    row with the wrong number of cells comes as its DataError. A quoting error ends the reading, as
+    do more than MAX_BLANK_LINES rows without a cell."""
     reader = csv.reader(io.StringIO(text), strict=True)
     blank = 0
     try:
@@ -225,7 +273,8 @@ def _csv_rows(text: str) -> Iterator[tuple[int, dict[str, str]]]:
                 continue
             if len(cells) != len(header):
                 more = "more" if len(cells) > len(header) else "fewer"
-                raise DataError(f"{more} cells than header columns ({len(cells)}, the header has {len(header)})", line)
+                yield line, DataError(f"{more} cells than header columns ({len(cells)}, the header has {len(header)})", line)
+                continue
             yield line, dict(zip(header, cells))
     except csv.Error as exc:
         raise DataError(_csv_message(str(exc)), reader.line_num or 1) from None

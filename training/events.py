@@ -18,9 +18,9 @@ Payload shapes (the web and the CLI rely on them):
 - evaluation: `{"step", "split", "temperature", "n", "team": {"success"}, "agents":
   {name: {"success", "reward"}}}`
 - status: `status(phase, detail, progress=None, eta=None)`: the run entered (or moved on within)
-  one of `PHASES`; `detail` is one sentence for a person ("Evaluating at step 10: 50/100
-  held-out tasks"), `progress` the share of the phase done (0..1, None when unknown) and `eta`
-  the seconds the whole run still needs by the engine's estimate (None before it can tell).
+  one of `PHASES`; `detail` is one sentence for a person that agrees with `progress`
+  ("Evaluating at step 10 on 100 held-out tasks: 50% done (40 finished)"), `progress` the share
+  of the phase done (0..1, None when unknown) and `eta` the seconds the whole run still needs by the engine's estimate (None before it can tell).
   Sent at each phase change and as a long phase advances (a few times per evaluation), never
   per token.
 """
@@ -218,7 +218,8 @@ class ProgressSink(NullSink):
     def status(self, phase: str, detail: str, *, progress: float | None = None, eta: float | None = None) -> None:
         self.eta = eta
         if phase != "training":  # a step's bar says that
-            self._put(detail + (f" ({100 * progress:.0f}%)" if progress is not None else ""))
+            # the evaluation's sentence gives its share itself
+            self._put(detail + (f" ({100 * progress:.0f}%)" if progress is not None and "%" not in detail else ""))
 
     def log(self, message: str, *, level: str = "info") -> None:
         self._put(f"[{level}] {message}", end="\n")
@@ -226,7 +227,8 @@ class ProgressSink(NullSink):
     def evaluation(self, result: dict[str, Any]) -> None:
         agents = " ".join(f"{name}={v['success']:.2f}" for name, v in result.get("agents", {}).items())
         self._put(
-            f"[eval] step {result['step']} T={result['temperature']:g} n={result['n']} "
+            f"[eval] step {result['step']} {'temperature ' + format(result['temperature'], 'g') if result['temperature'] else 'greedy'}, "
+            f"{result['n']} tasks: "
             f"team success {result['team']['success']:.3f} | {agents}",
             end="\n",
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import importlib.util
 import os
 import shutil
@@ -36,6 +37,7 @@ from transformers import (
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
 )
+from transformers.utils import logging as hf_logging
 
 from training.config import ConfigError, check_model_source
 
@@ -99,7 +101,8 @@ def load_model(
     else:
         folder = resolve_model_dir(source)
         try:
-            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype)
+            with no_progress_bars():
+                model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype)
         except Exception as exc:
             raise ModelLoadError(f"could not load the model in {folder} ({source}): {exc}") from exc
         tokenizer = _tokenizer_from_dir(folder, source)
@@ -128,7 +131,8 @@ def _load_4bit(source: str, device: torch.device, compute_dtype: torch.dtype) ->
         load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute_dtype
     )
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, quantization_config=quant, dtype=compute_dtype, device_map={"": device.index or 0})
+        with no_progress_bars():
+            model = AutoModelForCausalLM.from_pretrained(folder, quantization_config=quant, dtype=compute_dtype, device_map={"": device.index or 0})
     except Exception as exc:
         raise ModelLoadError(f"could not load {source} in 4 bits from {folder}: {exc}") from exc
     return model, tokenizer
@@ -314,12 +318,35 @@ def bundled_tokenizer(source: str) -> PreTrainedTokenizerBase:
     name = source.split(":", 1)[1]
     gguf = _bundled_gguf(name)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        with no_progress_bars():
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     except Exception as exc:
         raise ModelLoadError(f"could not read {gguf} ({source}); is the `gguf` package installed? {exc}") from exc
     if not tokenizer.chat_template:
         tokenizer.chat_template = SMOLLM2_CHAT_TEMPLATE
     return tokenizer
+
+
+@contextlib.contextmanager
+def no_progress_bars() -> Iterator[None]:
+    """transformers' tqdm bars off while loading ("Converting and de-quantizing GGUF tensors",
+    "Loading weights"): on a worker's log, a CLI run piped to a file or a test's output each
+    update is a line of its own, 41 for the bundled model's conversion. The run's status and log
+    say what is loading instead."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils  # its GGUF bar is plain tqdm, not transformers' switch
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    plain_tqdm = getattr(gguf_utils, "tqdm", None)
+    if plain_tqdm is not None:
+        gguf_utils.tqdm = functools.partial(plain_tqdm, disable=True)
+    try:
+        yield
+    finally:
+        if plain_tqdm is not None:
+            gguf_utils.tqdm = plain_tqdm
+        if was_on:
+            hf_logging.enable_progress_bar()
 
 
 def _convert_bundled(name: str, out: Path) -> None:
@@ -328,7 +355,8 @@ def _convert_bundled(name: str, out: Path) -> None:
     started = time.monotonic()
     tokenizer = bundled_tokenizer(f"bundled:{name}")
     try:
-        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        with no_progress_bars():  # the run's status says "Converting ... (first use only)" instead
+            loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     except Exception as exc:
         raise ModelLoadError(f"could not read {gguf} (bundled:{name}); is the `gguf` package installed? {exc}") from exc
     # The loaded config remembers its GGUF origin (quantization_config); rebuild a clean model from
@@ -342,8 +370,9 @@ def _convert_bundled(name: str, out: Path) -> None:
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     tokenizer.model_max_length = config.max_position_embeddings  # the GGUF leaves it unbounded
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    with no_progress_bars():
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
     (out / "TROUPE_SOURCE.txt").write_text(
         f"Converted from {gguf} by training.models in {time.monotonic() - started:.1f}s.\n", encoding="utf-8"
     )

@@ -73,7 +73,7 @@ def play(
                     "text": candidate.text, "tool_output": candidate.tool_output, "local": candidate.local,
                     "team": candidate.team, "tokens": candidate.model_tokens, "truncated": candidate.truncated,
                     "calls": list(candidate.calls), "segments": list(candidate.segments),
-                    "policy": sampler.served.get(agent, ""),
+                    "policy": sampler.served.get(agent, "") if each["trained"] else base_label(config, agent),
                 })
                 each["done"], each["success"] = episode.state.done, episode.state.success
                 if on_turn is not None:
@@ -84,3 +84,9 @@ def play(
     for each, episode in zip(lanes, episodes):
         each["done"], each["success"] = True, episode.state.success
     return lanes
+
+
+def base_label(config: RunConfig, agent: str) -> str:
+    """What plays `agent` in an untrained lane: its base model. (A `lora` lane's fresh adapters
+    start with B = 0, so they add nothing to the base; naming them would read like a trained one.)"""
+    return f"base model {config.agent_model(config.agent(agent))}"

@@ -28,7 +28,7 @@ from safetensors.torch import load_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from training.config import RunConfig
-from training.models import load_model
+from training.models import load_model, no_progress_bars
 
 SHARED = "shared"
 
@@ -231,7 +231,8 @@ def save_policies(policies: PolicySet, folder: Path) -> None:
             src.rename(target)
             _rmtree(tmp)
         else:
-            pol.model.save_pretrained(str(target), safe_serialization=True)
+            with no_progress_bars():  # "Writing model shards" at every checkpoint, a line each on a log
+                pol.model.save_pretrained(str(target), safe_serialization=True)
         pol.tokenizer.save_pretrained(str(target))
 
 

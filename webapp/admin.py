@@ -9,8 +9,10 @@ from django.contrib.auth.admin import UserAdmin
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.formats import date_format
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.timezone import localtime
 
 from webapp.catalog import services as catalog
 from webapp.experiments import services as experiment_services
@@ -279,10 +281,15 @@ class RolloutAdmin(admin.ModelAdmin):
 
 @admin.register(Checkpoint)
 class CheckpointAdmin(admin.ModelAdmin):
-    list_display = ["run", "step", "path", "created"]
-    list_filter = ["run__team"]
+    list_display = ["run", "step", "path", "created", "files"]
+    list_filter = [("deleted", admin.EmptyFieldListFilter), "run__team"]
     search_fields = ["run__name", "path"]
     raw_id_fields = ["run"]
+
+    @admin.display(description="files", ordering="deleted")
+    def files(self, obj: Checkpoint) -> str:
+        """A row outlives its files (checkpoint.keep, Delete from disk): say so."""
+        return f"deleted {date_format(localtime(obj.deleted), 'DATETIME_FORMAT')}" if obj.deleted else "on disk"
 
 
 @admin.register(Evaluation)
@@ -314,10 +321,16 @@ class TagAdmin(admin.ModelAdmin):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ["id", "kind", "status", "run", "owner", "team", "created", "finished"]
+    list_display = ["id", "kind", "status", "run", "owner", "team", "created", "finished", "output_files"]
     list_filter = ["kind", "status", "team"]
     search_fields = ["run__name", "error"]
     raw_id_fields = ["run", "checkpoint", "dataset", "topology", "owner"]
+
+    @admin.display(description="output")
+    def output_files(self, obj: Job) -> str:
+        """A merged export's folder, or when it was deleted (the job row stays)."""
+        deleted = (obj.result or {}).get("deleted") if isinstance(obj.result, dict) else None
+        return f"deleted {deleted[:16].replace('T', ' ')}" if deleted else obj.output or "—"
 
 
 @admin.register(ApiToken)

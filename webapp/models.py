@@ -37,6 +37,10 @@ SPECIALIZATION_LABELS = {
     "full": "full — one full model per agent (L3)",
 }
 SPECIALIZATION_CHOICES = [(s, SPECIALIZATION_LABELS[s]) for s in SPECIALIZATIONS]
+SPECIALIZATION_SHORT_CHOICES = [(s, f"{s} (L{level})") for level, s in enumerate(SPECIALIZATIONS)]
+"""What a select box shows ("lora (L2)"): the long labels were cut by the box's width; the field's
+help text (`SPECIALIZATION_HELP`) says what each means."""
+SPECIALIZATION_HELP = "; ".join(label.replace(" — ", ": ", 1) for label in SPECIALIZATION_LABELS.values()) + "."
 
 
 class Team(models.Model):
@@ -658,7 +662,7 @@ class ApiToken(models.Model):
 
 
 class Worker(models.Model):
-    """A Celery worker process serving the `gpu` queue, as it last reported itself.
+    """A Celery worker process serving GPU queues (`gpu_queue`), as it last reported itself.
 
     Workers are shared by every team (they are not team objects). Each worker process writes its
     row every few seconds from a background thread (`webapp.ops.workers.WorkerBeat`); a worker is
@@ -686,6 +690,10 @@ class Worker(models.Model):
 
     def __str__(self) -> str:
         return self.hostname
+
+    def queue_names(self) -> list[str]:
+        """The queues it takes work from, as it reported them."""
+        return [q for q in self.queues.split(",") if q]
 
     def is_online(self, now: Any = None) -> bool:
         """Heard from within the lost-worker timeout, and not shut down."""
@@ -765,7 +773,15 @@ class AuditEvent(models.Model):
                    models.Index(fields=["team", "verb", "-time"], name="audit_team_verb_time")]
 
     def __str__(self) -> str:
-        return f"{self.actor_name or 'Troupe'} {self.get_verb_display()} {self.object_type} {self.object_label}"
+        return f"{self.actor_name or 'Troupe'} {self.get_verb_display()} {self.object_type} {self.shown_label}"
+
+    @property
+    def shown_label(self) -> str:
+        """The label to show after the type: without the type again (events recorded before jobs'
+        labels dropped it read "evaluation evaluation #5")."""
+        repeated = f"{self.object_type} #{self.object_id}"
+        label = self.object_label
+        return label[len(self.object_type) + 1:] if label == repeated or label.startswith(repeated + " ") else label
 
     @property
     def object_url(self) -> str:

@@ -63,6 +63,7 @@ urlpatterns = [
     path("topologies/new/", catalog.topology_edit, name="topology_create"),
     path("topologies/<int:pk>/", catalog.topology_edit, name="topology_edit"),
     path("topologies/<int:pk>/duplicate/", catalog.topology_duplicate, name="topology_duplicate"),
+    path("topologies/<int:pk>/tool-notes/", catalog.topology_tool_notes, name="topology_tool_notes"),
     path("topologies/<int:pk>/delete/", catalog.topology_delete, name="topology_delete"),
     path("datasets/", catalog.dataset_list, name="dataset_list"),
     path("datasets/upload/", catalog.dataset_upload, name="dataset_upload"),

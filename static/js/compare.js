@@ -72,6 +72,29 @@
       legend: {live: true},
     }, data, box);
     box.dataset.series = String(series.length - 1);
+    drawLegendLines(plot, series);
+  }
+
+  function drawLegendLines(u, series) {
+    // uPlot's legend marks each series with a plain square of its colour, so one run's agents
+    // (same colour, different dashes) looked alike: draw each marker as a short line in its dash.
+    var NS = "http://www.w3.org/2000/svg";
+    var rows = u.root.querySelectorAll(".u-legend .u-series");
+    series.forEach(function (s, i) {
+      var marker = i && rows[i] && rows[i].querySelector(".u-marker");
+      if (!marker) return;
+      var svg = document.createElementNS(NS, "svg");
+      svg.setAttribute("width", "28");
+      svg.setAttribute("height", "8");
+      svg.setAttribute("aria-hidden", "true");
+      var line = document.createElementNS(NS, "line");
+      [["x1", 1], ["y1", 4], ["x2", 27], ["y2", 4], ["stroke", s.stroke], ["stroke-width", 2]].forEach(function (a) { line.setAttribute(a[0], a[1]); });
+      if (s.dash) line.setAttribute("stroke-dasharray", s.dash.join(" "));
+      svg.appendChild(line);
+      marker.replaceChildren(svg);
+      marker.classList.add("line-marker");
+      marker.dataset.dash = s.dash ? s.dash.join(",") : "solid";
+    });
   }
 
   metricSel.addEventListener("change", load);

@@ -309,7 +309,8 @@
     var note = document.getElementById("charts-missing");
     if (!note || state.seenStep === null) return;
     var missing = CHARTS.filter(function (spec) { return !charts[spec.id]; }).map(function (spec) { return spec.title; });
-    note.textContent = missing.length ? "Not recorded in this run (so far): " + missing.join(", ") + "." : "";
+    var when = TERMINAL[state.status] ? "" : " (so far)";  // a finished run records nothing more
+    note.textContent = missing.length ? "Not recorded in this run" + when + ": " + missing.join(", ") + "." : "";
   }
 
   function zoomAll(range) {
@@ -376,6 +377,8 @@
     onPhase(m);
     dropStaleFlash(m.status);
     if (TERMINAL[m.status]) {
+      if (state.conn === "live") setConn("done");
+      renderMissing();
       // The page head's Stop button belongs to an active run; the refresh brings Resume, Archive...
       var stop = document.querySelector(".head-actions form[action$='/cancel/']");
       if (stop) stop.remove();
@@ -659,6 +662,8 @@
   }
 
   function setConn(name, detail) {
+    // A finished run's socket stays open (a later evaluation still streams in), but nothing is live.
+    if (name === "live" && TERMINAL[state.status]) name = "done";
     state.conn = name;
     root.dataset.conn = name;
     root.dataset.reconnects = String(state.reconnects);

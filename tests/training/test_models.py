@@ -234,10 +234,31 @@ def test_a_missing_wheel_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch)
 # -- bundled ---------------------------------------------------------------------------------------
 
 
+def test_loading_prints_no_progress_bars(capfd: pytest.CaptureFixture[str]) -> None:
+    """A worker's log or a piped CLI run gets a line per tqdm update (41 for the bundled model's
+    first use): loading, converting and saving models draw none."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    from transformers.utils import logging as hf_logging
+    from transformers.utils.logging import tqdm as hf_tqdm
+
+    plain = gguf_utils.tqdm
+    assert hf_logging.is_progress_bar_enabled()
+    with models.no_progress_bars():
+        for _ in gguf_utils.tqdm(range(50), desc="Converting and de-quantizing GGUF tensors..."):
+            pass
+        for _ in hf_tqdm(range(50), desc="Loading weights"):
+            pass
+    assert capfd.readouterr().err == ""
+    assert gguf_utils.tqdm is plain and hf_logging.is_progress_bar_enabled()  # as it was, after
+
+
 @pytest.mark.slow
-def test_the_bundled_model_converts_once_and_answers(bundled_data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # the session's `bundled_models` fixture converted it (once per suite: it takes about a minute)
+def test_the_bundled_model_converts_once_and_answers(bundled_data_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capfd: pytest.CaptureFixture[str]) -> None:
+    # the session's `bundled_models` fixture converted it (once per suite: it takes about a minute;
+    # its GGUF bar is off as test_loading_prints_no_progress_bars checks)
     model, tok = load_model("bundled:smollm2-135m-instruct")
+    assert "it/s" not in capfd.readouterr().err  # no "Loading weights" bar either (a line per update on a log)
     folder = bundled_data_dir / "models" / "smollm2-135m-instruct"
     assert "Converted from" in (folder / "TROUPE_SOURCE.txt").read_text()
     assert (folder / "model.safetensors").is_file() and (folder / "config.json").is_file()

@@ -42,12 +42,14 @@ def test_it_reports_each_phase_of_a_run_in_order(tmp_path):
     first_step = sink.order.index("status:training")
     evals0 = [c for c in sink.calls[: phases.index("training")] if c[0] == "evaluating"]
     assert [c[2] for c in evals0] == [0.0, 0.5, 1.0]  # after each of its 2 turns
-    assert evals0[-1][1] == "Evaluating at step 0: 4/4 held-out tasks"
+    # the sentence agrees with the bar: after the first of 2 turns half the work is done, no task finished yet
+    assert [c[1] for c in evals0] == [f"Evaluating at step 0 on 4 held-out tasks: {p} done ({d} finished)"
+                                      for p, d in (("0%", 0), ("50%", 0), ("100%", 4))]
     assert sink.order.index("evaluation:0") < first_step
     assert [d for p, d, *_ in sink.calls if p == "training"] == [f"Training step {s} of 3" for s in (1, 2, 3)]
     assert [d for p, d, *_ in sink.calls if p == "checkpointing"] == ["Saving the checkpoint at step 2", "Saving the checkpoint at step 3"]
-    assert [d for p, d, *_ in sink.calls if p == "evaluating" and d.endswith("4/4 held-out tasks")] == [
-        f"Evaluating at step {s}: 4/4 held-out tasks" for s in (0, 2, 3)]
+    assert [d for p, d, *_ in sink.calls if p == "evaluating" and d.endswith("(4 finished)")] == [
+        f"Evaluating at step {s} on 4 held-out tasks: 100% done (4 finished)" for s in (0, 2, 3)]
     # no ETA until a step has been timed; then one with each report, shrinking to (about) nothing
     etas = [eta for *_, eta in sink.calls]
     untimed = phases.index("training") + 1
@@ -121,12 +123,44 @@ def test_the_cli_sinks_show_and_keep_the_status(tmp_path):
     bar = ProgressSink(stream)
     bar.status("evaluating", "Evaluating at step 0: 25/100 held-out tasks", progress=0.25)
     bar.status("evaluating", "Evaluating at step 0: 50/100 held-out tasks", progress=0.5)
+    bar.status("evaluating", "Evaluating at step 0 on 8 held-out tasks: 75% done (0 finished)", progress=0.75)
     bar.log("done")
     assert stream.getvalue().split("\r")[1:] == [
         "Evaluating at step 0: 25/100 held-out tasks (25%)",
         "Evaluating at step 0: 50/100 held-out tasks (50%)",
-        "[info] done".ljust(len("Evaluating at step 0: 50/100 held-out tasks (50%)")) + "\n",
+        "Evaluating at step 0 on 8 held-out tasks: 75% done (0 finished)",  # a sentence with its share: not twice
+        "[info] done".ljust(len("Evaluating at step 0 on 8 held-out tasks: 75% done (0 finished)")) + "\n",
     ]
     JsonlSink(tmp_path).status("training", "Training step 1 of 2", eta=12.5)
     line = (tmp_path / "events.jsonl").read_text()
     assert '"type": "status"' in line and '"phase": "training"' in line and '"eta": 12.5' in line
+
+
+def test_the_eta_follows_steps_that_get_faster(monkeypatch):
+    """Untrained policies write long answers: the first steps are slow, later ones fast. Two fast
+    steps in, the ETA is near the truth (a mean of the last five steps said more than twice it)."""
+    clock = Clock()
+    monkeypatch.setattr(progress_module.time, "monotonic", clock)
+    sink = Phases()
+    p = RunProgress(sink, toy_config(**{"optim.steps": 10, "checkpoint.every": 0}), has_eval=False)
+    for step, seconds in zip(range(1, 6), (90, 90, 90, 30, 30)):
+        p.training(step)
+        clock.now += seconds
+        p.trained()
+    p.training(6)
+    left = 5 * 30  # steps 6..10 at 30 s
+    assert sink.calls[-1][3] == pytest.approx(left, rel=0.35)
+    for step in range(6, 9):
+        clock.now += 30
+        p.trained()
+        p.training(step + 1)
+    assert sink.calls[-1][3] == pytest.approx(2 * 30, rel=0.05)  # settled on the new pace
+
+
+def test_an_evaluation_line_names_its_decoding_not_a_bare_T():
+    result = {"step": 4, "temperature": 0.0, "n": 8, "team": {"success": 0.5}, "agents": {"tool": {"success": 0.25}}}
+    stream = io.StringIO()
+    ProgressSink(stream).evaluation(result)
+    ProgressSink(stream).evaluation({**result, "temperature": 0.7})
+    assert "[eval] step 4 greedy, 8 tasks: team success 0.500" in stream.getvalue()
+    assert "[eval] step 4 temperature 0.7, 8 tasks:" in stream.getvalue() and "T=" not in stream.getvalue()

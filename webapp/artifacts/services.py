@@ -17,6 +17,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.template.defaultfilters import filesizeformat
 from django.utils import timezone
 
 from webapp.core import paths
@@ -113,6 +114,32 @@ def checkpoint_delete_blocker(*, checkpoint: Checkpoint) -> str | None:
     if checkpoint.jobs.filter(status__in=(Job.Status.QUEUED, Job.Status.RUNNING)).exists():
         return "An evaluation, export or playground job is using this checkpoint; wait for it to finish."
     return None
+
+
+def checkpoint_delete_effects(*, checkpoint: Checkpoint) -> list[str]:
+    """What deleting this checkpoint takes with it, for the confirmation page."""
+    run = checkpoint.run
+    later = list(run.checkpoints.filter(deleted__isnull=True, step__gt=checkpoint.step).values_list("step", flat=True))
+    effects = [f"Its files go from disk: {filesizeformat(folder_size(checkpoint.path))} in {checkpoint.path}.",
+               f"Run #{run.pk} can no longer be resumed, evaluated, played or exported from step {checkpoint.step}"
+               + (f"; it keeps step{'s' if len(later) > 1 else ''} {', '.join(map(str, later))}." if later else ".")]
+    exports = run.jobs.filter(kind=Job.Kind.MERGE, checkpoint=checkpoint).exclude(output="").count()
+    if exports:
+        effects.append(f"{exports} merged export{'s' if exports > 1 else ''} made from it stay{'' if exports > 1 else 's'}.")
+    return effects
+
+
+def export_delete_effects(*, job: Job) -> list[str]:
+    """What deleting this merged export takes with it, for the confirmation page."""
+    agent = (job.params or {}).get("agent", "the agent")
+    step = job.checkpoint.step if job.checkpoint else None
+    effects = [f"The merged model of {agent} goes from disk: {filesizeformat(folder_size(job.output))}"
+               + (f" in {job.output}." if job.output else ".")]
+    if job.checkpoint is not None and job.checkpoint.deleted is None:
+        effects.append(f"Checkpoint step {step} is still on disk: the export can be merged again from it.")
+    elif step is not None:
+        effects.append(f"Checkpoint step {step} is deleted too: this export cannot be made again.")
+    return effects
 
 
 def checkpoint_delete(*, checkpoint: Checkpoint, actor: User | None = None) -> None:

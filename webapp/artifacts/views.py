@@ -14,7 +14,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods
 
 from training.config import ConfigError
 from webapp.artifacts import files, services
@@ -58,24 +58,41 @@ def _team_admin(request: TeamRequest) -> None:
         raise PermissionDenied("Only a team admin can delete checkpoints and exports.")
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 def run_checkpoint_delete(request: TeamRequest, pk: int, step: int) -> HttpResponse:
-    """A team admin deletes one of a finished run's older checkpoints from disk."""
+    """A team admin deletes one of a finished run's older checkpoints from disk: GET asks first,
+    saying what goes with it; POST deletes."""
     run = team_object_or_404(request, Run, pk)
     checkpoint = get_object_or_404(Checkpoint, run=run, step=step)
     _team_admin(request)
+    if request.method == "GET":
+        return _confirm(request, run, kind="checkpoint", label=f"step {step} of run #{run.pk}",
+                        error=services.checkpoint_delete_blocker(checkpoint=checkpoint),
+                        effects=services.checkpoint_delete_effects(checkpoint=checkpoint), button="Delete from disk")
     return _delete_then_back(request, run, lambda: services.checkpoint_delete(checkpoint=checkpoint, actor=request.user),
                              f"Deleted checkpoint step {step} of run #{run.pk}.")
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 def run_export_delete(request: TeamRequest, pk: int, job_id: int) -> HttpResponse:
-    """A team admin deletes a merged export."""
+    """A team admin deletes a merged export: GET asks first, POST deletes."""
     run = team_object_or_404(request, Run, pk)
     job = get_object_or_404(Job, pk=job_id, run=run, kind=Job.Kind.MERGE)
     _team_admin(request)
+    agent = job.params.get("agent", "the agent")
+    if request.method == "GET":
+        return _confirm(request, run, kind="merged export", label=f"of {agent} (job #{job.pk})",
+                        error=None if job.output and not job.is_active else "Only a finished export still on disk can be deleted.",
+                        effects=services.export_delete_effects(job=job))
     return _delete_then_back(request, run, lambda: services.export_delete(job=job, actor=request.user),
-                             f"Deleted the merged export of {job.params.get('agent', 'the agent')} (job #{job.pk}).")
+                             f"Deleted the merged export of {agent} (job #{job.pk}).")
+
+
+def _confirm(request: TeamRequest, run: Run, *, kind: str, label: str, error: str | None, effects: list[str],
+             button: str = "Delete") -> HttpResponse:
+    back = reverse("storage") if request.GET.get("next") == reverse("storage") else run.get_absolute_url() + "#artifacts"
+    return render(request, "confirm_delete.html", {"kind": kind, "object": label, "error": error, "effects": effects,
+                                                   "back_url": back, "next": request.GET.get("next", ""), "button": button})
 
 
 def _delete_then_back(request: TeamRequest, run: Run, delete: Callable[[], object], done: str) -> HttpResponse:

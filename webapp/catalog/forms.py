@@ -18,7 +18,7 @@ from webapp.catalog import services
 from webapp.catalog.services import environment_names
 from webapp.core import trust
 from webapp.core.values import ID_MAX
-from webapp.models import Agent, Dataset, ModelSource, Team, Topology
+from webapp.models import SPECIALIZATION_HELP, SPECIALIZATION_SHORT_CHOICES, Agent, Dataset, ModelSource, Team, Topology
 
 
 def _environment_field(**kwargs: Any) -> forms.ChoiceField:
@@ -184,6 +184,9 @@ class TopologyForm(forms.ModelForm):
     def __init__(self, *args: Any, team: Team, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.team = team
+        specialization = self.fields["specialization"]
+        assert isinstance(specialization, forms.ChoiceField)
+        specialization.choices, specialization.help_text = SPECIALIZATION_SHORT_CHOICES, SPECIALIZATION_HELP  # labels that fit the box
         agents_field = self.fields["agents"]
         assert isinstance(agents_field, OrderedAgentsField)
         agents_field.set_queryset(Agent.objects.filter(team=team))

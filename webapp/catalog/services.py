@@ -28,7 +28,7 @@ from agents import plugins
 from agents.base import Environment, fields_of
 from agents.envs import EnvironmentInfo, describe_environment, list_environments, load_environment
 from training.config import ConfigError
-from training.data import DataError, read_rows
+from training.data import DataError, DataErrors, read_rows
 from webapp.core.private import data_dir_tighten, private_file
 from webapp.models import (
     Agent,
@@ -281,6 +281,18 @@ def topology_delete_blocker(*, topology: Topology) -> str | None:
     return None
 
 
+def topology_delete_effects(*, topology: Topology) -> list[str]:
+    """What deleting this topology does to the runs that used it, for the confirmation page."""
+    runs = topology.runs.order_by("-created")
+    count = runs.count()
+    if not count:
+        return []
+    names = ", ".join(f"#{pk} {name}" for pk, name in runs.values_list("pk", "name")[:5])
+    more = f" and {count - 5} more" if count > 5 else ""
+    return [f"{count} run{'s' if count > 1 else ''} used it: {names}{more}. They keep their config snapshot (each can be "
+            "re-run or cloned from it), but their pages will name no topology. Its agents stay."]
+
+
 def topology_delete(*, topology: Topology, actor: User | None = None) -> None:
     if blocker := topology_delete_blocker(topology=topology):
         raise ValidationError(blocker)
@@ -363,9 +375,14 @@ def _dataset_read(path: Path, env: Environment, *, field: str) -> list[dict[str,
             max_rows=settings.TROUPE_UPLOAD_MAX_ROWS,
             max_bytes=settings.TROUPE_UPLOAD_MAX_BYTES,
         )
-    except DataError as exc:
-        needs = f" ({env.name} rows need: {', '.join(env.required_fields)})" if "missing" in exc.message else ""
-        raise ValidationError({field: f"{exc}{needs}"}) from None
+    except DataError as exc:  # every bad line found, each its own message
+        needs = f"{env.name} rows need: {', '.join(env.required_fields)}."
+        problems = [str(p) for p in exc.problems]
+        if isinstance(exc, DataErrors) and exc.stopped:
+            problems.append(f"Stopped looking after {len(exc.problems)} problems; lines after line {exc.problems[-1].line} were not checked.")
+        if any("missing" in p.message for p in exc.problems):
+            problems.append(needs)
+        raise ValidationError({field: problems}) from None
 
 
 def _dataset_describe(dataset: Dataset, rows: list[dict[str, Any]], *, row_count: int) -> None:
@@ -471,6 +488,23 @@ def dataset_delete_blocker(*, dataset: Dataset) -> str | None:
     return None
 
 
+def dataset_delete_effects(*, dataset: Dataset) -> list[str]:
+    """What deleting this dataset does to the runs that used it, for the confirmation page."""
+    effects = []
+    runs = dataset.runs.order_by("-created")
+    count = runs.count()
+    if count:
+        names = ", ".join(f"#{pk} {name}" for pk, name in runs.values_list("pk", "name")[:5])
+        more = f" and {count - 5} more" if count > 5 else ""
+        effects.append(f"{count} run{'s' if count > 1 else ''} used it: {names}{more}. They keep their config, metrics and "
+                       "checkpoints, but their pages will name no dataset.")
+        if dataset.kind == Dataset.Kind.UPLOAD:
+            effects.append("Its file is deleted: resuming or re-running those runs needs the file uploaded again.")
+    if dataset.kind == Dataset.Kind.UPLOAD:
+        effects.insert(0, f"Its file goes from disk ({dataset.original_filename}, {dataset.row_count or 0:,} rows).")
+    return effects
+
+
 def dataset_delete(*, dataset: Dataset, actor: User | None = None) -> None:
     if blocker := dataset_delete_blocker(dataset=dataset):
         raise ValidationError(blocker)
@@ -511,13 +545,43 @@ def topology_config_tree(*, topology: Topology) -> dict[str, Any]:
     }
 
 
+def dataset_matching(*, topology: Topology) -> Dataset | None:
+    """The team's valid dataset a run of this topology most likely wants: one for its environment,
+    with the topology's own environment arguments first (a generator at its level), newest first."""
+    candidates = list(Dataset.objects.filter(team_id=topology.team_id, environment=topology.environment,
+                                             status=Dataset.Status.VALID).order_by("-created", "-id")[:50])
+    same_args = [d for d in candidates if d.kind == Dataset.Kind.GENERATOR and d.env_args == topology.env_args]
+    return (same_args or candidates or [None])[0]
+
+
+def topology_matching(*, dataset: Dataset) -> Topology | None:
+    """The team's topology a run on this dataset most likely wants: one for its environment (the
+    same environment arguments first), the most recently changed first."""
+    candidates = list(Topology.objects.filter(team_id=dataset.team_id, environment=dataset.environment).order_by("-updated", "-id")[:50])
+    same_args = [t for t in candidates if dataset.kind == Dataset.Kind.GENERATOR and t.env_args == dataset.env_args]
+    return (same_args or candidates or [None])[0]
+
+
+def run_pair_complete(*, team: Team, topology_id: int | None, dataset_id: int | None) -> tuple[Topology | None, Dataset | None]:
+    """The team's topology and dataset with these ids, the missing one filled in by a match
+    (`dataset_matching`, `topology_matching`): what the run form starts from."""
+    topology = Topology.objects.filter(team=team, pk=topology_id).first() if topology_id else None
+    dataset = Dataset.objects.filter(team=team, pk=dataset_id).first() if dataset_id else None
+    if topology is not None and dataset is None and not dataset_id:
+        dataset = dataset_matching(topology=topology)
+    elif dataset is not None and topology is None and not topology_id:
+        topology = topology_matching(dataset=dataset)
+    return topology, dataset
+
+
 def dataset_config_tree(*, dataset: Dataset) -> tuple[dict[str, Any], dict[str, Any]]:
     """(env_args the dataset adds to the topology's, the `data` section) for a valid dataset."""
     if dataset.status != Dataset.Status.VALID:
         raise ConfigError("data", f"dataset {dataset.name!r} is invalid: {dataset.status_message}")
     if dataset.kind == Dataset.Kind.GENERATOR:
         return dict(dataset.env_args), {"path": None, "train_size": dataset.size, "eval_size": dataset.eval_size or 0}
-    return {}, {"path": str(dataset.path), "eval_fraction": dataset.eval_fraction, "eval_size": dataset.split[1]}
+    train, held = dataset.split  # the engine's split of the file: record its sizes, not the generator default
+    return {}, {"path": str(dataset.path), "eval_fraction": dataset.eval_fraction, "eval_size": held, "train_size": max(train, 1)}
 
 
 # == helpers ===================================================================================

@@ -14,6 +14,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from training.data import MAX_FIELD_CHARS, MAX_FIELDS, MAX_JSON_DEPTH
@@ -33,8 +34,15 @@ def environment_hint(request: TeamRequest) -> HttpResponse:
     return render(request, "_environment_hint.html", {"env": env})
 
 
-def _delete(request: TeamRequest, obj: Any, delete: Any, kind: str, back: str, blocker: Any) -> HttpResponse:
-    """Confirm on GET, saying already why it cannot be deleted if it cannot (`blocker(obj)`);
+def _picked_environment(form: Any) -> Any:
+    """The environment the form's select shows picked, for the help box: none while none is."""
+    name = form["environment"].value()
+    return services.environment_describe(name=name) if name else None
+
+
+def _delete(request: TeamRequest, obj: Any, delete: Any, kind: str, back: str, blocker: Any, effects: Any = None) -> HttpResponse:
+    """Confirm on GET, saying already why it cannot be deleted if it cannot (`blocker(obj)`), or
+    else what the deletion takes with it (`effects(obj)`: the runs that used it, its file);
     delete through the service on POST, or show why not."""
     error = blocker(obj)
     if request.method == "POST":
@@ -45,7 +53,8 @@ def _delete(request: TeamRequest, obj: Any, delete: Any, kind: str, back: str, b
         else:
             messages.success(request, f"Deleted {kind} {obj}.")
             return redirect(back)
-    return render(request, "confirm_delete.html", {"object": obj, "kind": kind, "back": back, "error": error})
+    return render(request, "confirm_delete.html", {"object": obj, "kind": kind, "back": back, "error": error,
+                                                   "effects": effects(obj) if effects and not error else []})
 
 
 # == model sources ================================================================================
@@ -122,7 +131,17 @@ def agent_delete(request: TeamRequest, pk: int) -> HttpResponse:
 @require_GET
 def topology_list(request: TeamRequest) -> HttpResponse:
     topologies = Topology.objects.filter(team=request.team).prefetch_related("members__agent").annotate(n_runs=Count("runs"))
-    return render(request, "topologies/list.html", {"topologies": topologies})
+    saved = request.GET.get("saved", "")
+    checking = Topology.objects.filter(team=request.team, pk=int(saved)).first() if saved.isdigit() else None
+    return render(request, "topologies/list.html", {"topologies": topologies, "checking": checking})
+
+
+@require_GET
+def topology_tool_notes(request: TeamRequest, pk: int) -> HttpResponse:
+    """What the author should know about the tools of a topology's agents (htmx, after a save)."""
+    topology = team_object_or_404(request, Topology, pk)
+    return render(request, "topologies/list.html#tool-notes", {
+        "checking": topology, "notes": services.tool_template_notes(agents=topology.ordered_agents()), "checked": True})
 
 
 def topology_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
@@ -138,11 +157,11 @@ def topology_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
             form.add_error(None, exc)
         else:
             messages.success(request, f"Saved topology {topology.name}.")
-            for note in services.tool_template_notes(agents=topology.ordered_agents()):
-                messages.warning(request, note)
-            return redirect("topology_list")
-    env_name = form["environment"].value() or "math_tool"
-    return render(request, "topologies/form.html", {"form": form, "object": topology, "env": services.environment_describe(name=env_name)})
+            # whether its models' chat templates render tools is checked after the redirect (the first
+            # check in a web process imports torch and transformers: seconds the save need not wait)
+            saved = f"?saved={topology.pk}" if any(a.tools for a in topology.ordered_agents()) else ""
+            return redirect(reverse("topology_list") + saved)
+    return render(request, "topologies/form.html", {"form": form, "object": topology, "env": _picked_environment(form)})
 
 
 @require_POST
@@ -155,7 +174,7 @@ def topology_duplicate(request: TeamRequest, pk: int) -> HttpResponse:
 def topology_delete(request: TeamRequest, pk: int) -> HttpResponse:
     topology = team_object_or_404(request, Topology, pk)
     return _delete(request, topology, lambda t: services.topology_delete(topology=t, actor=request.user), "topology", "topology_list",
-                   lambda t: services.topology_delete_blocker(topology=t))
+                   lambda t: services.topology_delete_blocker(topology=t), lambda t: services.topology_delete_effects(topology=t))
 
 
 # == datasets =====================================================================================
@@ -177,7 +196,7 @@ def dataset_upload(request: TeamRequest) -> HttpResponse:
             messages.success(request, f"Uploaded {dataset.name}: {dataset.row_count} rows.")
             return redirect(dataset)
     return render(request, "datasets/new.html", {
-        "form": form, "mode": "upload", "env": services.environment_describe(name=form["environment"].value() or "math_tool"),
+        "form": form, "mode": "upload", "env": _picked_environment(form),
         "max_bytes": settings.TROUPE_UPLOAD_MAX_BYTES, "max_rows": settings.TROUPE_UPLOAD_MAX_ROWS,
         "row_limits": {"fields": MAX_FIELDS, "chars": f"{MAX_FIELD_CHARS:,}", "depth": MAX_JSON_DEPTH},
         "environments": services.environment_infos().values(),
@@ -194,7 +213,7 @@ def dataset_generate(request: TeamRequest) -> HttpResponse:
         else:
             messages.success(request, f"Created {dataset.name}.")
             return redirect(dataset)
-    return render(request, "datasets/new.html", {"form": form, "mode": "generate", "env": services.environment_describe(name=form["environment"].value() or "math_tool")})
+    return render(request, "datasets/new.html", {"form": form, "mode": "generate", "env": _picked_environment(form)})
 
 
 def dataset_detail(request: TeamRequest, pk: int) -> HttpResponse:
@@ -227,4 +246,4 @@ def dataset_revalidate(request: TeamRequest, pk: int) -> HttpResponse:
 def dataset_delete(request: TeamRequest, pk: int) -> HttpResponse:
     dataset = team_object_or_404(request, Dataset, pk)
     return _delete(request, dataset, lambda d: services.dataset_delete(dataset=d, actor=request.user), "dataset", "dataset_list",
-                   lambda d: services.dataset_delete_blocker(dataset=d))
+                   lambda d: services.dataset_delete_blocker(dataset=d), lambda d: services.dataset_delete_effects(dataset=d))

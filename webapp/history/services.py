@@ -208,13 +208,14 @@ def run_filter_choices(*, team: Team) -> FilterChoices:
     from django.contrib.auth.models import User
 
     runs = Run.objects.filter(team=team)
+    unordered = runs.order_by()  # DISTINCT over the model's ordering columns would repeat each value per run
     recent = runs.order_by("-created").values_list("final_metrics", flat=True)[:200]
     metrics = sorted({k for m in recent if isinstance(m, dict) for k, v in m.items() if isinstance(v, (int, float))})
     return FilterChoices(
         topologies=list(team.topologies.order_by("name").values_list("id", "name")),
         datasets=list(team.datasets.order_by("name").values_list("id", "name")),
-        environments=sorted(e for e in runs.values_list("environment", flat=True).distinct() if e),
-        specializations=sorted(s for s in runs.values_list("specialization", flat=True).distinct() if s),
+        environments=sorted(e for e in unordered.values_list("environment", flat=True).distinct() if e),
+        specializations=sorted(s for s in unordered.values_list("specialization", flat=True).distinct() if s),
         owners=list(User.objects.filter(memberships__team=team).order_by("username").values_list("id", "username")),
         tags=list(team.tags.order_by("name").values_list("name", flat=True)),
         metrics=metrics,
@@ -447,6 +448,13 @@ def compare_config_diff(*, runs: list[Run], differences_only: bool = False) -> l
             tree = {}
         flat.append(config_flatten(tree if isinstance(tree, dict) else {}))
     keys = list(dict.fromkeys(k for f in flat for k in f if k != "name"))
+    # an empty mapping or list in one run and keys under it in another is one difference, shown on
+    # those keys ("topology.env_args.level: — / 1"), not a second row for the empty value
+    nested = {k for k in keys if any(other.startswith((k + ".", k + "[")) for other in keys)}
+    keys = [k for k in keys if k not in nested]
+    for f in flat:
+        for k in nested:
+            f.pop(k, None)
     rows = []
     for key in keys:
         values = [f.get(key, "—") for f in flat]

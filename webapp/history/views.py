@@ -39,10 +39,13 @@ def run_list(request: TeamRequest) -> HttpResponse:
         "page": page, "f": filters, "choices": services.run_filter_choices(team=request.team),
         "statuses": Run.Status.choices, "specialization_labels": SPECIALIZATION_LABELS,
         "query": filters.query_string(), "compare_max": services.COMPARE_MAX,
+        "active": any(run.status in Run.ACTIVE for run in page),
     }
     if not request.htmx:
         return render(request, "runs/list.html", context)
     response = render(request, "runs/list.html#table", context)
+    if request.htmx.trigger == "runs-table":  # the table's own refresh: the address stays as it is
+        return response
     page_part = f"page={page.number}" if page.number > 1 else ""
     response["HX-Push-Url"] = "?".join(filter(None, [reverse("run_list"), "&".join(filter(None, [context["query"], page_part]))]))
     return response

@@ -8,7 +8,7 @@ from django import forms
 
 from training.config import ConfigError, RunConfig
 from webapp.core import trust
-from webapp.models import SPECIALIZATION_CHOICES, Dataset, Team, Topology
+from webapp.models import SPECIALIZATION_HELP, SPECIALIZATION_SHORT_CHOICES, Dataset, Team, Topology
 from webapp.runs.services import RUN_OVERRIDES
 
 _DEFAULTS = RunConfig()
@@ -45,7 +45,8 @@ class RunForm(forms.Form):
     name = forms.CharField(max_length=200, required=False, help_text="Defaults to topology · dataset.")
     topology = TopologyChoiceField(queryset=Topology.objects.none())
     dataset = DatasetChoiceField(queryset=Dataset.objects.none())
-    specialization = forms.ChoiceField(required=False, choices=[("", "as in the topology")] + SPECIALIZATION_CHOICES)
+    specialization = forms.ChoiceField(required=False, choices=[("", "as in the topology")] + SPECIALIZATION_SHORT_CHOICES,
+                                       help_text=SPECIALIZATION_HELP)
     steps = _hyper(forms.IntegerField, "optim.steps", help_text="Training steps.")
     k = _hyper(forms.IntegerField, "grpo.k", label="K (group size)", help_text="Candidates per (task, turn, agent).")
     tasks_per_step = _hyper(forms.IntegerField, "optim.tasks_per_step", min_value=1,

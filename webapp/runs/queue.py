@@ -77,6 +77,27 @@ def run_queue_position(*, run: Run) -> int | None:
     return ahead.count() + 1
 
 
+def run_waiting_for(*, run: Run) -> str:
+    """What a queued run waits for, in one sentence (its log box says it until the first line):
+    its place in the shared queue and the workers that serve its queue, or that none does."""
+    position = run_queue_position(run=run)
+    if position is None:
+        return ""
+    queue_name = run.queue_name
+    since = timezone.now() - timedelta(seconds=settings.TROUPE_WORKER_LOST_SECONDS)
+    serving = [w for w in Worker.objects.filter(stopped__isnull=True, last_seen__gte=since) if queue_name in w.queue_names()]
+    ahead = position - 1
+    queued = f"{ahead} queued run{'s' if ahead != 1 else ''} ahead of it" if ahead else "it is next in the queue"
+    if not serving:
+        return (f"Waiting for a worker: none is online for the {queue_name} queue ({queued}). Start one with "
+                f"`python manage.py troupe` on one machine, or `celery -A webapp worker -Q {queue_name} -P solo`.")
+    busy = sum(1 for w in serving if w.run_id)
+    workers = f"{len(serving)} worker{'s' if len(serving) != 1 else ''} online for the {queue_name} queue, {busy} busy"
+    if busy == len(serving):
+        return f"Waiting for a worker to finish its run: {workers}; {queued}."
+    return f"Waiting for a worker to take it: {workers}; {queued}."
+
+
 def run_can_reorder(*, run: Run, user: User) -> bool:
     """Site staff and the run's team admins may move its team's queued runs up and down."""
     if user.is_staff:

@@ -175,7 +175,9 @@ def run_create(
     *, team: Team, user: User | None, name: str, config: RunConfig, topology: Topology | None = None,
     dataset: Dataset | None = None, resumed_from: Run | None = None,
 ) -> Run:
-    """Save a queued run with its config snapshot; enqueue it once the row is committed."""
+    """Save a queued run with its config snapshot (as the engine will run it: an agent's empty
+    instructions hold its environment's default prompt); enqueue it once the row is committed."""
+    config = _with_default_instructions(config)
     with transaction.atomic():
         run = Run.objects.create(
             team=team, owner=user, name=name, topology=topology, dataset=dataset, config_yaml=config.to_yaml(),
@@ -189,6 +191,14 @@ def run_create(
                          specialization=run.specialization, steps=run.total_steps, gpus=run.gpus)
         transaction.on_commit(lambda: run_enqueue(run=run))
     return run
+
+
+def _with_default_instructions(config: RunConfig) -> RunConfig:
+    try:
+        env = catalog.environment_load(name=config.topology.environment, env_args=config.topology.env_args)
+    except ValidationError:  # the run fails with the engine's own message when it starts
+        return config
+    return config.with_default_instructions(getattr(env, "default_instructions", None) or {})
 
 
 def run_enqueue(*, run: Run) -> None:

@@ -171,10 +171,13 @@ def step_line(m: StepMetrics) -> str:
 
 
 def evaluation_line(result: dict[str, Any]) -> str:
-    """"held-out at step 10 (T=0, 100 tasks): team success 0.420 · tool 0.50 · reasoner 0.38"."""
+    """"held-out at step 10 (greedy, 100 tasks): team success 0.420 · tool 0.50 · reasoner 0.38" ("temperature 1"
+    where sampled, not a bare "T=1")."""
     agents = " · ".join(f"{name} {a.get('success', 0):.2f}" for name, a in (result.get("agents") or {}).items() if isinstance(a, dict))
     team = (result.get("team") or {}).get("success", 0.0)
-    return (f"held-out at step {result.get('step', 0)} (T={result.get('temperature', 0):g}, {result.get('n', 0)} tasks): "
+    temperature = result.get("temperature", 0) or 0
+    decoding = f"temperature {temperature:g}" if temperature else "greedy"
+    return (f"held-out at step {result.get('step', 0)} ({decoding}, {result.get('n', 0)} tasks): "
             f"team success {team:.3f}" + (f" · {agents}" if agents else ""))
 
 

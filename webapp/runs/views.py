@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from training.config import ConfigError, RunConfig
 from webapp.artifacts.views import artifacts_context
+from webapp.catalog import services as catalog
 from webapp.core.values import id_or_none
 from webapp.history import services as history
 from webapp.jobs.forms import EvaluationForm
@@ -97,7 +98,10 @@ def _run_initial(request: TeamRequest) -> dict[str, Any]:
         for note in clone.notes:
             messages.info(request, note)
         return clone.initial
-    return {key: request.GET[key] for key in ("topology", "dataset") if id_or_none(request.GET.get(key)) is not None}
+    picked = {key: id_or_none(request.GET.get(key)) for key in ("topology", "dataset")}
+    # "Run" from a topology (or a dataset) picks the other half too when one fits its environment
+    topology, dataset = catalog.run_pair_complete(team=request.team, topology_id=picked["topology"], dataset_id=picked["dataset"])
+    return {key: str(obj.pk) for key, obj in (("topology", topology), ("dataset", dataset)) if obj is not None}
 
 
 @require_POST
@@ -131,6 +135,7 @@ def run_detail(request: TeamRequest, pk: int) -> HttpResponse:
         "checkpoints": run.checkpoints.filter(deleted__isnull=True),
         "log_lines": list(run.log_lines.order_by("-time", "-id")[:50])[::-1],
         "parts": parts,
+        "waiting_for": queue.run_waiting_for(run=run),
     }
     if not request.htmx or parts:
         context.update(run_history_context(run=run))
@@ -215,6 +220,8 @@ def run_queue_move(request: TeamRequest, pk: int, direction: str) -> HttpRespons
 def run_queue_position(request: TeamRequest, pk: int) -> HttpResponse:
     """The run page's queue line (htmx polls it while the run waits)."""
     run = team_object_or_404(request, Run, pk)
+    if request.GET.get("part") == "waiting":  # the log box's sentence
+        return render(request, "runs/detail.html#log-waiting", {"run": run, "waiting_for": queue.run_waiting_for(run=run)})
     return render(request, "runs/detail.html#queue", _queue_context(request, run))
 
 

@@ -47,7 +47,7 @@ def _describe(obj: Model) -> tuple[str, int | None, str]:
         return "checkpoint", obj.pk, f"run #{obj.run_id} step {obj.step}"
     if isinstance(obj, Job):
         kind = JOB_TYPES.get(obj.kind, obj.kind)
-        return kind, obj.pk, f"{kind} #{obj.pk}" + (f" of run #{obj.run_id}" if obj.run_id else "")
+        return kind, obj.pk, f"#{obj.pk}" + (f" of run #{obj.run_id}" if obj.run_id else "")  # the type is shown beside it
     name = obj._meta.verbose_name
     return str(name), obj.pk, str(obj)
 

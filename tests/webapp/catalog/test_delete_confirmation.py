@@ -29,3 +29,20 @@ def test_a_free_object_is_offered_for_deletion(alice, alice_world):
     assert "This cannot be undone." in page and '<button class="danger">Delete</button>' in page
     assert alice.client.post(reverse("model_source_delete", args=[spare.pk])).status_code == 302
     assert not ModelSource.objects.filter(pk=spare.pk).exists() and Agent.objects.count() == 2
+
+
+def test_deleting_a_dataset_or_topology_names_the_runs_that_used_them(alice, alice_world):
+    from webapp.models import Dataset, Run
+
+    Run.objects.filter(pk=alice_world.run.pk).update(status="succeeded")
+    upload = Dataset.objects.create(team=alice.team, name="sums", kind="upload", environment="math_tool",
+                                    original_filename="sums.jsonl", row_count=40)
+    Run.objects.filter(pk=alice_world.run.pk).update(dataset=upload)
+    page = " ".join(alice.client.get(reverse("dataset_delete", args=[upload.pk])).content.decode().split())
+    assert f"1 run used it: #{alice_world.run.pk} {alice_world.run.name}." in page
+    assert "Its file goes from disk (sums.jsonl, 40 rows)." in page and "needs the file uploaded again" in page
+    topology = " ".join(alice.client.get(reverse("topology_delete", args=[alice_world.topology.pk])).content.decode().split())
+    assert f"1 run used it: #{alice_world.run.pk} {alice_world.run.name}." in topology and "keep their config snapshot" in topology
+    unused = Dataset.objects.create(team=alice.team, name="fresh", kind="generator", environment="math_tool", size=4, eval_size=2)
+    page = alice.client.get(reverse("dataset_delete", args=[unused.pk])).content.decode()
+    assert "used it" not in page and "This cannot be undone." in page

@@ -108,3 +108,30 @@ def test_it_sorts_running_runs_by_their_latest_step(alice, alice_world):
     sink.metrics(StepMetrics(step=1, total_steps=9, values={"success": 0.25}, agents={}, time=_time.time()))
     sink.metrics(StepMetrics(step=2, total_steps=9, values={"success": 0.75}, agents={}, time=_time.time()))
     assert names(alice.client.get(reverse("run_list"), {"sort": "-metric:success"}))[:2] == ["still training", "done"]
+
+
+def test_it_offers_each_filter_value_once(alice, alice_world):
+    for i in range(3):
+        make_run(alice.team, alice_world.run, name=f"again {i}")
+    make_run(alice.team, alice_world.run, name="solo", environment="arithmetic", specialization="single")
+    choices = history.run_filter_choices(team=alice.team)
+    assert choices.environments == ["arithmetic", "math_tool"] and choices.specializations == ["lora", "single"]
+    page = alice.client.get(reverse("run_list")).content.decode()
+    assert page.count('<option value="math_tool"') == 1 and page.count('<option value="lora"') == 1
+
+
+def test_the_table_refreshes_itself_and_shows_a_run_launched_elsewhere(alice, alice_world):
+    url = reverse("run_list")
+    page = alice.client.get(url, {"status": "queued"}).content.decode()
+    table = page.split('<div id="runs-table"')[1].split(">")[0]
+    assert 'hx-trigger="every 3s"' in table and 'hx-get="/runs/?status=queued"' in table  # a queued run: soon
+    assert f'id="pick-{alice_world.run.pk}" hx-preserve="true"' in page  # a ticked box survives the refresh
+    elsewhere = make_run(alice.team, alice_world.run, name="from the API", status=Run.Status.QUEUED)
+    refresh = alice.client.get(url, {"status": "queued"}, headers={"HX-Request": "true", "HX-Trigger": "runs-table"})
+    assert "from the API" in refresh.content.decode() and "HX-Push-Url" not in refresh  # the address stays
+    assert elsewhere.pk
+    Run.objects.update(status="succeeded")
+    idle = alice.client.get(url).content.decode().split('<div id="runs-table"')[1].split(">")[0]
+    assert 'hx-trigger="every 10s"' in idle
+    filtered = alice.client.get(url, {"q": "API"}, headers={"HX-Request": "true", "HX-Trigger": "run-filters"})
+    assert filtered["HX-Push-Url"] == "/runs/?q=API"  # a filter change still moves the address

@@ -53,9 +53,13 @@ def test_it_plays_a_task_side_by_side_turn_by_turn(alice, checkpoint, jobs_sent,
     assert first["role"] == "tool" and first["tool_output"] and first["tokens"] <= 8 and "Compute 12 + 30." in first["prompt"]
     assert trained["done"] and base["done"] and trained["success"] is False
     assert trained["turns"][0]["text"] != base["turns"][0]["text"] or trained["turns"][1]["text"] != base["turns"][1]["text"]
+    # each lane names what played it: the trained adapters, and the base model beside them (never "adapter ...")
+    assert [t["policy"].split(" on ")[0] for t in trained["turns"]] == ["adapter tool", "adapter reasoner"]
+    assert all(t["policy"] == "base model tiny-random:llama" for t in base["turns"]), base["turns"]
     partial = alice.client.get(reverse("playground_job", args=[job.pk]), headers=HX).content.decode()
     assert partial.lstrip().startswith('<div id="transcript"') and "every 1s" not in partial  # finished: polling stops
     assert partial.count('class="turn"') == 4 and "tool run" in partial and "not solved" in partial
+    assert partial.count("by base model ") == 2 and partial.count("by adapter ") == 2
 
 
 def test_it_saves_each_turn_as_it_is_played(alice, alice_world, jobs_sent, monkeypatch):

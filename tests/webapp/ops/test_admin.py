@@ -42,3 +42,20 @@ def test_it_duplicates_agents_and_topologies_from_the_admin(staff, alice_world):
     staff.client.post(reverse("admin:webapp_topology_changelist"), {"action": "duplicate", "_selected_action": [alice_world.topology.pk]})
     assert Agent.objects.filter(name="tool-copy").exists()
     assert [a.name for a in Topology.objects.get(name="duo-copy").ordered_agents()] == ["tool", "reasoner"]
+
+
+def test_it_marks_checkpoints_and_exports_whose_files_are_deleted(staff, alice_world, data_dir):
+    from django.utils import timezone
+
+    from webapp.models import Checkpoint, Job
+
+    Checkpoint.objects.create(run=alice_world.run, step=2, path=str(data_dir / "gone"), deleted=timezone.now())
+    Checkpoint.objects.create(run=alice_world.run, step=4, path=str(data_dir / "kept"))
+    Job.objects.create(team=staff.team, kind="merge", status="succeeded", run=alice_world.run, output="",
+                       result={"deleted": "2026-11-25T10:30:00+00:00"})
+    url = reverse("admin:webapp_checkpoint_changelist")
+    page = staff.client.get(url).content.decode()
+    assert page.count(">deleted ") == 1 and page.count(">on disk<") == 1
+    only_deleted = staff.client.get(url, {"deleted__isnull": "False"}).content.decode()
+    assert "gone" in only_deleted and "kept" not in only_deleted  # a filter for them too
+    assert ">deleted 2026-11-25 10:30<" in staff.client.get(reverse("admin:webapp_job_changelist")).content.decode()

@@ -23,7 +23,7 @@ def test_it_lists_workers_with_their_state_run_and_memory(alice, alice_world, bo
     Worker.objects.create(hostname="gpu0@alpha-host", last_seen=now, run=alice_world.run, rss_bytes=3 * 2**30,
                           gpu={"name": "H100", "used": 20 * 2**30, "total": 80 * 2**30, "allocated": 2**30, "reserved": 2**31})
     Worker.objects.create(hostname="gpu1@bravo-host", last_seen=now, run=bob_world.run, rss_bytes=2**30)
-    Worker.objects.create(hostname="gpu2@idle-host", last_seen=now)
+    Worker.objects.create(hostname="gpu2@idle-host", last_seen=now, queues="gpu,gpu-x2,gpu-x4,gpu-x8")
     Worker.objects.create(hostname="gpu3@dead-host", last_seen=now - timedelta(minutes=5))
     page = alice.client.get(reverse("worker_list")).content.decode()
     assert page.count("online") >= 3 and "offline" in page
@@ -31,6 +31,14 @@ def test_it_lists_workers_with_their_state_run_and_memory(alice, alice_world, bo
     assert "another team's run" in page and bob_world.run.get_absolute_url() not in page
     assert "3.0\xa0GB" in page and "20.0\xa0GB / 80.0\xa0GB" in page and "idle" in page
     assert "2 runs queued (1 of your team" in " ".join(page.split())  # both worlds' runs are still queued
+
+
+def test_it_says_which_queues_each_worker_serves(alice, db):
+    Worker.objects.create(hostname="gpu0@local", last_seen=timezone.now(), queues="gpu,gpu-x2,gpu-x4,gpu-x8")
+    page = " ".join(alice.client.get(reverse("worker_list")).content.decode().split())
+    assert "<code>gpu</code>, <code>gpu-x2</code>, <code>gpu-x4</code>, <code>gpu-x8</code>" in page
+    assert "serves the <code>gpu</code> queue" not in page  # a worker serving four queues is not said to serve one
+    assert "the queues in its Queues column" in page
 
 
 def test_it_refreshes_the_table_over_htmx(alice, db):

@@ -38,6 +38,8 @@ def test_it_shows_a_finished_run(alice, alice_world):
     assert "Succeeded" in html and "3/3" in html
     assert "0.1235" in html and "reward/total" in html  # latest metrics
     assert "0.625" in html  # evaluations table
+    table = " ".join(html.split('id="eval-table"')[1].split("</table>")[0].split())
+    assert "<th>T</th>" not in table and ">Temperature</th>" in table and "<td>0 <span class=\"muted\">(greedy)</span></td>" in table
     assert "topology:" in html and "math_tool" in html  # config YAML
     assert 'id="run-summary"' in html and "every 3s" not in html  # finished runs do not poll
 

@@ -35,7 +35,7 @@ def test_it_sends_the_backlog_then_live_deltas(alice, alice_world):
         assert backlog[4] == {"t": "rollouts", "last_id": await orm(lambda: Rollout.objects.latest("id").pk)}
         # the engine's line, then the sink's own line per step and per evaluation
         assert [line["message"].split(":")[0] for line in backlog[5]["lines"]] == [
-            "loaded policies", "step 1/5", "step 2/5", "held-out at step 2 (T=0, 8 tasks)"]
+            "loaded policies", "step 1/5", "step 2/5", "held-out at step 2 (greedy, 8 tasks)"]
 
         await worker.metrics(3, total=5)
         delta = await receive_all(ws)
@@ -55,7 +55,7 @@ def test_it_sends_the_backlog_then_live_deltas(alice, alice_world):
         await worker.finish("succeeded", step=3)
         tail = await receive_all(ws)
         assert [line["message"].split(":")[0] for m in by_type(tail, "log") for line in m["lines"]] == [
-            "checkpoint saved", "held-out at step 3 (T=0, 8 tasks)"]
+            "checkpoint saved", "held-out at step 3 (greedy, 8 tasks)"]
         assert [r["step"] for m in by_type(tail, "evals") for r in m["rows"]] == [3]
         assert by_type(tail, "status")[-1]["status"] == "succeeded"
         assert metric_steps(tail) == []  # nothing sent twice

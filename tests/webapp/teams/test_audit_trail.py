@@ -276,3 +276,23 @@ def test_a_dataset_uploaded_from_the_page_is_recorded(alice, good_rows):
     dataset = Dataset.objects.get(name="up")
     event = _last(alice.team)
     assert (event.actor, event.verb, event.object_id, event.details["file"]) == (alice.user, "create", dataset.pk, "rows.jsonl")
+
+
+def test_it_names_each_object_type_once(alice, alice_world, data_dir, jobs_sent):
+    run = with_out_dir(alice_world.run, data_dir)
+    Run.objects.filter(pk=run.pk).update(status="succeeded")
+    evaluation = jobs.evaluation_request(run=run, user=alice.user, dataset=alice_world.dataset, checkpoint=None)
+    merge = Job.objects.create(team=alice.team, kind="merge", status="succeeded", run=run, params={"agent": "tool"},
+                               output=str(data_dir / "exports" / str(alice.team.pk) / "merge-9"))
+    artifacts.export_delete(job=merge, actor=alice.user)
+    # an event recorded before job labels dropped their type, and an agent whose name starts with its type
+    old = AuditEvent.objects.create(team=alice.team, actor_name="alice", verb="launch", object_type="evaluation",
+                                    object_id=5, object_label=f"evaluation #5 of run #{run.pk}")
+    AuditEvent.objects.create(team=alice.team, actor_name="alice", verb="create", object_type="agent", object_id=9,
+                              object_label="agent #2 of the red team")
+    page = " ".join(alice.client.get(reverse("team_audit")).content.decode().split())
+    for kind, pk in (("evaluation", evaluation.pk), ("export", merge.pk), ("evaluation", old.object_id)):
+        assert f'<span class="muted">{kind}</span> #{pk} of run #{run.pk}' in page
+    assert "evaluation evaluation" not in page and "export export" not in page
+    assert '<span class="muted">agent</span> agent #2 of the red team' in page
+    assert str(old) == f"alice launched evaluation #5 of run #{run.pk}"
