@@ -84,7 +84,18 @@ def tiny_world(alice: Member) -> TinyWorld:
 
 @pytest.fixture
 def stack(data_dir: Path, tmp_path: Path, transactional_db: None) -> Iterator[Processes]:
+    """Daphne, its Redis and a worker."""
     s = Processes(data_dir=data_dir, log_dir=tmp_path).start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def web(data_dir: Path, tmp_path: Path, transactional_db: None) -> Iterator[Processes]:
+    """Daphne and its Redis, no worker: the pages read what the database already holds."""
+    s = Processes(data_dir=data_dir, log_dir=tmp_path).start(worker=False)
     try:
         yield s
     finally:

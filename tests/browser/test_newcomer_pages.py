@@ -7,7 +7,6 @@ Screenshots go to $TROUPE_SCREENSHOTS (or the test's tmp folder): newcomer-*.png
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +30,6 @@ SELECTS_FIT = """() => Array.from(document.querySelectorAll('main select')).filt
 })"""
 
 
-@pytest.fixture
-def web(data_dir: Path, tmp_path: Path, transactional_db: None) -> Iterator[Processes]:
-    s = Processes(data_dir=data_dir, log_dir=tmp_path).start(worker=False)
-    try:
-        yield s
-    finally:
-        s.stop()
 
 
 def shot(page: Any, shots: Path, name: str) -> None:

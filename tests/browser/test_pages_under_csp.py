@@ -9,7 +9,6 @@ Screenshots go to $TROUPE_SCREENSHOTS (or the test's tmp folder): csp-*.png."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -26,14 +25,6 @@ from webapp.runs import services as run_services
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def web(data_dir: Path, tmp_path: Path, transactional_db: None) -> Iterator[Processes]:
-    """Daphne and its Redis, no worker: every page here reads what the database already holds."""
-    s = Processes(data_dir=data_dir, log_dir=tmp_path).start(worker=False)
-    try:
-        yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture
