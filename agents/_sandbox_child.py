@@ -473,6 +473,9 @@ def _build_mount_view(cfg: dict[str, Any], needed: list[str], pidns: bool, layer
         layers.append("readonly-fs")
 
     tmpfs_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    # The mount points made below lead the code's user to what it may read (the interpreter under a
+    # masked /root, say): 0755 whatever umask the caller runs under (a web process's is 077).
+    os.umask(0o022)
     for mask in outer:
         _mount("tmpfs", mask, "tmpfs", tmpfs_flags, "size=64k,mode=755")
         for p, fd in fds.items():

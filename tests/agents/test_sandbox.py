@@ -204,3 +204,14 @@ def test_it_gives_the_child_a_clean_environment(monkeypatch: pytest.MonkeyPatch)
 def test_it_hashes_strings_reproducibly() -> None:
     code = "print(list({'alpha', 'beta', 'gamma', 'delta'}))"
     assert run_python(code).stdout == run_python(code).stdout
+
+
+def test_it_runs_under_the_private_umask_of_the_web_and_the_workers() -> None:
+    """The web process and the workers run with umask 077 (webapp/core/private.py); the mount
+    points the sandbox makes on the way to the interpreter must still let the code's user through."""
+    old = os.umask(0o077)
+    try:
+        r = run_python("import threading, json\nprint(json.dumps(threading.active_count()))")
+    finally:
+        os.umask(old)
+    assert r.ok and r.stdout.strip() == "1", r.stderr[-500:]
