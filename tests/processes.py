@@ -111,6 +111,7 @@ class Processes:
         env.update(
             DATABASE_URL=database_url(), REDIS_URL=self.redis_url, TROUPE_DATA_DIR=str(self.data_dir),
             SECRET_KEY=settings.SECRET_KEY, DEBUG="0", TROUPE_HTTPS="0", ALLOWED_HOSTS="127.0.0.1,localhost",
+            TROUPE_SITE_URL=self.url,  # emailed links (invitations, password resets) lead to this Daphne
             PYTHONUNBUFFERED="1",
         )
         env.update(self.extra_env)

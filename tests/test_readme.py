@@ -76,7 +76,8 @@ def test_the_api_examples_run_as_written(stack: Processes, tmp_path: Path):
 def test_the_command_line_examples_run_as_written(tmp_path: Path):
     for name in (".venv", "configs", "training", "agents"):  # the repository's root, with its own runs/ folder
         (tmp_path / name).symlink_to(ROOT / name)
-    lines = [line for line in sh_blocks("## Train from the command line")[0].splitlines() if line.strip() and HOUR_LONG not in line]
+    block = sh_blocks("## Train from the command line")[0].replace("\\\n", " ")  # a command continued with \ is one line
+    lines = [line for line in block.splitlines() if line.strip() and HOUR_LONG not in line]
     env = {**os.environ, "TROUPE_DATA_DIR": str(tmp_path / "data"), "OMP_NUM_THREADS": "1"}
     for line in lines:
         done = subprocess.run(["bash", "-euo", "pipefail", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
