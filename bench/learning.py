@@ -288,23 +288,28 @@ def run_alone(args: argparse.Namespace, rec: Recorder) -> None:
     """Train each role's adapter with that agent alone (a one-agent `lora` run per role, `--steps`
     each, from the same seed), then load both adapters into a `lora` team and evaluate it. The
     training time and tokens are the sum of the lone runs; only the assembled team is evaluated."""
-    from peft import get_peft_model_state_dict, set_peft_model_state_dict
-
     team_sampler, _, eval_tasks = build(arm_config("alone", args), args)
     try:
         for role in TEAM_ROLES[args.env]:
             sampler, train_tasks, _ = build(arm_config("alone", args, roles=(role,)), args)
             try:
                 train(sampler, train_tasks, args, rec, label=f"alone/{role}", trained_alone=role)
-                lone = sampler.policies.for_agent(role)
-                state = get_peft_model_state_dict(lone.model, adapter_name=role)
-                set_peft_model_state_dict(team_sampler.policies.for_agent(role).model, state, adapter_name=role)
+                put_together(team_sampler.policies, sampler.policies, role)
             finally:
                 sampler.pool.shutdown()
         rec.payload["steps"] = args.steps  # per agent; the curve holds both lone runs in turn
         rec.evaluate(team_sampler, eval_tasks, args.steps, final=True, swap=True)
     finally:
         team_sampler.pool.shutdown()
+
+
+def put_together(team: Any, lone: Any, role: str) -> None:
+    """Copy the adapter `role`'s agent learned alone into the team's adapter of the same name
+    (the agents are named after their roles in both)."""
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+    state = get_peft_model_state_dict(lone.for_agent(role).model, adapter_name=role)
+    set_peft_model_state_dict(team.for_agent(role).model, state, adapter_name=role)
 
 
 def run_trl(config: Any, sampler: Any, train_tasks: list[Any], args: argparse.Namespace, rec: Recorder, eval_tasks: list[Any]) -> None:
@@ -466,7 +471,7 @@ def _plot(runs: dict[str, Any], groups: dict[str, Any], png: Path) -> None:
     fig.savefig(png, dpi=110)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arm", choices=(*ARMS, "all"))
     parser.add_argument("--report", action="store_true", help="assemble the table and PNG from the JSON files")
@@ -498,6 +503,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.single_role and args.single_role not in TEAM_ROLES[args.env]:
         parser.error(f"--single-role: {args.env} roles are {', '.join(TEAM_ROLES[args.env])}")
     args.out_dir = args.out_dir or str(default_out_dir(args))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.threads:
         import torch
 
