@@ -420,7 +420,7 @@ def report(args: argparse.Namespace) -> int:
         ])
     headers = ["arm", "seeds", "steps", "train min", "train tokens", "greedy team", "vs untrained (pts)",
                f"greedy team at <= {budget:.0f} tokens", "sampled team", "roles swapped (greedy)", "greedy per agent", "sampled per agent"]
-    text = table(headers, rows)
+    text = table(headers, rows) + "\n\n" + curve_table(runs)
     print(text)
     print("\nmean ± sample std over seeds (number of seeds); per agent = the team's verdict on the episodes the agent acted in")
     png = out_dir / "learning.png"
@@ -431,6 +431,28 @@ def report(args: argparse.Namespace) -> int:
     write_json(out_dir / "report.json", payload)
     print(f"\nwrote {png} and {out_dir / 'report.json'}")
     return 0
+
+
+def untrained_run(runs: dict[str, dict[str, Any]], name: str) -> dict[str, Any] | None:
+    """The untrained arm of a trained run, same seed if it ran, else seed 0's: its greedy
+    evaluation is the same for every seed (same weights, same held-out tasks)."""
+    group = group_of(name)
+    return runs.get(untrained_of(group) + name[len(group):]) or runs.get(untrained_of(group))
+
+
+def curve_table(runs: dict[str, dict[str, Any]]) -> str:
+    """Each trained run's greedy held-out team success against its training tokens, from its
+    untrained arm's (0 tokens) on: the table to read an arm at equal steps or equal tokens."""
+    rows = []
+    for name, run in runs.items():
+        if name.startswith("untrained"):
+            continue
+        group = group_of(name)
+        base = untrained_run(runs, name)
+        points = [(0, 0, e["team"]) for e in (base or {}).get("evals", []) if e["temperature"] == 0.0 and not e.get("swapped")][:1]
+        points += [(e["step"], e.get("train_tokens", 0), e["team"]) for e in run["evals"] if e["temperature"] == 0.0 and not e.get("swapped")]
+        rows.append([group, run["config"].get("seed", 0), "; ".join(f"step {s} / {t} tok: {v:.2f}" for s, t, v in points) or "-"])
+    return table(["arm", "seed", "greedy team success by step / generated training tokens"], rows)
 
 
 def _plot(runs: dict[str, Any], groups: dict[str, Any], png: Path) -> None:
@@ -450,7 +472,7 @@ def _plot(runs: dict[str, Any], groups: dict[str, Any], png: Path) -> None:
                 ax2.axhline(greedy[0]["team"], linestyle=":", color="grey" if "single" in name or "self" in name else "black",
                             label=f"{group} (seed 0)")
             continue
-        base = runs.get(untrained_of(group) + (name[len(group):]))
+        base = untrained_run(runs, name)
         start = [(0, e["team"]) for e in (base or {}).get("evals", []) if e["temperature"] == 0.0 and not e.get("swapped")][:1]
         points = start + [(e.get("train_tokens", 0), e["team"]) for e in greedy]
         first = group not in colors

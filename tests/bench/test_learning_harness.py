@@ -106,3 +106,10 @@ def test_it_names_runs_by_arm_turns_and_seed(name: str, group: str, base: str) -
     assert learning.group_of(name) == group and learning.base_arm(name) == base
     assert learning.result_name(base, args("--max-turns", "4", "--seed", "2")).endswith("-seed2")
     assert learning.untrained_of("self-4turns") == "untrained-self-4turns"
+
+
+def test_the_curve_table_starts_each_trained_run_at_its_untrained_arm() -> None:
+    untrained = {"config": {"seed": 0}, "evals": [{"step": 0, "temperature": 0.0, "team": 0.25, "agents": {}, "train_tokens": 0}]}
+    text = learning.curve_table({"untrained-single": untrained, "single-seed1": run(1, 0.5, [100, 200], swapped=0.9)})
+    assert "| single | 1 | step 0 / 0 tok: 0.25; step 5 / 100 tok: 0.00; step 10 / 200 tok: 0.50 |" in text
+    assert "untrained-single |" not in text
