@@ -377,8 +377,14 @@ def aggregate(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per group of seeds: the seeds, steps, training minutes and tokens, and for each kind of
     final evaluation the team's and each agent's success per seed."""
     groups: dict[str, dict[str, Any]] = {}
+    longest: dict[str, int] = {}
     for name, run in runs.items():
-        g = groups.setdefault(group_of(name), {"seeds": [], "steps": [], "minutes": [], "tokens": [], "evals": {}, "runs": []})
+        longest[group_of(name)] = max(longest.get(group_of(name), 0), run["steps"])
+    for name, run in runs.items():
+        g = groups.setdefault(group_of(name), {"seeds": [], "steps": [], "minutes": [], "tokens": [], "evals": {}, "runs": [], "stopped": []})
+        if run["steps"] < longest[group_of(name)]:  # stopped early: its last evaluation is of another step
+            g["stopped"].append(f"seed {run['config'].get('seed', 0)} stopped at step {run['steps']}")
+            continue
         g["seeds"].append(run["config"].get("seed", 0))
         g["steps"].append(run["steps"])
         g["minutes"].append(run["train_seconds"] / 60)
@@ -400,8 +406,8 @@ def report(args: argparse.Namespace) -> int:
         print(f"no arm results in {out_dir}; run --arm first", file=sys.stderr)
         return 1
     groups = aggregate(runs)
-    trained = [g for name, g in groups.items() if not name.startswith("untrained")]
-    budget = min((statistics.mean(g["tokens"]) for g in trained), default=0.0)
+    trained = [g for name, g in groups.items() if not name.startswith("untrained") and "greedy" in g["evals"]]  # a run stopped before its first evaluation sets no budget
+    budget = min((statistics.mean(g["tokens"]) for g in trained if g["tokens"]), default=0.0)
     rows = []
     for name, g in groups.items():
         ev = g["evals"]
@@ -410,7 +416,7 @@ def report(args: argparse.Namespace) -> int:
         delta = statistics.mean(greedy) - statistics.mean(base["evals"]["greedy"]["team"]) if greedy and base and "greedy" in base["evals"] else None
         equal = [e["team"] for run in g["runs"] for e in [at_tokens(run, budget)] if e is not None] if not name.startswith("untrained") else []
         rows.append([
-            name, sorted(g["seeds"]), max(g["steps"]), f"{statistics.mean(g['minutes']):.1f}", f"{statistics.mean(g['tokens']):.0f}",
+            name, " ".join([str(sorted(g["seeds"])), *g["stopped"]]), max(g["steps"], default=0), f"{statistics.mean(g['minutes'] or [0]):.1f}", f"{statistics.mean(g['tokens'] or [0]):.0f}",
             mean_spread(greedy), f"{delta * 100:+.0f}" if delta is not None else "-",
             mean_spread(equal) if equal else "-",
             mean_spread(ev.get("sampled", {}).get("team", [])),
