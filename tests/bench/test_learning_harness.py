@@ -113,3 +113,9 @@ def test_the_curve_table_starts_each_trained_run_at_its_untrained_arm() -> None:
     text = learning.curve_table({"untrained-single": untrained, "single-seed1": run(1, 0.5, [100, 200], swapped=0.9)})
     assert "| single | 1 | step 0 / 0 tok: 0.25; step 5 / 100 tok: 0.00; step 10 / 200 tok: 0.50 |" in text
     assert "untrained-single |" not in text
+
+
+def test_a_seed_stopped_early_is_named_not_averaged_with_finished_ones() -> None:
+    short = {**run(1, 0.2, [100]), "steps": 5}
+    g = learning.aggregate({"prompt": run(0, 0.6, [100, 200]), "prompt-seed1": short})["prompt"]
+    assert g["evals"]["greedy"]["team"] == [0.6] and g["stopped"] == ["seed 1 stopped at step 5"]
