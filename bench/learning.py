@@ -1,35 +1,53 @@
-"""Does training help? Held-out success on math_tool with the bundled model, per arm.
+"""Does training help, and does the team matter? Held-out success with the bundled model, per arm and seed.
 
-    .venv/bin/python bench/learning.py --arm ARM [--steps 50] [--eval-size 100] [--eval-every 10]
+    .venv/bin/python bench/learning.py --arm ARM [--seed 0] [--steps 50] [--eval-size 100] [--eval-every 10]
     .venv/bin/python bench/learning.py --report          # table + PNG from the JSON files written so far
     .venv/bin/python bench/learning.py --arm all         # every arm in turn, then the report
 
-Arms (one JSON each under --out-dir, default bench/results/learning/):
-  untrained-single  the base model as a lone tool agent (configs/math-single.yaml), evaluated only
-  untrained-multi   the base model as tool -> reasoner (configs/math-prompt.yaml), evaluated only
-  single            AT-GRPO, one tool agent, the whole model trained   (configs/math-single.yaml)
-  prompt            AT-GRPO, two agents sharing one trained model       (configs/math-prompt.yaml)
-  lora              AT-GRPO, two agents with one LoRA adapter each      (configs/math-lora.yaml)
+The task: `--env math_tool --level L` (default level 2; the tool agent writes a program, the
+reasoner checks it and answers) or `--env plan_path --size S` (the tool agent writes a search
+program, the planner states the moves). The lone agent of the single arms is `--single-role`
+(default: the tool for math_tool, the planner for plan_path).
+
+Arms (one JSON each under --out-dir; default bench/results/learning/ for math_tool level 2, else
+bench/results/learning/<env>-<level or size>/):
+  untrained-single  the base model as the lone agent, evaluated only
+  untrained-multi   the base model as the two-agent team, evaluated only (and with its roles swapped)
+  untrained-self    the base model as the lone agent given the team's turns (`self_correct`), evaluated only
+  single            AT-GRPO, the lone agent, the whole model trained
+  self              AT-GRPO, the lone agent given the team's turns: it sees its last attempt and
+                    tries again until it repeats its answer (the environment's `self_correct`)
+  prompt            AT-GRPO, the team sharing one trained model, roles differ by prompt
+  lora              AT-GRPO, the team with one LoRA adapter per agent on a frozen base
+  alone             each agent's LoRA adapter trained with that agent alone (`--steps` each), then
+                    put together as a `lora` team and evaluated (the paper's "trained alone" ablation)
   trl               TRL's GRPOTrainer on the `single` arm's task, model, prompts, data order and
                     settings (whole model, same lr); evaluated with Troupe's own `evaluate`
 
-Every arm uses the same seed, the same training tasks (math_tool level `--level`, default 2) and
-the same held-out set (`--eval-size` tasks generated with the held-out seed). A trained arm is
-evaluated greedily every `--eval-every` steps and at the end, where it is also evaluated sampled
-at the training temperature; step 0 of every arm is its untrained arm (LoRA adapters start as
-the identity). Success is per agent (its own action was right) and for the team (the final answer).
-Wall-clock time counts training only (rollout + update), never the evaluations, so curves of
-held-out success against time compare the engines, not the evaluator. On a shared machine the
-times are only comparable between arms run at the same time (run `single` and `trl` together).
+Every arm and every seed is evaluated on the same held-out tasks (`--eval-size` tasks generated
+with the held-out seed of `--eval-seed`, not of `--seed`), so seeds differ in training tasks,
+samples and initial adapters only. A trained arm is evaluated greedily every `--eval-every` steps
+and at the end, where it is also evaluated sampled at the training temperature; a team arm is then
+also evaluated with its roles swapped (`prompt`: the two agents exchange their role prompts;
+`lora`/`alone`: the two agents exchange their adapters; greedy). Step 0 of every trained arm is its
+untrained arm (LoRA adapters start as the identity). Team success = the environment's verdict on
+the episode; an agent's success = the same verdict on the episodes it acted in.
+Every curve point and evaluation records the tokens generated in training so far, so arms are
+compared at equal steps and at equal generated tokens (a team writes more per step).
+Wall-clock time counts training only (rollout + update), never the evaluations. On a shared
+machine the times are only comparable between arms run at the same time.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
+import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,16 +55,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, command_line, machine, table, write_json  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
-ARMS = ("untrained-single", "untrained-multi", "single", "prompt", "lora", "trl")
-CONFIG_OF = {"untrained-single": "single", "untrained-multi": "prompt", "single": "single", "prompt": "prompt", "lora": "lora", "trl": "single"}
-UNTRAINED_OF = {"single": "untrained-single", "trl": "untrained-single", "prompt": "untrained-multi", "lora": "untrained-multi"}
+ARMS = ("untrained-single", "untrained-self", "untrained-multi", "single", "self", "prompt", "lora", "alone", "trl")
+SPEC_OF = {"untrained-single": "single", "untrained-self": "single", "untrained-multi": "prompt", "single": "single", "self": "single",
+           "prompt": "prompt", "lora": "lora", "alone": "lora", "trl": "single"}
+UNTRAINED_OF = {"single": "untrained-single", "trl": "untrained-single", "self": "untrained-self", "prompt": "untrained-multi",
+                "lora": "untrained-multi", "alone": "untrained-multi"}
+TEAM_ROLES = {"math_tool": ("tool", "reasoner"), "plan_path": ("tool", "plan")}
+"""The two roles of each environment's team, in turn order."""
+SINGLE_ROLE = {"math_tool": "tool", "plan_path": "plan"}
+HELD_OUT_SEED = 7_919_123
+"""`training.data.load_tasks` generates a run's held-out tasks with seed + this."""
+
+
+def is_team(arm: str) -> bool:
+    return SPEC_OF[arm] != "single"
+
+
+def team_turns(args: argparse.Namespace) -> int:
+    return args.max_turns or 2
 
 
 def result_name(arm: str, args: argparse.Namespace) -> str:
-    """The arm's results file stem: `lora`; `lora-4turns` for a multi-agent arm given more turns;
-    `-seed<N>` appended for a seed other than 0."""
-    multi = CONFIG_OF[arm] != "single"
-    name = f"{arm}-{args.max_turns}turns" if multi and args.max_turns not in (None, 2) else arm
+    """The arm's results file stem: `lora`; `lora-4turns` for an arm given other than 2 team turns
+    (the team arms, and the lone agent given the team's turns); `-seed<N>` for a seed other than 0."""
+    turns = is_team(arm) or arm in ("self", "untrained-self")
+    name = f"{arm}-{team_turns(args)}turns" if turns and team_turns(args) != 2 else arm
     return f"{name}-seed{args.seed}" if args.seed else name
 
 
@@ -56,18 +89,47 @@ def base_arm(name: str) -> str:
     return match.group(1) if match else name
 
 
-def untrained_of(name: str) -> str:
-    base = UNTRAINED_OF.get(base_arm(name), "")
-    return name.replace(base_arm(name), base, 1) if base else ""
+def group_of(name: str) -> str:
+    """`lora-4turns-seed1` -> `lora-4turns`: the runs that differ only by seed."""
+    return re.sub(r"-seed\d+$", "", name)
 
 
-def arm_config(arm: str, args: argparse.Namespace) -> Any:
+def untrained_of(group: str) -> str:
+    base = UNTRAINED_OF.get(base_arm(group), "")
+    return group.replace(base_arm(group), base, 1) if base else ""
+
+
+def default_out_dir(args: argparse.Namespace) -> Path:
+    if args.env == "math_tool" and args.level == 2:
+        return RESULTS / "learning"
+    tag = f"level{args.level}" if args.env == "math_tool" else f"size{args.size}"
+    return RESULTS / "learning" / f"{args.env}-{tag}"
+
+
+def env_args(args: argparse.Namespace, *, self_correct: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"level": args.level} if args.env == "math_tool" else {"size": args.size}
+    if self_correct:
+        out["self_correct"] = True
+    return out
+
+
+def arm_config(arm: str, args: argparse.Namespace, *, roles: tuple[str, ...] | None = None) -> Any:
+    """The arm's RunConfig: `configs/math-<spec>.yaml` with the task, the agents and the knobs
+    replaced. `roles` overrides the acting roles (the `alone` arm trains one role at a time)."""
     from training.config import RunConfig
 
+    spec = SPEC_OF[arm]
+    if roles is None:
+        roles = TEAM_ROLES[args.env] if is_team(arm) else (args.single_role or SINGLE_ROLE[args.env],)
+    lone_turns = arm in ("self", "untrained-self")
     overrides: dict[str, Any] = {
         "model.source": args.model,
         "seed": args.seed,
-        "topology.env_args": {"level": args.level},
+        "topology.environment": args.env,
+        "topology.env_args": env_args(args, self_correct=lone_turns),
+        "topology.agents": [{"name": r, "role": r} for r in roles],
+        "topology.turn_order": list(roles),
+        "topology.max_turns": team_turns(args) if len(roles) > 1 or lone_turns else 1,
         "optim.steps": max(args.steps, 1),
         "optim.tasks_per_step": args.tasks,
         "grpo.k": args.k,
@@ -79,14 +141,45 @@ def arm_config(arm: str, args: argparse.Namespace) -> Any:
     }
     if args.lr is not None:
         overrides["optim.lr"] = args.lr
-    if args.max_turns is not None and CONFIG_OF[arm] != "single":
-        overrides["topology.max_turns"] = args.max_turns
-    return RunConfig.load(CONFIGS / f"math-{CONFIG_OF[arm]}.yaml").replace(**overrides)
+    return RunConfig.load(CONFIGS / f"math-{spec}.yaml").replace(**overrides)
+
+
+def held_out_tasks(env: Any, args: argparse.Namespace) -> list[Any]:
+    """The held-out tasks every arm and seed is judged on: the ones a run with seed `--eval-seed` holds out."""
+    rows = env.generate(args.eval_size, seed=args.eval_seed + HELD_OUT_SEED)
+    return [(f"eval-{i}", r) for i, r in enumerate(rows)]
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
     return {"step": result["step"], "temperature": result["temperature"], "n": result["n"], "team": result["team"]["success"],
-            "agents": {a: v["success"] for a, v in result["agents"].items()}}
+            "agents": {a: v["success"] for a, v in result["agents"].items()},
+            "agent_reward": {a: v["reward"] for a, v in result["agents"].items()}}
+
+
+@contextlib.contextmanager
+def roles_swapped(sampler: Any) -> Iterator[None]:
+    """The two agents of a team exchange what makes them differ, for an evaluation.
+
+    `prompt` (one shared model): each agent gets the other's role prompt. `lora`/`full`: each agent
+    acts with the other's adapter or model. The environment still asks each role for its own
+    action, so a swapped team is the trained weights playing the roles they were not trained for."""
+    config, policies = sampler.config, sampler.policies
+    a, b = config.topology.order()[:2]
+    saved_map = dict(policies.agent_policy)
+    if policies.specialization in ("single", "prompt"):
+        prompts = {r: getattr(sampler.env, "default_instructions", {}).get(r, "") for r in (config.agent(a).role, config.agent(b).role)}
+        ia, ib = config.agent(a).instructions or prompts[config.agent(a).role], config.agent(b).instructions or prompts[config.agent(b).role]
+        agents = [{**ag, "instructions": ib if ag["name"] == a else ia if ag["name"] == b else ag["instructions"]}
+                  for ag in config.to_dict()["topology"]["agents"]]
+        sampler.config = config.replace(**{"topology.agents": agents})
+    else:
+        policies.agent_policy[a], policies.agent_policy[b] = saved_map[b], saved_map[a]
+    try:
+        yield
+    finally:
+        sampler.config = config
+        policies.agent_policy.clear()
+        policies.agent_policy.update(saved_map)
 
 
 def evaluate_now(sampler: Any, eval_tasks: list[Any], step: int, *, sampled: bool) -> list[dict[str, Any]]:
@@ -100,70 +193,129 @@ def evaluate_now(sampler: Any, eval_tasks: list[Any], step: int, *, sampled: boo
         sampler.config = config
 
 
+class Recorder:
+    """The arm's JSON: curve points, evaluations (with training time and tokens so far), machine load."""
+
+    def __init__(self, arm: str, config: Any, out: Path) -> None:
+        self.out = out
+        self.payload: dict[str, Any] = {"arm": arm, "command": command_line(), "machine_start": machine(), "config": config.to_dict(),
+                                        "steps": 0, "train_seconds": 0.0, "train_tokens": 0, "curve": [], "evals": [], "eval_seconds": 0.0}
+
+    def step(self, step: int, seconds: float, values: dict[str, float], agents: dict[str, dict[str, float]], **extra: Any) -> None:
+        p = self.payload
+        p["steps"], p["train_seconds"] = step, p["train_seconds"] + seconds
+        p["train_tokens"] += int(values.get("generated_tokens", 0))
+        p["curve"].append({"step": step, "train_seconds": p["train_seconds"], "train_tokens": p["train_tokens"], "step_time": seconds,
+                           "reward": values["reward/total"], "success": values.get("success"),
+                           "agents": {a: v.get("reward/total") for a, v in agents.items()}, **extra})
+
+    def evaluate(self, sampler: Any, eval_tasks: list[Any], step: int, *, final: bool, swap: bool = False) -> None:
+        t0 = time.perf_counter()
+        before = sampler.stats.tokens
+        results = evaluate_now(sampler, eval_tasks, step, sampled=final)
+        if final and swap:
+            with roles_swapped(sampler):
+                results += [{**r, "swapped": True} for r in evaluate_now(sampler, eval_tasks, step, sampled=False)]
+        sampler.stats.tokens = before  # evaluation tokens are not training tokens
+        p = self.payload
+        for r in results:
+            p["evals"].append({**r, "train_seconds": p["train_seconds"], "train_tokens": p["train_tokens"]})
+            print(f"  eval step {step} T={r['temperature']}{' swapped' if r.get('swapped') else ''}: team {r['team']:.3f} "
+                  + " ".join(f"{a} {v:.3f}" for a, v in r["agents"].items()), flush=True)
+        p["eval_seconds"] += time.perf_counter() - t0
+        write_json(self.out, p)
+
+
 def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
+    out = Path(args.out_dir) / f"{result_name(arm, args)}.json"
+    config = arm_config(arm, args)
+    rec = Recorder(arm, config, out)
+    if arm == "alone":
+        run_alone(args, rec)
+    else:
+        sampler, train_tasks, eval_tasks = build(config, args)
+        try:
+            if arm.startswith("untrained"):
+                rec.evaluate(sampler, eval_tasks, 0, final=True, swap=is_team(arm))
+            elif arm == "trl":
+                run_trl(config, sampler, train_tasks, args, rec, eval_tasks)
+            else:
+                train(sampler, train_tasks, args, rec, label=arm, on_eval=lambda step, final: rec.evaluate(
+                    sampler, eval_tasks, step, final=final, swap=is_team(arm)))
+        finally:
+            sampler.pool.shutdown()
+    rec.payload["machine_end"] = machine()
+    write_json(out, rec.payload)
+    print(f"wrote {out}")
+    return rec.payload
+
+
+def build(config: Any, args: argparse.Namespace) -> tuple[Any, list[Any], list[Any]]:
     import torch
 
     from agents.envs import load_environment
-    from agents.envs._common import run_cached
     from training.data import load_tasks
-    from training.events import NullSink
     from training.policies import build_policies
     from training.rollout import Sampler
-    from training.trainer import seed_everything, train_step
+    from training.trainer import seed_everything
 
-    config = arm_config(arm, args)
     seed_everything(config.seed)
     env = load_environment(config.topology.environment, **config.topology.env_args)
-    train_tasks, eval_tasks = load_tasks(config, env)
+    train_tasks, _ = load_tasks(config, env)
     sampler = Sampler(env, build_policies(config), config, torch.Generator().manual_seed(config.seed))
-    payload: dict[str, Any] = {"arm": arm, "command": command_line(), "machine_start": machine(), "config": config.to_dict(),
-                               "steps": 0, "train_seconds": 0.0, "curve": [], "evals": []}
-    out = Path(args.out_dir) / f"{result_name(arm, args)}.json"
-    t_eval = 0.0
+    return sampler, train_tasks, held_out_tasks(env, args)
 
-    def checkpoint_eval(step: int, train_seconds: float, final: bool) -> None:
-        nonlocal t_eval
+
+def train(sampler: Any, train_tasks: list[Any], args: argparse.Namespace, rec: Recorder, *, label: str, on_eval: Any = None,
+          **extra: Any) -> None:
+    from agents.envs._common import run_cached
+    from training.events import NullSink
+    from training.trainer import train_step
+
+    for step in range(1, args.steps + 1):
+        run_cached.cache_clear()
         t0 = time.perf_counter()
-        for r in evaluate_now(sampler, eval_tasks, step, sampled=final):
-            payload["evals"].append({**r, "train_seconds": train_seconds})
-            print(f"  eval step {step} T={r['temperature']}: team {r['team']:.3f} " + " ".join(f"{a} {v:.3f}" for a, v in r["agents"].items()), flush=True)
-        t_eval += time.perf_counter() - t0
-        payload["eval_seconds"] = t_eval
-        write_json(out, payload)
+        m = train_step(sampler, train_tasks, step, NullSink())
+        rec.step(step, time.perf_counter() - t0, m.values, m.agents, **extra)
+        write_json(rec.out, rec.payload)
+        print(f"{label} step {step}: {rec.payload['curve'][-1]['step_time']:.1f}s reward {m.values['reward/total']:.3f} "
+              f"success {m.values['success']:.3f} tokens {rec.payload['train_tokens']}", flush=True)
+        if on_eval is not None and (step == args.steps or (args.eval_every and step % args.eval_every == 0)):
+            on_eval(step, step == args.steps)
 
+
+def run_alone(args: argparse.Namespace, rec: Recorder) -> None:
+    """Train each role's adapter with that agent alone (a one-agent `lora` run per role, `--steps`
+    each, from the same seed), then load both adapters into a `lora` team and evaluate it. The
+    training time and tokens are the sum of the lone runs; only the assembled team is evaluated."""
+    team_sampler, _, eval_tasks = build(arm_config("alone", args), args)
     try:
-        if arm.startswith("untrained"):
-            checkpoint_eval(0, 0.0, final=True)
-        elif arm == "trl":
-            run_trl(config, sampler, train_tasks, args, payload, checkpoint_eval)
-        else:
-            train_seconds = 0.0
-            for step in range(1, args.steps + 1):
-                run_cached.cache_clear()
-                t0 = time.perf_counter()
-                m = train_step(sampler, train_tasks, step, NullSink())
-                train_seconds += time.perf_counter() - t0
-                payload["curve"].append(_curve_point(step, train_seconds, m.values, m.agents))
-                payload["steps"], payload["train_seconds"] = step, train_seconds
-                print(f"{arm} step {step}: {payload['curve'][-1]['step_time']:.1f}s reward {m.values['reward/total']:.3f} success {m.values['success']:.3f}", flush=True)
-                if step == args.steps or (args.eval_every and step % args.eval_every == 0):
-                    checkpoint_eval(step, train_seconds, final=step == args.steps)
+        for role in TEAM_ROLES[args.env]:
+            sampler, train_tasks, _ = build(arm_config("alone", args, roles=(role,)), args)
+            try:
+                train(sampler, train_tasks, args, rec, label=f"alone/{role}", trained_alone=role)
+                put_together(team_sampler.policies, sampler.policies, role)
+            finally:
+                sampler.pool.shutdown()
+        rec.payload["steps"] = args.steps  # per agent; the curve holds both lone runs in turn
+        rec.evaluate(team_sampler, eval_tasks, args.steps, final=True, swap=True)
     finally:
-        sampler.pool.shutdown()
-    payload["machine_end"] = machine()
-    write_json(out, payload)
-    print(f"wrote {out}")
-    return payload
+        team_sampler.pool.shutdown()
 
 
-def _curve_point(step: int, seconds: float, values: dict[str, float], agents: dict[str, dict[str, float]]) -> dict[str, Any]:
-    return {"step": step, "train_seconds": seconds, "step_time": values.get("step_time", 0.0), "reward": values["reward/total"],
-            "success": values.get("success"), "agents": {a: v.get("reward/total") for a, v in agents.items()}}
+def put_together(team: Any, lone: Any, role: str) -> None:
+    """Copy the adapter `role`'s agent learned alone into the team's adapter of the same name
+    (the agents are named after their roles in both)."""
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+    state = get_peft_model_state_dict(lone.for_agent(role).model, adapter_name=role)
+    set_peft_model_state_dict(team.for_agent(role).model, state, adapter_name=role)
 
 
-def run_trl(config: Any, sampler: Any, train_tasks: list[Any], args: argparse.Namespace, payload: dict[str, Any], checkpoint_eval: Any) -> None:
+def run_trl(config: Any, sampler: Any, train_tasks: list[Any], args: argparse.Namespace, rec: Recorder, eval_tasks: list[Any]) -> None:
     """TRL trains its own copy of the model; at each evaluation its weights are copied into the
-    Troupe policy that `evaluate` generates with, so both engines are judged by the same code."""
+    Troupe policy that `evaluate` generates with, so both engines are judged by the same code.
+    Training tokens are the completion tokens of TRL's reward calls."""
     from _trl import build_trainer
     from transformers import TrainerCallback
 
@@ -173,7 +325,6 @@ def run_trl(config: Any, sampler: Any, train_tasks: list[Any], args: argparse.Na
 
     class Track(TrainerCallback):
         mark = 0.0
-        train_seconds = 0.0
 
         def on_train_begin(self, *a: Any, **k: Any) -> None:
             run_cached.cache_clear()
@@ -181,15 +332,12 @@ def run_trl(config: Any, sampler: Any, train_tasks: list[Any], args: argparse.Na
 
         def on_step_end(self, _args: Any, state: Any, *a: Any, **k: Any) -> None:
             wall = time.perf_counter() - self.mark
-            self.train_seconds += wall
             step, call = state.global_step, reward.calls[-1]
-            payload["curve"].append({"step": step, "train_seconds": self.train_seconds, "step_time": wall, "reward": call["reward"],
-                                     "success": None, "agents": {}})
-            payload["steps"], payload["train_seconds"] = step, self.train_seconds
+            rec.step(step, wall, {"reward/total": call["reward"], "generated_tokens": call.get("tokens", 0)}, {})
             print(f"trl step {step}: {wall:.1f}s reward {call['reward']:.3f}", flush=True)
             if step == args.steps or (args.eval_every and step % args.eval_every == 0):
                 policy.model.load_state_dict(trainer.model.state_dict())
-                checkpoint_eval(step, self.train_seconds, final=step == args.steps)
+                rec.evaluate(sampler, eval_tasks, step, final=step == args.steps)
             run_cached.cache_clear()
             self.mark = time.perf_counter()
 
@@ -201,6 +349,55 @@ def run_trl(config: Any, sampler: Any, train_tasks: list[Any], args: argparse.Na
 # == report ========================================================================================
 
 
+def mean_spread(values: list[float]) -> str:
+    """`0.42 ± 0.05 (3)`: the mean over seeds ± their sample standard deviation, and how many seeds."""
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.2f} (1)"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f} ({len(values)})"
+
+
+def final_evals(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The run's last greedy, sampled and roles-swapped (greedy) evaluations, by kind."""
+    out: dict[str, dict[str, Any]] = {}
+    for e in run["evals"]:
+        out["swapped" if e.get("swapped") else "greedy" if e["temperature"] == 0.0 else "sampled"] = e
+    return out
+
+
+def at_tokens(run: dict[str, Any], budget: float) -> dict[str, Any] | None:
+    """The run's last greedy, unswapped evaluation taken with at most `budget` training tokens;
+    an untrained (step 0) evaluation of a trained run's untrained arm is not in `run`."""
+    inside = [e for e in run["evals"] if e["temperature"] == 0.0 and not e.get("swapped") and e.get("train_tokens", 0) <= budget]
+    return inside[-1] if inside else None
+
+
+def aggregate(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per group of seeds: the seeds, steps, training minutes and tokens, and for each kind of
+    final evaluation the team's and each agent's success per seed."""
+    groups: dict[str, dict[str, Any]] = {}
+    longest: dict[str, int] = {}
+    for name, run in runs.items():
+        longest[group_of(name)] = max(longest.get(group_of(name), 0), run["steps"])
+    for name, run in runs.items():
+        g = groups.setdefault(group_of(name), {"seeds": [], "steps": [], "minutes": [], "tokens": [], "evals": {}, "runs": [], "stopped": []})
+        if run["steps"] < longest[group_of(name)]:  # stopped early: its last evaluation is of another step
+            g["stopped"].append(f"seed {run['config'].get('seed', 0)} stopped at step {run['steps']}")
+            continue
+        g["seeds"].append(run["config"].get("seed", 0))
+        g["steps"].append(run["steps"])
+        g["minutes"].append(run["train_seconds"] / 60)
+        g["tokens"].append(run.get("train_tokens", 0))
+        g["runs"].append(run)
+        for kind, e in final_evals(run).items():
+            k = g["evals"].setdefault(kind, {"team": [], "agents": {}})
+            k["team"].append(e["team"])
+            for agent, v in e["agents"].items():
+                k["agents"].setdefault(agent, []).append(v)
+    return groups
+
+
 def report(args: argparse.Namespace) -> int:
     out_dir = Path(args.out_dir)
     found = {p.stem: json.loads(p.read_text()) for p in out_dir.glob("*.json") if base_arm(p.stem) in ARMS}
@@ -208,94 +405,143 @@ def report(args: argparse.Namespace) -> int:
     if not runs:
         print(f"no arm results in {out_dir}; run --arm first", file=sys.stderr)
         return 1
+    groups = aggregate(runs)
+    trained = [g for name, g in groups.items() if not name.startswith("untrained") and "greedy" in g["evals"]]  # a run stopped before its first evaluation sets no budget
+    budget = min((statistics.mean(g["tokens"]) for g in trained if g["tokens"]), default=0.0)
     rows = []
-    for arm, run in runs.items():
-        evals = run["evals"]
-        greedy = [e for e in evals if e["temperature"] == 0.0]
-        last_greedy = greedy[-1] if greedy else None
-        sampled = [e for e in evals if e["temperature"] > 0.0]
-        base = runs.get(untrained_of(arm))
-        base_greedy = next((e for e in base["evals"] if e["temperature"] == 0.0), None) if base else None
-        agents = last_greedy["agents"] if last_greedy else {}
-        delta = (last_greedy["team"] - base_greedy["team"]) * 100 if last_greedy and base_greedy else None
+    for name, g in groups.items():
+        ev = g["evals"]
+        base = groups.get(untrained_of(name))
+        greedy = ev.get("greedy", {}).get("team", [])
+        delta = statistics.mean(greedy) - statistics.mean(base["evals"]["greedy"]["team"]) if greedy and base and "greedy" in base["evals"] else None
+        equal = [e["team"] for run in g["runs"] for e in [at_tokens(run, budget)] if e is not None] if not name.startswith("untrained") else []
         rows.append([
-            arm, run["steps"], f"{run['train_seconds'] / 60:.1f}", last_greedy["n"] if last_greedy else "-",
-            f"{last_greedy['team']:.3f}" if last_greedy else "-", f"{delta:+.1f}" if delta is not None else "-",
-            f"{sampled[-1]['team']:.3f}" if sampled else "-",
-            " ".join(f"{a} {v:.2f}" for a, v in agents.items()) or "-",
-            " ".join(f"{a} {v:.2f}" for a, v in sampled[-1]["agents"].items()) if sampled else "-",
+            name, " ".join([str(sorted(g["seeds"])), *g["stopped"]]), max(g["steps"], default=0), f"{statistics.mean(g['minutes'] or [0]):.1f}", f"{statistics.mean(g['tokens'] or [0]):.0f}",
+            mean_spread(greedy), f"{delta * 100:+.0f}" if delta is not None else "-",
+            mean_spread(equal) if equal else "-",
+            mean_spread(ev.get("sampled", {}).get("team", [])),
+            mean_spread(ev.get("swapped", {}).get("team", [])),
+            "; ".join(f"{a} {mean_spread(v)}" for a, v in ev.get("greedy", {}).get("agents", {}).items()) or "-",
+            "; ".join(f"{a} {mean_spread(v)}" for a, v in ev.get("sampled", {}).get("agents", {}).items()) or "-",
         ])
-    headers = ["arm", "steps", "train min", "held-out n", "greedy team", "vs untrained (pts)", "sampled team", "greedy per agent", "sampled per agent"]
-    text = table(headers, rows)
+    headers = ["arm", "seeds", "steps", "train min", "train tokens", "greedy team", "vs untrained (pts)",
+               f"greedy team at <= {budget:.0f} tokens", "sampled team", "roles swapped (greedy)", "greedy per agent", "sampled per agent"]
+    text = table(headers, rows) + "\n\n" + curve_table(runs)
     print(text)
+    print("\nmean ± sample std over seeds (number of seeds); per agent = the team's verdict on the episodes the agent acted in")
     png = out_dir / "learning.png"
-    _plot(runs, png)
-    payload = {"command": command_line(), "table": text, "arms": {a: {k: r[k] for k in ("steps", "train_seconds", "evals")} for a, r in runs.items()}}
+    _plot(runs, groups, png)
+    payload = {"command": command_line(), "table": text, "token_budget": budget,
+               "arms": {a: {k: r.get(k) for k in ("steps", "train_seconds", "train_tokens", "evals", "machine_start", "machine_end")}
+                        for a, r in runs.items()}}
     write_json(out_dir / "report.json", payload)
     print(f"\nwrote {png} and {out_dir / 'report.json'}")
     return 0
 
 
-def _plot(runs: dict[str, Any], png: Path) -> None:
+def untrained_run(runs: dict[str, dict[str, Any]], name: str) -> dict[str, Any] | None:
+    """The untrained arm of a trained run, same seed if it ran, else seed 0's: its greedy
+    evaluation is the same for every seed (same weights, same held-out tasks)."""
+    group = group_of(name)
+    return runs.get(untrained_of(group) + name[len(group):]) or runs.get(untrained_of(group))
+
+
+def curve_table(runs: dict[str, dict[str, Any]]) -> str:
+    """Each trained run's greedy held-out team success against its training tokens, from its
+    untrained arm's (0 tokens) on: the table to read an arm at equal steps or equal tokens."""
+    rows = []
+    for name, run in runs.items():
+        if name.startswith("untrained"):
+            continue
+        group = group_of(name)
+        base = untrained_run(runs, name)
+        points = [(0, 0, e["team"]) for e in (base or {}).get("evals", []) if e["temperature"] == 0.0 and not e.get("swapped")][:1]
+        points += [(e["step"], e.get("train_tokens", 0), e["team"]) for e in run["evals"] if e["temperature"] == 0.0 and not e.get("swapped")]
+        rows.append([group, run["config"].get("seed", 0), "; ".join(f"step {s} / {t} tok: {v:.2f}" for s, t, v in points) or "-"])
+    return table(["arm", "seed", "greedy team success by step / generated training tokens"], rows)
+
+
+def _plot(runs: dict[str, Any], groups: dict[str, Any], png: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for arm, run in runs.items():
+    colors: dict[str, Any] = {}
+    for name, run in runs.items():
+        group = group_of(name)
         curve = run.get("curve") or []
+        greedy = [e for e in run["evals"] if e["temperature"] == 0.0 and not e.get("swapped")]
+        if name.startswith("untrained"):
+            if greedy and name == group:
+                ax2.axhline(greedy[0]["team"], linestyle=":", color="grey" if "single" in name or "self" in name else "black",
+                            label=f"{group} (seed 0)")
+            continue
+        base = untrained_run(runs, name)
+        start = [(0, e["team"]) for e in (base or {}).get("evals", []) if e["temperature"] == 0.0 and not e.get("swapped")][:1]
+        points = start + [(e.get("train_tokens", 0), e["team"]) for e in greedy]
+        first = group not in colors
+        line = ax2.plot([p[0] for p in points], [p[1] for p in points], marker="o", alpha=0.8, color=colors.get(group),
+                        label=group if first else None)[0]
+        colors.setdefault(group, line.get_color())
         if curve:
-            steps = [c["step"] for c in curve]
+            tokens = [c.get("train_tokens", 0) for c in curve]
             rewards = [c["reward"] for c in curve]
-            window = 5
-            smooth = [sum(rewards[max(0, i - window + 1) : i + 1]) / len(rewards[max(0, i - window + 1) : i + 1]) for i in range(len(rewards))]
-            ax1.plot(steps, smooth, label=arm)
-        greedy = [e for e in run["evals"] if e["temperature"] == 0.0]
-        base = runs.get(untrained_of(arm))
-        start = [e for e in base["evals"] if e["temperature"] == 0.0][:1] if base and not arm.startswith("untrained") else []
-        points = [(e["train_seconds"] / 60, e["team"]) for e in start + greedy]
-        if points and not arm.startswith("untrained"):
-            ax2.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=arm)
-        elif points:
-            ax2.axhline(points[0][1], linestyle=":", color="grey" if base_arm(arm).endswith("single") else "black", label=arm)
-    ax1.set(title="Training reward (mean over the step's candidates, 5-step average)", xlabel="step", ylabel="reward")
-    ax2.set(title="Held-out team success, greedy", xlabel="training wall-clock (min, evaluations excluded)", ylabel="success", ylim=(0, 1))
+            smooth = [statistics.mean(rewards[max(0, i - 4) : i + 1]) for i in range(len(rewards))]
+            ax1.plot(tokens, smooth, color=colors[group], alpha=0.8, label=group if first else None)
+    ax1.set(title="Training reward (5-step average), one line per seed", xlabel="generated training tokens", ylabel="reward")
+    ax2.set(title="Held-out team success, greedy, one line per seed", xlabel="generated training tokens", ylabel="success", ylim=(0, 1))
     for ax, where in ((ax1, "best"), (ax2, "lower right")):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc=where)
+        ax.legend(fontsize=7, loc=where)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arm", choices=(*ARMS, "all"))
     parser.add_argument("--report", action="store_true", help="assemble the table and PNG from the JSON files")
     parser.add_argument("--model", default="bundled:smollm2-135m-instruct")
-    parser.add_argument("--level", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=50, help="training steps N")
+    parser.add_argument("--env", choices=tuple(TEAM_ROLES), default="math_tool")
+    parser.add_argument("--level", type=int, default=2, help="math_tool level")
+    parser.add_argument("--size", type=int, default=None, help="plan_path grid side (default: 5 to 7 at random)")
+    parser.add_argument("--single-role", default=None, help="the lone agent's role (default: tool for math_tool, plan for plan_path)")
+    parser.add_argument("--steps", type=int, default=50, help="training steps N (the `alone` arm: N for each agent)")
     parser.add_argument("--eval-size", type=int, default=100, help="held-out tasks")
     parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--eval-seed", type=int, default=0, help="the held-out tasks are those a run with this seed holds out, for every --seed")
     parser.add_argument("--tasks", type=int, default=4, help="tasks per step")
     parser.add_argument("--k", type=int, default=4, help="group size")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--lr", type=float, default=None, help="default: the arm's config (single/prompt 2e-5, lora 2e-4)")
     parser.add_argument("--max-turns", type=int, default=None,
-                        help="multi-agent arms: turns per episode (default: the config's 2, tool then reasoner; 4 lets the tool retry once "
-                             "after the reasoner disagrees); results go to ARM-Nturns.json")
+                        help="team turns per episode (default 2, one each; 4 lets the tool retry once after the other agent "
+                             "disagrees), and the `self` arms' turns; results go to ARM-Nturns.json")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--work-dir", default="/tmp/troupe-bench")
-    parser.add_argument("--out-dir", default=str(RESULTS / "learning"))
+    parser.add_argument("--out-dir", default=None)
     args = parser.parse_args(argv)
     if not args.arm and not args.report:
         parser.error("give --arm ARM or --report")
+    if args.arm == "trl" and args.env != "math_tool":
+        parser.error("--arm trl: the TRL mirror is written for math_tool's rows only")
+    if args.single_role and args.single_role not in TEAM_ROLES[args.env]:
+        parser.error(f"--single-role: {args.env} roles are {', '.join(TEAM_ROLES[args.env])}")
+    args.out_dir = args.out_dir or str(default_out_dir(args))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    for arm in ARMS if args.arm == "all" else [args.arm] if args.arm else []:
+    every = [a for a in ARMS if a != "trl" or args.env == "math_tool"]
+    for arm in every if args.arm == "all" else [args.arm] if args.arm else []:
         run_arm(arm, args)
     if args.report or args.arm == "all":
         return report(args)

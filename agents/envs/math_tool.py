@@ -7,7 +7,8 @@ Rewards (local, for the agent that acted):
 Team reward after every step: 1.0 when the team's current answer is right (the latest
 reasoner answer; with no reasoner in the team, the latest tool output), else 0.0.
 The episode ends when the reasoner has answered and agrees with the latest tool output, or
-after the first action when the team has a single role. `success` = the team answer is right.
+after the first action when the team has a single role (with `self_correct`, a lone agent goes on
+until it gives the same answer twice in a row). `success` = the team answer is right.
 """
 
 from __future__ import annotations
@@ -112,12 +113,19 @@ class MathTool:
     """End an action once it is complete (the code block closed, the answer line written):
     what a small model adds after that is never read, so it is not generated or trained on."""
 
-    def __init__(self, level: int = 1, timeout_s: float = TOOL_TIMEOUT_S) -> None:
+    def __init__(self, level: int = 1, timeout_s: float = TOOL_TIMEOUT_S, self_correct: bool = False) -> None:
         """`level` picks the generated tasks: 1 `a + b` (two-digit), 2 two operations with precedence
-        such as `(a + b) * c`, 3 short word problems with two operations. `timeout_s` limits the tool's program."""
+        such as `(a + b) * c`, 3 short word problems with two operations. `timeout_s` limits the tool's program.
+        `self_correct`: an agent acting alone is not stopped after its first action: it sees its last
+        attempt (the tool its program and what it printed, the reasoner its answer) and tries again,
+        until two answers in a row agree or the topology's `max_turns` is reached. It is the lone
+        agent's counterpart of the reasoner's check: one agent given the turns a team gets."""
         if level not in (1, 2, 3):
             raise ValueError(f"math_tool: level must be 1, 2 or 3, not {level!r}")
+        if not isinstance(self_correct, bool):
+            raise ValueError(f"math_tool: self_correct must be true or false, not {self_correct!r}")
         self.level = level
+        self.self_correct = self_correct
         self.timeout_s = tool_timeout("math_tool", timeout_s)
 
     # ------------------------------------------------------------ tasks
@@ -160,6 +168,8 @@ class MathTool:
                 parts.append(f"Python program:\n```python\n{clip(code, 800, keep='head')}\n```\nIt printed: {output}")
             elif output is not None:
                 parts.append(f"The tool agent failed: {output}")
+            if state.data["roles"] == ("reasoner",) and state.data.get("answer") is not None:
+                parts.append(f"Your previous answer: {state.data['answer']}. Check it and answer again.")
             parts.append("End with: Answer: <number>")
         return "\n\n".join(parts)
 
@@ -190,7 +200,11 @@ class MathTool:
         team_answer = data["answer"] if "reasoner" in roles else data["tool_value"]
         right = numbers_equal(team_answer, gold)
         agreed = data["answer"] is not None and numbers_equal(data["answer"], data["tool_value"])
-        done = len(roles) == 1 or agreed
+        if len(roles) == 1:  # alone: one action, or with self_correct until it repeats its answer
+            before = state.data["tool_value"] if role == "tool" else state.data["answer"]
+            done = not self.self_correct or numbers_equal(value, before)
+        else:
+            done = agreed
         info.update(value=value, team_answer=team_answer, agreed=agreed)
         next_state = advance(state, Message(agent, role, action, tool_output), done=done, success=right, **updates)
         return StepResult(next_state, local_reward=local, team_reward=1.0 if right else 0.0, tool_output=tool_output, info=info)

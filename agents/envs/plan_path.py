@@ -9,7 +9,8 @@ or walks into a wall. Rewards (local, for the agent that acted):
 - no moves found, no ```python block (tool), or the program failed: -1.
 Team reward: 1.0 when the team's plan (the planner's latest moves; with no planner, the tool's)
 reaches G. The episode ends when the team's plan reaches G, when the planner repeats the tool's
-moves (nothing new will come), or after the first action when the team has a single role.
+moves (nothing new will come), or after the first action when the team has a single role (with
+`self_correct`, a lone agent goes on until it repeats its own moves or reaches G).
 """
 
 from __future__ import annotations
@@ -149,8 +150,15 @@ class PlanPath:
     stop_patterns: dict[str, str] = {"plan": r"[Mm]oves?[ \t]*[:=][ \t]*\S[^\n]*\n", "tool": STOP_AFTER_CODE_BLOCK}
     """End the action once the moves line or the code block is complete (see `agents.envs`)."""
 
-    def __init__(self, size: int | None = None, wall_density: float = 0.25, timeout_s: float = TOOL_TIMEOUT_S) -> None:
-        """`size`: grid side for generated tasks (None: 5 to 7 at random); `wall_density`: share of wall cells."""
+    def __init__(self, size: int | None = None, wall_density: float = 0.25, timeout_s: float = TOOL_TIMEOUT_S,
+                 self_correct: bool = False) -> None:
+        """`size`: grid side for generated tasks (None: 5 to 7 at random); `wall_density`: share of wall cells.
+        `self_correct`: an agent acting alone is not stopped after its first action: it sees its last
+        attempt and tries again, until it repeats its moves, reaches G or the topology's `max_turns`
+        ends the episode (one agent given the turns a team gets)."""
+        if not isinstance(self_correct, bool):
+            raise ValueError(f"plan_path: self_correct must be true or false, not {self_correct!r}")
+        self.self_correct = self_correct
         if size is not None and not 3 <= size <= 12:
             raise ValueError(f"plan_path: size must be between 3 and 12, not {size!r}")
         if not 0 <= wall_density < 0.6:
@@ -253,8 +261,12 @@ class PlanPath:
         data = {**state.data, **updates}
         team_moves = data["plan"] if "plan" in roles else data["tool_moves"]
         team_ok = self._score(state, team_moves)[1] if team_moves else False
-        repeated = role == "plan" and moves is not None and moves == data["tool_moves"]
-        done = len(roles) == 1 or team_ok or repeated
+        if len(roles) == 1:  # alone: one action, or with self_correct until it repeats its moves
+            before = state.data["tool_moves"] if role == "tool" else state.data["plan"]
+            done = not self.self_correct or team_ok or (moves is not None and moves == before)
+        else:
+            repeated = role == "plan" and moves is not None and moves == data["tool_moves"]
+            done = team_ok or repeated
         next_state = advance(state, Message(agent, role, action, tool_output), done=done, success=team_ok, **updates)
         info = {"moves": moves, "reached": reached, **parts}
         return StepResult(next_state, local_reward=local, team_reward=1.0 if team_ok else 0.0, tool_output=tool_output, info=info)
