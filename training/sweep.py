@@ -72,15 +72,21 @@ def sweep_main(path: str, *, out: str | None = None) -> int:
     return 0
 
 
-def run_sweep(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None, stream: TextIO | None = None) -> list[ArmSummary]:
-    """Run every trial not yet finished under `out`, in order; the arms' summaries."""
-    stream = stream or sys.stdout
+
+def _start(spec: ExperimentSpec, out: Path, *, train: TrainFn | None, stream: TextIO | None) -> tuple[TextIO, TrainFn]:
+    """The output folder made, the spec written into it; the stream and the train function to use
+    (the engine's own `train` unless a test passes another)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "experiment.yaml").write_text(spec.to_yaml(), encoding="utf-8")
     if train is None:
-        from training.trainer import train as train_fn
-    else:
-        train_fn = train
+        from training.trainer import train as engine_train
+
+        train = engine_train
+    return stream or sys.stdout, train
+
+def run_sweep(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None, stream: TextIO | None = None) -> list[ArmSummary]:
+    """Run every trial not yet finished under `out`, in order; the arms' summaries."""
+    stream, train_fn = _start(spec, out, train=train, stream=stream)
     trials = spec.trials()
     records = []
     for trial in trials:
@@ -105,13 +111,7 @@ def run_search(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None,
     already recorded under `out` are kept. The records, in trial order."""
     search = spec.search
     assert search is not None
-    stream = stream or sys.stdout
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "experiment.yaml").write_text(spec.to_yaml(), encoding="utf-8")
-    if train is None:
-        from training.trainer import train as train_fn
-    else:
-        train_fn = train
+    stream, train_fn = _start(spec, out, train=train, stream=stream)
     seed = spec.seeds[0]
     records: list[TrialRecord] = []
     for number in range(search.trials):
