@@ -1,0 +1,236 @@
+"""A training run and what it records as it goes: metric points, rollouts, checkpoints,
+evaluations and log lines."""
+
+from __future__ import annotations
+
+import time
+
+from django.conf import settings
+from django.db import models
+from django.urls import reverse
+from django.utils import timezone
+
+from training.config import RunConfig
+from webapp.models.catalog import Dataset, Topology
+from webapp.models.teams import Team
+
+
+def queue_clock() -> int:
+    """Microseconds since the epoch: a new queued run's place (`Run.queue_order`), behind the others."""
+    return time.time_ns() // 1000
+
+
+def gpu_queue(gpus: int) -> str:
+    """The Celery queue of runs that need `gpus` GPUs: `gpu` for one, `gpu-x<N>` for N. A worker
+    serves the queues of the GPU counts it has (`-Q gpu` on a one-GPU worker, `-Q gpu-x2` on a
+    worker with two)."""
+    return "gpu" if gpus <= 1 else f"gpu-x{gpus}"
+
+
+class Run(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+
+    ACTIVE = (Status.QUEUED, Status.RUNNING)
+    QUEUE_ORDER = ("-priority", "queue_order", "id")
+    """The order in which workers take queued runs (`webapp.runs.queue.run_claim_next`)."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="runs")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="runs")
+    name = models.CharField(max_length=200)
+    topology = models.ForeignKey(Topology, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs")
+    dataset = models.ForeignKey(Dataset, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs")
+    config_yaml = models.TextField(help_text="The RunConfig snapshot this run executes (re-runnable from the CLI).")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    step = models.PositiveIntegerField(default=0)
+    total_steps = models.PositiveIntegerField(default=0)
+    final_metrics = models.JSONField(default=dict, blank=True)
+    created = models.DateTimeField(default=timezone.now)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+    heartbeat = models.DateTimeField(null=True, blank=True)
+    error_message = models.TextField(blank=True)
+    traceback = models.TextField(blank=True)
+    resumed_from = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="resumes")
+    resumed_at_step = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The step of `resumed_from`'s checkpoint this run continues from.",
+    )
+    priority = models.SmallIntegerField(
+        default=0, help_text="Queued runs with a higher priority start first (site staff set it in the admin).",
+    )
+    queue_order = models.BigIntegerField(
+        default=queue_clock, help_text="Place among queued runs of the same priority, smaller first (up/down swap it).",
+    )
+    out_dir = models.CharField(max_length=500, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    celery_task_id = models.CharField(max_length=64, blank=True)
+    worker = models.CharField(max_length=200, blank=True, help_text="Hostname of the Celery worker that ran it.")
+    # The shared history (webapp/history/services.py): searchable notes, tags, archive, and two config
+    # facts copied out of the snapshot at creation so the list filters on indexed columns.
+    notes = models.TextField(blank=True)
+    tags = models.ManyToManyField("Tag", blank=True, related_name="runs")
+    archived = models.BooleanField(default=False, help_text="Hidden from the run list unless asked for.")
+    environment = models.CharField(max_length=200, blank=True, help_text="config.topology.environment")
+    specialization = models.CharField(max_length=10, blank=True, help_text="config.topology.specialization")
+    gpus = models.PositiveSmallIntegerField(
+        default=1, help_text="config.resources.gpus: the run waits on the queue of workers with that many GPUs (gpu, gpu-x2, ...).",
+    )
+    experiment = models.ForeignKey(
+        "Experiment", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs",
+        help_text="The experiment this run is a trial of (its arm and seed: `trial_index` in the experiment's spec).",
+    )
+    trial_index = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Which of the experiment's trials (`ExperimentSpec.trials()`) this run is; a resumed trial keeps it.",
+    )
+    pruned_at_step = models.PositiveIntegerField(
+        null=True, blank=True, help_text="A search trial the experiment's pruner stopped: the evaluation step that trailed the median.",
+    )
+    # What the engine says it is doing now (`EventSink.status`), kept while the run runs.
+    phase = models.CharField(max_length=20, blank=True, help_text="training.events.PHASES: loading, evaluating, training, ...")
+    phase_detail = models.CharField(max_length=300, blank=True, help_text="The engine's sentence about it, e.g. 'Evaluating at step 10: 50/100 held-out tasks'.")
+    phase_progress = models.FloatField(null=True, blank=True, help_text="Share of the phase done (0..1), when the engine knows.")
+    eta = models.DateTimeField(null=True, blank=True, help_text="When the engine expects the run to finish (from its own step, evaluation and checkpoint times).")
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        indexes = [
+            models.Index(fields=["team", "-created"], name="run_team_created"),
+            models.Index(fields=["team", "status", "-created"], name="run_team_status_created"),
+            models.Index(fields=["team", "archived", "-created"], name="run_team_archived_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.name}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("run_detail", args=[self.pk])
+
+    @property
+    def queue_name(self) -> str:
+        return gpu_queue(self.gpus)
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in self.ACTIVE
+
+    @property
+    def can_cancel(self) -> bool:
+        return self.is_active and not self.cancel_requested
+
+    @property
+    def can_resume(self) -> bool:
+        """Failed or cancelled: a new run can continue from its latest checkpoint (if it has one)."""
+        return self.status in (self.Status.FAILED, self.Status.CANCELLED)
+
+    @property
+    def progress_percent(self) -> int:
+        return int(100 * self.step / self.total_steps) if self.total_steps else 0
+
+    def metric_lineage(self) -> models.Q:
+        """The metric points of this run's charts: its own, and for a resumed run its ancestors'
+        up to the step each was resumed from, so the curves continue where the old run stopped
+        (a resumed run's first step is its checkpoint's step + 1)."""
+        lineage = models.Q(run_id=self.pk)
+        child, parent_id, seen = self, self.resumed_from_id, {self.pk}
+        while parent_id is not None and parent_id not in seen and child.resumed_at_step is not None:
+            lineage |= models.Q(run_id=parent_id, step__lte=child.resumed_at_step)
+            seen.add(parent_id)
+            parent = Run.objects.filter(pk=parent_id).only("pk", "resumed_from_id", "resumed_at_step").first()
+            if parent is None:
+                break
+            child, parent_id = parent, parent.resumed_from_id
+        return lineage
+
+    def to_config(self) -> RunConfig:
+        """The RunConfig this run executes, rebuilt and re-validated from its snapshot."""
+        return RunConfig.from_yaml(self.config_yaml)
+
+
+class MetricPoint(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_points")
+    step = models.PositiveIntegerField()
+    values = models.JSONField(default=dict)
+    agents = models.JSONField(default=dict)
+    time = models.DateTimeField()
+
+    class Meta:
+        ordering = ["step"]
+        constraints = [models.UniqueConstraint(fields=["run", "step"], name="metricpoint_unique_run_step")]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} step {self.step}"
+
+
+class Rollout(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rollouts")
+    step = models.PositiveIntegerField()
+    episode = models.PositiveIntegerField(help_text="Index of the episode within its step.")
+    agent_names = models.JSONField(default=list)
+    success = models.BooleanField(default=False)
+    team_reward = models.FloatField(default=0.0)
+    data = models.JSONField(default=dict, help_text="The episode: turns with every candidate and its reward.")
+
+    class Meta:
+        ordering = ["step", "episode"]
+        indexes = [models.Index(fields=["run", "step", "episode"], name="rollout_run_step")]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} step {self.step} episode {self.episode}"
+
+
+class Checkpoint(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.PositiveIntegerField()
+    path = models.CharField(max_length=500)
+    created = models.DateTimeField(default=timezone.now)
+    deleted = models.DateTimeField(
+        null=True, blank=True, help_text="When its files went (checkpoint.keep, or a team admin); the row stays for the record.",
+    )
+
+    class Meta:
+        ordering = ["step"]
+        constraints = [models.UniqueConstraint(fields=["run", "step"], name="checkpoint_unique_run_step")]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} step {self.step}"
+
+
+class Evaluation(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="evaluations")
+    step = models.PositiveIntegerField()
+    temperature = models.FloatField(default=0.0)
+    team_success = models.FloatField()
+    agents = models.JSONField(default=dict, help_text="Agent name -> {success, reward}.")
+    data = models.JSONField(default=dict, help_text="The full evaluation result.")
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["step", "temperature"]
+        indexes = [models.Index(fields=["run", "step"], name="evaluation_run_step")]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} step {self.step} T={self.temperature:g}"
+
+
+class LogLine(models.Model):
+    class Level(models.TextChoices):
+        DEBUG = "debug", "debug"
+        INFO = "info", "info"
+        WARNING = "warning", "warning"
+        ERROR = "error", "error"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="log_lines")
+    time = models.DateTimeField(default=timezone.now)
+    level = models.CharField(max_length=10, default="info")
+    message = models.TextField()
+
+    class Meta:
+        ordering = ["time", "id"]
+        indexes = [models.Index(fields=["run", "time"], name="logline_run_time")]
+
+    def __str__(self) -> str:
+        return f"[{self.level}] {self.message[:60]}"
