@@ -26,7 +26,7 @@ from webapp.celery import app as celery_app
 from webapp.core.env import celery_broker_url
 from webapp.models import Checkpoint, Run, Worker
 from webapp.runs import services as run_services
-from webapp.runs import streaming
+from webapp.runs.series import metrics_message
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -134,7 +134,7 @@ def test_a_killed_workers_run_is_marked_lost_and_resumes_on_another_worker(alice
     assert first.data["task_id"] == expected_task(resumed_at + 1)  # with the same data order
     assert run.rollouts.filter(step=1).first().data["task_id"] == expected_task(1)
     # The new run's charts start with the old run's curve up to the resumed step.
-    series = streaming.metrics_message(run_id=new.pk)["run"]["reward/total"]
+    series = metrics_message(run_id=new.pk)["run"]["reward/total"]
     assert series[0] == list(range(1, 8))
 
 

@@ -4,6 +4,7 @@ evaluations and log lines."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -129,6 +130,13 @@ class Run(models.Model):
     @property
     def progress_percent(self) -> int:
         return int(100 * self.step / self.total_steps) if self.total_steps else 0
+
+    def eta_seconds(self, now: Any = None) -> float | None:
+        """Time left for a running run, by the engine's estimate (`eta`: its own step, evaluation
+        and checkpoint times); None while it cannot tell (before the first step)."""
+        if self.status != self.Status.RUNNING or self.eta is None:
+            return None
+        return max(0.0, (self.eta - (now or timezone.now())).total_seconds())
 
     def metric_lineage(self) -> models.Q:
         """The metric points of this run's charts: its own, and for a resumed run its ancestors'

@@ -23,6 +23,7 @@ from django.contrib.auth import HASH_SESSION_KEY
 
 from webapp.core import sockets
 from webapp.runs import streaming
+from webapp.runs.publish import run_group
 
 REFUSED = 4403
 
@@ -49,7 +50,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         self.auth_hash = session.get(HASH_SESSION_KEY) if session is not None else None
         self.cursor = streaming.StreamCursor.from_query_string(run_id, self.scope.get("query_string", b""))
         await self.channel_layer.group_add(sockets.user_group(user.pk), self.channel_name)
-        await self.channel_layer.group_add(streaming.run_group(run_id), self.channel_name)
+        await self.channel_layer.group_add(run_group(run_id), self.channel_name)
         self._checked = time.monotonic()
         await self.accept()
         async for message in streaming.stream_open(cursor=self.cursor):
@@ -73,12 +74,12 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     async def access_changed(self, message: dict[str, Any]) -> None:
         """Its user was removed, logged out, or had their role or password changed (`webapp.core.sockets`)."""
         if self.cursor is not None:
-            await self.channel_layer.group_discard(streaming.run_group(self.cursor.run_id), self.channel_name)
+            await self.channel_layer.group_discard(run_group(self.cursor.run_id), self.channel_name)
         self.cursor = None  # nothing more is sent, whatever is still queued
         await self.close(code=message.get("code", sockets.GONE))
 
     async def run_event(self, message: dict[str, Any]) -> None:
-        """A group message from the worker's sink (`streaming.publish`)."""
+        """A group message from the worker's sink (`webapp.runs.publish`)."""
         if not await self.still_allowed():
             return
         assert self.cursor is not None
@@ -93,13 +94,13 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         assert self.cursor is not None
         # Join the group again (a Redis that restarted empty forgot it; group membership also
         # expires after a day) and catch up from the database, so a quiet socket cannot go stale.
-        await self.channel_layer.group_add(streaming.run_group(self.cursor.run_id), self.channel_name)
+        await self.channel_layer.group_add(run_group(self.cursor.run_id), self.channel_name)
         for out in await streaming.stream_event(cursor=self.cursor, event="heartbeat", payload={}):
             await self.send_json(out)
         await self.send_json({"t": "pong"})
 
     async def disconnect(self, code: int) -> None:
         if self.cursor is not None:
-            await self.channel_layer.group_discard(streaming.run_group(self.cursor.run_id), self.channel_name)
+            await self.channel_layer.group_discard(run_group(self.cursor.run_id), self.channel_name)
         if self.user_id is not None:
             await self.channel_layer.group_discard(sockets.user_group(self.user_id), self.channel_name)

@@ -41,7 +41,7 @@ from django.utils import timezone
 
 from webapp.core import paths
 from webapp.models import LogLine, Membership, Run, Worker
-from webapp.runs import streaming
+from webapp.runs.publish import publish
 
 log = logging.getLogger(__name__)
 
@@ -229,5 +229,5 @@ def run_sweep_lost(*, now: Any = None) -> list[int]:
             LogLine.objects.create(run_id=run.pk, level="error", message=message)
             Worker.objects.filter(run_id=run.pk).update(run=None)
             log.warning("run %s: %s", run.pk, message)
-            streaming.publish(run_id=run.pk, event="finished", payload={"status": Run.Status.FAILED, "error": message})
+            publish(run_id=run.pk, event="finished", payload={"status": Run.Status.FAILED, "error": message})
     return marked

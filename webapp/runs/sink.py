@@ -20,7 +20,7 @@ from django.utils import timezone
 from training.events import StepMetrics
 from webapp.core.values import storable
 from webapp.models import Checkpoint, Evaluation, LogLine, MetricPoint, Rollout, Run
-from webapp.runs import streaming
+from webapp.runs.publish import publish
 
 WORKER_SHUTTING_DOWN = threading.Event()
 
@@ -155,7 +155,7 @@ class DatabaseSink:
 
     def published(self, event: str, payload: dict[str, Any]) -> None:
         """Called after each write commits: notify the run's live viewers (never raises)."""
-        streaming.publish(run_id=self.run_id, event=event, payload=payload)
+        publish(run_id=self.run_id, event=event, payload=payload)
 
 
 def step_line(m: StepMetrics) -> str:

@@ -24,7 +24,7 @@ from webapp.core.values import id_or_none
 from webapp.history import services as history
 from webapp.jobs.forms import EvaluationForm
 from webapp.models import Agent, Dataset, Job, Run, Topology
-from webapp.runs import queue, services, streaming
+from webapp.runs import queue, rollouts, services
 from webapp.runs.forms import RunForm
 from webapp.teams.access import TeamRequest, team_object_or_404
 
@@ -148,7 +148,7 @@ def run_rollouts(request: TeamRequest, pk: int) -> HttpResponse:
     """The rollout viewer's episodes: a filter change, "load older" (`before`=id), or the live
     page fetching what a websocket notification announced (`after`=id)."""
     run = team_object_or_404(request, Run, pk)
-    page = streaming.rollouts_page(run=run, filters=streaming.RolloutFilter.from_query(request.GET),
+    page = rollouts.rollouts_page(run=run, filters=rollouts.RolloutFilter.from_query(request.GET),
                                    before=id_or_none(request.GET.get("before")), after=id_or_none(request.GET.get("after")))
     return render(request, "runs/_episodes.html", page)
 

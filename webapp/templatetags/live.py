@@ -9,7 +9,6 @@ from django.db.models import QuerySet
 
 from training.config import ConfigError
 from webapp.models import Run
-from webapp.runs import streaming
 from webapp.templatetags.troupe import hours_minutes_seconds
 
 register = template.Library()
@@ -36,7 +35,7 @@ def newest(rows: Any, n: int) -> list[Any]:
 @register.filter
 def eta(run: Any) -> str:
     """"ETA 3m 20s" for a running run, else empty."""
-    seconds = streaming.run_eta_seconds(run) if isinstance(run, Run) else None
+    seconds = run.eta_seconds() if isinstance(run, Run) else None
     return "" if seconds is None else f"ETA {duration(seconds)}"
 
 

@@ -7,7 +7,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from webapp.models import MetricPoint, Run
-from webapp.runs.streaming import metrics_message
+from webapp.runs.series import metrics_message
 
 
 def test_it_shows_and_charts_the_mismatch_per_agent(alice, alice_world):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.utils import timezone
 
 from webapp.models import MetricPoint
-from webapp.runs.streaming import _metrics_delta, metrics_message
+from webapp.runs.series import metrics_delta, metrics_message
 
 
 def test_the_backlog_carries_each_reward_function(alice_world):
@@ -26,7 +26,7 @@ def test_the_backlog_carries_each_reward_function(alice_world):
 
 
 def test_a_live_step_carries_its_reward_functions_and_drops_non_numbers():
-    delta = _metrics_delta({"step": 4, "total_steps": 10, "time": 1.0, "values": {
+    delta = metrics_delta({"step": 4, "total_steps": 10, "time": 1.0, "values": {
         "reward/total": 1.0, "reward/fn/format_ok": 0.5, "reward/fn/broken": "n/a", "reward/fn/flag": True,
         "reward/fn/overflow": float("inf"), "scratch": 3.0}})
     assert delta["run"] == {"reward/total": [[4], [1.0]], "reward/fn/format_ok": [[4], [0.5]], "reward/fn/overflow": [[4], [None]]}

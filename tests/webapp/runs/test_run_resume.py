@@ -59,7 +59,7 @@ def test_the_charts_of_a_resumed_run_continue_the_old_curves(alice_world):
     from django.utils import timezone
 
     from webapp.models import MetricPoint
-    from webapp.runs import streaming
+    from webapp.runs import series
 
     def with_points(run, steps, value):
         MetricPoint.objects.bulk_create([MetricPoint(run=run, step=s, values={"reward/total": value}, time=timezone.now()) for s in steps])
@@ -70,8 +70,8 @@ def test_the_charts_of_a_resumed_run_continue_the_old_curves(alice_world):
                                             resumed_at_step=3), range(4, 9), 2.0)
     child = with_points(Run.objects.create(team=grand.team, name="c", config_yaml=grand.config_yaml, resumed_from=parent,
                                            resumed_at_step=6), range(7, 10), 3.0)
-    steps, values = streaming.metrics_message(run_id=child.pk)["run"]["reward/total"]
+    steps, values = series.metrics_message(run_id=child.pk)["run"]["reward/total"]
     assert steps == list(range(1, 10))
     assert values == [1.0] * 3 + [2.0] * 3 + [3.0] * 3
-    assert streaming.metrics_message(run_id=child.pk, since=6)["run"]["reward/total"][0] == [7, 8, 9]  # a reconnect after step 6
-    assert streaming.metrics_message(run_id=grand.pk)["run"]["reward/total"][0] == [1, 2, 3, 4, 5]  # the old run is unchanged
+    assert series.metrics_message(run_id=child.pk, since=6)["run"]["reward/total"][0] == [7, 8, 9]  # a reconnect after step 6
+    assert series.metrics_message(run_id=grand.pk)["run"]["reward/total"][0] == [1, 2, 3, 4, 5]  # the old run is unchanged

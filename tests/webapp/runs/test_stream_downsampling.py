@@ -11,7 +11,7 @@ import numpy as np
 from tests.webapp.streams import TRANSACTIONAL, metric_steps, receive_all, run, socket
 from webapp.core.series import downsample_minmax
 from webapp.models import MetricPoint, Run
-from webapp.runs import streaming
+from webapp.runs import series as run_series
 
 pytestmark = TRANSACTIONAL
 
@@ -53,9 +53,9 @@ def test_it_downsamples_a_long_run_in_the_backlog(alice, alice_world):
         run_wide, per_agent = [m for m in await receive_all(ws) if m["t"] == "metrics"]
         assert run_wide["downsampled"] and run_wide["last"] == 5000 and per_agent["last"] == 5000
         steps = metric_steps([run_wide])
-        assert len(steps) <= streaming.MAX_POINTS and steps[0] == 1 and steps[-1] == 5000
-        assert len(per_agent["agents"]["tool"]["loss"][0]) <= streaming.MAX_POINTS
-        assert len(run_wide["times"][0]) == streaming.TIMES_TAIL
+        assert len(steps) <= run_series.MAX_POINTS and steps[0] == 1 and steps[-1] == 5000
+        assert len(per_agent["agents"]["tool"]["loss"][0]) <= run_series.MAX_POINTS
+        assert len(run_wide["times"][0]) == run_series.TIMES_TAIL
         metrics = run_wide
         assert 10 not in metrics["run"]["success"][0]  # a value the sink stored as null (NaN) is no point
         await ws.disconnect()
@@ -64,7 +64,7 @@ def test_it_downsamples_a_long_run_in_the_backlog(alice, alice_world):
 
 
 def test_it_sends_nan_as_null_and_only_the_charted_series():
-    message = streaming._metrics_delta({"step": 3, "total_steps": 4, "time": 1.0,
+    message = run_series.metrics_delta({"step": 3, "total_steps": 4, "time": 1.0,
                                         "values": {"success": float("nan"), "reward/total": 1, "lr_unused": 2.0},
                                         "agents": {"tool": {"kl": float("inf"), "grad_norm": 1.0}}})
     assert message["run"] == {"success": [[3], [None]], "reward/total": [[3], [1.0]]}
@@ -75,10 +75,10 @@ def test_it_splits_a_long_backlog_into_messages_under_the_frame_limit():
     series = {f"k{i}": [list(range(2000)), [0.5] * 2000] for i in range(9)}
     message = {"t": "metrics", "last": 1999, "total": 2000, "downsampled": True, "run": series,
                "agents": {"tool": dict(series), "reasoner": dict(series)}, "times": [[1999], [1.0]]}
-    parts = streaming.split_metrics(message)
+    parts = run_series.split_metrics(message)
     assert len(parts) > 1 and all(m["last"] == 1999 and m["downsampled"] for m in parts)
     assert all(sum(len(s[0]) for s in [*m["run"].values(), *(v for a in m["agents"].values() for v in a.values())])
-               <= streaming.CHUNK_POINTS for m in parts)
+               <= run_series.CHUNK_POINTS for m in parts)
     assert parts[0]["times"] == [[1999], [1.0]] and all(m["times"] == [[], []] for m in parts[1:])
     merged_run = {k: v for m in parts for k, v in m["run"].items()}
     merged_tool = {k: v for m in parts for k, v in m["agents"].get("tool", {}).items()}
@@ -92,6 +92,6 @@ def test_it_skips_values_that_are_not_numbers(alice, alice_world):
         MetricPoint(run=alice_world.run, step=1, time=when, values={"reward/total": 0.5, "success": "n/a"}, agents={"tool": {"loss": True}}),
         MetricPoint(run=alice_world.run, step=2, time=when, values={"reward/total": 0.25, "success": 1}, agents={"tool": {"loss": 0.125}}),
     ])
-    message = streaming.metrics_message(run_id=alice_world.run.pk)
+    message = run_series.metrics_message(run_id=alice_world.run.pk)
     assert message["run"]["reward/total"] == [[1, 2], [0.5, 0.25]]
     assert message["run"]["success"] == [[2], [1.0]] and message["agents"]["tool"]["loss"] == [[2], [0.125]]

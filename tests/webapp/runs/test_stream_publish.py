@@ -7,7 +7,7 @@ import pytest
 from django.db import transaction
 
 from tests.webapp.streams import TRANSACTIONAL, step_metrics
-from webapp.runs import streaming
+from webapp.runs import publish
 from webapp.runs.sink import DatabaseSink
 
 pytestmark = TRANSACTIONAL
@@ -21,8 +21,8 @@ def sent(monkeypatch):
         async def group_send(self, group, message):
             calls.append((group, message))
 
-    monkeypatch.setattr(streaming, "get_channel_layer", lambda: Layer())
-    monkeypatch.setattr(streaming, "_quiet_until", 0.0)
+    monkeypatch.setattr(publish, "get_channel_layer", lambda: Layer())
+    monkeypatch.setattr(publish, "_quiet_until", 0.0)
     return calls
 
 
@@ -50,7 +50,7 @@ def test_it_sends_rollout_summaries_not_episodes(alice_world, sent):
 
 
 def test_it_replaces_an_oversized_payload_with_a_stub(alice_world, sent):
-    streaming.publish(run_id=alice_world.run.pk, event="log", payload={"message": "x" * 200_000, "level": "info"})
+    publish.publish(run_id=alice_world.run.pk, event="log", payload={"message": "x" * 200_000, "level": "info"})
     assert sent[0][1]["payload"] == {"step": None, "too_big": True}
 
 
@@ -62,8 +62,8 @@ def test_it_never_raises_and_backs_off_when_the_layer_fails(alice_world, monkeyp
             attempts.append(group)
             raise ConnectionError("redis is down")
 
-    monkeypatch.setattr(streaming, "get_channel_layer", lambda: Broken())
-    monkeypatch.setattr(streaming, "_quiet_until", 0.0)
+    monkeypatch.setattr(publish, "get_channel_layer", lambda: Broken())
+    monkeypatch.setattr(publish, "_quiet_until", 0.0)
     sink = DatabaseSink(alice_world.run)
     sink.metrics(step_metrics(1))
     sink.metrics(step_metrics(2))  # inside the back-off window: not even tried

@@ -18,8 +18,8 @@ from django.urls import reverse
 from tests.webapp.streams import TRANSACTIONAL, orm, receive_all, run, socket
 from webapp.core import sockets
 from webapp.models import Membership
-from webapp.runs import streaming
 from webapp.runs.consumers import RunConsumer
+from webapp.runs.publish import run_group
 from webapp.teams import services as teams
 
 pytestmark = TRANSACTIONAL
@@ -53,7 +53,7 @@ async def _closed_with(ws) -> int:
 
 
 async def _event(run_id: int) -> None:
-    await get_channel_layer().group_send(streaming.run_group(run_id), {"type": "run.event", "event": "heartbeat", "payload": {}})
+    await get_channel_layer().group_send(run_group(run_id), {"type": "run.event", "event": "heartbeat", "payload": {}})
 
 
 def test_removal_from_the_team_closes_the_socket_and_a_reconnect_is_refused(alice_world, carol):
