@@ -23,6 +23,7 @@ from django.http import HttpResponse, JsonResponse
 from django.urls import reverse
 
 from webapp.api.http import ApiError, ApiRequest, Field, absolute, endpoint, id_field, json_fields, out_of_bounds, page_of, stamp
+from webapp.catalog import selectors as catalog_selectors
 from webapp.catalog import services
 from webapp.catalog.forms import AgentForm, DatasetGeneratorForm, DatasetUploadForm, ModelSourceForm, TopologyForm
 from webapp.core.values import ID_MAX
@@ -108,7 +109,7 @@ def topology_json(request: ApiRequest, topology: Topology) -> dict[str, Any]:
 def topology_saved_json(request: ApiRequest, topology: Topology) -> dict[str, Any]:
     """What a create or change answers: the topology and, as the page shows after saving, the notes
     its author should read (an agent's tools that its model's chat template cannot render)."""
-    return {**topology_json(request, topology), "notes": services.tool_template_notes(agents=topology.ordered_agents())}
+    return {**topology_json(request, topology), "notes": catalog_selectors.tool_template_notes(agents=topology.ordered_agents())}
 
 
 def dataset_json(request: ApiRequest, dataset: Dataset, *, detail: bool = False) -> dict[str, Any]:
@@ -176,7 +177,7 @@ def models(request: ApiRequest) -> HttpResponse:
 def model_detail(request: ApiRequest, pk: int) -> HttpResponse:
     source = ModelSource.objects.get(pk=pk, team=request.team)
     if request.method == "DELETE":
-        return _delete(source, services.model_source_delete_blocker(source=source),
+        return _delete(source, catalog_selectors.model_source_delete_blocker(source=source),
                        lambda: services.model_source_delete(source=source, actor=request.user))
     if request.method == "PATCH":
         source = _model_source_save(request, source, json_fields(request, MODEL_SOURCE_FIELDS, partial=True, bounds=False), new=False)
@@ -208,7 +209,7 @@ def agents(request: ApiRequest) -> HttpResponse:
 def agent_detail(request: ApiRequest, pk: int) -> HttpResponse:
     agent = Agent.objects.get(pk=pk, team=request.team)
     if request.method == "DELETE":
-        return _delete(agent, services.agent_delete_blocker(agent=agent), lambda: services.agent_delete(agent=agent, actor=request.user))
+        return _delete(agent, catalog_selectors.agent_delete_blocker(agent=agent), lambda: services.agent_delete(agent=agent, actor=request.user))
     if request.method == "PATCH":
         body, problems = json_fields(request, AGENT_FIELDS, partial=True, bounds=False)
         current = {name: getattr(agent, name) for name in AGENT_FIELDS if name != "model_source"}
@@ -237,7 +238,7 @@ def topologies(request: ApiRequest) -> HttpResponse:
 def topology_detail(request: ApiRequest, pk: int) -> HttpResponse:
     topology = Topology.objects.get(pk=pk, team=request.team)
     if request.method == "DELETE":
-        return _delete(topology, services.topology_delete_blocker(topology=topology),
+        return _delete(topology, catalog_selectors.topology_delete_blocker(topology=topology),
                        lambda: services.topology_delete(topology=topology, actor=request.user))
     if request.method == "PATCH":
         body, problems = json_fields(request, TOPOLOGY_FIELDS, partial=True, bounds=False)
@@ -281,7 +282,7 @@ def _upload(request: ApiRequest) -> HttpResponse:
 def dataset_detail(request: ApiRequest, pk: int) -> HttpResponse:
     dataset = Dataset.objects.get(pk=pk, team=request.team)
     if request.method == "DELETE":
-        return _delete(dataset, services.dataset_delete_blocker(dataset=dataset),
+        return _delete(dataset, catalog_selectors.dataset_delete_blocker(dataset=dataset),
                        lambda: services.dataset_delete(dataset=dataset, actor=request.user))
     return JsonResponse(dataset_json(request, dataset, detail=True))
 

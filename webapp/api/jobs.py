@@ -29,7 +29,7 @@ from webapp.api.http import (
     page_of,
     stamp,
 )
-from webapp.catalog import services as catalog
+from webapp.catalog import environments
 from webapp.core.values import ID_MAX
 from webapp.jobs import services
 from webapp.models import Checkpoint, Dataset, Job, Run, Topology
@@ -125,7 +125,7 @@ def playground(request: ApiRequest) -> HttpResponse:
     else:
         raise ApiError(400, "Give a topology, or a run and checkpoint_step.", fields={"topology": ["This field is required without run."]})
     config = services.playground_config(topology=topology, checkpoint=checkpoint)
-    env = catalog.environment_load(name=config.topology.environment, env_args=config.topology.env_args, args_field="topology")
+    env = environments.environment_load(name=config.topology.environment, env_args=config.topology.env_args, args_field="topology")
     values = {k: v if isinstance(v, str) else json.dumps(v) for k, v in body["task"].items()}
     row = services.playground_row(environment_fields=tuple(env.required_fields), values=values)
     max_new_tokens = body.get("max_new_tokens")

@@ -15,7 +15,7 @@ from django.utils.safestring import SafeString
 from agents.tools import ToolError, load_tool, tool_names
 from training.config import ConfigError
 from webapp.catalog import services
-from webapp.catalog.services import environment_names
+from webapp.catalog.environments import environment_names
 from webapp.core import trust
 from webapp.core.values import ID_MAX
 from webapp.models import SPECIALIZATION_HELP, SPECIALIZATION_SHORT_CHOICES, Agent, Dataset, ModelSource, Team, Topology

@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from training.data import MAX_FIELD_CHARS, MAX_FIELDS, MAX_JSON_DEPTH
-from webapp.catalog import services
+from webapp.catalog import environments, selectors, services
 from webapp.catalog.forms import AgentForm, DatasetGeneratorForm, DatasetUploadEditForm, DatasetUploadForm, ModelSourceForm, TopologyForm
 from webapp.models import Agent, Dataset, ModelSource, Topology
 from webapp.teams.access import TeamRequest, team_object_or_404
@@ -28,7 +28,7 @@ from webapp.teams.access import TeamRequest, team_object_or_404
 def environment_hint(request: TeamRequest) -> HttpResponse:
     """Roles, required fields and default instructions of an environment (htmx, shared)."""
     try:
-        env = services.environment_load(name=request.GET.get("environment", ""))
+        env = environments.environment_load(name=request.GET.get("environment", ""))
     except ValidationError:
         env = None
     return render(request, "_environment_hint.html", {"env": env})
@@ -37,7 +37,7 @@ def environment_hint(request: TeamRequest) -> HttpResponse:
 def _picked_environment(form: Any) -> Any:
     """The environment the form's select shows picked, for the help box: none while none is."""
     name = form["environment"].value()
-    return services.environment_describe(name=name) if name else None
+    return environments.environment_describe(name=name) if name else None
 
 
 def _delete(request: TeamRequest, obj: Any, delete: Any, kind: str, back: str, blocker: Any, effects: Any = None) -> HttpResponse:
@@ -83,7 +83,7 @@ def model_source_edit(request: TeamRequest, pk: int | None = None) -> HttpRespon
 def model_source_delete(request: TeamRequest, pk: int) -> HttpResponse:
     source = team_object_or_404(request, ModelSource, pk)
     return _delete(request, source, lambda s: services.model_source_delete(source=s, actor=request.user), "model", "model_source_list",
-                   lambda s: services.model_source_delete_blocker(source=s))
+                   lambda s: selectors.model_source_delete_blocker(source=s))
 
 
 # == agents =======================================================================================
@@ -109,7 +109,7 @@ def agent_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
         else:
             messages.success(request, f"Saved agent {agent.name}.")
             return redirect("agent_list")
-    return render(request, "agents/form.html", {"form": form, "object": agent, "roles": services.environment_roles()})
+    return render(request, "agents/form.html", {"form": form, "object": agent, "roles": environments.environment_roles()})
 
 
 @require_POST
@@ -122,7 +122,7 @@ def agent_duplicate(request: TeamRequest, pk: int) -> HttpResponse:
 def agent_delete(request: TeamRequest, pk: int) -> HttpResponse:
     agent = team_object_or_404(request, Agent, pk)
     return _delete(request, agent, lambda a: services.agent_delete(agent=a, actor=request.user), "agent", "agent_list",
-                   lambda a: services.agent_delete_blocker(agent=a))
+                   lambda a: selectors.agent_delete_blocker(agent=a))
 
 
 # == topologies ===================================================================================
@@ -141,7 +141,7 @@ def topology_tool_notes(request: TeamRequest, pk: int) -> HttpResponse:
     """What the author should know about the tools of a topology's agents (htmx, after a save)."""
     topology = team_object_or_404(request, Topology, pk)
     return render(request, "topologies/list.html#tool-notes", {
-        "checking": topology, "notes": services.tool_template_notes(agents=topology.ordered_agents()), "checked": True})
+        "checking": topology, "notes": selectors.tool_template_notes(agents=topology.ordered_agents()), "checked": True})
 
 
 def topology_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
@@ -174,7 +174,7 @@ def topology_duplicate(request: TeamRequest, pk: int) -> HttpResponse:
 def topology_delete(request: TeamRequest, pk: int) -> HttpResponse:
     topology = team_object_or_404(request, Topology, pk)
     return _delete(request, topology, lambda t: services.topology_delete(topology=t, actor=request.user), "topology", "topology_list",
-                   lambda t: services.topology_delete_blocker(topology=t), lambda t: services.topology_delete_effects(topology=t))
+                   lambda t: selectors.topology_delete_blocker(topology=t), lambda t: selectors.topology_delete_effects(topology=t))
 
 
 # == datasets =====================================================================================
@@ -199,7 +199,7 @@ def dataset_upload(request: TeamRequest) -> HttpResponse:
         "form": form, "mode": "upload", "env": _picked_environment(form),
         "max_bytes": settings.TROUPE_UPLOAD_MAX_BYTES, "max_rows": settings.TROUPE_UPLOAD_MAX_ROWS,
         "row_limits": {"fields": MAX_FIELDS, "chars": f"{MAX_FIELD_CHARS:,}", "depth": MAX_JSON_DEPTH},
-        "environments": services.environment_infos().values(),
+        "environments": environments.environment_infos().values(),
     })
 
 
@@ -246,4 +246,4 @@ def dataset_revalidate(request: TeamRequest, pk: int) -> HttpResponse:
 def dataset_delete(request: TeamRequest, pk: int) -> HttpResponse:
     dataset = team_object_or_404(request, Dataset, pk)
     return _delete(request, dataset, lambda d: services.dataset_delete(dataset=d, actor=request.user), "dataset", "dataset_list",
-                   lambda d: services.dataset_delete_blocker(dataset=d), lambda d: services.dataset_delete_effects(dataset=d))
+                   lambda d: selectors.dataset_delete_blocker(dataset=d), lambda d: selectors.dataset_delete_effects(dataset=d))

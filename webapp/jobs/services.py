@@ -37,7 +37,8 @@ from kombu.exceptions import OperationalError
 from training.config import ConfigError, RunConfig
 from training.playground import lane as playground_lane
 from webapp.artifacts import files as artifacts
-from webapp.catalog import services as catalog
+from webapp.catalog import environments
+from webapp.catalog import selectors as catalog_selectors
 from webapp.core import paths, trust
 from webapp.core.enqueue import EVALUATION_EXECUTE, MERGE_EXECUTE, PLAYGROUND_EXECUTE, enqueue
 from webapp.core.values import storable
@@ -170,7 +171,7 @@ def evaluation_config(*, run: Run, dataset: Dataset) -> RunConfig:
     config = run.to_config()
     if dataset.environment != config.topology.environment:
         raise ConfigError("data", f"{dataset.name} is a {dataset.environment} dataset; this run plays {config.topology.environment}")
-    env_args, data = catalog.dataset_config_tree(dataset=dataset)
+    env_args, data = catalog_selectors.dataset_config_tree(dataset=dataset)
     tree = config.to_dict()
     tree["topology"]["env_args"] = {**tree["topology"]["env_args"], **env_args}
     tree["data"] = {**tree["data"], **data}
@@ -285,7 +286,7 @@ def playground_config(*, topology: Topology | None = None, checkpoint: Checkpoin
     if checkpoint is not None:
         return checkpoint.run.to_config()
     assert topology is not None
-    return RunConfig.from_dict({"name": "playground", **catalog.topology_config_tree(topology=topology)})
+    return RunConfig.from_dict({"name": "playground", **catalog_selectors.topology_config_tree(topology=topology)})
 
 
 def playground_row(*, environment_fields: tuple[str, ...], values: dict[str, str]) -> dict[str, Any]:
@@ -333,7 +334,7 @@ def playground_start(
         config = playground_config(topology=topology, checkpoint=checkpoint)
     except ConfigError as exc:
         raise ValidationError({"agents": str(exc)}) from None
-    env = catalog.environment_load(name=config.topology.environment, env_args=config.topology.env_args, args_field="agents")
+    env = environments.environment_load(name=config.topology.environment, env_args=config.topology.env_args, args_field="agents")
     missing = [f for f in env.required_fields if f not in row]
     if missing:
         raise ValidationError(f"{env.name} tasks need: {', '.join(missing)}.")
@@ -380,6 +381,6 @@ def playground_example(*, environment: str, env_args: dict[str, Any]) -> dict[st
     """A random task from the environment's generator, to fill the form."""
     import random
 
-    env = catalog.environment_load(name=environment, env_args=env_args)
+    env = environments.environment_load(name=environment, env_args=env_args)
     (row,) = env.generate(1, seed=random.randrange(1_000_000))
     return row

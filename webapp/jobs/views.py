@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from training.config import ConfigError
-from webapp.catalog import services as catalog
+from webapp.catalog import environments
 from webapp.jobs import services
 from webapp.jobs.forms import EvaluationForm, PlaygroundForm, playground_agents
 from webapp.models import Checkpoint, Job, Run, Topology
@@ -68,7 +68,7 @@ def _task_fields(chosen: Topology | Checkpoint | None) -> tuple[tuple[str, ...],
         return (), None
     try:
         config = services.playground_config(**({"checkpoint": chosen} if isinstance(chosen, Checkpoint) else {"topology": chosen}))
-        env = catalog.environment_load(name=config.topology.environment, env_args=config.topology.env_args)
+        env = environments.environment_load(name=config.topology.environment, env_args=config.topology.env_args)
     except (ConfigError, ValidationError):
         return (), None
     return tuple(env.required_fields), {"environment": config.topology.environment, "env_args": config.topology.env_args}

@@ -11,7 +11,8 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from webapp.catalog.services import dataset_generator_create, environment_load, topology_create
+from webapp.catalog.environments import environment_load
+from webapp.catalog.services import dataset_generator_create, topology_create
 from webapp.models import (
     Agent,
     Dataset,

@@ -31,7 +31,8 @@ from kombu.exceptions import OperationalError
 from training.config import ConfigError, RunConfig, set_field
 from training.config import ConfigProblems as ConfigProblems  # raised by run_config_build
 from training.search import PruningSink
-from webapp.catalog import services as catalog
+from webapp.catalog import environments
+from webapp.catalog import selectors as catalog_selectors
 from webapp.core import trust
 from webapp.core.enqueue import RUN_EXECUTE, enqueue
 from webapp.history.services import run_notes_set, run_tags_set
@@ -108,7 +109,7 @@ def run_config_build(
     config_tree: dict[str, Any] = copy.deepcopy(dict(tree or {}))  # the caller's tree stays as it was
     if topology is not None:
         try:
-            sections = catalog.topology_config_tree(topology=topology)
+            sections = catalog_selectors.topology_config_tree(topology=topology)
         except ConfigError as exc:
             problems.append(exc)
         else:
@@ -152,7 +153,7 @@ def _dataset_apply(tree: dict[str, Any], dataset: Dataset, *, plays: str) -> lis
     if dataset.environment != environment:
         return [ConfigError("data", f"dataset {dataset.name!r} is for {dataset.environment}; the {plays} plays {environment}")]
     try:
-        env_args, data = catalog.dataset_config_tree(dataset=dataset)
+        env_args, data = catalog_selectors.dataset_config_tree(dataset=dataset)
     except ConfigError as exc:
         return [exc]
     given_args = section.get("env_args")
@@ -195,7 +196,7 @@ def run_create(
 
 def _with_default_instructions(config: RunConfig) -> RunConfig:
     try:
-        env = catalog.environment_load(name=config.topology.environment, env_args=config.topology.env_args)
+        env = environments.environment_load(name=config.topology.environment, env_args=config.topology.env_args)
     except ValidationError:  # the run fails with the engine's own message when it starts
         return config
     return config.with_default_instructions(getattr(env, "default_instructions", None) or {})

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from training.config import ConfigError, RunConfig
 from webapp.artifacts.views import artifacts_context
-from webapp.catalog import services as catalog
+from webapp.catalog import selectors as catalog_selectors
 from webapp.core.values import id_or_none
 from webapp.history import services as history
 from webapp.jobs.forms import EvaluationForm
@@ -100,7 +100,7 @@ def _run_initial(request: TeamRequest) -> dict[str, Any]:
         return clone.initial
     picked = {key: id_or_none(request.GET.get(key)) for key in ("topology", "dataset")}
     # "Run" from a topology (or a dataset) picks the other half too when one fits its environment
-    topology, dataset = catalog.run_pair_complete(team=request.team, topology_id=picked["topology"], dataset_id=picked["dataset"])
+    topology, dataset = catalog_selectors.run_pair_complete(team=request.team, topology_id=picked["topology"], dataset_id=picked["dataset"])
     return {key: str(obj.pk) for key, obj in (("topology", topology), ("dataset", dataset)) if obj is not None}
 
 

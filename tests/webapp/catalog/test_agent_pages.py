@@ -98,15 +98,15 @@ def test_saving_a_topology_says_when_a_models_template_cannot_render_tools(alice
     """The tiny random model's template is plain ChatML: the tools go into the system prompt, and the page says so.
     The save does not wait for that check (its first run in a process imports torch and transformers, seconds):
     the list it lands on says it is checking, and the answer replaces that sentence."""
-    from webapp.catalog import services
+    from webapp.catalog import selectors
 
     Agent.objects.filter(pk=alice_world.tool.pk).update(tools=["calculator"])
-    check = services.tool_template_notes
+    check = selectors.tool_template_notes
 
     def not_during_the_save(**kwargs):
         raise AssertionError("the save waited for the chat-template check")
 
-    monkeypatch.setattr(services, "tool_template_notes", not_during_the_save)
+    monkeypatch.setattr(selectors, "tool_template_notes", not_during_the_save)
     response = alice.client.post(reverse("topology_create"), {
         "name": "calc pair", "environment": "math_tool", "env_args": '{"level": 1}', "specialization": "lora", "max_turns": "2",
         "agents": [alice_world.tool.pk, alice_world.reasoner.pk]}, follow=True)
@@ -116,7 +116,7 @@ def test_saving_a_topology_says_when_a_models_template_cannot_render_tools(alice
     page = response.content.decode()
     notes_url = reverse("topology_tool_notes", args=[topology.pk])
     assert f'hx-get="{notes_url}" hx-trigger="load"' in page and "Checking whether the chat templates of calc pair" in page
-    monkeypatch.setattr(services, "tool_template_notes", check)
+    monkeypatch.setattr(selectors, "tool_template_notes", check)
     notes = alice.client.get(notes_url, headers={"HX-Request": "true"}).content.decode()
     assert notes.lstrip().startswith('<div id="tool-notes"') and "hx-get" not in notes
     assert "tool: the chat template of tiny-random:llama has no tool support" in notes
