@@ -7,7 +7,6 @@ render or redirect; htmx requests get the page's named partial (`page.html#name`
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -16,41 +15,17 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from training.config import ConfigError
-from webapp.artifacts import files, services
+from webapp.artifacts import files, selectors, services
 from webapp.artifacts.downloads import checkpoint_download, merged_download, run_file_download
 from webapp.models import Checkpoint, Job, Run
 from webapp.teams.access import TeamRequest, is_team_admin, team_object_or_404
-
-
-def artifacts_context(run: Run) -> dict[str, Any]:
-    """The artifacts section: checkpoints on disk with their sizes and whether they may be deleted,
-    the ones deleted, merged exports with their sizes."""
-    merge_jobs = list(run.jobs.filter(kind=Job.Kind.MERGE)[:20])
-    found = files.run_artifacts(run=run)
-    return {
-        "artifacts": found,
-        "deletable": {c.pk for c in run.checkpoints.filter(deleted__isnull=True) if services.checkpoint_delete_blocker(checkpoint=c) is None},
-        "deleted_steps": sorted({c.step for c in run.checkpoints.filter(deleted__isnull=False)}
-                                | {a.checkpoint.step for a in found if not a.on_disk}),
-        "merge_jobs": merge_jobs,
-        "export_sizes": {job.pk: services.folder_size(job.output) for job in merge_jobs if job.output},
-        "model_dtype": _model_dtype(run),
-    }
-
-
-def _model_dtype(run: Run) -> str:
-    try:
-        return run.to_config().model.dtype
-    except ConfigError:
-        return ""
 
 
 @require_GET
 def run_artifacts(request: TeamRequest, pk: int) -> HttpResponse:
     """The artifacts section (htmx polls it while a merged export is being built)."""
     run = team_object_or_404(request, Run, pk)
-    return render(request, "runs/history_sections.html#artifacts", {"run": run, **artifacts_context(run)})
+    return render(request, "runs/history_sections.html#artifacts", {"run": run, **selectors.run_artifacts_section(run=run)})
 
 
 def _team_admin(request: TeamRequest) -> None:
@@ -67,8 +42,8 @@ def run_checkpoint_delete(request: TeamRequest, pk: int, step: int) -> HttpRespo
     _team_admin(request)
     if request.method == "GET":
         return _confirm(request, run, kind="checkpoint", label=f"step {step} of run #{run.pk}",
-                        error=services.checkpoint_delete_blocker(checkpoint=checkpoint),
-                        effects=services.checkpoint_delete_effects(checkpoint=checkpoint), button="Delete from disk")
+                        error=selectors.checkpoint_delete_blocker(checkpoint=checkpoint),
+                        effects=selectors.checkpoint_delete_effects(checkpoint=checkpoint), button="Delete from disk")
     return _delete_then_back(request, run, lambda: services.checkpoint_delete(checkpoint=checkpoint, actor=request.user),
                              f"Deleted checkpoint step {step} of run #{run.pk}.")
 
@@ -83,7 +58,7 @@ def run_export_delete(request: TeamRequest, pk: int, job_id: int) -> HttpRespons
     if request.method == "GET":
         return _confirm(request, run, kind="merged export", label=f"of {agent} (job #{job.pk})",
                         error=None if job.output and not job.is_active else "Only a finished export still on disk can be deleted.",
-                        effects=services.export_delete_effects(job=job))
+                        effects=selectors.export_delete_effects(job=job))
     return _delete_then_back(request, run, lambda: services.export_delete(job=job, actor=request.user),
                              f"Deleted the merged export of {agent} (job #{job.pk}).")
 

@@ -10,7 +10,7 @@ from django.templatetags.static import static
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from webapp.artifacts import services as storage
+from webapp.artifacts import selectors as storage
 from webapp.ops import health, workers
 from webapp.runs import queue
 from webapp.teams.access import TeamRequest

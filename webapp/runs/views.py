@@ -18,7 +18,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from training.config import ConfigError, RunConfig
-from webapp.artifacts.views import artifacts_context
+from webapp.artifacts.selectors import run_artifacts_section
 from webapp.catalog import selectors as catalog_selectors
 from webapp.core.values import id_or_none
 from webapp.history import services as history
@@ -188,7 +188,7 @@ def run_history_context(*, run: Run) -> dict[str, Any]:
         "eval_chart": _eval_chart(run, evaluations),
         "eval_jobs": run.jobs.filter(kind=Job.Kind.EVALUATE).select_related("checkpoint")[:20],
         "eval_form": EvaluationForm(run=run),
-        **artifacts_context(run),
+        **run_artifacts_section(run=run),
         "latest_checkpoint": run.checkpoints.filter(deleted__isnull=True).order_by("-step").first(),
     }
 

@@ -14,7 +14,7 @@ import pytest
 from django.urls import reverse
 
 from tests.webapp.history_helpers import save_checkpoint, with_out_dir
-from webapp.artifacts import services as storage
+from webapp.artifacts import selectors as storage
 from webapp.jobs import services as jobs
 from webapp.models import Checkpoint, Job, Membership, Run
 from webapp.runs.sink import DatabaseSink
