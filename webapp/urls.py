@@ -9,7 +9,7 @@ from webapp.api import catalog as api_catalog
 from webapp.api import experiments as api_experiments
 from webapp.api import jobs as api_jobs
 from webapp.api import openapi as api_openapi
-from webapp.api import views as api
+from webapp.api import runs as api_runs
 from webapp.artifacts import views as artifacts
 from webapp.catalog import views as catalog
 from webapp.experiments import views as experiments
@@ -105,7 +105,7 @@ urlpatterns = [
     path("playground/<int:pk>/", jobs.playground_job, name="playground_job"),
     path("account/tokens/", teams.api_tokens, name="api_tokens"),
     path("account/tokens/<int:pk>/revoke/", teams.api_token_revoke, name="api_token_revoke"),
-    path("api/v1/", api.index, name="api_index"),
+    path("api/v1/", api_runs.index, name="api_index"),
     path("api/v1/openapi.json", api_openapi.document, name="api_openapi"),
     path("api/v1/models/", api_catalog.models, name="api_models"),
     path("api/v1/models/<int:pk>/", api_catalog.model_detail, name="api_model"),
@@ -122,15 +122,15 @@ urlpatterns = [
     path("api/v1/experiments/<int:pk>/", api_experiments.experiment_detail, name="api_experiment"),
     path("api/v1/experiments/<int:pk>/cancel/", api_experiments.experiment_cancel, name="api_experiment_cancel"),
     path("api/v1/experiments/<int:pk>/resume/", api_experiments.experiment_resume, name="api_experiment_resume"),
-    path("api/v1/runs/", api.runs, name="api_runs"),
-    path("api/v1/runs/<int:pk>/", api.run_detail, name="api_run"),
-    path("api/v1/runs/<int:pk>/cancel/", api.run_cancel, name="api_run_cancel"),
-    path("api/v1/runs/<int:pk>/metrics/", api.run_metrics, name="api_run_metrics"),
-    path("api/v1/runs/<int:pk>/rollouts/", api.run_rollouts, name="api_run_rollouts"),
-    path("api/v1/runs/<int:pk>/evaluations/", api.run_evaluations, name="api_run_evaluations"),
-    path("api/v1/runs/<int:pk>/artifacts/checkpoints/<int:step>/<str:name>.zip", api.checkpoint_file, name="api_checkpoint_download"),
-    path("api/v1/runs/<int:pk>/artifacts/merged/<int:job_id>.zip", api.merged_file, name="api_merged_download"),
-    path("api/v1/runs/<int:pk>/artifacts/<str:name>", api.run_file, name="api_run_file"),
+    path("api/v1/runs/", api_runs.runs, name="api_runs"),
+    path("api/v1/runs/<int:pk>/", api_runs.run_detail, name="api_run"),
+    path("api/v1/runs/<int:pk>/cancel/", api_runs.run_cancel, name="api_run_cancel"),
+    path("api/v1/runs/<int:pk>/metrics/", api_runs.run_metrics, name="api_run_metrics"),
+    path("api/v1/runs/<int:pk>/rollouts/", api_runs.run_rollouts, name="api_run_rollouts"),
+    path("api/v1/runs/<int:pk>/evaluations/", api_runs.run_evaluations, name="api_run_evaluations"),
+    path("api/v1/runs/<int:pk>/artifacts/checkpoints/<int:step>/<str:name>.zip", api_runs.checkpoint_file, name="api_checkpoint_download"),
+    path("api/v1/runs/<int:pk>/artifacts/merged/<int:job_id>.zip", api_runs.merged_file, name="api_merged_download"),
+    path("api/v1/runs/<int:pk>/artifacts/<str:name>", api_runs.run_file, name="api_run_file"),
     path("admin/", admin.site.urls),
 ]
 

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET
 
 from webapp.api import catalog, experiments, jobs
 from webapp.api.http import PER_PAGE_MAX, QUERY_NAMES, Field
-from webapp.api.views import LAUNCH_FIELDS, METRICS_LIMIT_MAX, ROLLOUTS_LIMIT_MAX
+from webapp.api.runs import LAUNCH_FIELDS, METRICS_LIMIT_MAX, ROLLOUTS_LIMIT_MAX
 from webapp.core.values import ID_MAX
 from webapp.models import Dataset, Job, Run
 

@@ -1,8 +1,9 @@
-"""The JSON API under /api/v1/, for notebooks and scripts: `Authorization: Bearer <token>`.
+"""The runs API under /api/v1/runs/, and the API's index: `Authorization: Bearer <token>`.
 
-Tokens are personal, belong to one team, and are created and revoked on the API tokens page.
-Only the bearer token authenticates here (a browser session does not, so no CSRF exposure);
-everything is scoped to the token's team: another team's run is a 404, as on the pages.
+The API is for notebooks and scripts. Tokens are personal, belong to one team, and are created
+and revoked on the API tokens page. Only the bearer token authenticates (a browser session does
+not, so no CSRF exposure); everything is scoped to the token's team: another team's run is a 404,
+as on the pages. The catalog, jobs and experiments have their modules beside this one.
 
     GET  /api/v1/                                   who am I, and the endpoints
     GET  /api/v1/runs/?status=&tag=&q=&sort=&page=  runs, filtered like the run list
