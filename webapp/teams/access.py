@@ -57,17 +57,21 @@ class CurrentTeamMiddleware:
         return self.get_response(request)
 
     def process_view(self, request: HttpRequest, view_func: Callable[..., Any], *args: Any) -> HttpResponse | None:
-        """Troupe's own pages need a team; a user in none gets an explanation, not an error."""
-        module = view_func.__module__
-        page = module.startswith("webapp.") and module.endswith(".views") and module != "webapp.api.views"
-        needs_team = page and not getattr(view_func, "team_optional", False)
-        if needs_team and request.user.is_authenticated and request.team is None:  # type: ignore[attr-defined]
+        """A team's page (declared with `team_page` in webapp/urls.py) needs a current team; a
+        logged-in user in none gets an explanation, not an error."""
+        if getattr(view_func, "needs_team", False) and request.user.is_authenticated and request.team is None:  # type: ignore[attr-defined]
             return render(request, "no_team.html", status=403)
         return None
 
 
-def team_optional(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    view.team_optional = True  # type: ignore[attr-defined]
+V = TypeVar("V", bound=Callable[..., Any])
+
+
+def team_page(view: V) -> V:
+    """Declare `view` a page of the current team (`CurrentTeamMiddleware` then asks for one). The
+    URL map declares it for each page; the API, the account pages, invitations and health checks
+    are not team pages."""
+    view.needs_team = True  # type: ignore[attr-defined]
     return view
 
 

@@ -28,7 +28,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from webapp.core import sockets
 from webapp.models import ApiToken, Invitation, Membership
 from webapp.teams import audit, services
-from webapp.teams.access import SESSION_KEY, TeamRequest, is_team_admin, team_optional
+from webapp.teams.access import SESSION_KEY, TeamRequest, is_team_admin
 from webapp.teams.forms import ApiTokenForm, AuditFilterForm, InvitationForm, SignupForm
 
 
@@ -97,7 +97,6 @@ def team_invitation_revoke(request: TeamRequest, pk: int) -> HttpResponse:
 
 
 @login_not_required
-@team_optional
 @require_http_methods(["GET", "POST"])
 def invitation_accept(request: HttpRequest, token: str) -> HttpResponse:
     """Join a team through an invitation link: a logged-in user joins with one click; a visitor
