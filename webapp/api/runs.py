@@ -33,7 +33,7 @@ from webapp.artifacts import files as artifacts
 from webapp.artifacts.downloads import checkpoint_download, merged_download, run_file_download
 from webapp.core import trust
 from webapp.core.values import ID_MAX
-from webapp.history import services as history
+from webapp.history import selectors as history
 from webapp.models import Dataset, Job, MetricPoint, Rollout, Run, Topology
 from webapp.runs import services as run_services
 

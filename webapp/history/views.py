@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from webapp.artifacts.downloads import streamed
-from webapp.history import services
+from webapp.history import selectors, services
 from webapp.history.forms import RunNotesForm, RunTagsForm
 from webapp.models import SPECIALIZATION_LABELS, Run
 from webapp.teams.access import TeamRequest, team_object_or_404
@@ -31,14 +31,14 @@ SECTIONS = "runs/history_sections.html"
 
 @require_GET
 def run_list(request: TeamRequest) -> HttpResponse:
-    filters = services.RunFilter.from_query(request.GET)
+    filters = selectors.RunFilter.from_query(request.GET)
     for name, problem in filters.problems:
         messages.warning(request, f"{name}: {problem} Ignored.")
-    page = Paginator(services.run_search(team=request.team, filters=filters), PER_PAGE).get_page(request.GET.get("page"))
+    page = Paginator(selectors.run_search(team=request.team, filters=filters), PER_PAGE).get_page(request.GET.get("page"))
     context = {
-        "page": page, "f": filters, "choices": services.run_filter_choices(team=request.team),
+        "page": page, "f": filters, "choices": selectors.run_filter_choices(team=request.team),
         "statuses": Run.Status.choices, "specialization_labels": SPECIALIZATION_LABELS,
-        "query": filters.query_string(), "compare_max": services.COMPARE_MAX,
+        "query": filters.query_string(), "compare_max": selectors.COMPARE_MAX,
         "active": any(run.status in Run.ACTIVE for run in page),
     }
     if not request.htmx:
@@ -54,13 +54,13 @@ def run_list(request: TeamRequest) -> HttpResponse:
 @require_GET
 def run_export(request: TeamRequest) -> HttpResponse:
     """The filtered list as CSV (every page), with the final metrics as columns."""
-    filters = services.RunFilter.from_query(request.GET)
+    filters = selectors.RunFilter.from_query(request.GET)
     if filters.problems:  # answered before the stream starts: a 200 must never die half-way
         return HttpResponse("".join(f"{name}: {problem}\n" for name, problem in filters.problems), status=400,
                             content_type="text/plain; charset=utf-8")
-    runs = services.run_search(team=request.team, filters=filters)
-    metrics = services.run_filter_choices(team=request.team).metrics
-    return streamed(request, services.run_export_csv(runs=runs, metrics=metrics), filename="troupe-runs.csv",
+    runs = selectors.run_search(team=request.team, filters=filters)
+    metrics = selectors.run_filter_choices(team=request.team).metrics
+    return streamed(request, selectors.run_export_csv(runs=runs, metrics=metrics), filename="troupe-runs.csv",
                     content_type="text/csv; charset=utf-8")
 
 
@@ -69,7 +69,7 @@ def run_export(request: TeamRequest) -> HttpResponse:
 
 def _compared(request: TeamRequest) -> list[Run]:
     try:
-        return services.compare_runs(team=request.team, ids=request.GET.getlist("ids"))
+        return selectors.compare_runs(team=request.team, ids=request.GET.getlist("ids"))
     except Run.DoesNotExist:
         raise Http404("not your team's runs") from None
 
@@ -84,14 +84,14 @@ def run_compare(request: TeamRequest) -> HttpResponse:
     differences_only = request.GET.get("diff") == "1"
     context = {
         "runs": runs, "ids": [r.pk for r in runs], "differences_only": differences_only,
-        "diff": services.compare_config_diff(runs=runs, differences_only=differences_only),
+        "diff": selectors.compare_config_diff(runs=runs, differences_only=differences_only),
     }
     if request.htmx:
         return render(request, "runs/compare.html#diff", context)
-    held_out = services.run_held_out(runs=runs)
+    held_out = selectors.run_held_out(runs=runs)
     agent_names = list(dict.fromkeys(n for r in runs for n in (held_out[r.pk].agents or {})))
     context.update(
-        metrics=services.compare_metric_names(runs=runs), final=services.compare_final_table(runs=runs),
+        metrics=selectors.compare_metric_names(runs=runs), final=selectors.compare_final_table(runs=runs),
         held_out=[held_out[r.pk] for r in runs], held_out_agents=agent_names,
         data_url=reverse("run_compare_data") + "?" + "&".join(f"ids={r.pk}" for r in runs),
     )
@@ -103,7 +103,7 @@ def run_compare_data(request: TeamRequest) -> HttpResponse:
     """One metric's curves for the compared runs (JSON for the chart)."""
     try:
         runs = _compared(request)
-        return JsonResponse(services.compare_series(runs=runs, metric=request.GET.get("metric") or "reward/total"))
+        return JsonResponse(selectors.compare_series(runs=runs, metric=request.GET.get("metric") or "reward/total"))
     except ValidationError as exc:
         return JsonResponse({"error": " ".join(exc.messages)}, status=400)
 

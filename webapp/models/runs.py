@@ -70,7 +70,7 @@ class Run(models.Model):
     cancel_requested = models.BooleanField(default=False)
     celery_task_id = models.CharField(max_length=64, blank=True)
     worker = models.CharField(max_length=200, blank=True, help_text="Hostname of the Celery worker that ran it.")
-    # The shared history (webapp/history/services.py): searchable notes, tags, archive, and two config
+    # The shared history (webapp/history/): searchable notes, tags, archive, and two config
     # facts copied out of the snapshot at creation so the list filters on indexed columns.
     notes = models.TextField(blank=True)
     tags = models.ManyToManyField("Tag", blank=True, related_name="runs")

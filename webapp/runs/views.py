@@ -21,7 +21,7 @@ from training.config import ConfigError, RunConfig
 from webapp.artifacts.selectors import run_artifacts_section
 from webapp.catalog import selectors as catalog_selectors
 from webapp.core.values import id_or_none
-from webapp.history import services as history
+from webapp.history import selectors as history
 from webapp.jobs.forms import EvaluationForm
 from webapp.models import Agent, Dataset, Job, Run, Topology
 from webapp.runs import queue, rollouts, services

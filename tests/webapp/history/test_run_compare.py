@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.urls import reverse
 
 from tests.webapp.history_helpers import add_evaluations, add_metrics, make_run
-from webapp.history import services as history
+from webapp.history import selectors as history
 from webapp.models import Run
 
 

@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from tests.webapp.history_helpers import make_run
-from webapp.history import services as history
+from webapp.history import selectors as history
 from webapp.models import Dataset, Run, Tag, Topology
 
 

@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from agents.envs import load_environment
 from training.config import RunConfig
-from webapp.history import services as history
+from webapp.history import selectors as history
 from webapp.models import Dataset, Run
 from webapp.runs import services as run_services
 
