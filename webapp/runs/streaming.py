@@ -33,6 +33,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 
 from webapp.models import Evaluation, LogLine, Rollout, Run
+from webapp.runs.selectors import run_viewable
 from webapp.runs.series import finite, metrics_delta, metrics_message, split_metrics
 
 LOG_TAIL = 200
@@ -46,13 +47,6 @@ LOG_LINE_CHARS = 2000
 
 
 # == who, where from ==============================================================================
-
-
-def run_viewable(*, user: Any, run_id: int) -> bool:
-    """A logged-in member of the run's team (the same rule as the pages)."""
-    if user is None or not getattr(user, "is_authenticated", False):
-        return False
-    return Run.objects.filter(pk=run_id, team__memberships__user=user).exists()
 
 
 def _read(fn: Any) -> Any:

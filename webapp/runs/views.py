@@ -18,13 +18,11 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from training.config import ConfigError, RunConfig
-from webapp.artifacts.selectors import run_artifacts_section
 from webapp.catalog import selectors as catalog_selectors
 from webapp.core.values import id_or_none
-from webapp.history import selectors as history
 from webapp.jobs.forms import EvaluationForm
-from webapp.models import Agent, Dataset, Job, Run, Topology
-from webapp.runs import queue, rollouts, services
+from webapp.models import Run
+from webapp.runs import queue, rollouts, selectors, services
 from webapp.runs.forms import RunForm
 from webapp.teams.access import TeamRequest, team_object_or_404
 
@@ -33,23 +31,11 @@ from webapp.teams.access import TeamRequest, team_object_or_404
 
 @require_GET
 def dashboard(request: TeamRequest) -> HttpResponse:
-    runs = Run.objects.filter(team=request.team).select_related("owner", "topology")
     template = "dashboard.html#runs" if request.htmx else "dashboard.html"  # the runs part polls itself
-    active = runs.filter(status__in=Run.ACTIVE).order_by("-status", *Run.QUEUE_ORDER)  # running, then queued in order
-    capped = queue.experiment_capped_teams()
     return render(request, template, {
-        "active": active,
-        "queue": queue.run_queue_positions(),
-        "held": {run.pk for run in active if queue.run_is_held(run=run, capped=capped)},
+        **selectors.dashboard_runs(team=request.team),
         "experiment_cap": settings.TROUPE_EXPERIMENT_CONCURRENCY,
         "can_reorder": request.user.is_staff or request.membership.role == "admin",
-        "recent": runs.exclude(status__in=Run.ACTIVE)[:10],
-        "counts": {
-            "agents": Agent.objects.filter(team=request.team).count(),
-            "topologies": Topology.objects.filter(team=request.team).count(),
-            "datasets": Dataset.objects.filter(team=request.team).count(),
-            "runs": runs.count(),
-        },
     })
 
 
@@ -127,18 +113,11 @@ RUN_PARTS = ("actions", "held-out", "artifacts", "eval-panel")
 
 
 def run_detail(request: TeamRequest, pk: int) -> HttpResponse:
-    run = get_object_or_404(Run.objects.select_related("owner", "topology", "dataset", "resumed_from"), pk=pk, team=request.team)
+    run = get_object_or_404(selectors.run_page_runs(team=request.team), pk=pk)
     parts = [p for p in request.GET.get("parts", "").split(",") if p in RUN_PARTS] if request.htmx else []
-    context = {
-        "run": run,
-        "latest": run.metric_points.order_by("-step").first(),
-        "checkpoints": run.checkpoints.filter(deleted__isnull=True),
-        "log_lines": list(run.log_lines.order_by("-time", "-id")[:50])[::-1],
-        "parts": parts,
-        "waiting_for": queue.run_waiting_for(run=run),
-    }
+    context = {"run": run, "parts": parts, **selectors.run_live_card(run=run)}
     if not request.htmx or parts:
-        context.update(run_history_context(run=run))
+        context.update(selectors.run_history_sections(run=run), eval_form=EvaluationForm(run=run))
     template = "runs/detail.html#refresh" if request.htmx else "runs/detail.html"
     return render(request, template, context)
 
@@ -173,36 +152,6 @@ def run_resume(request: TeamRequest, pk: int) -> HttpResponse:
         return redirect(run)
     messages.success(request, f"Queued run #{new.pk}, resuming #{run.pk}.", extra_tags="while-queued")
     return redirect(new)
-
-
-# == the run page's sections ===========================================================================
-
-
-def run_history_context(*, run: Run) -> dict[str, Any]:
-    """What the run page's history sections show (called by `run_detail`)."""
-    evaluations = list(run.evaluations.order_by("step", "temperature"))
-    return {
-        "tags_text": ", ".join(t.name for t in run.tags.all()),
-        "held_out": history.run_held_out(runs=[run])[run.pk],
-        "eval_rows": evaluations,
-        "eval_chart": _eval_chart(run, evaluations),
-        "eval_jobs": run.jobs.filter(kind=Job.Kind.EVALUATE).select_related("checkpoint")[:20],
-        "eval_form": EvaluationForm(run=run),
-        **run_artifacts_section(run=run),
-        "latest_checkpoint": run.checkpoints.filter(deleted__isnull=True).order_by("-step").first(),
-    }
-
-
-def _eval_chart(run: Run, evaluations: list[Any]) -> dict[str, Any]:
-    """Greedy held-out success per step: the team's and each agent's (for the chart)."""
-    greedy = min((e.temperature for e in evaluations), default=0.0)
-    rows = [e for e in evaluations if e.temperature == greedy]
-    names = list(dict.fromkeys(n for e in rows for n in e.agents))
-    return {
-        "steps": [e.step for e in rows],
-        "series": {"team": [e.team_success for e in rows],
-                   **{n: [(e.agents.get(n) or {}).get("success") for e in rows] for n in names}},
-    }
 
 
 @require_POST

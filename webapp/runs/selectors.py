@@ -1,0 +1,85 @@
+"""The runs domain's reads: what the dashboard and the run page show, and who may watch a run live.
+
+The queue's own reads (positions, what a queued run waits for) are in `webapp.runs.queue`; the
+charted series in `webapp.runs.series`; the rollout viewer's pages in `webapp.runs.rollouts`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from webapp.artifacts.selectors import run_artifacts_section
+from webapp.history.selectors import run_held_out
+from webapp.models import Agent, Dataset, Job, Run, Team, Topology
+from webapp.runs import queue
+
+
+def dashboard_runs(*, team: Team) -> dict[str, Any]:
+    """The dashboard: the team's active runs (running, then queued in queue order) with their
+    places and holds, the ten latest finished ones, and how many of each object the team has."""
+    runs = Run.objects.filter(team=team).select_related("owner", "topology")
+    active = runs.filter(status__in=Run.ACTIVE).order_by("-status", *Run.QUEUE_ORDER)
+    capped = queue.experiment_capped_teams()
+    return {
+        "active": active,
+        "queue": queue.run_queue_positions(),
+        "held": {run.pk for run in active if queue.run_is_held(run=run, capped=capped)},
+        "recent": runs.exclude(status__in=Run.ACTIVE)[:10],
+        "counts": {
+            "agents": Agent.objects.filter(team=team).count(),
+            "topologies": Topology.objects.filter(team=team).count(),
+            "datasets": Dataset.objects.filter(team=team).count(),
+            "runs": runs.count(),
+        },
+    }
+
+
+def run_page_runs(*, team: Team) -> QuerySet[Run]:
+    """The team's runs, with what the run page names of each."""
+    return Run.objects.select_related("owner", "topology", "dataset", "resumed_from").filter(team=team)
+
+
+def run_live_card(*, run: Run) -> dict[str, Any]:
+    """The run page's live card as the page first draws it (the websocket keeps it current)."""
+    return {
+        "latest": run.metric_points.order_by("-step").first(),
+        "checkpoints": run.checkpoints.filter(deleted__isnull=True),
+        "log_lines": list(run.log_lines.order_by("-time", "-id")[:50])[::-1],
+        "waiting_for": queue.run_waiting_for(run=run),
+    }
+
+
+def run_history_sections(*, run: Run) -> dict[str, Any]:
+    """What the run page's sections below the live card show: tags, held-out results and their
+    chart, evaluation jobs, artifacts, the latest checkpoint."""
+    evaluations = list(run.evaluations.order_by("step", "temperature"))
+    return {
+        "tags_text": ", ".join(t.name for t in run.tags.all()),
+        "held_out": run_held_out(runs=[run])[run.pk],
+        "eval_rows": evaluations,
+        "eval_chart": _eval_chart(evaluations),
+        "eval_jobs": run.jobs.filter(kind=Job.Kind.EVALUATE).select_related("checkpoint")[:20],
+        **run_artifacts_section(run=run),
+        "latest_checkpoint": run.checkpoints.filter(deleted__isnull=True).order_by("-step").first(),
+    }
+
+
+def _eval_chart(evaluations: list[Any]) -> dict[str, Any]:
+    """Greedy held-out success per step: the team's and each agent's (for the chart)."""
+    greedy = min((e.temperature for e in evaluations), default=0.0)
+    rows = [e for e in evaluations if e.temperature == greedy]
+    names = list(dict.fromkeys(n for e in rows for n in e.agents))
+    return {
+        "steps": [e.step for e in rows],
+        "series": {"team": [e.team_success for e in rows],
+                   **{n: [(e.agents.get(n) or {}).get("success") for e in rows] for n in names}},
+    }
+
+
+def run_viewable(*, user: Any, run_id: int) -> bool:
+    """A logged-in member of the run's team (the same rule as the pages)."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return False
+    return Run.objects.filter(pk=run_id, team__memberships__user=user).exists()
