@@ -26,8 +26,6 @@ CHUNK = 1 << 20
 
 
 STORED_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
-
-
 """Weights barely compress: stored as they are (fast); text files are deflated."""
 
 

@@ -43,50 +43,34 @@ from training.config import ConfigError, RunConfig, raise_problems, related_fiel
 from training.config import check_model_source as engine_check_model_source
 
 MAX_CONFIG_BYTES = 64 * 1024
-
-
 """The largest config text (advanced YAML, an API body's config) accepted."""
 
 
 MAX_DEPTH = 12
-
-
 """How deeply mappings and lists may nest in a config (a full config needs 5)."""
 
 
 MAX_VALUES = 4_000
-
-
 """Values (scalars, mappings and lists) in one config tree."""
 
 
 MAX_STRING = 20_000
-
-
 """Characters in one string (an agent's instructions are the longest legitimate ones)."""
 
 
 MAX_ITEMS = 512
-
-
 """Entries in one list or mapping."""
 
 
 MAX_ENV_ARGS_DEPTH = 4
-
-
 """How deeply an environment's arguments may nest."""
 
 
 MAX_ENV_ARGS_BYTES = 16 * 1024
-
-
 """The largest `env_args` mapping, as JSON."""
 
 
 BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-
-
 """Characters that reorder the text around them (a name that reads `exe.txt` but is `txt.exe`)."""
 
 
@@ -287,8 +271,6 @@ TRACKER_DESTINATIONS = {
     "trackio_space_id": "trackio",
     "wandb_entity": "wandb",
 }
-
-
 """`report_to` fields that send a run's data somewhere with the worker's credentials -> the prefix
 the operator lists allowed values under in TROUPE_TRACKER_DESTINATIONS (`mlflow:https://host`)."""
 

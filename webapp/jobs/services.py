@@ -226,8 +226,6 @@ def _evaluate_checkpoint(config: RunConfig, checkpoint: str | None) -> list[dict
 
 
 MERGE_DTYPES = {"bfloat16": "bf16", "trained": "as trained"}  # training.export.EXPORT_DTYPES, with their labels
-
-
 """How a merged model is saved: bf16 (half the size of fp32, what GPUs serve), or the dtype the
 run trained in (`model.dtype`; `auto` trains in bf16 on a GPU and fp32 on a CPU)."""
 

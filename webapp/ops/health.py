@@ -20,8 +20,6 @@ from django.utils import timezone
 from webapp.models import Worker
 
 TIMEOUT_S = 2.0
-
-
 """How long each check may take."""
 
 

@@ -26,8 +26,6 @@ from webapp.runs import streaming
 from webapp.runs.publish import run_group
 
 REFUSED = 4403
-
-
 """Close code for a refused socket (the browser sees 1006: the handshake never completed)."""
 
 

@@ -65,14 +65,10 @@ RUN_OVERRIDES = {
     "eval_every": "eval.every",
     "gpus": "resources.gpus",
 }
-
-
 """Run form field -> the RunConfig field it overrides."""
 
 
 SPECIALIZATION_DEFAULTS: dict[str, dict[str, Any]] = {"lora": {"optim.lr": 1e-4}}
-
-
 """What the run form uses where the engine's default does not fit a specialization: LoRA adapters
 want a learning rate about ten times the full model's (the engine's 1e-5). A form field or the
 advanced YAML still sets its own."""
@@ -443,8 +439,6 @@ def _tree_diff(base: Any, target: Any) -> Any:
 
 
 MAX_CONFIG_PROBLEMS = 20
-
-
 """Problems after the first that the API lists in `fields`."""
 
 

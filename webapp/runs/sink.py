@@ -23,8 +23,6 @@ from webapp.models import Checkpoint, Evaluation, LogLine, MetricPoint, Rollout,
 from webapp.runs.publish import publish
 
 WORKER_SHUTTING_DOWN = threading.Event()
-
-
 """Set by the Celery worker's shutdown signal (webapp.celery): running runs stop at the next step."""
 
 

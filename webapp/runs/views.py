@@ -106,8 +106,6 @@ def run_preview(request: TeamRequest) -> HttpResponse:
 
 
 RUN_PARTS = ("actions", "held-out", "artifacts", "eval-panel")
-
-
 """Parts of the run page outside its live card that the live page refreshes with the summary
 (`?parts=actions,held-out`), swapped out-of-band: they change with the run's state too."""
 
