@@ -26,7 +26,12 @@ SPECIALIZATIONS = ("single", "prompt", "lora", "full")
 SAMPLING_MODES = ("tree", "independent")
 SCALE_REWARDS = ("group", "batch", "none")
 LR_SCHEDULES = ("constant", "linear", "cosine")
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo")
+LOSS_AGGREGATION = {"grpo": "sequence", "bnpo": "token", "dr_grpo": "constant", "dapo": "token", "cispo": "token"}
+"""How each `grpo.loss_type` averages its per-token terms: `sequence` (each sequence's mean, then the
+mean over sequences), `token` (the mean over every token of the batch) or `constant` (the sum over
+(B * L)). The one table both the loss (`training.grpo.policy_loss`) and the trainer's micro-batch
+weights (`training.grpo.micro_batch_weight`) read."""
+LOSS_TYPES = tuple(LOSS_AGGREGATION)
 RATIO_LEVELS = ("token", "sequence")
 BACKENDS = ("auto", "hf", "vllm")
 DTYPES = ("auto", "float32", "bfloat16", "float16")

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from training.config import LOSS_AGGREGATION
 from training.prompt_cache import CompletionCache, PromptCache, cache_through_checkpoints, shares_prompts
 
 # -- advantages ----------------------------------------------------------------------------------
@@ -160,13 +161,28 @@ def policy_loss(
             raise ValueError("beta > 0 needs ref_logp (the reference policy's log-probs)")
         per_token = per_token + beta * k3_kl(logp, ref_logp.detach())  # (B, T)
     mask = mask.to(per_token.dtype)  # (B, T)
-    if loss_type == "grpo":
+    aggregation = _aggregation(loss_type)
+    if aggregation == "sequence":
         return sequence_mean_loss(per_token, mask)
-    if loss_type in ("bnpo", "dapo", "cispo"):
+    if aggregation == "token":
         return token_mean_loss(per_token, mask)
-    if loss_type == "dr_grpo":
-        return constant_length_loss(per_token, mask, max_completion_length or mask.shape[1])
-    raise ValueError(f"unknown loss_type {loss_type!r}; allowed: grpo, bnpo, dr_grpo, dapo, cispo")
+    return constant_length_loss(per_token, mask, max_completion_length or mask.shape[1])
+
+
+def _aggregation(loss_type: str) -> str:
+    if loss_type not in LOSS_AGGREGATION:
+        raise ValueError(f"unknown loss_type {loss_type!r}; allowed: {', '.join(LOSS_AGGREGATION)}")
+    return LOSS_AGGREGATION[loss_type]
+
+
+def micro_batch_weight(loss_type: str, mask: Tensor, *, n_samples: int, n_tokens: int) -> float:
+    """The weight of one micro-batch's `policy_loss` when a step accumulates several, so that the
+    weighted sum equals the loss of the whole batch: its share of the batch's tokens for a token
+    mean, its share of the sequences otherwise. mask: (B, T) of this micro-batch; `n_samples` and
+    `n_tokens`: the whole batch's sequences and loss tokens."""
+    if _aggregation(loss_type) == "token":
+        return float(mask.sum()) / max(n_tokens, 1)
+    return mask.shape[0] / max(n_samples, 1)
 
 
 def sequence_log_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:

@@ -39,6 +39,7 @@ from training.events import EventSink, StepMetrics, TrainResult
 from training.grpo import (
     group_advantages,
     loss_stats,
+    micro_batch_weight,
     policy_loss,
     sampler_mismatch,
     soft_overlong_penalty,
@@ -572,7 +573,7 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
                     delta=g.delta,
                     cispo_cap=g.cispo_cap,
                 )
-                weight = _micro_weight(g.loss_type, mask, int(n_samples), int(total_tokens))
+                weight = micro_batch_weight(g.loss_type, mask, n_samples=int(n_samples), n_tokens=int(total_tokens))
                 (loss * weight).backward()
                 n_tok = float(mask.sum())
                 sums["loss"] += float(loss.detach()) * weight
@@ -660,13 +661,6 @@ def _collate(samples: list[Sample], pad: int) -> dict[str, torch.Tensor]:
     if all(s.sampler_logprobs is not None for s in samples):  # vLLM sampled them
         batch["sampler_logp"] = sampler_logp  # (B, Tc)
     return batch
-
-
-def _micro_weight(loss_type: str, mask: torch.Tensor, n_samples: int, n_tokens: int) -> float:
-    """Scale a micro-batch's loss so the accumulated gradient equals the full-batch loss's."""
-    if loss_type in ("dapo", "bnpo", "cispo"):
-        return float(mask.sum()) / max(n_tokens, 1)
-    return mask.shape[0] / max(n_samples, 1)
 
 
 def _lr_at(cfg: RunConfig, step: int) -> float:

@@ -41,7 +41,7 @@ def run_evaluate(request: TeamRequest, pk: int) -> HttpResponse:
     context = {"run": run, "eval_form": form,
                "eval_jobs": run.jobs.filter(kind=Job.Kind.EVALUATE).select_related("checkpoint")[:20]}
     if request.htmx:  # the form and the list after a POST; the list alone when it polls
-        return render(request, f"runs/history_sections.html#{'eval-panel' if request.method == 'POST' else 'eval-jobs'}", context)
+        return render(request, f"history/run_sections.html#{'eval-panel' if request.method == 'POST' else 'eval-jobs'}", context)
     return redirect(run)
 
 
@@ -102,7 +102,7 @@ def playground(request: TeamRequest) -> HttpResponse:
             return redirect("playground_job", job.pk)
     context = {"form": form, "chosen": chosen, "env": env,
                "recent": Job.objects.filter(team=request.team, kind=Job.Kind.PLAYGROUND).select_related("owner")[:10]}
-    template = "playground.html#task" if request.htmx else "playground.html"
+    template = "jobs/playground.html#task" if request.htmx else "jobs/playground.html"
     return render(request, template, context)
 
 
@@ -122,4 +122,4 @@ def playground_job(request: TeamRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(Job.objects.select_related("run", "checkpoint", "topology", "owner"), pk=pk, team=request.team,
                             kind=Job.Kind.PLAYGROUND)
     context = {"job": job, "lanes": job.result.get("lanes", []), "row": job.params.get("row", {})}
-    return render(request, "playground_job.html#transcript" if request.htmx else "playground_job.html", context)
+    return render(request, "jobs/playground_job.html#transcript" if request.htmx else "jobs/playground_job.html", context)
