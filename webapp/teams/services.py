@@ -1,9 +1,12 @@
-"""Personal API tokens: created and revoked by their user in the UI, one team each.
+"""A team's people: personal API tokens, members and their roles, invitations, and the throttle on
+password-reset mail.
 
-A token is `trp_` + 43 URL-safe characters (256 random bits). The database keeps its SHA-256
-digest and its first characters (to recognise it in the list); the token itself is shown once.
-A request authenticates when the digest matches a token that is not revoked and its user is still
-an active member of the token's team.
+A token is `trp_` + 43 URL-safe characters (256 random bits), created and revoked by its user in
+the UI, for one team. The database keeps its SHA-256 digest and its first characters (to recognise
+it in the list); the token itself is shown once. A request authenticates when the digest matches a
+token that is not revoked and its user is still an active member of the token's team. A team keeps
+at least one admin (`membership_set_role`, `membership_remove`); an invitation link works once,
+until it expires or is revoked.
 """
 
 from __future__ import annotations
