@@ -19,7 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from training.config import ConfigError, RunConfig
-from training.experiment import ExperimentError, ExperimentSpec, Trial, arm_label
+from training.experiment import ExperimentError, ExperimentSpec, Trial, arm_label, with_fields
 from webapp.core import trust
 from webapp.experiments.selectors import experiment_latest_runs
 from webapp.models import Dataset, Experiment, Run, Team, Topology
@@ -111,7 +111,7 @@ def _search_corners(spec: ExperimentSpec) -> list[RunConfig]:
     out = [spec.base]
     for param in spec.search.params:
         for value in (param.choices if param.kind == "choice" else (param.low, param.high)):
-            out.append(spec.base.replace(**{param.field: value}))
+            out.append(with_fields(spec.base, **{param.field: value}))
     return out
 
 

@@ -22,6 +22,7 @@ from webapp.artifacts.views import artifacts_context
 from webapp.catalog import services as catalog
 from webapp.core.values import id_or_none
 from webapp.history import services as history
+from webapp.jobs import ablations
 from webapp.jobs.forms import EvaluationForm
 from webapp.models import Agent, Dataset, Job, Run, Topology
 from webapp.runs import queue, services, streaming
@@ -188,6 +189,7 @@ def run_history_context(*, run: Run) -> dict[str, Any]:
         "eval_chart": _eval_chart(run, evaluations),
         "eval_jobs": run.jobs.filter(kind=Job.Kind.EVALUATE).select_related("checkpoint")[:20],
         "eval_form": EvaluationForm(run=run),
+        "ablations": ablations.run_ablations(run=run),
         **artifacts_context(run),
         "latest_checkpoint": run.checkpoints.filter(deleted__isnull=True).order_by("-step").first(),
     }
