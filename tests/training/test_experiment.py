@@ -138,6 +138,8 @@ def test_every_example_experiment_loads():
     specs = {p.name: ExperimentSpec.load(p) for p in sorted(folder.glob("*.yaml"))}
     assert len(specs["tiny-lr.yaml"].trials()) == 6
     assert specs["tiny-search.yaml"].search.trials == 6 and specs["tiny-search.yaml"].trials() == []
+    lone, *teams = [t.config.topology for t in specs["tiny-specialization.yaml"].trials() if t.seed == 0]
+    assert [a.name for a in lone.agents] == ["tool"] and [[a.name for a in t.agents] for t in teams] == [["tool", "reasoner"]] * 2
 
 
 def test_the_specialization_is_an_axis_of_a_team_single_being_its_first_agent_alone(base):
