@@ -104,6 +104,7 @@ urlpatterns = [
     path("experiments/<int:pk>/export.csv", experiments.experiment_export, name="experiment_export"),
     path("experiments/<int:pk>/curves.json", experiments.experiment_curves, name="experiment_curves"),
     path("experiments/<int:pk>/diff/", experiments.experiment_diff, name="experiment_diff"),
+    path("experiments/<int:pk>/ablate/", experiments.experiment_ablate, name="experiment_ablate"),
     path("playground/", jobs.playground, name="playground"),
     path("playground/<int:pk>/", jobs.playground_job, name="playground_job"),
     path("account/tokens/", teams.api_tokens, name="api_tokens"),

@@ -209,6 +209,12 @@ SCHEMAS: dict[str, Any] = {
             "trials": {"type": "array", "items": obj({
                 "seed": {"type": "integer"}, "run": nullable("integer"), "status": nullable("string"), "held": {"type": "boolean"},
                 "metrics": {"type": "object"}})},
+            "ablations": {"type": "array", "description": "The arm's ablations (POST /api/v1/runs/<id>/ablations/ on its trials): "
+                                                          "each metric over the seeds ablated so far, and each seed's value of the experiment's metric",
+                          "items": obj({
+                              "ablation": {"type": "string"}, "label": {"type": "string"}, "metrics": {"type": "object"},
+                              "seeds": {"type": "array", "items": obj({"seed": {"type": "integer"}, "run": {"type": "integer"},
+                                                                        "value": nullable("number")})}})},
         })},
     })]},
     "Evaluations": obj({

@@ -86,6 +86,7 @@ def experiment_detail(request: TeamRequest, pk: int) -> HttpResponse:
     context = {"experiment": experiment, "results": results, "active": selectors.experiment_is_live(experiment=experiment)}
     if request.htmx:
         return render(request, "experiments/detail.html#results", context)
+    context["ablation_choices"] = services.experiment_ablation_choices(experiment=experiment)
     context["curve_metrics"] = selectors.experiment_curve_metrics(experiment=experiment, results=results)
     context["diff_choices"] = [(key, label) for key, label, _ in selectors.experiment_diff_choices(results=results)]
     return render(request, "experiments/detail.html", context)
@@ -128,6 +129,21 @@ def experiment_resume(request: TeamRequest, pk: int) -> HttpResponse:
         messages.error(request, " ".join(exc.messages))
     else:
         messages.success(request, f"Started {started} unfinished trial{'s' if started != 1 else ''} again.")
+    return redirect(experiment)
+
+
+@require_POST
+def experiment_ablate(request: TeamRequest, pk: int) -> HttpResponse:
+    """Queue one ablation of every finished trial; the results fill the arms' ablation rows."""
+    experiment = team_object_or_404(request, Experiment, pk)
+    queued, refused = services.experiment_ablate(experiment=experiment, user=request.user, key=request.POST.get("ablation", ""))
+    if queued:
+        messages.success(request, f"Ablation queued for {queued} finished trial{'s' if queued != 1 else ''}; "
+                                  "the rows under each arm fill in as the jobs finish.")
+    elif not refused:
+        messages.info(request, "No trial has finished yet: ablate once some have.")
+    for problem in refused[:5]:
+        messages.error(request, f"Not ablated: {problem}")
     return redirect(experiment)
 
 

@@ -90,3 +90,38 @@ def test_the_config_diff_between_two_arms_shows_only_what_differs(alice, alice_w
     same = alice.client.get(reverse("experiment_diff", args=[experiment.pk]), {"a": "0", "b": "0"}).content.decode()
     assert "Their configs are the same" in same
     assert "Pick two" in alice.client.get(reverse("experiment_diff", args=[experiment.pk]), {"a": "0", "b": "9"}).content.decode()
+
+
+def test_one_button_ablates_every_finished_trial_and_says_what_it_refused(alice, alice_world, jobs_sent):
+    experiment = launch(alice, alice_world, seeds=[0, 1])
+    runs = trials(experiment)
+    for run in runs[:3]:
+        finish(run, 0.5)  # the fourth trial is still queued
+    page = alice.client.get(experiment.get_absolute_url()).content.decode()
+    assert 'id="ablate-card"' in page and '<option value="alone:reasoner">reasoner alone</option>' in page
+    response = alice.client.post(reverse("experiment_ablate", args=[experiment.pk]), {"ablation": "untrained"}, follow=True)
+    assert "Ablation queued for 3 finished trials" in response.content.decode()
+    assert sorted(Job.objects.filter(params__ablation="untrained").values_list("run_id", flat=True)) == sorted(r.pk for r in runs[:3])
+    response = alice.client.post(reverse("experiment_ablate", args=[experiment.pk]), {"ablation": "role_swap"}, follow=True)
+    assert f"Not ablated: trial 0 (run #{runs[0].pk}): role swap needs the run&#x27;s trained weights, and it saved no checkpoint." \
+        in response.content.decode()
+
+
+def test_the_api_gives_each_arms_ablations(alice, alice_world):
+    from tests.webapp.api.test_api import Api
+    from webapp.teams import services as tokens
+
+    experiment = launch(alice, alice_world, seeds=[0])
+    runs = trials(experiment)
+    for run in runs:
+        finish(run, 0.5)
+    ablated(runs[0], "role_swap", "role swap", 0.25)
+    api = Api(tokens.api_token_create(user=alice.user, team=alice.team, name="notebook")[1])
+    arms = api.get(f"/api/v1/experiments/{experiment.pk}/").json()["arms"]
+    assert arms[0]["ablations"] == [{"ablation": "role_swap", "label": "role swap",
+                                     "metrics": {**{n: None for n in arms[0]["metrics"]},
+                                                 "team.success": {"mean": 0.25, "ci95": None, "n": 1},
+                                                 "tool.success": {"mean": 0.25, "ci95": None, "n": 1},
+                                                 "tool.reward": {"mean": 0.0, "ci95": None, "n": 1}},
+                                     "seeds": [{"seed": 0, "run": runs[0].pk, "value": 0.25}]}]
+    assert arms[1]["ablations"] == []
