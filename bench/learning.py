@@ -41,13 +41,11 @@ machine the times are only comparable between arms run at the same time.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import re
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -156,30 +154,14 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
             "agent_reward": {a: v["reward"] for a, v in result["agents"].items()}}
 
 
-@contextlib.contextmanager
-def roles_swapped(sampler: Any) -> Iterator[None]:
-    """The two agents of a team exchange what makes them differ, for an evaluation.
+def roles_swapped(sampler: Any) -> Any:
+    """The two agents of a team exchange what makes them differ, for an evaluation: the engine's
+    role swap (`training.ablation.roles_swapped`): `prompt` exchanges the role prompts, `lora`/`full`
+    the adapters or models. The environment still asks each role for its own action, so a swapped
+    team is the trained weights playing the roles they were not trained for."""
+    from training.ablation import roles_swapped as engine_roles_swapped
 
-    `prompt` (one shared model): each agent gets the other's role prompt. `lora`/`full`: each agent
-    acts with the other's adapter or model. The environment still asks each role for its own
-    action, so a swapped team is the trained weights playing the roles they were not trained for."""
-    config, policies = sampler.config, sampler.policies
-    a, b = config.topology.order()[:2]
-    saved_map = dict(policies.agent_policy)
-    if policies.specialization in ("single", "prompt"):
-        prompts = {r: getattr(sampler.env, "default_instructions", {}).get(r, "") for r in (config.agent(a).role, config.agent(b).role)}
-        ia, ib = config.agent(a).instructions or prompts[config.agent(a).role], config.agent(b).instructions or prompts[config.agent(b).role]
-        agents = [{**ag, "instructions": ib if ag["name"] == a else ia if ag["name"] == b else ag["instructions"]}
-                  for ag in config.to_dict()["topology"]["agents"]]
-        sampler.config = config.replace(**{"topology.agents": agents})
-    else:
-        policies.agent_policy[a], policies.agent_policy[b] = saved_map[b], saved_map[a]
-    try:
-        yield
-    finally:
-        sampler.config = config
-        policies.agent_policy.clear()
-        policies.agent_policy.update(saved_map)
+    return engine_roles_swapped(sampler)
 
 
 def evaluate_now(sampler: Any, eval_tasks: list[Any], step: int, *, sampled: bool) -> list[dict[str, Any]]:

@@ -3,7 +3,9 @@
 `python -m training export CONFIG.yaml --checkpoint DIR --agent NAME --out DIR [--dtype bfloat16|trained]`
 (merge a LoRA adapter into its base), `python -m training playground CONFIG.yaml --task JSON
 [--checkpoint DIR [--with-base]]` (play one task turn by turn, one JSON line per turn), and
-`python -m training sweep EXPERIMENT.yaml [--out DIR]` (the trials of an experiment, in turn)."""
+`python -m training sweep EXPERIMENT.yaml [--out DIR]` (the trials of an experiment, in turn) and
+`python -m training ablate RUN_DIR --kind role_swap|untrained|alone [--agent NAME]` (a finished
+team run evaluated with its roles swapped, untrained, or one agent alone: `training.ablation`)."""
 
 from __future__ import annotations
 
@@ -51,6 +53,11 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sweep", help="run an experiment's trials in turn and compare its arms")
     p.add_argument("config", help="YAML experiment: base, axes, seeds (see training.experiment)")
     p.add_argument("--out", help="output folder (default runs/<experiment name>); trials already finished there are kept")
+    p = sub.add_parser("ablate", help="evaluate a finished team run with its roles swapped, untrained, or one agent alone")
+    p.add_argument("run_dir", help="the run's output folder (its config.yaml and newest checkpoint), or a checkpoint folder")
+    p.add_argument("--kind", required=True, choices=("role_swap", "untrained", "alone"), help="which ablation")
+    p.add_argument("--agent", action="append", default=[], help="with --kind alone: the agent acting alone (repeat for several; default: every agent that may)")
+    p.add_argument("--checkpoint", help="a checkpoint folder other than the run's newest")
     return parser
 
 
@@ -60,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         from training.sweep import sweep_main
 
         return sweep_main(args.config, out=args.out)
+    if args.command == "ablate":
+        return _ablate(args)
 
     try:
         config = RunConfig.load(args.config, args.overrides)
@@ -144,6 +153,44 @@ def _export(config: RunConfig, args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"merged {args.agent} ({export.dtype}) into {export.folder}: {', '.join(export.files)}")
+    return 0
+
+
+def _ablate(args: argparse.Namespace) -> int:
+    from agents.envs import load_environment
+    from agents.plugins import PluginError, register_named_in
+    from training.ablation import Ablation, AblationError, ablations_for, evaluate_ablation, run_folder
+
+    try:
+        config, checkpoint = run_folder(args.run_dir, checkpoint=args.checkpoint)
+        register_named_in(config.topology.environment, [path for path, _ in config.data.reward_functions()],
+                          [t for a in config.topology.agents for t in a.tools])
+    except (ConfigError, FileNotFoundError, PluginError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.kind == "alone":
+        env = load_environment(config.topology.environment, **config.topology.env_args)
+        chosen = [Ablation("alone", a) for a in args.agent] or [a for a in ablations_for(config, env) if a.kind == "alone"]
+        if not chosen:
+            print(f"error: {env.name}: no agent of this run can act alone", file=sys.stderr)
+            return 2
+    else:
+        if args.agent:
+            print("error: --agent goes with --kind alone", file=sys.stderr)
+            return 2
+        chosen = [Ablation(args.kind)]
+    print(f"run {args.run_dir}: {'checkpoint ' + str(checkpoint) if checkpoint else 'no checkpoint'}; held-out tasks of seed {config.seed}")
+    for ablation in chosen:
+        try:
+            results = evaluate_ablation(config, checkpoint, ablation)
+        except (AblationError, FileNotFoundError) as exc:
+            print(f"error: {ablation.label}: {exc}", file=sys.stderr)
+            return 2
+        for r in results:
+            agents = " ".join(f"{a} {v['success']:.3f}" for a, v in r["agents"].items())
+            print(f"{ablation.label} (step {r['step']}, {r['n']} tasks): team {r['team']['success']:.3f}  {agents}")
+            r.pop("examples", None)
+            print(json.dumps(r))
     return 0
 
 

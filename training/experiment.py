@@ -35,9 +35,9 @@ import yaml
 
 from training.config import ConfigError, RunConfig
 from training.search import SearchSpec, parse_search
-from training.trials import NOT_AXES, field_value, resolve_field, trial_metrics
+from training.trials import NOT_AXES, field_value, resolve_field, trial_metrics, with_fields
 
-__all__ = ["NOT_AXES", "field_value", "resolve_field", "trial_metrics"]  # re-exported: the trial helpers live in training.trials
+__all__ = ["NOT_AXES", "field_value", "resolve_field", "trial_metrics", "with_fields"]  # re-exported: the trial helpers live in training.trials
 
 MAX_TRIALS = 256
 """Most runs one experiment may start (grid points x seeds): a typo like a 100-value axis should be
@@ -114,7 +114,7 @@ class ExperimentSpec:
             return out
         for arm in self.arms():
             for seed in self.seeds:
-                config = self.base.replace(**dict(arm), seed=seed, name=trial_name(self.name, arm, seed)[:200])
+                config = with_fields(self.base, **dict(arm), seed=seed, name=trial_name(self.name, arm, seed)[:200])
                 out.append(Trial(index=len(out), arm=arm, seed=seed, config=config))
         return out
 
@@ -283,7 +283,7 @@ def _check_axes(raw: Any, base: RunConfig, problems: _Problems) -> tuple[Axis, .
         resolved: list[Any] = []
         for i, value in enumerate(values):
             try:
-                config = base.replace(**{dotted: value})
+                config = with_fields(base, **{dotted: value})
             except ConfigError as exc:
                 detail = exc.message if exc.field == dotted else f"{exc.field}: {exc.message}"
                 problems.add(where, f"value {_show(value)} (item {i + 1}) is refused: {detail}")
@@ -302,7 +302,7 @@ def _check_combinations(spec: ExperimentSpec, problems: _Problems) -> None:
     bad = 0
     for arm in spec.arms():
         try:
-            spec.base.replace(**dict(arm))
+            with_fields(spec.base, **dict(arm))
         except ConfigError as exc:
             bad += 1
             problems.add("axes", f"the arm {arm_label(arm)} is not a valid run: {exc}")

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from training.config import ConfigError, RunConfig
 from training.events import EventSink, StepMetrics
-from training.trials import field_value, resolve_field, trial_metrics
+from training.trials import field_value, resolve_field, trial_metrics, with_fields
 
 if TYPE_CHECKING:
     import optuna
@@ -128,7 +128,7 @@ def parse_search(raw: Any, base: RunConfig, add: Callable[[str, str], None]) -> 
         ok = True
         for value in ends:
             try:
-                checked = base.replace(**{param.field: value})
+                checked = with_fields(base, **{param.field: value})
             except ConfigError as exc:
                 add(where, f"value {value!r} is refused: {exc.message if exc.field == param.field else exc}")
                 ok = False

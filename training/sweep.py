@@ -30,6 +30,7 @@ from training.experiment import (
     summarize,
     trial_metrics,
     trial_name,
+    with_fields,
 )
 from training.search import PruningSink, TrialRecord, best_record, search_ask, search_should_prune
 
@@ -123,7 +124,7 @@ def run_search(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None,
             continue
         params = search_ask(search=search, direction=spec.direction, seed=seed, records=records)
         arm = tuple(params.items())
-        config = spec.base.replace(**params, seed=seed, name=trial_name(spec.name, arm, seed)[:200])
+        config = with_fields(spec.base, **params, seed=seed, name=trial_name(spec.name, arm, seed)[:200])
         print(f"[{number + 1}/{search.trials}] {arm_label(arm)}", file=stream, flush=True)
         before = list(records)
         if folder.exists():

@@ -10,7 +10,7 @@ import re
 import typing
 from typing import Any
 
-from training.config import ConfigError, RunConfig
+from training.config import ConfigError, RunConfig, set_field
 
 _PART = re.compile(r"^([A-Za-z_]\w*)(?:\[(\d+)\])?$")
 NOT_AXES = {
@@ -19,6 +19,26 @@ NOT_AXES = {
     "checkpoint.resume_from": "a trial starts from scratch",
 }
 """Fields an axis may not vary, and why."""
+
+
+def with_fields(base: RunConfig, **fields: Any) -> RunConfig:
+    """`base` with the trial's dotted fields set, validated (ConfigError otherwise).
+
+    One rule makes the specialization an axis of a team: `topology.specialization: single` on a
+    topology with several acting agents means its *first* acting agent (in turn order) plays alone.
+    The topology is reduced to that agent (its role, instructions and tools, as the other fields left
+    them) and the turn order to it, so `topology.specialization: [single, prompt, lora]` compares the
+    lone agent with the team sharing one model and the team with an adapter each."""
+    data = base.to_dict()
+    for key, value in fields.items():
+        set_field(data, key, value)
+    topology = data.get("topology")
+    if isinstance(topology, dict) and topology.get("specialization") == "single" and isinstance(topology.get("agents"), list):
+        order = list(topology.get("turn_order") or [a.get("name") for a in topology["agents"] if isinstance(a, dict)])
+        if len(set(order)) > 1:
+            topology["agents"] = [a for a in topology["agents"] if isinstance(a, dict) and a.get("name") == order[0]]
+            topology["turn_order"] = [order[0]]
+    return RunConfig.from_dict(data)
 
 
 def resolve_field(config: RunConfig, dotted: str) -> Any:

@@ -16,7 +16,9 @@ provide the `agents.base.Environment` protocol: `name`, `roles`, `required_field
 RowField]`, the type of each field of its dataset rows (uploads are checked against it; without
 it, its `required_fields` are checked as scalars). It may also define
 `default_instructions: dict[str, str]`, a system prompt per role, and `stop_patterns: dict[str,
-str]`, a regex per role that ends an action early once it matches. Keyword arguments from the
+str]`, a regex per role that ends an action early once it matches. It may declare `solo_roles: tuple[str, ...]`,
+the roles that can play an episode by themselves (the "agent alone" ablation, `training.ablation`,
+is offered only for those; without it, for none). Keyword arguments from the
 config's `env_args` are passed to its constructor.
 
 The built-ins' rows (`row_fields` of each class; all text unless said otherwise):

@@ -15,6 +15,7 @@ class Arithmetic:
 
     name = "arithmetic"
     roles: tuple[str, ...] = ("solver",)
+    solo_roles: tuple[str, ...] = ("solver",)
     row_fields: dict[str, RowField] = {
         "question": RowField("text", help="the question the solver sees"),
         "answer": RowField("number", help='the right answer: a number, or text holding one ("42", "-3.5", "1,234", "3/4")'),

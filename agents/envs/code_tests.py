@@ -54,6 +54,8 @@ class CodeTests:
 
     name = "code_tests"
     roles: tuple[str, ...] = ("coder", "tester")
+    solo_roles: tuple[str, ...] = ("coder", "tester")
+    """Either role can play alone: the coder is judged by the hidden tests, the tester by the mutants its tests kill."""
     row_fields: dict[str, RowField] = {
         "prompt": RowField("text", help="the task both agents see"),
         "reference": RowField("text", help="a correct solution (Python source)"),

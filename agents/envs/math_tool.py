@@ -90,6 +90,8 @@ class MathTool:
 
     name = "math_tool"
     roles: tuple[str, ...] = ("tool", "reasoner")
+    solo_roles: tuple[str, ...] = ("tool", "reasoner")
+    """Either role can play alone: the tool's printed value, or the reasoner's own answer, is the verdict."""
     row_fields: dict[str, RowField] = {
         "question": RowField("text", help="the problem both agents see"),
         "answer": RowField("number", help='the right answer: a number, or text holding one ("42", "-3.5", "1,234", "3/4")'),

@@ -125,6 +125,8 @@ class PlanPath:
 
     name = "plan_path"
     roles: tuple[str, ...] = ("plan", "tool")
+    solo_roles: tuple[str, ...] = ("plan", "tool")
+    """Either role can play alone: its own moves are judged."""
     row_fields: dict[str, RowField] = {
         "grid": RowField("text", max_length=2_000,
                          help="rows of . # S G, one per line (a quoted CSV cell may hold line breaks); one S, one G"),

@@ -1,7 +1,8 @@
 """An experiment from the browser, end to end: Chromium fills the new-experiment form (the preview
 counts the runs), launches it, and the experiment page fills in by itself while a real Celery
 worker trains the trials (tiny random model, one step each): each seed's value appears with a link
-to its run, then the arm's mean ± interval and the best arm, with no reload.
+to its run, then the arm's mean ± interval and the best arm, and the arm's learning curve, with no
+reload.
 
 The screenshot goes to $TROUPE_SCREENSHOTS (or the test's tmp folder): experiment-page.png."""
 
@@ -50,4 +51,7 @@ def test_the_experiment_page_fills_in_live(browser_page: Any, stack: Processes, 
     runs = list(experiment.runs.order_by("trial_index"))
     assert [r.status for r in runs] == ["succeeded", "succeeded"] and {r.to_config().seed for r in runs} == {0, 1}
     assert page.locator(f"#arms a[href='/runs/{runs[1].pk}/']").count() == 1
+    # the learning curves follow the table's refreshes: one arm, its mean line and band drawn
+    page.wait_for_selector("#experiment-curves[data-arms='1'] canvas", timeout=60_000)
+    assert "held-out team.success" in page.locator("#curves-note").inner_text()
     page.screenshot(path=str(shots / "experiment-page.png"), full_page=True)

@@ -138,3 +138,18 @@ def test_every_example_experiment_loads():
     specs = {p.name: ExperimentSpec.load(p) for p in sorted(folder.glob("*.yaml"))}
     assert len(specs["tiny-lr.yaml"].trials()) == 6
     assert specs["tiny-search.yaml"].search.trials == 6 and specs["tiny-search.yaml"].trials() == []
+    lone, *teams = [t.config.topology for t in specs["tiny-specialization.yaml"].trials() if t.seed == 0]
+    assert [a.name for a in lone.agents] == ["tool"] and [[a.name for a in t.agents] for t in teams] == [["tool", "reasoner"]] * 2
+
+
+def test_the_specialization_is_an_axis_of_a_team_single_being_its_first_agent_alone(base):
+    spec = ExperimentSpec.from_dict({"axes": {"topology.specialization": ["single", "prompt", "lora"],
+                                              "topology.agents[0].temperature": [0.5]}, "seeds": [0, 1]}, base=base)
+    by_arm = {dict(t.arm)["topology.specialization"]: t.config for t in spec.trials() if t.seed == 1}
+    single = by_arm["single"].topology
+    assert [a.name for a in single.agents] == ["writer"] and single.turn_order == ("writer",)
+    assert single.agents[0].temperature == 0.5 and single.agents[0].role == "writer"  # the other axis still applies
+    for team in ("prompt", "lora"):
+        assert [a.name for a in by_arm[team].topology.agents] == ["writer", "echo"]
+        assert by_arm[team].topology.specialization == team and by_arm[team].seed == 1
+    assert len(spec.trials()) == 6

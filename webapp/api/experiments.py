@@ -80,6 +80,10 @@ def experiment_detail_json(request: HttpRequest, experiment: Experiment) -> dict
             "metrics": {name: _interval(arm.summary.metrics.get(name)) for name in results.metric_names},
             "trials": [{"seed": c.trial.seed, "run": c.run.pk if c.run else None, "status": c.run.status if c.run else None,
                         "held": c.held, "metrics": c.metrics} for c in arm.cells],
+            "ablations": [{"ablation": ab.key, "label": ab.label,
+                           "metrics": {name: _interval(ab.metrics.get(name)) for name in results.metric_names},
+                           "seeds": [{"seed": seed, "run": run.pk, "value": value} for seed, run, value in ab.seeds]}
+                          for ab in arm.ablations],
         } for arm in results.arms],
     })
     return data

@@ -1,6 +1,8 @@
 """Evaluations and playground sessions over the JSON API, and the jobs they become.
 
     POST /api/v1/runs/<id>/evaluations/   evaluate a checkpoint (or the base models) on a dataset
+    GET  /api/v1/runs/<id>/ablations/     the ablations a finished team run allows, and its ablation jobs
+    POST /api/v1/runs/<id>/ablations/     queue one: role swap, untrained team, or an agent alone
     POST /api/v1/playground/              play one task with a topology's base models or a checkpoint
     GET  /api/v1/jobs/?kind=&status=      the team's jobs, newest first
     GET  /api/v1/jobs/<id>/               one job: its status, and its result once it has one
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.http import HttpResponse, JsonResponse
 from django.urls import reverse
 
@@ -31,7 +34,7 @@ from webapp.api.http import (
 )
 from webapp.catalog import environments
 from webapp.core.values import ID_MAX
-from webapp.jobs import services
+from webapp.jobs import ablations, services
 from webapp.models import Checkpoint, Dataset, Job, Run, Topology
 
 EVALUATION_FIELDS = {
@@ -49,6 +52,12 @@ PLAYGROUND_FIELDS = {
     "with_base": Field("boolean", "Play the base models beside the checkpoint too."),
     "temperature": Field("number", "0 is greedy (what evaluation uses).", minimum=0.0, maximum=2.0),
     "max_new_tokens": Field("integer", "Per turn; null uses the run's.", nullable=True, minimum=1, maximum=services.PLAYGROUND_MAX_TOKENS),
+}
+
+ABLATION_FIELDS = {
+    "ablation": Field("string", "role_swap (the agents' trained policies exchanged between roles), untrained (the base weights), "
+                                "or alone:<agent> (one agent plays by itself, where the environment allows it).",
+                      required=True, max_length=200),
 }
 
 JOB_KINDS = tuple(Job.Kind.values)
@@ -102,6 +111,24 @@ def evaluation_launch(request: ApiRequest, run: Run) -> HttpResponse:
     if problems or dataset is None:  # (a missing dataset is a problem already: it is required)
         raise invalid_fields(problems)
     job = services.evaluation_request(run=run, user=request.user, dataset=dataset, checkpoint=checkpoint)
+    return _accepted(request, job)
+
+
+def ablation_list(request: ApiRequest, run: Run) -> HttpResponse:
+    """The ablations the run allows now and its ablation jobs, newest first."""
+    jobs = run.jobs.filter(kind=Job.Kind.EVALUATE, params__has_key="ablation").select_related("owner").order_by("-created", "-pk")
+    return JsonResponse({"available": [a.to_dict() for a in ablations.run_ablations(run=run)],
+                         "jobs": [{**job_json(request, j), "ablation": j.params["ablation"]} for j in jobs]})
+
+
+def ablation_launch(request: ApiRequest, run: Run) -> HttpResponse:
+    """Queue an ablation of a finished team run; 400 naming why when the run or its environment
+    does not allow it. The job is an evaluation; its results carry `ablation`."""
+    body = json_body(request, ABLATION_FIELDS)
+    try:
+        job = ablations.ablation_request(run=run, user=request.user, key=body["ablation"])
+    except ValidationError as exc:
+        raise invalid_fields({"ablation": exc.messages}) from None
     return _accepted(request, job)
 
 

@@ -209,6 +209,12 @@ SCHEMAS: dict[str, Any] = {
             "trials": {"type": "array", "items": obj({
                 "seed": {"type": "integer"}, "run": nullable("integer"), "status": nullable("string"), "held": {"type": "boolean"},
                 "metrics": {"type": "object"}})},
+            "ablations": {"type": "array", "description": "The arm's ablations (POST /api/v1/runs/<id>/ablations/ on its trials): "
+                                                          "each metric over the seeds ablated so far, and each seed's value of the experiment's metric",
+                          "items": obj({
+                              "ablation": {"type": "string"}, "label": {"type": "string"}, "metrics": {"type": "object"},
+                              "seeds": {"type": "array", "items": obj({"seed": {"type": "integer"}, "run": {"type": "integer"},
+                                                                        "value": nullable("number")})}})},
         })},
     })]},
     "Evaluations": obj({
@@ -219,6 +225,7 @@ SCHEMAS: dict[str, Any] = {
         "jobs": {"type": "array", "items": obj({
             "id": {"type": "integer"}, "status": {"type": "string"}, "checkpoint_step": nullable("integer"),
             "dataset": nullable("string"), "created": STAMP, "error": {"type": "string"},
+            "ablation": nullable("string", description="role_swap, untrained or alone:<agent> for an ablation; null otherwise"),
             "results": {"type": "array", "items": {"type": "object"}},
         })},
     }),
@@ -328,6 +335,20 @@ PATHS: dict[str, Any] = {
         "post": operation("Evaluate a checkpoint (or the base models) on a dataset's held-out split",
                           {"202": answer("The queued job (Location: its URL)", ref("Job"))}, "400", "404", "415",
                           requestBody=json_body(jobs.EVALUATION_FIELDS)),
+    },
+    "/api/v1/runs/{id}/ablations/": {
+        "parameters": [RUN_ID],
+        "get": operation("The ablations the finished team run allows now, and its ablation jobs (newest first)",
+                         {"200": answer("Ablations", obj({
+                             "available": {"type": "array", "items": obj({
+                                 "kind": {"type": "string", "enum": ["role_swap", "untrained", "alone"]}, "agent": nullable("string"),
+                                 "key": {"type": "string"}, "label": {"type": "string"}})},
+                             "jobs": {"type": "array", "items": {"allOf": [ref("Job"), obj({"ablation": {"type": "string"}})]}},
+                         }))}, "404"),
+        "post": operation("Evaluate the run's team with its roles swapped, untrained, or one agent alone, on its held-out "
+                          "tasks (an evaluation job; each result carries `ablation`)",
+                          {"202": answer("The queued job (Location: its URL)", ref("Job"))}, "400", "404", "415",
+                          requestBody=json_body(jobs.ABLATION_FIELDS)),
     },
     "/api/v1/runs/{id}/artifacts/{name}": {
         "parameters": [RUN_ID, {"name": "name", "in": "path", "required": True,

@@ -13,6 +13,7 @@ as on the pages. The catalog, jobs and experiments have their modules beside thi
     GET  /api/v1/runs/<id>/metrics/?after=&limit=   metric points by step (paginated)
     GET  /api/v1/runs/<id>/rollouts/?after=&limit=&step=   episodes (paginated)
     GET  /api/v1/runs/<id>/evaluations/             held-out evaluations and evaluation jobs
+    GET  /api/v1/runs/<id>/ablations/               the ablations a finished team run allows, its ablation jobs (POST: queue one)
     GET  /api/v1/runs/<id>/artifacts/<file>         config.yaml, metrics.csv, metrics.jsonl, rollouts.jsonl,
                                                     checkpoints/<step>/<agent>.zip, merged/<job>.zip
 """
@@ -251,6 +252,15 @@ def run_evaluations(request: ApiRequest, pk: int) -> HttpResponse:
     return JsonResponse({"results": _evaluations(run)})
 
 
+@endpoint("GET", "POST")
+def run_ablations(request: ApiRequest, pk: int) -> HttpResponse:
+    """GET: the ablations the run allows and its ablation jobs; POST: queue one."""
+    run = _run(request, pk)
+    if request.method == "POST":
+        return api_jobs.ablation_launch(request, run)
+    return api_jobs.ablation_list(request, run)
+
+
 def _evaluations(run: Run) -> dict[str, Any]:
     return {
         "training": [
@@ -259,6 +269,7 @@ def _evaluations(run: Run) -> dict[str, Any]:
         ],
         "jobs": [
             {"id": j.pk, "status": j.status, "checkpoint_step": j.params.get("checkpoint_step"), "dataset": j.params.get("dataset_name"),
+             "ablation": j.params.get("ablation"),
              "created": j.created.isoformat(), "error": j.error,
              "results": [{k: v for k, v in r.items() if k != "examples"} for r in (j.result or {}).get("evaluations", [])]}
             for j in run.jobs.filter(kind=Job.Kind.EVALUATE).order_by("-created")

@@ -13,9 +13,22 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Count, Q, QuerySet
 
-from training.experiment import ArmSummary, ExperimentSpec, Trial, arm_label, best_arm, field_value, summarize, trial_metrics
+from training.experiment import (
+    ArmSummary,
+    ExperimentSpec,
+    Interval,
+    Trial,
+    arm_label,
+    best_arm,
+    field_value,
+    mean_interval,
+    summarize,
+    trial_metrics,
+)
 from training.search import best_record
-from webapp.models import Evaluation, Experiment, Run, Team
+from webapp.history import selectors as history
+from webapp.jobs.ablations import ablation_results
+from webapp.models import Evaluation, Experiment, Job, Run, Team
 from webapp.runs import queue
 from webapp.runs import trials as trials_of_search
 
@@ -45,11 +58,24 @@ class TrialRow:
 
 
 @dataclass
+class AblationRow:
+    """One ablation (`training.ablation`) of an arm's finished trials: each metric's mean ± 95 %
+    interval over the seeds whose trial was ablated, and each seed's value."""
+
+    key: str
+    label: str
+    metrics: dict[str, Interval]
+    seeds: list[tuple[int, Run, float | None]]
+    """(seed, trial run, the experiment's metric under the ablation)."""
+
+
+@dataclass
 class ArmRow:
     summary: ArmSummary
     cells: list[TrialRow]
     """One per seed, in the spec's seed order."""
     is_best: bool = False
+    ablations: list[AblationRow] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -105,8 +131,11 @@ def experiment_results(*, experiment: Experiment) -> ExperimentResults:
     finished = [(t.trial.arm, t.trial.seed, t.metrics) for t in trials if t.run is not None and t.run.status == Run.Status.SUCCEEDED]
     summaries = summarize(spec.arms(), finished)
     best = best_arm(summaries, spec.metric, spec.direction)
+    ablated = ablation_results(runs=[t.run for t in trials if t.run is not None and t.run.status == Run.Status.SUCCEEDED])
     arms = [ArmRow(summary=s, cells=[t for t in trials if t.trial.arm == s.arm], is_best=best is not None and s.arm == best.arm)
             for s in summaries]
+    for arm in arms:
+        arm.ablations = _ablation_rows(arm.cells, ablated, spec.metric)
     names = [spec.metric] + [n for n in dict.fromkeys(k for t in trials for k in t.metrics) if n != spec.metric]
     counts: dict[str, int] = {}
     for t in trials:
@@ -120,6 +149,32 @@ def experiment_results(*, experiment: Experiment) -> ExperimentResults:
         counts["not asked yet"] = spec.search.trials - len(rows)
     return ExperimentResults(spec=spec, arms=arms, trials=trials, metric_names=names, best=best, counts=counts,
                              cap=settings.TROUPE_EXPERIMENT_CONCURRENCY, running_trials=running, search_rows=rows)
+
+
+def _ablation_rows(cells: list[TrialRow], ablated: dict[int, dict[str, list[dict[str, Any]]]], metric: str) -> list[AblationRow]:
+    """The arm's ablations, in the order they were first run, over the seeds ablated so far."""
+    per_key: dict[str, list[tuple[int, Run, dict[str, float]]]] = {}
+    labels: dict[str, str] = {}
+    for cell in cells:
+        if cell.run is None:
+            continue
+        for key, evaluations in ablated.get(cell.run.pk, {}).items():
+            per_key.setdefault(key, []).append((cell.trial.seed, cell.run, trial_metrics(evaluations)))
+            labels[key] = ((evaluations[0].get("ablation") or {}).get("label") if evaluations else None) or key
+    rows = []
+    for key, seeds in per_key.items():
+        names = list(dict.fromkeys(n for _, _, m in seeds for n in m))
+        intervals = {n: i for n in names if (i := mean_interval([m[n] for _, _, m in seeds if n in m])) is not None}
+        rows.append(AblationRow(key=key, label=labels[key], metrics=intervals,
+                                seeds=[(seed, run, m.get(metric)) for seed, run, m in seeds]))
+    return rows
+
+
+def experiment_is_live(*, experiment: Experiment) -> bool:
+    """Whether the page has something to wait for: a trial queued or running, or an ablation job
+    of one of its trials queued or running."""
+    return experiment.is_active or Job.objects.filter(run__experiment=experiment, status__in=Job.ACTIVE,
+                                                      params__has_key="ablation").exists()
 
 
 def _search_rows(*, experiment: Experiment, spec: ExperimentSpec, latest: dict[int, Run]) -> list[SearchRow]:
@@ -203,3 +258,79 @@ def experiment_csv_rows(*, results: ExperimentResults) -> Iterator[list[Any]]:
             interval = arm.summary.metrics.get(n)
             cells += [interval.mean, interval.low, interval.high] if interval is not None else ["", "", ""]
         yield [arm.label, len(arm.summary.trials), *cells]
+
+
+HELD_OUT = "held-out "
+"""Prefix of a curve metric read from the trials' greedy held-out evaluations (`held-out team.success`)."""
+
+
+def experiment_curve_metrics(*, experiment: Experiment, results: ExperimentResults) -> list[str]:
+    """What the learning curves can show: the held-out metrics (the experiment's own first), then
+    the training metrics the trials record each step."""
+    runs = [t.run for t in results.trials if t.run is not None][:8] or [r.run for r in results.search_rows][:8]
+    held_out = [HELD_OUT + n for n in results.metric_names] or [HELD_OUT + results.spec.metric]
+    return held_out + history.compare_metric_names(runs=runs)
+
+
+def experiment_curves(*, experiment: Experiment, metric: str) -> dict[str, Any]:
+    """One metric against the step for each arm: its mean over the arm's trials (seeds) at each
+    step and a band, the 95 % t-interval where two or more seeds have the step (none with one).
+    A search's trials are one arm each. Training metrics come downsampled as on the compare page."""
+    spec = experiment.to_spec()
+    latest = experiment_latest_runs(experiment=experiment)
+    if spec.search is not None:
+        groups = [(f"#{i}", [run]) for i, run in sorted(latest.items())]
+    else:
+        by_index = {t.index: t for t in spec.trials()}
+        labels = {arm: arm_label(arm) for arm in spec.arms()}
+        grouped: dict[str, list[Run]] = {label: [] for label in labels.values()}
+        for index, run in sorted(latest.items()):
+            if index in by_index:
+                grouped[labels[by_index[index].arm]].append(run)
+        groups = list(grouped.items())
+    runs = [run for _, rs in groups for run in rs]
+    series: dict[int, dict[int, float]] = {}
+    if metric.startswith(HELD_OUT):
+        name = metric[len(HELD_OUT):]
+        for row in Evaluation.objects.filter(run__in=runs).order_by("step", "id").values("run_id", "step", "data"):
+            value = trial_metrics([row["data"]]).get(name)
+            if value is not None:
+                series.setdefault(row["run_id"], {})[row["step"]] = value
+    else:
+        for each in history.compare_series(runs=runs, metric=metric)["runs"]:
+            steps, values = each["run"]
+            series[each["id"]] = {s: v for s, v in zip(steps, values) if v is not None}
+    arms = []
+    for label, members in groups:
+        steps = sorted({s for run in members for s in series.get(run.pk, {})})
+        mean, low, high = [], [], []
+        for step in steps:
+            interval = mean_interval([series[run.pk][step] for run in members if step in series.get(run.pk, {})])
+            assert interval is not None
+            mean.append(interval.mean)
+            low.append(interval.low if interval.low is not None else interval.mean)
+            high.append(interval.high if interval.high is not None else interval.mean)
+        arms.append({"label": label, "runs": len(members), "steps": steps, "mean": mean, "low": low, "high": high})
+    return {"metric": metric, "arms": arms}
+
+
+def experiment_diff_choices(*, results: ExperimentResults) -> list[tuple[str, str, str]]:
+    """(key, label, config YAML) of each arm at its first seed (a search: each trial's run), for the
+    "differences only" config diff between two of them."""
+    if results.spec.search is not None:
+        return [(str(r.index), f"#{r.index}", r.run.config_yaml) for r in results.search_rows]
+    out = []
+    for i, arm in enumerate(results.arms):
+        first = arm.cells[0]
+        out.append((str(i), arm.label, first.run.config_yaml if first.run is not None else first.trial.config.to_yaml()))
+    return out
+
+
+def experiment_arm_diff(*, results: ExperimentResults, a: str, b: str) -> tuple[list[str], list[history.DiffRow]]:
+    """The labels of arms `a` and `b` (keys of `experiment_diff_choices`) and the config keys whose
+    values differ between them (`webapp.history.services.config_diff`, differences only)."""
+    choices = {key: (label, text) for key, label, text in experiment_diff_choices(results=results)}
+    if a not in choices or b not in choices:
+        return [], []
+    labels = [choices[a][0], choices[b][0]]
+    return labels, history.config_diff(configs=[choices[a][1], choices[b][1]], differences_only=True)

@@ -1,7 +1,7 @@
 """An experiment's workflows: building and checking its spec (the base config through the run
 form's own builder, then the engine's `ExperimentSpec` with every problem at once, then each arm
 through the trust boundary), creating it with its trials queued as ordinary runs, cancelling and
-resuming it.
+resuming it, and queueing an ablation of every finished trial.
 
 Functions are keyword-only and named `<entity>_<action>`; problems are `ExperimentError`s whose
 `problems` are ConfigErrors naming their place (`axes.optim.lr`, `seeds[1]`, `base.grpo.k`).
@@ -18,10 +18,13 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from training.ablation import Ablation, ablations_for
 from training.config import ConfigError, RunConfig
-from training.experiment import ExperimentError, ExperimentSpec, Trial, arm_label
+from training.experiment import ExperimentError, ExperimentSpec, Trial, arm_label, with_fields
+from webapp.catalog import environments
 from webapp.core import trust
 from webapp.experiments.selectors import experiment_latest_runs
+from webapp.jobs.ablations import ablation_request
 from webapp.models import Dataset, Experiment, Run, Team, Topology
 from webapp.runs import services as runs
 from webapp.teams.audit import Verb, audit_record
@@ -111,7 +114,7 @@ def _search_corners(spec: ExperimentSpec) -> list[RunConfig]:
     out = [spec.base]
     for param in spec.search.params:
         for value in (param.choices if param.kind == "choice" else (param.low, param.high)):
-            out.append(spec.base.replace(**{param.field: value}))
+            out.append(with_fields(spec.base, **{param.field: value}))
     return out
 
 
@@ -203,3 +206,30 @@ def experiment_resume(*, experiment: Experiment, user: User) -> int:
         audit_record(team=experiment.team_id, actor=user, verb=Verb.RESUME, obj=experiment, trials=started)
     experiment.refresh_from_db()
     return started
+
+
+def experiment_ablate(*, experiment: Experiment, user: User | None, key: str) -> tuple[int, list[str]]:
+    """Queue the ablation `key` (`role_swap`, `untrained`, `alone:<agent>`) of every succeeded
+    trial (its latest run), each an evaluation job (`webapp.jobs.ablations`). Returns how many
+    jobs were queued or found already done, and why the others were refused (`run #N: ...`)."""
+    queued, refused = 0, []
+    for index, run in sorted(experiment_latest_runs(experiment=experiment).items()):
+        if run.status != Run.Status.SUCCEEDED:
+            continue
+        try:
+            ablation_request(run=run, user=user, key=key)
+        except ValidationError as exc:
+            refused.append(f"trial {index} (run #{run.pk}): {' '.join(exc.messages)}")
+        else:
+            queued += 1
+    return queued, refused
+
+
+def experiment_ablation_choices(*, experiment: Experiment) -> list[Ablation]:
+    """The ablations the experiment's base topology allows (what the page offers for its trials)."""
+    try:
+        config = experiment.to_spec().base
+        env = environments.environment_load(name=config.topology.environment, env_args=config.topology.env_args)
+    except (ExperimentError, ValidationError):
+        return []
+    return ablations_for(config, env)

@@ -1,6 +1,7 @@
 """Experiment pages: the list, the new-experiment form with its preview (how many runs, roughly how
-long), the experiment page (arms as rows, live by htmx polling while trials are active), cancel,
-resume and the CSV export. Each view fetches within the current team, calls one service, renders."""
+long), the experiment page (arms as rows with their ablations, live by htmx polling while trials or
+ablations are active), its learning curves (JSON), the config diff between two arms, cancel, resume
+and the CSV export. Each view fetches within the current team, calls one service, renders."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.http import HttpResponse
+from django.http import HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -20,6 +21,7 @@ from webapp.artifacts.downloads import streamed
 from webapp.core.values import csv_cell
 from webapp.experiments import selectors, services
 from webapp.experiments.forms import ExperimentForm
+from webapp.history.selectors import METRIC_KEY
 from webapp.models import Experiment
 from webapp.teams.access import TeamRequest, team_object_or_404
 
@@ -81,9 +83,33 @@ def experiment_detail(request: TeamRequest, pk: int) -> HttpResponse:
     except ExperimentError as exc:  # the stored spec no longer validates (a plugin it names was unregistered, ...)
         messages.error(request, f"This experiment's spec no longer validates, so its arms cannot be read: {exc}")
         return render(request, "experiments/list.html", {"experiments": selectors.experiment_list(team=request.team)})
-    context = {"experiment": experiment, "results": results, "active": experiment.is_active}
-    template = "experiments/detail.html#results" if request.htmx else "experiments/detail.html"
-    return render(request, template, context)
+    context = {"experiment": experiment, "results": results, "active": selectors.experiment_is_live(experiment=experiment)}
+    if request.htmx:
+        return render(request, "experiments/detail.html#results", context)
+    context["ablation_choices"] = services.experiment_ablation_choices(experiment=experiment)
+    context["curve_metrics"] = selectors.experiment_curve_metrics(experiment=experiment, results=results)
+    context["diff_choices"] = [(key, label) for key, label, _ in selectors.experiment_diff_choices(results=results)]
+    return render(request, "experiments/detail.html", context)
+
+
+@require_GET
+def experiment_curves(request: TeamRequest, pk: int) -> HttpResponse:
+    """One metric against the step per arm, mean and 95 % band over seeds (JSON for the chart)."""
+    experiment = team_object_or_404(request, Experiment, pk)
+    metric = request.GET.get("metric", "")
+    if not METRIC_KEY.match(metric.removeprefix(selectors.HELD_OUT)):
+        return JsonResponse({"error": f"Unknown metric {metric[:60]!r}."}, status=400)
+    return JsonResponse(selectors.experiment_curves(experiment=experiment, metric=metric))
+
+
+@require_GET
+def experiment_diff(request: TeamRequest, pk: int) -> HttpResponse:
+    """The config keys whose values differ between two arms (two trials of a search)."""
+    experiment = team_object_or_404(request, Experiment, pk)
+    results = selectors.experiment_results(experiment=experiment)
+    labels, rows = selectors.experiment_arm_diff(results=results, a=request.GET.get("a", ""), b=request.GET.get("b", ""))
+    context = {"experiment": experiment, "diff_labels": labels, "diff_rows": rows, "diff_asked": True}
+    return render(request, "experiments/detail.html#arm-diff", context)
 
 
 @require_POST
@@ -103,6 +129,21 @@ def experiment_resume(request: TeamRequest, pk: int) -> HttpResponse:
         messages.error(request, " ".join(exc.messages))
     else:
         messages.success(request, f"Started {started} unfinished trial{'s' if started != 1 else ''} again.")
+    return redirect(experiment)
+
+
+@require_POST
+def experiment_ablate(request: TeamRequest, pk: int) -> HttpResponse:
+    """Queue one ablation of every finished trial; the results fill the arms' ablation rows."""
+    experiment = team_object_or_404(request, Experiment, pk)
+    queued, refused = services.experiment_ablate(experiment=experiment, user=request.user, key=request.POST.get("ablation", ""))
+    if queued:
+        messages.success(request, f"Ablation queued for {queued} finished trial{'s' if queued != 1 else ''}; "
+                                  "the rows under each arm fill in as the jobs finish.")
+    elif not refused:
+        messages.info(request, "No trial has finished yet: ablate once some have.")
+    for problem in refused[:5]:
+        messages.error(request, f"Not ablated: {problem}")
     return redirect(experiment)
 
 

@@ -389,12 +389,17 @@ def config_flatten(tree: Any, prefix: str = "") -> dict[str, str]:
 
 
 def compare_config_diff(*, runs: list[Run], differences_only: bool = False) -> list[DiffRow]:
-    """The runs' config snapshots side by side, key by key; `differs` marks keys whose values
-    are not all equal (a key missing from a run counts as different). `name` is left out."""
+    """The runs' config snapshots side by side, key by key (`config_diff`)."""
+    return config_diff(configs=[run.config_yaml for run in runs], differences_only=differences_only)
+
+
+def config_diff(*, configs: list[str], differences_only: bool = False) -> list[DiffRow]:
+    """Config YAML texts side by side, key by key; `differs` marks keys whose values are not all
+    equal (a key missing from one counts as different). `name` is left out."""
     flat = []
-    for run in runs:
+    for text in configs:
         try:
-            tree = yaml.safe_load(run.config_yaml) or {}
+            tree = yaml.safe_load(text) or {}
         except yaml.YAMLError:
             tree = {}
         flat.append(config_flatten(tree if isinstance(tree, dict) else {}))

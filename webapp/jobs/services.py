@@ -2,7 +2,8 @@
 claim -> call the engine -> record; the engine's functions do the model work:
 
 - `evaluation_*`: evaluate a checkpoint (or the base models) of a run on the held-out split of
-  any dataset of the same environment, through `training.trainer.evaluate_checkpoint`.
+  any dataset of the same environment, through `training.trainer.evaluate_checkpoint`; or an
+  ablation of a team run (`webapp.jobs.ablations`), through `training.ablation.evaluate_ablation`.
 - `merge_*`: merge one agent's LoRA adapter into its base and keep the result as a standalone
   Hugging Face model folder for download, through `training.export.merge_adapter`.
 - `playground_*`: agents (a topology's base models, or a run's checkpoint, and optionally both
@@ -210,7 +211,11 @@ def evaluation_execute(*, job_id: int, evaluate: EvaluateFn | None = None, worke
     def work(job: Job) -> dict[str, Any]:
         config = RunConfig.from_yaml(job.params["config_yaml"])
         trust.check_config(team=job.team, config=config)
-        results = (evaluate or _evaluate_checkpoint)(config, _checkpoint_path(job))
+        ablation = job.params.get("ablation")  # webapp.jobs.ablations: the run's team with one thing changed
+        if ablation:
+            results = (evaluate or _evaluate_ablation)(config, _checkpoint_path(job), ablation=ablation)
+        else:
+            results = (evaluate or _evaluate_checkpoint)(config, _checkpoint_path(job))
         return {"result": {"evaluations": storable(results)}}
 
     return _run_job(job, work)
@@ -220,6 +225,12 @@ def _evaluate_checkpoint(config: RunConfig, checkpoint: str | None) -> list[dict
     from training.trainer import evaluate_checkpoint  # imports torch: only in the worker
 
     return evaluate_checkpoint(config, checkpoint)
+
+
+def _evaluate_ablation(config: RunConfig, checkpoint: str | None, *, ablation: str) -> list[dict[str, Any]]:
+    from training.ablation import Ablation, evaluate_ablation  # imports torch: only in the worker
+
+    return evaluate_ablation(config, checkpoint, Ablation.parse(ablation))
 
 
 # == merged export ====================================================================================

@@ -1,4 +1,4 @@
-"""Pages that start jobs: a run's held-out evaluation and LoRA merge, and the playground.
+"""Pages that start jobs: a run's held-out evaluation, ablations and LoRA merge, and the playground.
 
 Each view: fetch within the current team (another team's object is a 404), call one service,
 render or redirect; htmx requests get the page's named partial (`page.html#name`).
@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from training.config import ConfigError
 from webapp.catalog import environments
-from webapp.jobs import services
+from webapp.jobs import ablations, services
 from webapp.jobs.forms import EvaluationForm, PlaygroundForm, playground_agents
 from webapp.models import Checkpoint, Job, Run, Topology
 from webapp.teams.access import TeamRequest, team_object_or_404
@@ -43,6 +43,20 @@ def run_evaluate(request: TeamRequest, pk: int) -> HttpResponse:
     if request.htmx:  # the form and the list after a POST; the list alone when it polls
         return render(request, f"history/run_sections.html#{'eval-panel' if request.method == 'POST' else 'eval-jobs'}", context)
     return redirect(run)
+
+
+@require_POST
+def run_ablate(request: TeamRequest, pk: int) -> HttpResponse:
+    """Queue one ablation of a finished team run (role swap, untrained team, an agent alone)."""
+    run = team_object_or_404(request, Run, pk)
+    try:
+        job = ablations.ablation_request(run=run, user=request.user, key=request.POST.get("ablation", ""))
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, f"Ablation {job.params['ablation_label']} queued (job #{job.pk}); its result appears under "
+                                  "Held-out evaluation, with the other evaluations.")
+    return redirect(reverse("run_detail", args=[run.pk]) + "#held-out")
 
 
 @require_POST

@@ -9,7 +9,7 @@ from typing import Any
 
 from training.config import RunConfig
 from training.events import EventSink
-from training.experiment import ExperimentSpec, field_value, trial_metrics, trial_name
+from training.experiment import ExperimentSpec, field_value, trial_metrics, trial_name, with_fields
 from training.search import PruningSink, TrialRecord, search_ask, search_should_prune
 from webapp.models import Evaluation, Experiment, Run
 
@@ -69,7 +69,7 @@ def search_next(*, experiment: Experiment, running_cap: int) -> list[tuple[int, 
     while index < spec.search.trials and active + len(out) < running_cap:
         params = search_ask(search=spec.search, direction=spec.direction, seed=seed, records=records)
         arm = tuple(params.items())
-        out.append((index, spec.base.replace(**params, seed=seed, name=trial_name(spec.name, arm, seed)[:200])))
+        out.append((index, with_fields(spec.base, **params, seed=seed, name=trial_name(spec.name, arm, seed)[:200])))
         records.append(TrialRecord(number=index, params=params, state="running"))
         index += 1
     return out

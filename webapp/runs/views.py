@@ -20,6 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 from training.config import ConfigError, RunConfig
 from webapp.catalog import selectors as catalog_selectors
 from webapp.core.values import id_or_none
+from webapp.jobs import ablations
 from webapp.jobs.forms import EvaluationForm
 from webapp.models import Run
 from webapp.runs import queue, rollouts, selectors, services
@@ -115,7 +116,8 @@ def run_detail(request: TeamRequest, pk: int) -> HttpResponse:
     parts = [p for p in request.GET.get("parts", "").split(",") if p in RUN_PARTS] if request.htmx else []
     context = {"run": run, "parts": parts, **selectors.run_live_card(run=run)}
     if not request.htmx or parts:
-        context.update(selectors.run_history_sections(run=run), eval_form=EvaluationForm(run=run))
+        context.update(selectors.run_history_sections(run=run), eval_form=EvaluationForm(run=run),
+                       ablations=ablations.run_ablations(run=run))
     template = "runs/detail.html#refresh" if request.htmx else "runs/detail.html"
     return render(request, template, context)
 

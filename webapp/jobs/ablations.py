@@ -1,0 +1,91 @@
+"""Ablations of a finished team run, as evaluation jobs: role swap, untrained team, an agent alone.
+
+An ablation is an evaluation job (`Job.Kind.EVALUATE`) whose `params["ablation"]` names it
+(`role_swap`, `untrained`, `alone:<agent>`): it is claimed, run and recorded like any evaluation
+(`services.evaluation_execute`, which hands it to `training.ablation.evaluate_ablation`), and its
+result lands in the run's evaluation jobs, labelled. It plays the run's own held-out tasks with the
+run's newest checkpoint (the base weights for `untrained`), greedily.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+
+from training.ablation import Ablation, AblationError, ablations_for, check_ablation
+from training.config import ConfigError, RunConfig
+from webapp.artifacts import files as artifacts
+from webapp.catalog import environments
+from webapp.jobs.services import job_create
+from webapp.models import Checkpoint, Job, Run
+
+
+def _config_and_env(run: Run) -> tuple[RunConfig, Any]:
+    try:
+        config = run.to_config()
+    except ConfigError as exc:
+        raise ValidationError({"ablation": f"This run's config no longer validates: {exc}"}) from None
+    env = environments.environment_load(name=config.topology.environment, env_args=config.topology.env_args, args_field="ablation")
+    return config, env
+
+
+def run_ablations(*, run: Run) -> list[Ablation]:
+    """The ablations the run's page offers: none while it is active or for a one-agent run."""
+    if run.is_active:
+        return []
+    try:
+        config, env = _config_and_env(run)
+    except ValidationError:
+        return []
+    return ablations_for(config, env)
+
+
+def newest_checkpoint(*, run: Run) -> Checkpoint | None:
+    return run.checkpoints.filter(deleted__isnull=True).order_by("-step").first()
+
+
+def ablation_request(*, run: Run, user: User | None, key: str) -> Job:
+    """Queue the ablation `key` of a finished team run (a ValidationError on `ablation` saying why
+    not). An ablation already queued, running or done at the same checkpoint is returned instead."""
+    if run.is_active:
+        raise ValidationError({"ablation": "The run is still going: ablate it once it has finished."})
+    try:
+        ablation = Ablation.parse(key)
+    except AblationError as exc:
+        raise ValidationError({"ablation": str(exc)}) from None
+    config, env = _config_and_env(run)
+    try:
+        check_ablation(config, ablation, env)
+    except AblationError as exc:
+        raise ValidationError({"ablation": str(exc)}) from None
+    checkpoint = None
+    if ablation.kind != "untrained":
+        checkpoint = newest_checkpoint(run=run)
+        if checkpoint is None:
+            raise ValidationError({"ablation": f"{ablation.label} needs the run's trained weights, and it saved no checkpoint."})
+        try:
+            artifacts.checkpoint_folder(run=run, checkpoint=checkpoint)
+        except artifacts.ArtifactMissing as exc:
+            raise ValidationError({"ablation": str(exc)}) from None
+    existing = (Job.objects.filter(run=run, kind=Job.Kind.EVALUATE, params__ablation=ablation.key, checkpoint=checkpoint)
+                .exclude(status=Job.Status.FAILED).order_by("-created").first())
+    if existing is not None:
+        return existing
+    return job_create(
+        team=run.team, user=user, kind=Job.Kind.EVALUATE, run=run, checkpoint=checkpoint, dataset=run.dataset,
+        params={"config_yaml": config.to_yaml(), "checkpoint_step": checkpoint.step if checkpoint else None,
+                "dataset_name": run.dataset.name if run.dataset else "the run's held-out tasks",
+                "ablation": ablation.key, "ablation_label": ablation.label},
+    )
+
+
+def ablation_results(*, runs: list[Run]) -> dict[int, dict[str, list[dict[str, Any]]]]:
+    """Run id -> ablation key -> the newest succeeded ablation job's evaluations."""
+    out: dict[int, dict[str, list[dict[str, Any]]]] = {}
+    jobs = (Job.objects.filter(run__in=runs, kind=Job.Kind.EVALUATE, status=Job.Status.SUCCEEDED, params__has_key="ablation")
+            .order_by("created", "id").values("run_id", "params", "result"))
+    for job in jobs:
+        out.setdefault(job["run_id"], {})[job["params"]["ablation"]] = (job["result"] or {}).get("evaluations", [])
+    return out
