@@ -36,19 +36,19 @@ urlpatterns = [
     page("", runs.dashboard, name="dashboard"),
     path("login/", auth_views.LoginView.as_view(template_name="login.html"), name="login"),
     path("logout/", teams.LogoutView.as_view(), name="logout"),
-    path("account/password/", teams.PasswordChangeView.as_view(template_name="account/password_change.html"),
+    path("account/password/", teams.PasswordChangeView.as_view(template_name="teams/account/password_change.html"),
          name="password_change"),
-    path("account/password/done/", auth_views.PasswordChangeDoneView.as_view(template_name="account/password_change_done.html"),
+    path("account/password/done/", auth_views.PasswordChangeDoneView.as_view(template_name="teams/account/password_change_done.html"),
          name="password_change_done"),
     path("password-reset/", teams.PasswordResetView.as_view(
-        template_name="account/password_reset.html", email_template_name="account/password_reset_email.txt",
-        subject_template_name="account/password_reset_subject.txt"), name="password_reset"),
+        template_name="teams/account/password_reset.html", email_template_name="teams/account/password_reset_email.txt",
+        subject_template_name="teams/account/password_reset_subject.txt"), name="password_reset"),
     path("password-reset/sent/", auth_views.PasswordResetDoneView.as_view(
-        template_name="account/password_reset_done.html", extra_context={"timeout_hours": settings.PASSWORD_RESET_TIMEOUT // 3600}),
+        template_name="teams/account/password_reset_done.html", extra_context={"timeout_hours": settings.PASSWORD_RESET_TIMEOUT // 3600}),
         name="password_reset_done"),
     path("password-reset/<uidb64>/<token>/", teams.PasswordResetConfirmView.as_view(
-        template_name="account/password_reset_confirm.html"), name="password_reset_confirm"),
-    path("password-reset/done/", auth_views.PasswordResetCompleteView.as_view(template_name="account/password_reset_complete.html"),
+        template_name="teams/account/password_reset_confirm.html"), name="password_reset_confirm"),
+    path("password-reset/done/", auth_views.PasswordResetCompleteView.as_view(template_name="teams/account/password_reset_complete.html"),
          name="password_reset_complete"),
     path("healthz", ops.healthz, name="healthz"),
     path("favicon.ico", ops.favicon, name="favicon"),  # asked for by browsers on pages without a link (the admin)

@@ -1,5 +1,5 @@
-/* Compare page (templates/runs/compare.html): one metric's curves for every compared run, on the
-   same axes, whole-team or per agent. Data: GET <data-url>&metric=<key> (webapp.history.services.compare_series,
+/* Compare page (templates/history/compare.html): one metric's curves for every compared run, on the
+   same axes, whole-team or per agent. Data: GET <data-url>&metric=<key> (webapp.history.selectors.compare_series,
    downsampled on the server). Each run keeps its colour; its agents are dashed variants of it. */
 (function () {
   "use strict";

@@ -1,4 +1,4 @@
-/* Run page, "Held-out evaluation" (templates/runs/history_sections.html): greedy held-out success
+/* Run page, "Held-out evaluation" (templates/history/run_sections.html): greedy held-out success
    by step, the team's and each agent's, from the page's JSON (no extra request). Drawn again when
    the live page swaps in newer results (htmx, out of band). Axes: static/js/charts.js. */
 (function () {

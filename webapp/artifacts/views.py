@@ -25,7 +25,7 @@ from webapp.teams.access import TeamRequest, is_team_admin, team_object_or_404
 def run_artifacts(request: TeamRequest, pk: int) -> HttpResponse:
     """The artifacts section (htmx polls it while a merged export is being built)."""
     run = team_object_or_404(request, Run, pk)
-    return render(request, "runs/history_sections.html#artifacts", {"run": run, **selectors.run_artifacts_section(run=run)})
+    return render(request, "history/run_sections.html#artifacts", {"run": run, **selectors.run_artifacts_section(run=run)})
 
 
 def _team_admin(request: TeamRequest) -> None:

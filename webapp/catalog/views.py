@@ -31,7 +31,7 @@ def environment_hint(request: TeamRequest) -> HttpResponse:
         env = environments.environment_load(name=request.GET.get("environment", ""))
     except ValidationError:
         env = None
-    return render(request, "_environment_hint.html", {"env": env})
+    return render(request, "catalog/_environment_hint.html", {"env": env})
 
 
 def _picked_environment(form: Any) -> Any:
@@ -63,7 +63,7 @@ def _delete(request: TeamRequest, obj: Any, delete: Any, kind: str, back: str, b
 @require_GET
 def model_source_list(request: TeamRequest) -> HttpResponse:
     sources = ModelSource.objects.filter(team=request.team).annotate(n_agents=Count("agents"))
-    return render(request, "model_sources/list.html", {"sources": sources})
+    return render(request, "catalog/model_sources/list.html", {"sources": sources})
 
 
 def model_source_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
@@ -92,7 +92,7 @@ def model_source_delete(request: TeamRequest, pk: int) -> HttpResponse:
 @require_GET
 def agent_list(request: TeamRequest) -> HttpResponse:
     agents = Agent.objects.filter(team=request.team).select_related("model_source").annotate(n_topologies=Count("memberships"))
-    return render(request, "agents/list.html", {"agents": agents})
+    return render(request, "catalog/agents/list.html", {"agents": agents})
 
 
 def agent_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
@@ -109,7 +109,7 @@ def agent_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
         else:
             messages.success(request, f"Saved agent {agent.name}.")
             return redirect("agent_list")
-    return render(request, "agents/form.html", {"form": form, "object": agent, "roles": environments.environment_roles()})
+    return render(request, "catalog/agents/form.html", {"form": form, "object": agent, "roles": environments.environment_roles()})
 
 
 @require_POST
@@ -133,14 +133,14 @@ def topology_list(request: TeamRequest) -> HttpResponse:
     topologies = Topology.objects.filter(team=request.team).prefetch_related("members__agent").annotate(n_runs=Count("runs"))
     saved = request.GET.get("saved", "")
     checking = Topology.objects.filter(team=request.team, pk=int(saved)).first() if saved.isdigit() else None
-    return render(request, "topologies/list.html", {"topologies": topologies, "checking": checking})
+    return render(request, "catalog/topologies/list.html", {"topologies": topologies, "checking": checking})
 
 
 @require_GET
 def topology_tool_notes(request: TeamRequest, pk: int) -> HttpResponse:
     """What the author should know about the tools of a topology's agents (htmx, after a save)."""
     topology = team_object_or_404(request, Topology, pk)
-    return render(request, "topologies/list.html#tool-notes", {
+    return render(request, "catalog/topologies/list.html#tool-notes", {
         "checking": topology, "notes": selectors.tool_template_notes(agents=topology.ordered_agents()), "checked": True})
 
 
@@ -161,7 +161,7 @@ def topology_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
             # check in a web process imports torch and transformers: seconds the save need not wait)
             saved = f"?saved={topology.pk}" if any(a.tools for a in topology.ordered_agents()) else ""
             return redirect(reverse("topology_list") + saved)
-    return render(request, "topologies/form.html", {"form": form, "object": topology, "env": _picked_environment(form)})
+    return render(request, "catalog/topologies/form.html", {"form": form, "object": topology, "env": _picked_environment(form)})
 
 
 @require_POST
@@ -182,7 +182,7 @@ def topology_delete(request: TeamRequest, pk: int) -> HttpResponse:
 
 @require_GET
 def dataset_list(request: TeamRequest) -> HttpResponse:
-    return render(request, "datasets/list.html", {"datasets": Dataset.objects.filter(team=request.team)})
+    return render(request, "catalog/datasets/list.html", {"datasets": Dataset.objects.filter(team=request.team)})
 
 
 def dataset_upload(request: TeamRequest) -> HttpResponse:
@@ -195,7 +195,7 @@ def dataset_upload(request: TeamRequest) -> HttpResponse:
         else:
             messages.success(request, f"Uploaded {dataset.name}: {dataset.row_count} rows.")
             return redirect(dataset)
-    return render(request, "datasets/new.html", {
+    return render(request, "catalog/datasets/new.html", {
         "form": form, "mode": "upload", "env": _picked_environment(form),
         "max_bytes": settings.TROUPE_UPLOAD_MAX_BYTES, "max_rows": settings.TROUPE_UPLOAD_MAX_ROWS,
         "row_limits": {"fields": MAX_FIELDS, "chars": f"{MAX_FIELD_CHARS:,}", "depth": MAX_JSON_DEPTH},
@@ -213,7 +213,7 @@ def dataset_generate(request: TeamRequest) -> HttpResponse:
         else:
             messages.success(request, f"Created {dataset.name}.")
             return redirect(dataset)
-    return render(request, "datasets/new.html", {"form": form, "mode": "generate", "env": _picked_environment(form)})
+    return render(request, "catalog/datasets/new.html", {"form": form, "mode": "generate", "env": _picked_environment(form)})
 
 
 def dataset_detail(request: TeamRequest, pk: int) -> HttpResponse:
@@ -233,7 +233,7 @@ def dataset_detail(request: TeamRequest, pk: int) -> HttpResponse:
             messages.success(request, f"Saved {dataset.name}.")
             return redirect(dataset)
         dataset.refresh_from_db()
-    return render(request, "datasets/detail.html", {"dataset": dataset, "form": form})
+    return render(request, "catalog/datasets/detail.html", {"dataset": dataset, "form": form})
 
 
 @require_POST

@@ -23,7 +23,7 @@ from webapp.teams.access import TeamRequest, team_object_or_404
 PER_PAGE = 25
 
 
-SECTIONS = "runs/history_sections.html"
+SECTIONS = "history/run_sections.html"
 
 
 # == the run list ======================================================================================
@@ -42,8 +42,8 @@ def run_list(request: TeamRequest) -> HttpResponse:
         "active": any(run.status in Run.ACTIVE for run in page),
     }
     if not request.htmx:
-        return render(request, "runs/list.html", context)
-    response = render(request, "runs/list.html#table", context)
+        return render(request, "history/list.html", context)
+    response = render(request, "history/list.html#table", context)
     if request.htmx.trigger == "runs-table":  # the table's own refresh: the address stays as it is
         return response
     page_part = f"page={page.number}" if page.number > 1 else ""
@@ -87,7 +87,7 @@ def run_compare(request: TeamRequest) -> HttpResponse:
         "diff": selectors.compare_config_diff(runs=runs, differences_only=differences_only),
     }
     if request.htmx:
-        return render(request, "runs/compare.html#diff", context)
+        return render(request, "history/compare.html#diff", context)
     held_out = selectors.run_held_out(runs=runs)
     agent_names = list(dict.fromkeys(n for r in runs for n in (held_out[r.pk].agents or {})))
     context.update(
@@ -95,7 +95,7 @@ def run_compare(request: TeamRequest) -> HttpResponse:
         held_out=[held_out[r.pk] for r in runs], held_out_agents=agent_names,
         data_url=reverse("run_compare_data") + "?" + "&".join(f"ids={r.pk}" for r in runs),
     )
-    return render(request, "runs/compare.html", context)
+    return render(request, "history/compare.html", context)
 
 
 @require_GET

@@ -36,7 +36,7 @@ def favicon(request: TeamRequest) -> HttpResponse:
 def worker_list(request: TeamRequest) -> HttpResponse:
     """Every worker seen lately: online or not, its run (named only for the viewer's team), memory."""
     queued = queue.run_queue()
-    template = "workers.html#table" if request.htmx else "workers.html"
+    template = "ops/workers.html#table" if request.htmx else "ops/workers.html"
     return render(request, template, {
         "workers": workers.worker_list(),
         "queued_total": queued.count(),
@@ -48,4 +48,4 @@ def worker_list(request: TeamRequest) -> HttpResponse:
 @require_GET
 def storage_page(request: TeamRequest) -> HttpResponse:
     """What the team keeps on disk (runs, exports, uploads) and the shared model cache."""
-    return render(request, "storage.html", {"report": storage.storage_report(team=request.team)})
+    return render(request, "ops/storage.html", {"report": storage.storage_report(team=request.team)})

@@ -32,7 +32,7 @@ from webapp.teams.access import TeamRequest, team_object_or_404
 
 @require_GET
 def dashboard(request: TeamRequest) -> HttpResponse:
-    template = "dashboard.html#runs" if request.htmx else "dashboard.html"  # the runs part polls itself
+    template = "runs/dashboard.html#runs" if request.htmx else "runs/dashboard.html"  # the runs part polls itself
     return render(request, template, {
         **selectors.dashboard_runs(team=request.team),
         "experiment_cap": settings.TROUPE_EXPERIMENT_CONCURRENCY,

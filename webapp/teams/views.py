@@ -60,7 +60,7 @@ def _members_page(request: TeamRequest, form: InvitationForm, *, new_link: str =
     can_manage = is_team_admin(request)
     members = Membership.objects.filter(team=request.team).select_related("user").order_by("user__username")
     pending = [i for i in Invitation.objects.filter(team=request.team, accepted=None, revoked=None) if i.is_pending] if can_manage else []
-    return render(request, "team/members.html", {
+    return render(request, "teams/members.html", {
         "members": members, "can_manage": can_manage, "roles": Membership.Role.choices, "invite_form": form,
         "invitations": pending, "new_link": new_link, "invitation_days": settings.TROUPE_INVITATION_DAYS,
     }, status=status)
@@ -103,14 +103,14 @@ def invitation_accept(request: HttpRequest, token: str) -> HttpResponse:
     makes an account (username and password) and joins."""
     invitation = services.invitation_find(token=token)
     if invitation is None:
-        return render(request, "team/invitation.html", {"invitation": None}, status=404)
+        return render(request, "teams/invitation.html", {"invitation": None}, status=404)
     signup = None if request.user.is_authenticated else SignupForm(request.POST or None)
     error = ""
     if request.method == "POST":
         user = request.user
         if signup is not None:
             if not signup.is_valid():
-                return render(request, "team/invitation.html", {"invitation": invitation, "signup": signup}, status=400)
+                return render(request, "teams/invitation.html", {"invitation": invitation, "signup": signup}, status=400)
         try:
             with transaction.atomic():  # a new account and its membership, or neither (no account in no team)
                 if signup is not None:
@@ -124,7 +124,7 @@ def invitation_accept(request: HttpRequest, token: str) -> HttpResponse:
             request.session[SESSION_KEY] = membership.team_id
             messages.success(request, f"Welcome to {invitation.team}.")
             return redirect("dashboard")
-    return render(request, "team/invitation.html", {"invitation": invitation, "signup": signup, "error": error})
+    return render(request, "teams/invitation.html", {"invitation": invitation, "signup": signup, "error": error})
 
 
 def _managed_membership(request: TeamRequest, pk: int, *, own_allowed: bool = False) -> Membership:
@@ -162,7 +162,7 @@ def team_member_remove(request: TeamRequest, pk: int) -> HttpResponse:
         else:
             messages.success(request, f"{membership.user.username} is no longer in {request.team}.")
             return redirect("dashboard" if membership.user_id == request.user.pk else "team_members")
-    return render(request, "team/member_remove.html", {"membership": membership, "error": error})
+    return render(request, "teams/member_remove.html", {"membership": membership, "error": error})
 
 
 # == audit trail ==========================================================================================
@@ -181,7 +181,7 @@ def team_audit(request: TeamRequest) -> HttpResponse:
     page = Paginator(events, AUDIT_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
-    return render(request, "team/audit.html", {"form": form, "page": page, "query": query.urlencode(),
+    return render(request, "teams/audit.html", {"form": form, "page": page, "query": query.urlencode(),
                                                "filtered": any(filters.values())},
                   status=200 if form.is_valid() else 400)
 
@@ -204,7 +204,7 @@ def api_tokens(request: TeamRequest) -> HttpResponse:
     context = {"form": form, "new_token": new_token,
                "tokens": ApiToken.objects.filter(user=request.user).select_related("team"),
                "api_root": request.build_absolute_uri(reverse("api_index"))}
-    response = render(request, "account/tokens.html", context)
+    response = render(request, "teams/tokens.html", context)
     response["Cache-Control"] = "no-store"
     return response
 
