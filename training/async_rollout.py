@@ -192,7 +192,7 @@ def shadow_policies(policies: PolicySet) -> tuple[PolicySet, list[tuple[torch.Te
             tokenizers[id(pol.tokenizer)] = copy.deepcopy(pol.tokenizer)
         out[name] = Policy(pol.name, models[id(pol.model)], tokenizers[id(pol.tokenizer)], pol.agents, pol.trainable,  # type: ignore[arg-type]
                            adapter=pol.adapter)
-    pairs = []
+    pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
     for pol in policies.trainable():
         names = {id(p): n for n, p in pol.model.named_parameters()}
         theirs = dict(models[id(pol.model)].named_parameters())
