@@ -31,10 +31,24 @@ def machine() -> dict[str, Any]:
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
+        "libraries": _versions("trl", "transformers", "peft"),
         "platform": platform.platform(),
         "loadavg": [round(x, 2) for x in os.getloadavg()],
         "time": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
+
+
+def _versions(*names: str) -> dict[str, str | None]:
+    """The installed version of each library a timing depends on (None where it is missing)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
 
 
 def cpu_seconds() -> float:

@@ -21,6 +21,11 @@ Part `single` (Troupe against TRL). One task, one model, one process, steps inte
 - Stopping: TRL has no regex stop; both stop at the end-of-turn token or `max_new_tokens`. Troupe
   runs twice: with math_tool's stop patterns (ends the action at the closing code fence) and
   without (`generation.stop_patterns=false`, the like-for-like arm).
+- The async arm (`generation.async: one_step_off`, stop patterns on): a sampler thread makes the
+  next step's rollouts during the update (`training.async_rollout`), on a second core. Its step
+  ends only when the next step's rollouts are done too (`settle`), so it never runs beside the
+  other arms: its wall time per step is what a run of such steps costs; its CPU time counts both
+  threads. With `--threads 1` it uses two cores where the other arms use one: that is the point.
 - Interleaving: TRL's trainer runs; after each of its optimizer steps a callback runs one step of
   each Troupe arm. A TRL step's time is the wall time between its step ends minus the Troupe
   time spent in between, so it counts everything TRL does per step. Medians over the steps after
@@ -28,7 +33,11 @@ Part `single` (Troupe against TRL). One task, one model, one process, steps inte
   `_generate_single_turn`; Troupe: its own generation timer).
 - Wall time and CPU time (user + system of the process and its sandbox children) per step. On a
   shared machine wall time swings with the neighbours' load; with `--threads 1` CPU time is the
-  work each engine did, so `x TRL (cpu)` is the steadier ratio.
+  work each engine did, so `x TRL (cpu)` is the steadier ratio (but not steady: a neighbour on the
+  other core slows this one's memory-bound work too, see docs/benchmarks.md).
+- Reproducibility: each step records the 1-minute load average when it ends; each arm's summary
+  gives the median, and the smallest and largest per-step ratio to TRL's step of the same round
+  (`ratio_min`, `ratio_max`): how much the figure moves within the run.
 
 Part `multi`: the two-agent math_tool topology (tool then reasoner, tree sampling) under `prompt`,
 `lora` and `full`, interleaved step by step: seconds per step, rollout/update split, tokens/s.
@@ -40,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -52,12 +62,13 @@ from _common import RESULTS, command_line, cpu_seconds, machine, median, table, 
 
 from agents.envs import load_environment  # noqa: E402
 from agents.envs._common import run_cached  # noqa: E402
+from training.async_rollout import LAGS, AsyncRollouts  # noqa: E402
 from training.config import RunConfig  # noqa: E402
 from training.data import load_tasks  # noqa: E402
 from training.events import NullSink  # noqa: E402
 from training.policies import build_policies  # noqa: E402
 from training.rollout import Sampler  # noqa: E402
-from training.trainer import seed_everything, train_step  # noqa: E402
+from training.trainer import collect_rollouts, seed_everything, train_step  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -97,11 +108,18 @@ class TroupeArm:
         self.sampler = make_sampler(config)
         self.tasks, _ = load_tasks(config, self.sampler.env)
         self.steps: list[dict[str, float]] = []
+        self.rollouts = None
+        mode = config.generation.async_
+        if mode != "off":
+            self.rollouts = AsyncRollouts(self.sampler, lambda s, step: collect_rollouts(s, self.tasks, step), lag=LAGS[mode],
+                                          total_steps=config.optim.steps)
 
     def step(self) -> float:
         run_cached.cache_clear()
         t0, c0 = time.perf_counter(), cpu_seconds()
-        m = train_step(self.sampler, self.tasks, len(self.steps) + 1, NullSink()).values
+        m = train_step(self.sampler, self.tasks, len(self.steps) + 1, NullSink(), self.rollouts).values
+        if self.rollouts is not None:  # the next step's rollouts done too: nothing runs beside the other arms
+            self.rollouts.settle()
         wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
         secs = m["generated_tokens"] / m["tokens_per_s"] if m["tokens_per_s"] else 0.0
         self.steps.append(
@@ -114,16 +132,20 @@ class TroupeArm:
                 "generation_time": secs,
                 "reward": m["reward/total"],
                 "completion_len": m["completion_len"],
+                "load_1min": os.getloadavg()[0],
             }
         )
         return wall
 
     def close(self) -> None:
+        if self.rollouts is not None:
+            self.rollouts.close()
         self.sampler.pool.shutdown()
 
 
-def summarize(steps: list[dict[str, float]], warmup: int) -> dict[str, float]:
+def summarize(steps: list[dict[str, float]], warmup: int, trl: list[dict[str, float]] | None = None) -> dict[str, float]:
     kept = steps[warmup:] or steps
+    ratios = [s["step_time"] / t["step_time"] for s, t in zip(kept, (trl[warmup:] or trl))] if trl else []
     gen_tokens = sum(s["generated_tokens"] for s in kept)
     gen_secs = sum(s["generation_time"] for s in kept)
     return {
@@ -137,6 +159,9 @@ def summarize(steps: list[dict[str, float]], warmup: int) -> dict[str, float]:
         "step_tokens_per_s": gen_tokens / sum(s["step_time"] for s in kept),
         "completion_len_mean": statistics.fmean(s["completion_len"] for s in kept),
         "reward_mean": statistics.fmean(s["reward"] for s in kept),
+        "ratio_min": min(ratios, default=float("nan")),
+        "ratio_max": max(ratios, default=float("nan")),
+        "load_1min": [min(s["load_1min"] for s in kept), median([s["load_1min"] for s in kept]), max(s["load_1min"] for s in kept)],
     }
 
 
@@ -153,6 +178,8 @@ def run_single(args: argparse.Namespace) -> dict[str, Any]:
         TroupeArm("troupe (stop patterns)", troupe_config("single", args, **topo)),
         TroupeArm("troupe (no stop patterns)", troupe_config("single", args, **topo, **{"generation.stop_patterns": False})),
     ]
+    if not args.no_async:
+        arms.append(TroupeArm("troupe async (stop patterns)", troupe_config("single", args, **topo, **{"generation.async": "one_step_off"})))
     cfg = arms[0].config
     trl_steps: list[dict[str, float]] = []
 
@@ -178,6 +205,7 @@ def run_single(args: argparse.Namespace) -> dict[str, Any]:
                     "generation_time": take_gen_secs(),
                     "reward": call["reward"],
                     "completion_len": call["completion_len"],
+                    "load_1min": os.getloadavg()[0],
                 }
             )
             times = [arm.step() for arm in arms]
@@ -194,8 +222,8 @@ def run_single(args: argparse.Namespace) -> dict[str, Any]:
     for arm in arms:
         arm.close()
 
-    results = {"trl": summarize(trl_steps, args.warmup)}
-    results.update({arm.name: summarize(arm.steps, args.warmup) for arm in arms})
+    results = {"trl": summarize(trl_steps, args.warmup, trl_steps)}
+    results.update({arm.name: summarize(arm.steps, args.warmup, trl_steps) for arm in arms})
     trl_time, trl_cpu = results["trl"]["step_time_median"], results["trl"]["step_cpu_median"]
     for name in results:
         results[name]["ratio_to_trl"] = results[name]["step_time_median"] / trl_time
@@ -247,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--no-async", action="store_true", help="leave out the async arm (generation.async: one_step_off)")
     parser.add_argument("--work-dir", default="/tmp/troupe-bench")
     parser.add_argument("--out", default=str(RESULTS / "engine_vs_trl.json"))
     args = parser.parse_args(argv)
@@ -260,12 +289,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.part in ("single", "all"):
         payload["single"] = {"command": command_line(), "machine_start": machine(), **run_single(args), "machine_end": machine()}
         rows = [
-            [name, r["step_time_median"], r["ratio_to_trl"], r["step_cpu_median"], r["cpu_ratio_to_trl"], r["gen_tokens_per_s"],
-             r["step_tokens_per_s"], r["completion_len_mean"], r["reward_mean"]]
+            [name, r["step_time_median"], r["ratio_to_trl"], f"{r.get('ratio_min', 1.0):.2f}-{r.get('ratio_max', 1.0):.2f}",
+             r["step_cpu_median"], r["cpu_ratio_to_trl"], r["gen_tokens_per_s"], r["step_tokens_per_s"], r["completion_len_mean"],
+             r["reward_mean"]]
             for name, r in payload["single"]["arms"].items()
         ]
-        print(f"\nSingle agent, {payload['single']['setup']['task']}, {payload['single']['setup']['completions_per_step']} completions/step, medians of {args.steps} steps")
-        print(table(["arm", "wall s/step", "x TRL", "cpu s/step", "x TRL (cpu)", "gen tok/s", "step tok/s", "mean len", "reward"], rows))
+        load = payload["single"]["arms"]["trl"]["load_1min"]
+        print(f"\nSingle agent, {payload['single']['setup']['task']}, {payload['single']['setup']['completions_per_step']} completions/step, "
+              f"medians of {args.steps} steps, load average {load[0]:.1f}-{load[2]:.1f} (median {load[1]:.1f})")
+        print(table(["arm", "wall s/step", "x TRL", "x TRL per step", "cpu s/step", "x TRL (cpu)", "gen tok/s", "step tok/s", "mean len",
+                     "reward"], rows))
     if args.part in ("multi", "all"):
         payload["multi"] = {"command": command_line(), "machine_start": machine(), **run_multi(args), "machine_end": machine()}
         rows = [

@@ -34,6 +34,7 @@ weights (`training.grpo.micro_batch_weight`) read."""
 LOSS_TYPES = tuple(LOSS_AGGREGATION)
 RATIO_LEVELS = ("token", "sequence")
 BACKENDS = ("auto", "hf", "vllm")
+ASYNC_MODES = ("off", "one_step_off")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "4bit")
 PARALLEL_MODES = ("data", "agents")
@@ -373,6 +374,13 @@ class GenerationConfig:
     vllm_max_model_len: int = 0
     """Longest prompt + completion vLLM serves; 0 takes the model's own limit. vLLM reserves KV
     cache for at least one such sequence, so a small value lets a small cache start."""
+    async_: str = field(default="off", metadata={"key": "async"})
+    """`async` in YAML. `off`: each step generates its rollouts, then updates on them (on-policy).
+    `one_step_off`: a sampler thread generates step t+1's rollouts with the weights of step t-1
+    while step t's update runs, so generation and training overlap (one-step off-policy, as in
+    verl's one-step-off and TRL's async GRPO); the update corrects the staleness with truncated
+    importance sampling on the sampler's log-probs (`grpo.importance_sampling`), and the run
+    records `async/staleness` per agent (`training.async_rollout`). HF backend, one process."""
 
 
 @dataclass(frozen=True)
@@ -598,6 +606,14 @@ class RunConfig:
         p.choice("grpo.scale_rewards", g.scale_rewards, SCALE_REWARDS)
         p.choice("grpo.loss_type", g.loss_type, LOSS_TYPES)
         p.choice("generation.backend", gen.backend, BACKENDS)
+        p.choice("generation.async", gen.async_, ASYNC_MODES)
+        if gen.async_ == "one_step_off" and not p.has("generation.async"):
+            if gen.backend == "vllm":
+                p.add("generation.async", "one_step_off runs its sampler on the HF backend: set generation.backend to hf (or auto "
+                                          "on a host without vLLM); vLLM's engine does not overlap with the update yet")
+            elif r.gpus > 1 and r.parallel == "data":
+                p.add("generation.async", "one_step_off runs in one process: a data-parallel launch (resources.gpus > 1, "
+                                          "parallel: data) is not supported with it yet")
         p.choice("model.dtype", self.model.dtype, DTYPES)
         p.choice("model.quantization", self.model.quantization, QUANTIZATIONS)
         p.choice("resources.parallel", r.parallel, PARALLEL_MODES)
@@ -831,7 +847,7 @@ def _build(cls: Any, data: Any, prefix: str, problems: _Problems) -> Any:
     so one pass finds them all. Never raises a ConfigError."""
     where = prefix.rstrip(".") or "config"
     hints = typing.get_type_hints(cls)
-    known = {f.name: f for f in fields(cls)}
+    known = {_key(f): f for f in fields(cls)}
     if not isinstance(data, dict):
         problems.add(where, f"expected a mapping, got {type(data).__name__}")
         data, report_missing = {}, False
@@ -852,12 +868,14 @@ def _build(cls: Any, data: Any, prefix: str, problems: _Problems) -> Any:
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         if name in known:
-            coerced = _coerce(hints[name], value, f"{prefix}{name}", problems)
+            if value is False and known[name].default == "off":  # YAML 1.1 reads a bare `off` as false
+                value = "off"
+            coerced = _coerce(hints[known[name].name], value, f"{prefix}{name}", problems)
             if coerced is not _BAD:
-                kwargs[name] = coerced
+                kwargs[known[name].name] = coerced
     for f in fields(cls):
         if f.name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            if report_missing and f.name not in data:
+            if report_missing and _key(f) not in data:
                 problems.add(f"{prefix}{f.name}", "is required")
             kwargs[f.name] = _EMPTY.get(hints[f.name])
     return cls(**kwargs)
@@ -921,9 +939,14 @@ def _coerce(hint: Any, value: Any, where: str, problems: _Problems) -> Any:
     return value
 
 
+def _key(f: dataclasses.Field[Any]) -> str:
+    """A field's name in YAML: its own, or `metadata["key"]` where that is a Python keyword (`async`)."""
+    return str(f.metadata.get("key", f.name))
+
+
 def _to_plain(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _to_plain(getattr(obj, f.name)) for f in fields(obj)}
+        return {_key(f): _to_plain(getattr(obj, f.name)) for f in fields(obj)}
     if isinstance(obj, (tuple, list)):
         return [_to_plain(v) for v in obj]
     if isinstance(obj, dict):

@@ -30,7 +30,8 @@ class Generation:
     when one of its segments did, see `segment_tokens`)."""
     logprobs: tuple[float, ...] | None = None
     """The sampler's log-prob of each completion token at the sampling temperature, when the
-    sampler is not the trainer (vLLM); None from the HF backend, whose weights are the trainer's."""
+    sampler is not the trainer (vLLM, or the HF backend's lagging sampler thread of
+    `generation.async`); None when the sampler's weights are the trainer's."""
     mask: tuple[int, ...] | None = None
     """1 for each token of `token_ids` the model wrote, 0 for a tool result spliced in between
     (`training.tool_turns`); None: every token is the model's."""
@@ -86,12 +87,17 @@ def generate(
     stats: GenerationStats | None = None,
     stop: re.Pattern[str] | None = None,
     stop_check_every: int = 4,
+    logprobs: bool = False,
 ) -> list[list[Generation]]:
     """Sample `n` completions for each prompt (token ids). Returns one list of n per prompt.
 
     `stop`: a completion also ends as soon as its decoded text matches this pattern (checked
     every `stop_check_every` tokens; the completion keeps the tokens generated until then), for
-    example after the closing fence of a code block. Such a completion is not `truncated`."""
+    example after the closing fence of a code block. Such a completion is not `truncated`.
+
+    `logprobs`: also return each sampled token's log-prob under these weights at `temperature`
+    (untempered when greedy), as `training.grpo.token_logprobs` scores it: a sampler thread whose
+    weights lag the trainer's (`training.async_rollout`) hands them to the importance weights."""
     if not prompts:
         return []
     t0 = time.perf_counter()
@@ -123,12 +129,16 @@ def generate(
     tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long, device=device)  # (B*n, T)
     finished = torch.zeros(rows, dtype=torch.bool, device=device)  # (B*n,)
     lengths = torch.full((rows,), max_new_tokens, dtype=torch.long, device=device)  # (B*n,)
+    token_logp = torch.zeros((rows, max_new_tokens), dtype=torch.float32, device=device) if logprobs else None  # (B*n, T)
     alive = torch.arange(rows, device=device)  # (A,) the rows still decoding; A shrinks as rows finish
 
     # -- decode: finished rows leave the batch (and the KV cache), so the tail costs what is left --
     for t in range(max_new_tokens):
         nxt = _sample(logits, temperature, top_p, generator)  # (A,)
         tokens[alive, t] = nxt
+        if token_logp is not None:
+            scaled = logits / temperature if temperature > 0 else logits  # (A, V)
+            token_logp[alive, t] = scaled.gather(1, nxt[:, None]).squeeze(1) - torch.logsumexp(scaled, dim=-1)  # (A,)
         done = torch.isin(nxt, stops)  # (A,)
         if stop is not None and (t + 1) % stop_check_every == 0:
             for a, r in enumerate(alive.tolist()):
@@ -165,7 +175,8 @@ def generate(
             truncated = not bool(finished[r])
             if truncated and stop is not None and stop.search(text):
                 truncated = False  # the pattern completed on the very last token
-            group.append(Generation(token_ids=ids, text=text, truncated=truncated))
+            lp = tuple(float(x) for x in token_logp[r, :length].tolist()) if token_logp is not None else None
+            group.append(Generation(token_ids=ids, text=text, truncated=truncated, logprobs=lp))
         results.append(group)
     if stats is not None:
         stats.tokens += total

@@ -225,13 +225,16 @@ def truncated_importance_weights(old_logp: Tensor, sampler_logp: Tensor, mask: T
 def sampler_mismatch(old_logp: Tensor, sampler_logp: Tensor, mask: Tensor, *, cap: float) -> dict[str, float]:
     """How far the sampler's log-probs are from the trainer's, over the masked tokens:
     `mismatch/logp_diff` mean |old_logp - sampler_logp|, `mismatch/capped` the share of tokens
-    whose ratio pi_old / pi_sampler is above `cap` (their weight was truncated)."""
+    whose ratio pi_old / pi_sampler is above `cap` (their weight was truncated), `mismatch/is_weight`
+    the mean truncated weight min(pi_old / pi_sampler, cap) (1 when the sampler is the trainer)."""
     keep = mask.to(torch.bool)  # (B, T)
     n = keep.sum().clamp(min=1).float()  # ()
     diff = old_logp - sampler_logp  # (B, T)
+    weight = torch.exp(diff.clamp(max=20.0)).clamp(max=cap)  # (B, T)
     return {
         "mismatch/logp_diff": float((diff.abs() * keep).sum() / n),
         "mismatch/capped": float(((diff > math.log(cap)) & keep).sum() / n),
+        "mismatch/is_weight": float((weight * keep).sum() / n),
     }
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,6 +33,11 @@ from training.generation import Generation, GenerationStats, generate
 from training.policies import PolicySet
 
 RewardFn = Callable[..., list[float]]
+
+
+class SamplerClosed(Exception):
+    """A sampler thread's rollout was abandoned because the run is ending (`Sampler.closing`)."""
+
 GroupKey = tuple[Any, ...]
 
 
@@ -158,6 +164,11 @@ class Sampler:
     """This process's place in a data-parallel launch (`training.distributed`); one process by default."""
     served: dict[str, str] = field(default_factory=dict)
     """Agent -> what generated its last sample (`Turn.policy`)."""
+    logprobs: bool = False
+    """Keep the HF backend's log-prob of each sampled token (`generate(logprobs=True)`): the
+    sampler thread of `generation.async` samples with weights that lag the trainer's."""
+    closing: threading.Event | None = None
+    """Set, the next generation raises `SamplerClosed` (a sampler thread asked to stop)."""
 
     def roles(self) -> tuple[str, ...]:
         order = self.config.topology.order()
@@ -233,6 +244,8 @@ class Sampler:
         acfg = self.config.agent(agent)
         policy = self.policies.for_agent(agent)
         gen = self.config.generation
+        if self.closing is not None and self.closing.is_set():
+            raise SamplerClosed("the sampler was closed")
         if self.vllm is not None:
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator))
             self.served[agent] = self._served_by(agent, policy.adapter) + " (vLLM)"
@@ -254,6 +267,7 @@ class Sampler:
                 generator=self.generator,
                 stats=self.stats,
                 stop=self.stop_pattern(acfg.role, tool_calls=tool_calls),
+                logprobs=self.logprobs,
             )
 
     def _served_by(self, agent: str, adapter: str | None) -> str:

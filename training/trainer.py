@@ -32,6 +32,7 @@ import torch
 
 from agents.envs import load_environment
 from agents.verifiers import load_reward_fn
+from training.async_rollout import LAGS, AsyncRollouts, StepRollouts
 from training.config import ConfigError, RunConfig, config_warnings, resume_differences
 from training.data import Task, batch_indices, load_tasks
 from training.distributed import Dist, check_gpus, from_env, in_launch, launch
@@ -125,13 +126,24 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
         sink.log(f"resumed from {config.checkpoint.resume_from} at step {start_step}")
 
     backend = resolve_backend(config)
+    mode = config.generation.async_
+    if backend == "vllm" and mode != "off":
+        raise ConfigError("generation.async", f"{mode} runs its sampler on the HF backend, and `auto` chose vLLM here: set generation.backend: hf")
     if backend == "vllm":
         sampler.vllm = VLLMGenerator(config, policies)
     sink.log(f"generation backend: {backend}")
+    rollouts = None
+    if mode != "off":  # a sampler thread one step ahead (training.async_rollout)
+        rollouts = AsyncRollouts(sampler, lambda s, step: collect_rollouts(s, train_tasks, step), lag=LAGS[mode], total_steps=config.optim.steps)
+        resumed = bool(config.checkpoint.resume_from) and rollouts.load(Path(str(config.checkpoint.resume_from)), start_step)
+        sink.log(f"generation.async: {mode}: a sampler thread generates each next step's rollouts during the update "
+                 f"({rollouts.threads} torch threads each){'; the next rollouts come from the checkpoint' if resumed else ''}")
     try:
         with reporting(config, out, sink, main=dist.main) as run_sink:  # + the trackers of `report_to`, on rank 0
-            return _loop(config, out, run_sink, sampler, train_tasks, eval_tasks, start_step, progress)
+            return _loop(config, out, run_sink, sampler, train_tasks, eval_tasks, start_step, progress, rollouts)
     finally:
+        if rollouts is not None:
+            rollouts.close()
         if sampler.vllm is not None:
             sampler.vllm.close()
         sampler.pool.shutdown()
@@ -146,6 +158,7 @@ def _loop(
     eval_tasks: list[Task],
     start_step: int,
     progress: RunProgress,
+    rollouts: AsyncRollouts | None = None,
 ) -> TrainResult:
     policies, generator, dist = sampler.policies, sampler.generator, sampler.dist
     total = config.optim.steps
@@ -153,6 +166,8 @@ def _loop(
     result = TrainResult(status="succeeded", step=start_step, start_step=start_step)
 
     def run_eval(at: int) -> None:
+        if rollouts is not None:  # the sampler thread idle: the run's generator is free, as in a synchronous run
+            rollouts.settle()
         if dist.main:
             result.evaluations.extend(
                 evaluate(
@@ -163,7 +178,9 @@ def _loop(
 
     def run_checkpoint(at: int) -> str:
         progress.checkpointing(at)
-        path = save_checkpoint(out, at, policies, generator, config, sink, dist=dist)
+        if rollouts is not None:  # the batch in flight done: the generator's state follows it, and the checkpoint keeps it
+            rollouts.settle()
+        path = save_checkpoint(out, at, policies, generator, config, sink, dist=dist, extra=rollouts.save if rollouts else None)
         progress.checkpointed()
         return path
 
@@ -180,7 +197,7 @@ def _loop(
             break
         step += 1
         progress.training(step)
-        metrics = train_step(sampler, train_tasks, step, sink)
+        metrics = train_step(sampler, train_tasks, step, sink, rollouts)
         progress.trained()
         result.final_metrics = metrics.values
         if config.eval.every and eval_tasks and step % config.eval.every == 0 and step < total:
@@ -208,19 +225,15 @@ def _prefetch_models(config: RunConfig, progress: RunProgress) -> None:
 # == one training step =============================================================================
 
 
-def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) -> StepMetrics:
+def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink, rollouts: AsyncRollouts | None = None) -> StepMetrics:
     cfg = sampler.config
     t0 = time.perf_counter()
-    gen_tokens0, gen_secs0 = sampler.stats.tokens, sampler.stats.seconds
-
-    # -- 1. rollout (each process of a data-parallel launch takes its share of the tasks) -----------
     dist = sampler.dist
-    batch = step_tasks(tasks, cfg, step)[dist.rank :: dist.world]
-    episodes = _rollout(sampler, batch)
-    dynamic: dict[str, float] = {}
-    if cfg.grpo.dynamic_sampling:
-        episodes, dynamic = _dynamic_sampling(sampler, tasks, step, batch, episodes)
-    t_rollout = time.perf_counter() - t0
+
+    # -- 1. rollout: here, or taken from the sampler thread that made them during the last update --
+    got = collect_rollouts(sampler, tasks, step) if rollouts is None else rollouts.take(step)
+    episodes, dynamic, t_rollout = got.episodes, got.dynamic, got.seconds
+    t_wait = time.perf_counter() - t0
 
     # -- 2. advantages per group key -------------------------------------------------------------
     if cfg.grpo.overlong_cache:
@@ -250,8 +263,7 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
     t_update = time.perf_counter() - t1
 
     # -- 4. report -------------------------------------------------------------------------------
-    gen_tokens = sampler.stats.tokens - gen_tokens0
-    gen_secs = sampler.stats.seconds - gen_secs0
+    gen_tokens, gen_secs = got.tokens, got.gen_seconds
     if dist.enabled:  # the whole step's episodes, in rank order, on every rank
         episodes = [ep for part in dist.gather(episodes) for ep in part]
         cands, rewards, keys = _candidates(episodes)
@@ -265,10 +277,30 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink) 
         tokens_per_s=gen_tokens / gen_secs if gen_secs else 0.0,
         generated_tokens=float(gen_tokens),
     )
+    if rollouts is not None:  # how old the rollouts were, and what the step waited for them
+        stale = float(rollouts.staleness(got))
+        values.update({"async/staleness": stale, "async/wait_time": t_wait, "async/push_time": rollouts.push_seconds})
+        for agent in per_agent:
+            per_agent[agent]["async/staleness"] = stale
     metrics = StepMetrics(step=step, total_steps=cfg.optim.steps, values=values, agents=dict(per_agent))
     sink.metrics(metrics)
     sink.rollouts(step, [ep.to_dict(step) for ep in episodes])
     return metrics
+
+
+def collect_rollouts(sampler: Sampler, tasks: list[Task], step: int) -> StepRollouts:
+    """Step `step`'s episodes (each process of a data-parallel launch takes its share of the
+    tasks), with dynamic sampling's extra batches; in the sampler thread when `generation.async`."""
+    cfg, dist = sampler.config, sampler.dist
+    t0 = time.perf_counter()
+    tokens0, secs0 = sampler.stats.tokens, sampler.stats.seconds
+    batch = step_tasks(tasks, cfg, step)[dist.rank :: dist.world]
+    episodes = _rollout(sampler, batch)
+    dynamic: dict[str, float] = {}
+    if cfg.grpo.dynamic_sampling:
+        episodes, dynamic = _dynamic_sampling(sampler, tasks, step, batch, episodes)
+    return StepRollouts(step, episodes, dynamic, time.perf_counter() - t0, sampler.stats.tokens - tokens0,
+                        sampler.stats.seconds - secs0, version=step - 1)
 
 
 def _rollout(sampler: Sampler, batch: list[Task]) -> list[Episode]:
@@ -785,7 +817,8 @@ def evaluate_checkpoint(config: RunConfig, checkpoint: str | Path | None, *, sin
 
 
 def save_checkpoint(
-    out: Path, step: int, policies: PolicySet, generator: torch.Generator, cfg: RunConfig, sink: EventSink, *, dist: Dist | None = None
+    out: Path, step: int, policies: PolicySet, generator: torch.Generator, cfg: RunConfig, sink: EventSink, *, dist: Dist | None = None,
+    extra: Callable[[Path], None] | None = None,
 ) -> str:
     """`out/checkpoints/step-NNNNNN/`: one HF/PEFT folder per policy plus optimizer, RNG and step
     state. Written to a temp folder and renamed, so a crash never leaves half a checkpoint.
@@ -813,6 +846,8 @@ def save_checkpoint(
         },
         tmp / STATE_FILE,
     )
+    if extra is not None:  # more state written into the folder before it is renamed (`AsyncRollouts.save`)
+        extra(tmp)
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
     if cfg.checkpoint.keep:

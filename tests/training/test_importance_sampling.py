@@ -104,6 +104,7 @@ def test_the_mismatch_metrics_match_the_reference() -> None:
     assert got["mismatch/logp_diff"] == pytest.approx(sum(abs(o - s) for o, s in pairs) / len(pairs), rel=1e-5)
     assert got["mismatch/capped"] == pytest.approx(sum(math.exp(o - s) > 2.0 for o, s in pairs) / len(pairs))
     assert 0 < got["mismatch/capped"] < 1
+    assert got["mismatch/is_weight"] == pytest.approx(sum(min(math.exp(o - s), 2.0) for o, s in pairs) / len(pairs), rel=1e-5)
 
 
 def test_the_update_reports_the_mismatch_and_weighs_by_it(make_config) -> None:

@@ -35,7 +35,7 @@ CHUNK_POINTS = 20_000
 
 RUN_SERIES = ("reward/total", "reward/team", "reward/local", "success", "completion_len", "step_time", "rollout_time",
               "update_time", "tokens_per_s", "zero_std_frac", "tool_calls", "tool_errors", "dynamic/extra_batches",
-              "dynamic/signal_tasks")
+              "dynamic/signal_tasks", "async/wait_time")
 """Run-wide metrics the page charts (and so streams; `tool_*` only runs whose agents call tools have,
 `dynamic/*` only runs with `grpo.dynamic_sampling`); the summary card's table shows them all."""
 
@@ -45,9 +45,10 @@ their means before the weights), charted together; which there are comes from th
 
 AGENT_SERIES = ("reward/total", "reward/team", "reward/local", "success", "loss", "kl", "entropy", "clip_region",
                 "clip_low", "clip_high", "completion_len", "ended", "zero_std_frac", "adv/mean", "adv/std",
-                "mismatch/logp_diff", "mismatch/capped")
-"""Per-agent metrics the page charts (`mismatch/*`: vLLM's log-probs against the trainer's, see
-`training.grpo.sampler_mismatch`; only runs that sample with vLLM have them)."""
+                "mismatch/logp_diff", "mismatch/capped", "mismatch/is_weight", "async/staleness")
+"""Per-agent metrics the page charts (`mismatch/*`: the sampler's log-probs against the trainer's, see
+`training.grpo.sampler_mismatch`; only runs that sample with vLLM or `generation.async` have them;
+`async/staleness`: how many updates old the agent's rollouts were)."""
 
 
 def metrics_message(*, run_id: int, since: int | None = None, until: int | None = None, total: int = 0,

@@ -1,0 +1,159 @@
+"""`generation.async: one_step_off`: a sampler thread makes step t+1's rollouts during step t's
+update. At staleness 0 it is the synchronous run; stale rollouts are reweighed by truncated
+importance sampling; resume, cancel and a failing sampler behave as in a synchronous run."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from agents import plugins
+from training import async_rollout, trainer
+from training.config import ConfigError, RunConfig
+from training.events import NullSink
+from training.policies import build_policies, load_policy_weights
+from training.trainer import train
+
+LENGTH = "tests.training.test_async_rollout:length"
+
+
+def length(prompts, completions, **columns):
+    """A dense reward (every group has a signal, so every step updates)."""
+    return [len(c) / 50 for c in completions]
+
+
+class Recorder(NullSink):
+    def __init__(self, stop_after: int | None = None):
+        self.steps: list = []
+        self.episodes: dict[int, list] = {}
+        self.stop_after = stop_after
+
+    def metrics(self, metrics):
+        self.steps.append(metrics)
+
+    def rollouts(self, step, episodes):
+        self.episodes[step] = episodes
+
+    def should_stop(self):
+        return self.stop_after is not None and len(self.steps) >= self.stop_after
+
+
+@pytest.fixture(autouse=True)
+def one_thread_and_a_dense_reward():
+    """Bitwise equality needs the same torch thread count on both sides (a float sum's order
+    follows it); the async run splits the budget between its threads, so give each one."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    plugins.register(LENGTH, kind=plugins.REWARD_FUNCTION)
+    yield
+    plugins.unregister(LENGTH, kind=plugins.REWARD_FUNCTION)
+    torch.set_num_threads(before)
+
+
+def config(make_config, specialization="lora", **overrides):
+    return make_config(specialization, **{"optim.steps": 3, "data.reward_fn": LENGTH, **overrides})
+
+
+def weights(config, checkpoint):
+    policies = build_policies(config, device=torch.device("cpu"))
+    load_policy_weights(policies, checkpoint)
+    return {f"{pol.name}.{i}": p.detach().clone() for pol in policies.trainable() for i, p in enumerate(pol.params)}
+
+
+def texts(sink):
+    return {step: [[c["text"] for t in ep["turns"] for c in t["candidates"]] for ep in eps] for step, eps in sink.episodes.items()}
+
+
+def test_at_staleness_0_it_makes_the_synchronous_runs_rollouts_and_weights(make_config, tmp_path, monkeypatch):
+    sync, sync_sink = config(make_config), Recorder()
+    straight = train(sync, out_dir=tmp_path / "sync", sink=sync_sink)
+    monkeypatch.setitem(async_rollout.LAGS, "one_step_off", 0)  # the sampler thread waits for each update
+    lagged, lagged_sink = sync.replace(**{"generation.async": "one_step_off"}), Recorder()
+    result = train(lagged, out_dir=tmp_path / "async", sink=lagged_sink)
+
+    assert texts(lagged_sink) == texts(sync_sink) and len(texts(sync_sink)) == 3
+    assert [m.values["async/staleness"] for m in lagged_sink.steps] == [0.0, 0.0, 0.0]
+    a, b = weights(sync, straight.checkpoint), weights(sync, result.checkpoint)
+    assert a.keys() == b.keys() and a
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    moved = weights(sync, build_and_save(sync, tmp_path / "init"))
+    assert any(not torch.equal(moved[n], a[n]) for n in a), "the run trained nothing"
+
+
+def build_and_save(config, folder):
+    from training.policies import save_policies
+
+    save_policies(build_policies(config, device=torch.device("cpu")), folder)
+    return folder
+
+
+@pytest.mark.parametrize("specialization", ["single", "prompt", "lora", "full"])
+def test_it_reweighs_stale_rollouts_and_records_the_staleness_per_agent(make_config, tmp_path, specialization):
+    sink = Recorder()
+    train(config(make_config, specialization, **{"generation.async": "one_step_off"}), out_dir=tmp_path, sink=sink)
+
+    assert [m.values["async/staleness"] for m in sink.steps] == [0.0, 1.0, 1.0]
+    first, *later = sink.steps
+    for agent, values in first.agents.items():  # on-policy: the sampler's log-probs are dropped, the weight is 1
+        assert values["async/staleness"] == 0.0 and "mismatch/is_weight" not in values, agent
+    for m in later:
+        for agent, values in m.agents.items():
+            assert values["async/staleness"] == 1.0, agent
+            assert values["mismatch/logp_diff"] > 1e-4 and values["mismatch/is_weight"] != pytest.approx(1.0, abs=1e-5), (m.step, agent)
+
+
+def test_a_resumed_run_takes_the_rollouts_the_checkpoint_kept(make_config, tmp_path):
+    run = config(make_config, **{"generation.async": "one_step_off", "optim.steps": 4})
+    straight_sink = Recorder()
+    straight = train(run, out_dir=tmp_path / "straight", sink=straight_sink)
+
+    stopped = train(run, out_dir=tmp_path / "a", sink=Recorder(stop_after=2))
+    assert stopped.status == "cancelled" and stopped.step == 2
+    assert (tmp_path / "a" / "checkpoints" / "step-000002" / async_rollout.PENDING_FILE).is_file()
+    assert not [t for t in threading.enumerate() if t.name.startswith("troupe-sampler")], "the sampler thread outlived the run"
+
+    resumed_sink = Recorder()
+    resumed = train(run.replace(**{"checkpoint.resume_from": stopped.checkpoint}), out_dir=tmp_path / "b", sink=resumed_sink)
+    assert resumed.status == "succeeded" and resumed.step == 4
+    assert texts(resumed_sink) == {s: t for s, t in texts(straight_sink).items() if s > 2}
+    a, b = weights(run, straight.checkpoint), weights(run, resumed.checkpoint)
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_a_failing_sampler_fails_the_run_with_its_reason_and_the_run_resumes(make_config, tmp_path, monkeypatch):
+    run = config(make_config, **{"generation.async": "one_step_off", "optim.steps": 4, "checkpoint.every": 1})
+    real = trainer._rollout
+
+    def breaks_at_step_3(sampler, batch):
+        if threading.current_thread().name.startswith("troupe-sampler") and batch[0][0].endswith("@3"):
+            raise OSError("disk full in the sampler")
+        return real(sampler, batch)
+
+    monkeypatch.setattr(trainer, "_rollout", breaks_at_step_3)
+    with pytest.raises(RuntimeError, match=r"sampler thread failed making the rollouts of step 3: OSError: disk full in the sampler"):
+        train(run, out_dir=tmp_path / "a", sink=NullSink())
+    assert not [t for t in threading.enumerate() if t.name.startswith("troupe-sampler")]
+
+    monkeypatch.setattr(trainer, "_rollout", real)
+    last = tmp_path / "a" / "checkpoints" / "step-000002"
+    resumed = train(run.replace(**{"checkpoint.resume_from": str(last)}), out_dir=tmp_path / "b", sink=NullSink())
+    assert resumed.status == "succeeded" and resumed.step == 4
+
+
+def test_the_mode_reads_from_yaml_and_a_bad_one_names_the_field(make_config):
+    base = make_config("lora").to_yaml()
+    assert "async: 'off'" in base or "async: off" in base
+    off = RunConfig.from_yaml(base.replace("async: 'off'", "async: off"))  # YAML 1.1 reads a bare off as false
+    assert off.generation.async_ == "off"
+    on = RunConfig.from_yaml(base, overrides=["generation.async=one_step_off"])
+    assert on.generation.async_ == "one_step_off" and RunConfig.from_yaml(on.to_yaml()) == on
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_yaml(base, overrides=["generation.async=two_steps_off"])
+    assert err.value.field == "generation.async"
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_yaml(base, overrides=["generation.async=one_step_off", "generation.backend=vllm"])
+    assert err.value.field == "generation.async" and "HF backend" in err.value.message
