@@ -4,7 +4,8 @@
     .venv/bin/python bench/learning.py --report          # table + PNG from the JSON files written so far
     .venv/bin/python bench/learning.py --arm all         # every arm in turn, then the report
 
-The task: `--env math_tool --level L` (default level 2; the tool agent writes a program, the
+The task: `--env math_tool --level L` (default level 2; `--level 2,3` mixes levels 2 and 3 at
+random, task by task; the tool agent writes a program, the
 reasoner checks it and answers) or `--env plan_path --size S` (the tool agent writes a search
 program, the planner states the moves). The lone agent of the single arms is `--single-role`
 (default: the tool for math_tool, the planner for plan_path).
@@ -102,7 +103,8 @@ def untrained_of(group: str) -> str:
 def default_out_dir(args: argparse.Namespace) -> Path:
     if args.env == "math_tool" and args.level == 2:
         return RESULTS / "learning"
-    tag = f"level{args.level}" if args.env == "math_tool" else f"size{args.size}"
+    levels = args.level if isinstance(args.level, list) else [args.level]
+    tag = f"level{'+'.join(map(str, levels))}" if args.env == "math_tool" else f"size{args.size}"
     return RESULTS / "learning" / f"{args.env}-{tag}"
 
 
@@ -499,13 +501,23 @@ def _plot(runs: dict[str, Any], groups: dict[str, Any], png: Path) -> None:
     fig.savefig(png, dpi=110)
 
 
+def levels_arg(text: str) -> int | list[int]:
+    """`2` -> 2; `2,3` -> [2, 3] (math_tool mixes the listed levels)."""
+    try:
+        levels = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a level (2) or levels separated by commas (2,3)") from None
+    return levels[0] if len(levels) == 1 else levels
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arm", choices=(*ARMS, "all"))
     parser.add_argument("--report", action="store_true", help="assemble the table and PNG from the JSON files")
     parser.add_argument("--model", default="bundled:smollm2-135m-instruct")
     parser.add_argument("--env", choices=tuple(TEAM_ROLES), default="math_tool")
-    parser.add_argument("--level", type=int, default=2, help="math_tool level")
+    parser.add_argument("--level", type=levels_arg, default=2,
+                        help="math_tool level, or levels to mix separated by commas (2,3: each task level 2 or 3 at random)")
     parser.add_argument("--size", type=int, default=None, help="plan_path grid side (default: 5 to 7 at random)")
     parser.add_argument("--single-role", default=None, help="the lone agent's role (default: tool for math_tool, plan for plan_path)")
     parser.add_argument("--steps", type=int, default=50, help="training steps N (the `alone` arm: N for each agent)")

@@ -119,3 +119,14 @@ def test_a_seed_stopped_early_is_named_not_averaged_with_finished_ones() -> None
     short = {**run(1, 0.2, [100]), "steps": 5}
     g = learning.aggregate({"prompt": run(0, 0.6, [100, 200]), "prompt-seed1": short})["prompt"]
     assert g["evals"]["greedy"]["team"] == [0.6] and g["stopped"] == ["seed 1 stopped at step 5"]
+
+
+def test_a_level_mix_reaches_the_environment_and_its_own_results_folder() -> None:
+    mixed = args("--level", "2,3")
+    assert mixed.level == [2, 3] and Path(mixed.out_dir) == Path("/unused")
+    assert learning.arm_config("single", mixed).topology.env_args == {"level": [2, 3]}
+    assert learning.default_out_dir(mixed).name == "math_tool-level2+3"
+    _, _, held = learning.build(learning.arm_config("single", mixed), mixed)
+    assert {row["level"] for _, row in held} <= {2, 3}
+    with pytest.raises(SystemExit):
+        args("--level", "2,x")
