@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, command_line, machine, table, write_json  # noqa: E402
+from _common import RESULTS, command_line, cpu_seconds, machine, table, write_json  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 ARMS = ("untrained-single", "untrained-self", "untrained-multi", "single", "self", "prompt", "lora", "alone", "trl")
@@ -201,18 +201,21 @@ class Recorder:
     def __init__(self, arm: str, config: Any, out: Path) -> None:
         self.out = out
         self.payload: dict[str, Any] = {"arm": arm, "command": command_line(), "machine_start": machine(), "config": config.to_dict(),
-                                        "steps": 0, "train_seconds": 0.0, "train_tokens": 0, "curve": [], "evals": [], "eval_seconds": 0.0}
+                                        "steps": 0, "train_seconds": 0.0, "train_cpu_seconds": 0.0, "train_tokens": 0, "curve": [], "evals": [],
+                                        "eval_seconds": 0.0, "eval_cpu_seconds": 0.0}
 
-    def step(self, step: int, seconds: float, values: dict[str, float], agents: dict[str, dict[str, float]], **extra: Any) -> None:
+    def step(self, step: int, seconds: float, values: dict[str, float], agents: dict[str, dict[str, float]], *,
+             cpu: float = 0.0, **extra: Any) -> None:
         p = self.payload
         p["steps"], p["train_seconds"] = step, p["train_seconds"] + seconds
+        p["train_cpu_seconds"] = p.get("train_cpu_seconds", 0.0) + cpu
         p["train_tokens"] += int(values.get("generated_tokens", 0))
         p["curve"].append({"step": step, "train_seconds": p["train_seconds"], "train_tokens": p["train_tokens"], "step_time": seconds,
                            "reward": values["reward/total"], "success": values.get("success"),
                            "agents": {a: v.get("reward/total") for a, v in agents.items()}, **extra})
 
     def evaluate(self, sampler: Any, eval_tasks: list[Any], step: int, *, final: bool, swap: bool = False) -> None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         before = sampler.stats.tokens
         results = evaluate_now(sampler, eval_tasks, step, sampled=final)
         if final and swap:
@@ -225,6 +228,7 @@ class Recorder:
             print(f"  eval step {step} T={r['temperature']}{' swapped' if r.get('swapped') else ''}: team {r['team']:.3f} "
                   + " ".join(f"{a} {v:.3f}" for a, v in r["agents"].items()), flush=True)
         p["eval_seconds"] += time.perf_counter() - t0
+        p["eval_cpu_seconds"] = p.get("eval_cpu_seconds", 0.0) + cpu_seconds() - c0
         write_json(self.out, p)
 
 
@@ -276,9 +280,9 @@ def train(sampler: Any, train_tasks: list[Any], args: argparse.Namespace, rec: R
 
     for step in range(1, args.steps + 1):
         run_cached.cache_clear()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         m = train_step(sampler, train_tasks, step, NullSink())
-        rec.step(step, time.perf_counter() - t0, m.values, m.agents, **extra)
+        rec.step(step, time.perf_counter() - t0, m.values, m.agents, cpu=cpu_seconds() - c0, **extra)
         write_json(rec.out, rec.payload)
         print(f"{label} step {step}: {rec.payload['curve'][-1]['step_time']:.1f}s reward {m.values['reward/total']:.3f} "
               f"success {m.values['success']:.3f} tokens {rec.payload['train_tokens']}", flush=True)
@@ -428,7 +432,7 @@ def report(args: argparse.Namespace) -> int:
         ])
     headers = ["arm", "seeds", "steps", "train min", "train tokens", "greedy team", "vs untrained (pts)",
                f"greedy team at <= {budget:.0f} tokens", "sampled team", "roles swapped (greedy)", "greedy per agent", "sampled per agent"]
-    text = table(headers, rows) + "\n\n" + curve_table(runs)
+    text = table(headers, rows) + "\n\n" + curve_table(runs) + "\n\n" + time_table(runs)
     print(text)
     print("\nmean ± sample std over seeds (number of seeds); per agent = the team's verdict on the episodes the agent acted in")
     png = out_dir / "learning.png"
@@ -439,6 +443,21 @@ def report(args: argparse.Namespace) -> int:
     write_json(out_dir / "report.json", payload)
     print(f"\nwrote {png} and {out_dir / 'report.json'}")
     return 0
+
+
+def time_table(runs: dict[str, dict[str, Any]]) -> str:
+    """Each run's wall time, CPU time and the machine's load when it started and ended: on a shared
+    machine the minutes measure the neighbours too; the CPU minutes (this process and its sandboxed
+    programs, one torch thread) measure the work. A run with no end time did not finish."""
+    rows = []
+    for name, run in runs.items():
+        start, end = run.get("machine_start") or {}, run.get("machine_end") or {}
+        rows.append([name, f"{start.get('time', '-')[5:16]} - {end.get('time', '-')[11:16] if end else 'not finished'}",
+                     run["steps"], f"{run['train_seconds'] / 60:.1f}", f"{run.get('train_cpu_seconds', 0) / 60:.1f}",
+                     f"{run.get('eval_seconds', 0) / 60:.1f}", f"{run.get('eval_cpu_seconds', 0) / 60:.1f}",
+                     f"{(start.get('loadavg') or ['-'])[0]} / {(end.get('loadavg') or ['-'])[0]}"])
+    return table(["run", "start - end (UTC)", "steps", "train min", "train CPU min", "eval min", "eval CPU min",
+                  "load average at start / end (1 min)"], rows)
 
 
 def untrained_run(runs: dict[str, dict[str, Any]], name: str) -> dict[str, Any] | None:

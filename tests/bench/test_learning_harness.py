@@ -130,3 +130,10 @@ def test_a_level_mix_reaches_the_environment_and_its_own_results_folder() -> Non
     assert {row["level"] for _, row in held} <= {2, 3}
     with pytest.raises(SystemExit):
         args("--level", "2,x")
+
+
+def test_it_records_cpu_time_and_the_time_table_names_a_run_that_did_not_finish(tmp_path: Path) -> None:
+    payload = learning.run_arm("single", args("--steps", "1", "--eval-every", "0", "--out-dir", str(tmp_path)))
+    assert payload["train_cpu_seconds"] > 0 and payload["eval_cpu_seconds"] > 0
+    text = learning.time_table({"single": payload, "single-seed1": {**payload, "machine_end": None}})
+    assert text.count("not finished") == 1 and "train CPU min" in text
