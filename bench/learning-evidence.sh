@@ -10,8 +10,15 @@
 # $OUT/logs/<arm>-seed<N>.log; `uptime` goes to $OUT/logs/uptime.log every minute.
 #
 # Knobs (environment): STEPS (6), JOBS (2), OUT (bench/results/learning/math_tool-level2+3),
-# QUEUE (arm:seed ...), PYTHON (.venv/bin/python).
+# QUEUE (arm:seed ...), PYTHON (.venv/bin/python), AUTOGROUP_NICE (unset). On Linux with
+# kernel.sched_autogroup_enabled = 1 the kernel shares the CPU between sessions (terminals), not
+# processes, and `nice` only ranks processes inside one session; AUTOGROUP_NICE=-10 gives this
+# script's session the weight of about ten, so its runs are not starved by other sessions' work on
+# a shared machine (lowering a nice needs root or CAP_SYS_NICE).
 set -uo pipefail
+if [ -n "${AUTOGROUP_NICE:-}" ] && [ "${LEARNING_EVIDENCE_SESSION:-}" != 1 ]; then
+    LEARNING_EVIDENCE_SESSION=1 exec setsid --wait "$(realpath "$0")" "$@"  # a session of its own
+fi
 cd "$(dirname "$0")/.."
 export PY=${PYTHON:-.venv/bin/python}
 export OUT=${OUT:-bench/results/learning/math_tool-level2+3}
@@ -22,6 +29,9 @@ export COMMON="--level 2,3 --eval-size 32 --steps $STEPS --eval-every 3 --max-tu
 QUEUE=${QUEUE:-"untrained-single:0 untrained-single:1 prompt:0 untrained-single:2 single:0 single:1 single:2 prompt:1 prompt:2
 untrained-multi:0 untrained-self:0 self:0 self:1 self:2 lora:0 lora:1 lora:2 alone:0 alone:1 alone:2"}
 mkdir -p "$LOGS"
+if [ -n "${AUTOGROUP_NICE:-}" ]; then
+    echo "$AUTOGROUP_NICE" >/proc/self/autogroup && echo "session: $(cat /proc/self/autogroup)"
+fi
 
 (while true; do echo "$(date -u +%FT%TZ) $(uptime)"; sleep 60; done) >>"$LOGS/uptime.log" &
 LOAD_LOGGER=$!
