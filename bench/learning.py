@@ -381,14 +381,16 @@ def at_tokens(run: dict[str, Any], budget: float) -> dict[str, Any] | None:
 
 def aggregate(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per group of seeds: the seeds, steps, training minutes and tokens, and for each kind of
-    final evaluation the team's and each agent's success per seed."""
+    final evaluation the team's and each agent's success per seed. A run that did not finish
+    (no end record, or fewer steps than its group's longest) is named in `stopped`, not averaged."""
     groups: dict[str, dict[str, Any]] = {}
     longest: dict[str, int] = {}
     for name, run in runs.items():
         longest[group_of(name)] = max(longest.get(group_of(name), 0), run["steps"])
     for name, run in runs.items():
         g = groups.setdefault(group_of(name), {"seeds": [], "steps": [], "minutes": [], "tokens": [], "evals": {}, "runs": [], "stopped": []})
-        if run["steps"] < longest[group_of(name)]:  # stopped early: its last evaluation is of another step
+        unfinished = "machine_start" in run and "machine_end" not in run  # killed: the JSON is the last one written
+        if unfinished or run["steps"] < longest[group_of(name)]:  # stopped early: its last evaluation is of another step
             g["stopped"].append(f"seed {run['config'].get('seed', 0)} stopped at step {run['steps']}")
             continue
         g["seeds"].append(run["config"].get("seed", 0))

@@ -137,3 +137,10 @@ def test_it_records_cpu_time_and_the_time_table_names_a_run_that_did_not_finish(
     assert payload["train_cpu_seconds"] > 0 and payload["eval_cpu_seconds"] > 0
     text = learning.time_table({"single": payload, "single-seed1": {**payload, "machine_end": None}})
     assert text.count("not finished") == 1 and "train CPU min" in text
+
+
+def test_a_run_killed_before_its_end_is_stopped_even_when_it_is_the_only_seed() -> None:
+    killed = {**run(0, 0.3, [100]), "steps": 3, "machine_start": {"time": "2026-11-26 17:00:00"}}
+    groups = learning.aggregate({"self-4turns": killed, "single": {**run(0, 0.5, [50]), "machine_start": {}, "machine_end": {}}})
+    assert groups["self-4turns"]["stopped"] == ["seed 0 stopped at step 3"] and groups["self-4turns"]["evals"] == {}
+    assert groups["single"]["evals"]["greedy"]["team"] == [0.5]
