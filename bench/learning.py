@@ -372,10 +372,14 @@ def final_evals(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def at_tokens(run: dict[str, Any], budget: float) -> dict[str, Any] | None:
+def at_tokens(run: dict[str, Any], budget: float, untrained: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The run's last greedy, unswapped evaluation taken with at most `budget` training tokens;
-    an untrained (step 0) evaluation of a trained run's untrained arm is not in `run`."""
-    inside = [e for e in run["evals"] if e["temperature"] == 0.0 and not e.get("swapped") and e.get("train_tokens", 0) <= budget]
+    when the run has none (its first evaluation came later), its untrained arm's (`untrained`,
+    0 tokens: the same weights a trained run starts from), else None."""
+    def greedy(r: dict[str, Any]) -> list[dict[str, Any]]:
+        return [e for e in r["evals"] if e["temperature"] == 0.0 and not e.get("swapped") and e.get("train_tokens", 0) <= budget]
+
+    inside = greedy(run) or (greedy(untrained)[:1] if untrained else [])
     return inside[-1] if inside else None
 
 
@@ -388,7 +392,7 @@ def aggregate(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for name, run in runs.items():
         longest[group_of(name)] = max(longest.get(group_of(name), 0), run["steps"])
     for name, run in runs.items():
-        g = groups.setdefault(group_of(name), {"seeds": [], "steps": [], "minutes": [], "tokens": [], "evals": {}, "runs": [], "stopped": []})
+        g = groups.setdefault(group_of(name), {"seeds": [], "steps": [], "minutes": [], "tokens": [], "evals": {}, "runs": [], "names": [], "stopped": []})
         unfinished = "machine_start" in run and "machine_end" not in run  # killed: the JSON is the last one written
         if unfinished or run["steps"] < longest[group_of(name)]:  # stopped early: its last evaluation is of another step
             g["stopped"].append(f"seed {run['config'].get('seed', 0)} stopped at step {run['steps']}")
@@ -398,6 +402,7 @@ def aggregate(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         g["minutes"].append(run["train_seconds"] / 60)
         g["tokens"].append(run.get("train_tokens", 0))
         g["runs"].append(run)
+        g["names"].append(name)
         for kind, e in final_evals(run).items():
             k = g["evals"].setdefault(kind, {"team": [], "agents": {}})
             k["team"].append(e["team"])
@@ -422,7 +427,8 @@ def report(args: argparse.Namespace) -> int:
         base = groups.get(untrained_of(name))
         greedy = ev.get("greedy", {}).get("team", [])
         delta = statistics.mean(greedy) - statistics.mean(base["evals"]["greedy"]["team"]) if greedy and base and "greedy" in base["evals"] else None
-        equal = [e["team"] for run in g["runs"] for e in [at_tokens(run, budget)] if e is not None] if not name.startswith("untrained") else []
+        equal = [e["team"] for run_name in g["names"]
+                 for e in [at_tokens(runs[run_name], budget, untrained_run(runs, run_name))] if e is not None] if not name.startswith("untrained") else []
         rows.append([
             name, " ".join([str(sorted(g["seeds"])), *g["stopped"]]), max(g["steps"], default=0), f"{statistics.mean(g['minutes'] or [0]):.1f}", f"{statistics.mean(g['tokens'] or [0]):.0f}",
             mean_spread(greedy), f"{delta * 100:+.0f}" if delta is not None else "-",
@@ -433,7 +439,7 @@ def report(args: argparse.Namespace) -> int:
             "; ".join(f"{a} {mean_spread(v)}" for a, v in ev.get("sampled", {}).get("agents", {}).items()) or "-",
         ])
     headers = ["arm", "seeds", "steps", "train min", "train tokens", "greedy team", "vs untrained (pts)",
-               f"greedy team at <= {budget:.0f} tokens", "sampled team", "roles swapped (greedy)", "greedy per agent", "sampled per agent"]
+               f"greedy team at <= {budget:.0f} tokens (last evaluation within)", "sampled team", "roles swapped (greedy)", "greedy per agent", "sampled per agent"]
     text = table(headers, rows) + "\n\n" + curve_table(runs) + "\n\n" + time_table(runs)
     print(text)
     print("\nmean ± sample std over seeds (number of seeds); per agent = the team's verdict on the episodes the agent acted in")

@@ -144,3 +144,14 @@ def test_a_run_killed_before_its_end_is_stopped_even_when_it_is_the_only_seed() 
     groups = learning.aggregate({"self-4turns": killed, "single": {**run(0, 0.5, [50]), "machine_start": {}, "machine_end": {}}})
     assert groups["self-4turns"]["stopped"] == ["seed 0 stopped at step 3"] and groups["self-4turns"]["evals"] == {}
     assert groups["single"]["evals"]["greedy"]["team"] == [0.5]
+
+
+def test_at_equal_tokens_a_run_not_yet_evaluated_within_the_budget_counts_its_untrained_figure() -> None:
+    untrained = {"config": {"seed": 0}, "steps": 0, "train_seconds": 0.0, "train_tokens": 0,
+                 "evals": [{"step": 0, "temperature": 0.0, "team": 0.2, "agents": {"tool": 0.2}, "train_tokens": 0}]}
+    team = run(0, 0.8, [900, 1800])
+    assert learning.at_tokens(team, 500, untrained)["team"] == 0.2 and learning.at_tokens(team, 500) is None
+    assert learning.at_tokens(team, 900, untrained)["train_tokens"] == 900
+    runs = {"untrained-multi": untrained, "prompt": team, "single": run(0, 0.5, [250, 500])}
+    groups = learning.aggregate(runs)
+    assert groups["prompt"]["names"] == ["prompt"]
