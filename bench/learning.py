@@ -457,12 +457,15 @@ def time_table(runs: dict[str, dict[str, Any]]) -> str:
     """Each run's wall time, CPU time and the machine's load when it started and ended: on a shared
     machine the minutes measure the neighbours too; the CPU minutes (this process and its sandboxed
     programs, one torch thread) measure the work. A run with no end time did not finish."""
+    def minutes(run: dict[str, Any], key: str) -> str:  # runs from before CPU time was recorded have none
+        return f"{run[key] / 60:.1f}" if key in run else "-"
+
     rows = []
     for name, run in runs.items():
         start, end = run.get("machine_start") or {}, run.get("machine_end") or {}
         rows.append([name, f"{start.get('time', '-')[5:16]} - {end.get('time', '-')[11:16] if end else 'not finished'}",
-                     run["steps"], f"{run['train_seconds'] / 60:.1f}", f"{run.get('train_cpu_seconds', 0) / 60:.1f}",
-                     f"{run.get('eval_seconds', 0) / 60:.1f}", f"{run.get('eval_cpu_seconds', 0) / 60:.1f}",
+                     run["steps"], minutes(run, "train_seconds"), minutes(run, "train_cpu_seconds"),
+                     minutes(run, "eval_seconds"), minutes(run, "eval_cpu_seconds"),
                      f"{(start.get('loadavg') or ['-'])[0]} / {(end.get('loadavg') or ['-'])[0]}"])
     return table(["run", "start - end (UTC)", "steps", "train min", "train CPU min", "eval min", "eval CPU min",
                   "load average at start / end (1 min)"], rows)
