@@ -4,7 +4,8 @@
     .venv/bin/python bench/learning.py --report          # table + PNG from the JSON files written so far
     .venv/bin/python bench/learning.py --arm all         # every arm in turn, then the report
 
-The task: `--env math_tool --level L` (default level 2; the tool agent writes a program, the
+The task: `--env math_tool --level L` (default level 2; `--level 2,3` mixes levels 2 and 3 at
+random, task by task; the tool agent writes a program, the
 reasoner checks it and answers) or `--env plan_path --size S` (the tool agent writes a search
 program, the planner states the moves). The lone agent of the single arms is `--single-role`
 (default: the tool for math_tool, the planner for plan_path).
@@ -50,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, command_line, machine, table, write_json  # noqa: E402
+from _common import RESULTS, command_line, cpu_seconds, machine, table, write_json  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 ARMS = ("untrained-single", "untrained-self", "untrained-multi", "single", "self", "prompt", "lora", "alone", "trl")
@@ -100,7 +101,8 @@ def untrained_of(group: str) -> str:
 def default_out_dir(args: argparse.Namespace) -> Path:
     if args.env == "math_tool" and args.level == 2:
         return RESULTS / "learning"
-    tag = f"level{args.level}" if args.env == "math_tool" else f"size{args.size}"
+    levels = args.level if isinstance(args.level, list) else [args.level]
+    tag = f"level{'+'.join(map(str, levels))}" if args.env == "math_tool" else f"size{args.size}"
     return RESULTS / "learning" / f"{args.env}-{tag}"
 
 
@@ -181,18 +183,21 @@ class Recorder:
     def __init__(self, arm: str, config: Any, out: Path) -> None:
         self.out = out
         self.payload: dict[str, Any] = {"arm": arm, "command": command_line(), "machine_start": machine(), "config": config.to_dict(),
-                                        "steps": 0, "train_seconds": 0.0, "train_tokens": 0, "curve": [], "evals": [], "eval_seconds": 0.0}
+                                        "steps": 0, "train_seconds": 0.0, "train_cpu_seconds": 0.0, "train_tokens": 0, "curve": [], "evals": [],
+                                        "eval_seconds": 0.0, "eval_cpu_seconds": 0.0}
 
-    def step(self, step: int, seconds: float, values: dict[str, float], agents: dict[str, dict[str, float]], **extra: Any) -> None:
+    def step(self, step: int, seconds: float, values: dict[str, float], agents: dict[str, dict[str, float]], *,
+             cpu: float = 0.0, **extra: Any) -> None:
         p = self.payload
         p["steps"], p["train_seconds"] = step, p["train_seconds"] + seconds
+        p["train_cpu_seconds"] = p.get("train_cpu_seconds", 0.0) + cpu
         p["train_tokens"] += int(values.get("generated_tokens", 0))
         p["curve"].append({"step": step, "train_seconds": p["train_seconds"], "train_tokens": p["train_tokens"], "step_time": seconds,
                            "reward": values["reward/total"], "success": values.get("success"),
                            "agents": {a: v.get("reward/total") for a, v in agents.items()}, **extra})
 
     def evaluate(self, sampler: Any, eval_tasks: list[Any], step: int, *, final: bool, swap: bool = False) -> None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         before = sampler.stats.tokens
         results = evaluate_now(sampler, eval_tasks, step, sampled=final)
         if final and swap:
@@ -205,6 +210,7 @@ class Recorder:
             print(f"  eval step {step} T={r['temperature']}{' swapped' if r.get('swapped') else ''}: team {r['team']:.3f} "
                   + " ".join(f"{a} {v:.3f}" for a, v in r["agents"].items()), flush=True)
         p["eval_seconds"] += time.perf_counter() - t0
+        p["eval_cpu_seconds"] = p.get("eval_cpu_seconds", 0.0) + cpu_seconds() - c0
         write_json(self.out, p)
 
 
@@ -256,9 +262,9 @@ def train(sampler: Any, train_tasks: list[Any], args: argparse.Namespace, rec: R
 
     for step in range(1, args.steps + 1):
         run_cached.cache_clear()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         m = train_step(sampler, train_tasks, step, NullSink())
-        rec.step(step, time.perf_counter() - t0, m.values, m.agents, **extra)
+        rec.step(step, time.perf_counter() - t0, m.values, m.agents, cpu=cpu_seconds() - c0, **extra)
         write_json(rec.out, rec.payload)
         print(f"{label} step {step}: {rec.payload['curve'][-1]['step_time']:.1f}s reward {m.values['reward/total']:.3f} "
               f"success {m.values['success']:.3f} tokens {rec.payload['train_tokens']}", flush=True)
@@ -348,23 +354,29 @@ def final_evals(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def at_tokens(run: dict[str, Any], budget: float) -> dict[str, Any] | None:
+def at_tokens(run: dict[str, Any], budget: float, untrained: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The run's last greedy, unswapped evaluation taken with at most `budget` training tokens;
-    an untrained (step 0) evaluation of a trained run's untrained arm is not in `run`."""
-    inside = [e for e in run["evals"] if e["temperature"] == 0.0 and not e.get("swapped") and e.get("train_tokens", 0) <= budget]
+    when the run has none (its first evaluation came later), its untrained arm's (`untrained`,
+    0 tokens: the same weights a trained run starts from), else None."""
+    def greedy(r: dict[str, Any]) -> list[dict[str, Any]]:
+        return [e for e in r["evals"] if e["temperature"] == 0.0 and not e.get("swapped") and e.get("train_tokens", 0) <= budget]
+
+    inside = greedy(run) or (greedy(untrained)[:1] if untrained else [])
     return inside[-1] if inside else None
 
 
 def aggregate(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per group of seeds: the seeds, steps, training minutes and tokens, and for each kind of
-    final evaluation the team's and each agent's success per seed."""
+    final evaluation the team's and each agent's success per seed. A run that did not finish
+    (no end record, or fewer steps than its group's longest) is named in `stopped`, not averaged."""
     groups: dict[str, dict[str, Any]] = {}
     longest: dict[str, int] = {}
     for name, run in runs.items():
         longest[group_of(name)] = max(longest.get(group_of(name), 0), run["steps"])
     for name, run in runs.items():
-        g = groups.setdefault(group_of(name), {"seeds": [], "steps": [], "minutes": [], "tokens": [], "evals": {}, "runs": [], "stopped": []})
-        if run["steps"] < longest[group_of(name)]:  # stopped early: its last evaluation is of another step
+        g = groups.setdefault(group_of(name), {"seeds": [], "steps": [], "minutes": [], "tokens": [], "evals": {}, "runs": [], "names": [], "stopped": []})
+        unfinished = "machine_start" in run and "machine_end" not in run  # killed: the JSON is the last one written
+        if unfinished or run["steps"] < longest[group_of(name)]:  # stopped early: its last evaluation is of another step
             g["stopped"].append(f"seed {run['config'].get('seed', 0)} stopped at step {run['steps']}")
             continue
         g["seeds"].append(run["config"].get("seed", 0))
@@ -372,6 +384,7 @@ def aggregate(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         g["minutes"].append(run["train_seconds"] / 60)
         g["tokens"].append(run.get("train_tokens", 0))
         g["runs"].append(run)
+        g["names"].append(name)
         for kind, e in final_evals(run).items():
             k = g["evals"].setdefault(kind, {"team": [], "agents": {}})
             k["team"].append(e["team"])
@@ -396,7 +409,8 @@ def report(args: argparse.Namespace) -> int:
         base = groups.get(untrained_of(name))
         greedy = ev.get("greedy", {}).get("team", [])
         delta = statistics.mean(greedy) - statistics.mean(base["evals"]["greedy"]["team"]) if greedy and base and "greedy" in base["evals"] else None
-        equal = [e["team"] for run in g["runs"] for e in [at_tokens(run, budget)] if e is not None] if not name.startswith("untrained") else []
+        equal = [e["team"] for run_name in g["names"]
+                 for e in [at_tokens(runs[run_name], budget, untrained_run(runs, run_name))] if e is not None] if not name.startswith("untrained") else []
         rows.append([
             name, " ".join([str(sorted(g["seeds"])), *g["stopped"]]), max(g["steps"], default=0), f"{statistics.mean(g['minutes'] or [0]):.1f}", f"{statistics.mean(g['tokens'] or [0]):.0f}",
             mean_spread(greedy), f"{delta * 100:+.0f}" if delta is not None else "-",
@@ -407,8 +421,8 @@ def report(args: argparse.Namespace) -> int:
             "; ".join(f"{a} {mean_spread(v)}" for a, v in ev.get("sampled", {}).get("agents", {}).items()) or "-",
         ])
     headers = ["arm", "seeds", "steps", "train min", "train tokens", "greedy team", "vs untrained (pts)",
-               f"greedy team at <= {budget:.0f} tokens", "sampled team", "roles swapped (greedy)", "greedy per agent", "sampled per agent"]
-    text = table(headers, rows) + "\n\n" + curve_table(runs)
+               f"greedy team at <= {budget:.0f} tokens (last evaluation within)", "sampled team", "roles swapped (greedy)", "greedy per agent", "sampled per agent"]
+    text = table(headers, rows) + "\n\n" + curve_table(runs) + "\n\n" + time_table(runs)
     print(text)
     print("\nmean ± sample std over seeds (number of seeds); per agent = the team's verdict on the episodes the agent acted in")
     png = out_dir / "learning.png"
@@ -419,6 +433,24 @@ def report(args: argparse.Namespace) -> int:
     write_json(out_dir / "report.json", payload)
     print(f"\nwrote {png} and {out_dir / 'report.json'}")
     return 0
+
+
+def time_table(runs: dict[str, dict[str, Any]]) -> str:
+    """Each run's wall time, CPU time and the machine's load when it started and ended: on a shared
+    machine the minutes measure the neighbours too; the CPU minutes (this process and its sandboxed
+    programs, one torch thread) measure the work. A run with no end time did not finish."""
+    def minutes(run: dict[str, Any], key: str) -> str:  # runs from before CPU time was recorded have none
+        return f"{run[key] / 60:.1f}" if key in run else "-"
+
+    rows = []
+    for name, run in runs.items():
+        start, end = run.get("machine_start") or {}, run.get("machine_end") or {}
+        rows.append([name, f"{start.get('time', '-')[5:16]} - {end.get('time', '-')[11:16] if end else 'not finished'}",
+                     run["steps"], minutes(run, "train_seconds"), minutes(run, "train_cpu_seconds"),
+                     minutes(run, "eval_seconds"), minutes(run, "eval_cpu_seconds"),
+                     f"{(start.get('loadavg') or ['-'])[0]} / {(end.get('loadavg') or ['-'])[0]}"])
+    return table(["run", "start - end (UTC)", "steps", "train min", "train CPU min", "eval min", "eval CPU min",
+                  "load average at start / end (1 min)"], rows)
 
 
 def untrained_run(runs: dict[str, dict[str, Any]], name: str) -> dict[str, Any] | None:
@@ -481,13 +513,23 @@ def _plot(runs: dict[str, Any], groups: dict[str, Any], png: Path) -> None:
     fig.savefig(png, dpi=110)
 
 
+def levels_arg(text: str) -> int | list[int]:
+    """`2` -> 2; `2,3` -> [2, 3] (math_tool mixes the listed levels)."""
+    try:
+        levels = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a level (2) or levels separated by commas (2,3)") from None
+    return levels[0] if len(levels) == 1 else levels
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arm", choices=(*ARMS, "all"))
     parser.add_argument("--report", action="store_true", help="assemble the table and PNG from the JSON files")
     parser.add_argument("--model", default="bundled:smollm2-135m-instruct")
     parser.add_argument("--env", choices=tuple(TEAM_ROLES), default="math_tool")
-    parser.add_argument("--level", type=int, default=2, help="math_tool level")
+    parser.add_argument("--level", type=levels_arg, default=2,
+                        help="math_tool level, or levels to mix separated by commas (2,3: each task level 2 or 3 at random)")
     parser.add_argument("--size", type=int, default=None, help="plan_path grid side (default: 5 to 7 at random)")
     parser.add_argument("--single-role", default=None, help="the lone agent's role (default: tool for math_tool, plan for plan_path)")
     parser.add_argument("--steps", type=int, default=50, help="training steps N (the `alone` arm: N for each agent)")

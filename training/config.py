@@ -195,7 +195,7 @@ class TopologyConfig:
     environment: str = "math_tool"
     """A built-in environment (arithmetic, math_tool, plan_path, code_tests) or a plugin `pkg.mod:Class`."""
     env_args: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments for the environment (for `math_tool`: `level` 1-3)."""
+    """Keyword arguments for the environment (for `math_tool`: `level` 1-3, or a list of levels to mix)."""
     specialization: str = "lora"
     """How agents differ (PettingLLMs): `single` one agent (L0), `prompt` one shared policy (L1),
     `lora` one adapter per agent on a frozen base (L2), `full` one model per agent (L3)."""

@@ -115,18 +115,23 @@ class MathTool:
     """End an action once it is complete (the code block closed, the answer line written):
     what a small model adds after that is never read, so it is not generated or trained on."""
 
-    def __init__(self, level: int = 1, timeout_s: float = TOOL_TIMEOUT_S, self_correct: bool = False) -> None:
+    def __init__(self, level: int | list[int] = 1, timeout_s: float = TOOL_TIMEOUT_S, self_correct: bool = False) -> None:
         """`level` picks the generated tasks: 1 `a + b` (two-digit), 2 two operations with precedence
-        such as `(a + b) * c`, 3 short word problems with two operations. `timeout_s` limits the tool's program.
+        such as `(a + b) * c`, 3 short word problems with two operations. A list of levels mixes
+        them: each generated task draws its level from the list at random (`[2, 3]`: about half of
+        each; a level named twice is drawn twice as often), and its row records the level it got.
+        `timeout_s` limits the tool's program.
         `self_correct`: an agent acting alone is not stopped after its first action: it sees its last
         attempt (the tool its program and what it printed, the reasoner its answer) and tries again,
         until two answers in a row agree or the topology's `max_turns` is reached. It is the lone
         agent's counterpart of the reasoner's check: one agent given the turns a team gets."""
-        if level not in (1, 2, 3):
-            raise ValueError(f"math_tool: level must be 1, 2 or 3, not {level!r}")
+        levels = level if isinstance(level, list) else [level]
+        if not levels or any(isinstance(v, bool) or v not in (1, 2, 3) for v in levels):
+            raise ValueError(f"math_tool: level must be 1, 2 or 3, or a non-empty list of them, not {level!r}")
         if not isinstance(self_correct, bool):
             raise ValueError(f"math_tool: self_correct must be true or false, not {self_correct!r}")
         self.level = level
+        self.levels = tuple(levels)
         self.self_correct = self_correct
         self.timeout_s = tool_timeout("math_tool", timeout_s)
 
@@ -136,15 +141,16 @@ class MathTool:
         rng = random.Random(seed)
         rows = []
         for _ in range(n):
-            if self.level == 1:
+            level = self.levels[0] if len(self.levels) == 1 else rng.choice(self.levels)
+            if level == 1:
                 expr = f"{rng.randint(10, 99)} + {rng.randint(10, 99)}"
                 question, value = f"Compute {expr}.", eval(expr, {"__builtins__": {}})  # noqa: S307 - ours
-            elif self.level == 2:
+            elif level == 2:
                 expr = _expression(rng)
                 question, value = f"Compute {expr}.", eval(expr, {"__builtins__": {}})  # noqa: S307 - ours
             else:
                 question, value = _word_problem(rng)
-            rows.append({"question": question, "answer": str(value), "level": self.level})
+            rows.append({"question": question, "answer": str(value), "level": level})
         return rows
 
     # ------------------------------------------------------------ episode

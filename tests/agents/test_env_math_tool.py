@@ -104,3 +104,19 @@ def test_it_generates_each_level() -> None:
 def test_it_rejects_a_bad_level() -> None:
     with pytest.raises(ValueError, match="level must be 1, 2 or 3"):
         load_environment("math_tool", level=0)
+
+
+def test_a_list_of_levels_mixes_them_and_each_row_names_its_level() -> None:
+    rows = load_environment("math_tool", level=[2, 3]).generate(200, seed=0)
+    levels = [r["level"] for r in rows]
+    assert set(levels) == {2, 3} and 70 < levels.count(2) < 130
+    for row in rows:  # each row is a task of the level it names
+        assert row["question"].startswith("Compute ") == (row["level"] == 2)
+    assert load_environment("math_tool", level=[2, 3]).generate(20, seed=5) == load_environment("math_tool", level=[2, 3]).generate(20, seed=5)
+    assert load_environment("math_tool", level=[2]).generate(10, seed=1) == load_environment("math_tool", level=2).generate(10, seed=1)
+
+
+@pytest.mark.parametrize("bad", [[], [2, 4], [True], "2"])
+def test_it_rejects_a_bad_level_list(bad: object) -> None:
+    with pytest.raises(ValueError, match="non-empty list"):
+        load_environment("math_tool", level=bad)

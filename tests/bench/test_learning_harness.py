@@ -119,3 +119,39 @@ def test_a_seed_stopped_early_is_named_not_averaged_with_finished_ones() -> None
     short = {**run(1, 0.2, [100]), "steps": 5}
     g = learning.aggregate({"prompt": run(0, 0.6, [100, 200]), "prompt-seed1": short})["prompt"]
     assert g["evals"]["greedy"]["team"] == [0.6] and g["stopped"] == ["seed 1 stopped at step 5"]
+
+
+def test_a_level_mix_reaches_the_environment_and_its_own_results_folder() -> None:
+    mixed = args("--level", "2,3")
+    assert mixed.level == [2, 3] and Path(mixed.out_dir) == Path("/unused")
+    assert learning.arm_config("single", mixed).topology.env_args == {"level": [2, 3]}
+    assert learning.default_out_dir(mixed).name == "math_tool-level2+3"
+    _, _, held = learning.build(learning.arm_config("single", mixed), mixed)
+    assert {row["level"] for _, row in held} <= {2, 3}
+    with pytest.raises(SystemExit):
+        args("--level", "2,x")
+
+
+def test_it_records_cpu_time_and_the_time_table_names_a_run_that_did_not_finish(tmp_path: Path) -> None:
+    payload = learning.run_arm("single", args("--steps", "1", "--eval-every", "0", "--out-dir", str(tmp_path)))
+    assert payload["train_cpu_seconds"] > 0 and payload["eval_cpu_seconds"] > 0
+    text = learning.time_table({"single": payload, "single-seed1": {**payload, "machine_end": None}})
+    assert text.count("not finished") == 1 and "train CPU min" in text
+
+
+def test_a_run_killed_before_its_end_is_stopped_even_when_it_is_the_only_seed() -> None:
+    killed = {**run(0, 0.3, [100]), "steps": 3, "machine_start": {"time": "2026-11-26 17:00:00"}}
+    groups = learning.aggregate({"self-4turns": killed, "single": {**run(0, 0.5, [50]), "machine_start": {}, "machine_end": {}}})
+    assert groups["self-4turns"]["stopped"] == ["seed 0 stopped at step 3"] and groups["self-4turns"]["evals"] == {}
+    assert groups["single"]["evals"]["greedy"]["team"] == [0.5]
+
+
+def test_at_equal_tokens_a_run_not_yet_evaluated_within_the_budget_counts_its_untrained_figure() -> None:
+    untrained = {"config": {"seed": 0}, "steps": 0, "train_seconds": 0.0, "train_tokens": 0,
+                 "evals": [{"step": 0, "temperature": 0.0, "team": 0.2, "agents": {"tool": 0.2}, "train_tokens": 0}]}
+    team = run(0, 0.8, [900, 1800])
+    assert learning.at_tokens(team, 500, untrained)["team"] == 0.2 and learning.at_tokens(team, 500) is None
+    assert learning.at_tokens(team, 900, untrained)["train_tokens"] == 900
+    runs = {"untrained-multi": untrained, "prompt": team, "single": run(0, 0.5, [250, 500])}
+    groups = learning.aggregate(runs)
+    assert groups["prompt"]["names"] == ["prompt"]
