@@ -68,6 +68,7 @@ urlpatterns = [
     path("datasets/", catalog.dataset_list, name="dataset_list"),
     path("datasets/upload/", catalog.dataset_upload, name="dataset_upload"),
     path("datasets/generate/", catalog.dataset_generate, name="dataset_generate"),
+    path("datasets/upload-conversations/", catalog.dataset_upload_conversations, name="dataset_upload_conversations"),
     path("datasets/<int:pk>/", catalog.dataset_detail, name="dataset_detail"),
     path("datasets/<int:pk>/revalidate/", catalog.dataset_revalidate, name="dataset_revalidate"),
     path("datasets/<int:pk>/delete/", catalog.dataset_delete, name="dataset_delete"),
