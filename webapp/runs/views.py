@@ -24,7 +24,7 @@ from webapp.core.values import id_or_none
 from webapp.history import services as history
 from webapp.jobs.forms import EvaluationForm
 from webapp.models import Agent, Dataset, Job, Run, Topology
-from webapp.runs import queue, services, streaming
+from webapp.runs import lineage, queue, services, streaming
 from webapp.runs.forms import RunForm
 from webapp.teams.access import TeamRequest, team_object_or_404
 
@@ -137,6 +137,8 @@ def run_detail(request: TeamRequest, pk: int) -> HttpResponse:
         "parts": parts,
         "waiting_for": queue.run_waiting_for(run=run),
     }
+    if not request.htmx:
+        context.update(origin=lineage.run_origin(run=run), descendants=lineage.run_descendants(run=run))
     if not request.htmx or parts:
         context.update(run_history_context(run=run))
     template = "runs/detail.html#refresh" if request.htmx else "runs/detail.html"
