@@ -312,11 +312,11 @@ def status_message(run: Run) -> dict[str, Any]:
 
 RUN_SERIES = ("reward/total", "reward/team", "reward/local", "success", "completion_len", "step_time", "rollout_time",
               "update_time", "tokens_per_s", "zero_std_frac", "tool_calls", "tool_errors", "dynamic/extra_batches",
-              "dynamic/signal_tasks")
+              "dynamic/signal_tasks", "loss", "token_accuracy")
 
 
 """Run-wide metrics the page charts (and so streams; `tool_*` only runs whose agents call tools have,
-`dynamic/*` only runs with `grpo.dynamic_sampling`); the summary card's table shows them all."""
+`dynamic/*` only runs with `grpo.dynamic_sampling`, `loss` and `token_accuracy` only SFT runs); the summary card's table shows them all."""
 
 
 REWARD_FN_PREFIX = "reward/fn/"
@@ -328,7 +328,7 @@ their means before the weights), charted together; which there are comes from th
 
 AGENT_SERIES = ("reward/total", "reward/team", "reward/local", "success", "loss", "kl", "entropy", "clip_region",
                 "clip_low", "clip_high", "completion_len", "ended", "zero_std_frac", "adv/mean", "adv/std",
-                "mismatch/logp_diff", "mismatch/capped")
+                "mismatch/logp_diff", "mismatch/capped", "token_accuracy")
 
 
 """Per-agent metrics the page charts (`mismatch/*`: vLLM's log-probs against the trainer's, see
