@@ -82,10 +82,8 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
     A run asking for several GPUs in data-parallel mode starts its processes through torchrun
     from here (`training.distributed.launch`), and `sink` receives rank 0's events."""
     config.validate()
-    if config.algorithm == "sft":
-        from training.sft import train_sft
-
-        return train_sft(config, out_dir=out_dir, sink=sink)
+    if config.algorithm != "grpo":
+        raise ValueError(f"training.trainer.train runs GRPO; an `algorithm: {config.algorithm}` run goes through training.runner.train")
     out = Path(out_dir)
     if dist is None and config.resources.gpus > 1 and config.resources.parallel == "data" and not in_launch():
         return launch(config, out, sink)  # type: ignore[no-any-return]

@@ -11,8 +11,8 @@ from training.conversations import Conversation, by_agent, read_conversations
 from training.data import DataError
 from training.events import NullSink
 from training.models import load_model
+from training.runner import train
 from training.sft import encode, train_sft
-from training.trainer import train
 
 CONVERSATIONS = [
     {"messages": [{"role": "system", "content": "Write a."}, {"role": "user", "content": "Go"},

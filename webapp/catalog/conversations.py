@@ -18,6 +18,7 @@ from django.db import transaction
 
 from training.conversations import Conversation, read_conversations
 from training.data import DataError, DataErrors
+from webapp.catalog.services import _check_name_free, environment_load
 from webapp.core.private import data_dir_tighten, private_file
 from webapp.models import Dataset, Team
 from webapp.teams.audit import Verb, audit_record
@@ -30,8 +31,6 @@ def conversations_upload(*, team: Team, name: str, environment: str, upload: Upl
     """Validate an uploaded conversations file completely, then store it under a random name; a
     ValidationError on `file` lists every bad line. Either both the file and the row are saved, or
     neither."""
-    from webapp.catalog.services import _check_name_free, environment_load
-
     dataset = Dataset(team=team, name=name, kind=Dataset.Kind.CHATS, environment=environment, eval_fraction=0.0,
                       original_filename=(upload.name or "upload")[-255:], size_bytes=upload.size or 0, format=Dataset.Format.JSONL)
     _check_name_free(dataset)
@@ -69,15 +68,21 @@ def conversations_upload(*, team: Team, name: str, environment: str, upload: Upl
     return dataset
 
 
-def conversations_recheck(*, dataset: Dataset) -> None:
-    """Read a stored conversations file again and describe it (the caller saves the row); a
-    ValidationError when it is gone or no longer reads."""
-    if dataset.path is None or not dataset.path.is_file():
-        raise ValidationError("The stored file is missing.")
-    conversations = _read(dataset.path)
-    dataset.row_count = len(conversations)
-    dataset.preview = [preview(c) for c in conversations[:PREVIEW_CONVERSATIONS]]
-    dataset.status, dataset.status_message = Dataset.Status.VALID, _agents_note(conversations)
+def conversations_revalidate(*, dataset: Dataset) -> Dataset:
+    """Read a stored conversations file again and save what it holds now: valid with its counts
+    and preview, or invalid with why (the file is gone or no longer reads)."""
+    try:
+        if dataset.path is None or not dataset.path.is_file():
+            raise ValidationError("The stored file is missing.")
+        conversations = _read(dataset.path)
+    except ValidationError as exc:
+        dataset.status, dataset.status_message = Dataset.Status.INVALID, "; ".join(exc.messages)
+    else:
+        dataset.row_count = len(conversations)
+        dataset.preview = [preview(c) for c in conversations[:PREVIEW_CONVERSATIONS]]
+        dataset.status, dataset.status_message = Dataset.Status.VALID, _agents_note(conversations)
+    dataset.save()
+    return dataset
 
 
 def _read(path: Path) -> list[Conversation]:

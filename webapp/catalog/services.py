@@ -471,10 +471,6 @@ def dataset_revalidate(*, dataset: Dataset) -> Dataset:
                 raise ValidationError("The stored file is missing.")
             rows = _dataset_read(dataset.path, env, field="file")
             _dataset_describe(dataset, rows, row_count=len(rows))
-        elif dataset.kind == Dataset.Kind.CHATS:
-            from webapp.catalog.conversations import conversations_recheck
-
-            conversations_recheck(dataset=dataset)
         else:
             env.generate(1, seed=0)
             dataset.status, dataset.status_message = Dataset.Status.VALID, ""

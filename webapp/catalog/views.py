@@ -19,7 +19,15 @@ from django.views.decorators.http import require_GET, require_POST
 
 from training.data import MAX_FIELD_CHARS, MAX_FIELDS, MAX_JSON_DEPTH
 from webapp.catalog import conversations, services
-from webapp.catalog.forms import AgentForm, ConversationsUploadForm, DatasetGeneratorForm, DatasetUploadEditForm, DatasetUploadForm, ModelSourceForm, TopologyForm
+from webapp.catalog.forms import (
+    AgentForm,
+    ConversationsUploadForm,
+    DatasetGeneratorForm,
+    DatasetUploadEditForm,
+    DatasetUploadForm,
+    ModelSourceForm,
+    TopologyForm,
+)
 from webapp.models import Agent, Dataset, ModelSource, Topology
 from webapp.teams.access import TeamRequest, team_object_or_404
 
@@ -252,7 +260,11 @@ def dataset_detail(request: TeamRequest, pk: int) -> HttpResponse:
 
 @require_POST
 def dataset_revalidate(request: TeamRequest, pk: int) -> HttpResponse:
-    dataset = services.dataset_revalidate(dataset=team_object_or_404(request, Dataset, pk))
+    dataset = team_object_or_404(request, Dataset, pk)
+    if dataset.kind == Dataset.Kind.CHATS:
+        conversations.conversations_revalidate(dataset=dataset)
+    else:
+        services.dataset_revalidate(dataset=dataset)
     messages.info(request, f"{dataset.name} is {dataset.get_status_display().lower()}.")
     return redirect(dataset)
 
