@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(r))
         return 0
 
-    from training.trainer import train
+    from training.runner import train
 
     out = Path(args.out or f"runs/{config.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     if (out / "metrics.jsonl").exists() and not config.checkpoint.resume_from:

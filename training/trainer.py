@@ -54,6 +54,7 @@ from training.progress import RunProgress
 from training.rollout import Episode, Sampler, rollout_independent, rollout_tree
 from training.trackers import reporting
 from training.vllm_backend import VLLMGenerator, resolve_backend
+from training.warmstart import init_from
 
 STATE_FILE = "trainer_state.pt"
 
@@ -83,6 +84,8 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
     A run asking for several GPUs in data-parallel mode starts its processes through torchrun
     from here (`training.distributed.launch`), and `sink` receives rank 0's events."""
     config.validate()
+    if config.algorithm != "grpo":
+        raise ValueError(f"training.trainer.train runs GRPO; an `algorithm: {config.algorithm}` run goes through training.runner.train")
     out = Path(out_dir)
     if dist is None and config.resources.gpus > 1 and config.resources.parallel == "data" and not in_launch():
         return launch(config, out, sink)  # type: ignore[no-any-return]
@@ -109,6 +112,9 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
     progress.loading(f"{config.model.source} ({config.topology.specialization} policies)")
     policies = build_policies(config, device=dist.device())
     sink.log(f"loaded {config.topology.specialization} policies {sorted(policies.policies)} in {time.perf_counter() - t_load:.1f}s")
+    warm = init_from(config, policies)
+    if warm is not None:
+        sink.log(f"started from {warm.checkpoint} (step {warm.step}): {', '.join(f'{a} <- {b}' for a, b in warm.loaded.items())}")
     generator = torch.Generator().manual_seed(config.seed + 1_000_003 * dist.rank)
     rewards = [(path.rpartition(":")[2], load_reward_fn(path), weight) for path, weight in config.data.reward_functions()]
     sampler = Sampler(env, policies, config, generator, rewards, dist=dist)

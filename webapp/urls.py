@@ -81,6 +81,7 @@ urlpatterns = [
     page("datasets/", catalog.dataset_list, name="dataset_list"),
     page("datasets/upload/", catalog.dataset_upload, name="dataset_upload"),
     page("datasets/generate/", catalog.dataset_generate, name="dataset_generate"),
+    page("datasets/upload-conversations/", catalog.dataset_upload_conversations, name="dataset_upload_conversations"),
     page("datasets/<int:pk>/", catalog.dataset_detail, name="dataset_detail"),
     page("datasets/<int:pk>/revalidate/", catalog.dataset_revalidate, name="dataset_revalidate"),
     page("datasets/<int:pk>/delete/", catalog.dataset_delete, name="dataset_delete"),

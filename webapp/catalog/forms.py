@@ -216,6 +216,12 @@ class DatasetUploadForm(forms.Form):
     eval_fraction = forms.FloatField(initial=0.1, min_value=0.0, max_value=0.9, help_text="Share of rows held out for evaluation.")
 
 
+class ConversationsUploadForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    environment = _environment_field(help_text="The environment of the topologies these conversations train (its held-out tasks evaluate the run).")
+    file = forms.FileField(help_text="JSONL of conversations (TRL's `messages` format), UTF-8.")
+
+
 class DatasetGeneratorForm(forms.ModelForm):
     environment = _environment_field()
     env_args = BoundedJSONField(required=False, initial=dict, widget=forms.TextInput,

@@ -55,9 +55,9 @@ def dataset_delete_effects(*, dataset: Dataset) -> list[str]:
         more = f" and {count - 5} more" if count > 5 else ""
         effects.append(f"{count} run{'s' if count > 1 else ''} used it: {names}{more}. They keep their config, metrics and "
                        "checkpoints, but their pages will name no dataset.")
-        if dataset.kind == Dataset.Kind.UPLOAD:
+        if dataset.kind != Dataset.Kind.GENERATOR:
             effects.append("Its file is deleted: resuming or re-running those runs needs the file uploaded again.")
-    if dataset.kind == Dataset.Kind.UPLOAD:
+    if dataset.kind != Dataset.Kind.GENERATOR:
         effects.insert(0, f"Its file goes from disk ({dataset.original_filename}, {dataset.row_count or 0:,} rows).")
     return effects
 
@@ -105,7 +105,7 @@ def dataset_matching(*, topology: Topology) -> Dataset | None:
     """The team's valid dataset a run of this topology most likely wants: one for its environment,
     with the topology's own environment arguments first (a generator at its level), newest first."""
     candidates = list(Dataset.objects.filter(team_id=topology.team_id, environment=topology.environment,
-                                             status=Dataset.Status.VALID).order_by("-created", "-id")[:50])
+                                             status=Dataset.Status.VALID).exclude(kind=Dataset.Kind.CHATS).order_by("-created", "-id")[:50])
     same_args = [d for d in candidates if d.kind == Dataset.Kind.GENERATOR and d.env_args == topology.env_args]
     return (same_args or candidates or [None])[0]
 

@@ -18,8 +18,16 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from training.data import MAX_FIELD_CHARS, MAX_FIELDS, MAX_JSON_DEPTH
-from webapp.catalog import environments, selectors, services
-from webapp.catalog.forms import AgentForm, DatasetGeneratorForm, DatasetUploadEditForm, DatasetUploadForm, ModelSourceForm, TopologyForm
+from webapp.catalog import conversations, environments, selectors, services
+from webapp.catalog.forms import (
+    AgentForm,
+    ConversationsUploadForm,
+    DatasetGeneratorForm,
+    DatasetUploadEditForm,
+    DatasetUploadForm,
+    ModelSourceForm,
+    TopologyForm,
+)
 from webapp.models import Agent, Dataset, ModelSource, Topology
 from webapp.teams.access import TeamRequest, team_object_or_404
 
@@ -203,6 +211,20 @@ def dataset_upload(request: TeamRequest) -> HttpResponse:
     })
 
 
+def dataset_upload_conversations(request: TeamRequest) -> HttpResponse:
+    form = ConversationsUploadForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            dataset = conversations.conversations_upload(team=request.team, upload=form.cleaned_data.pop("file"), actor=request.user,
+                                                         **form.cleaned_data)
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, f"Uploaded {dataset.name}: {dataset.row_count} conversations.")
+            return redirect(dataset)
+    return render(request, "datasets/new.html", {"form": form, "mode": "conversations", "env": _picked_environment(form)})
+
+
 def dataset_generate(request: TeamRequest) -> HttpResponse:
     form = DatasetGeneratorForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -218,7 +240,7 @@ def dataset_generate(request: TeamRequest) -> HttpResponse:
 
 def dataset_detail(request: TeamRequest, pk: int) -> HttpResponse:
     dataset = team_object_or_404(request, Dataset, pk)
-    is_upload = dataset.kind == Dataset.Kind.UPLOAD
+    is_upload = dataset.kind != Dataset.Kind.GENERATOR  # a file: its name and split are what may change
     form: DatasetUploadEditForm | DatasetGeneratorForm
     form = (DatasetUploadEditForm if is_upload else DatasetGeneratorForm)(request.POST or None, instance=dataset)
     if request.method == "POST" and form.is_valid():
@@ -238,7 +260,11 @@ def dataset_detail(request: TeamRequest, pk: int) -> HttpResponse:
 
 @require_POST
 def dataset_revalidate(request: TeamRequest, pk: int) -> HttpResponse:
-    dataset = services.dataset_revalidate(dataset=team_object_or_404(request, Dataset, pk))
+    dataset = team_object_or_404(request, Dataset, pk)
+    if dataset.kind == Dataset.Kind.CHATS:
+        conversations.conversations_revalidate(dataset=dataset)
+    else:
+        services.dataset_revalidate(dataset=dataset)
     messages.info(request, f"{dataset.name} is {dataset.get_status_display().lower()}.")
     return redirect(dataset)
 

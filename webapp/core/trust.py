@@ -390,8 +390,8 @@ def config_problems(*, team: TeamFiles, config: RunConfig, skip: list[str] | Non
       arguments (only for an environment that passed, so nothing unregistered is ever loaded);
     - tracker destinations the operator allows (`check_report_to`);
     - model sources the team may use (`check_model_source`);
-    - `data.path` one of the team's uploaded datasets; `checkpoint.resume_from` a checkpoint of
-      one of the team's runs.
+    - `data.path` and `sft.path` one of the team's uploaded datasets; `checkpoint.resume_from` and
+      `model.init_from.run` (a warm start) a checkpoint of one of the team's runs.
 
     Fields in `skip` (and fields inside them) already have a problem, found by the caller: they
     are not checked again."""
@@ -439,4 +439,11 @@ def config_problems(*, team: TeamFiles, config: RunConfig, skip: list[str] | Non
     if config.checkpoint.resume_from is not None and not at_fault("checkpoint.resume_from"):
         if not team.owns_checkpoint(config.checkpoint.resume_from):
             found.append(ConfigError("checkpoint.resume_from", "must be the path of a checkpoint of one of your team's runs"))
+    if config.sft.path is not None and not at_fault("sft.path"):
+        if Path(config.sft.path).resolve() not in team.dataset_files():
+            found.append(ConfigError("sft.path", "must be one of your team's uploaded conversations datasets"))
+    if config.model.init_from.run and not at_fault("model.init_from.run"):
+        if not team.owns_checkpoint(config.model.init_from.run):
+            found.append(ConfigError("model.init_from.run", "must be the path of a checkpoint of one of your team's runs "
+                                                            "(the run page's \"Warm start from this run\" fills it in)"))
     return found

@@ -173,6 +173,7 @@ class Dataset(models.Model):
     class Kind(models.TextChoices):
         UPLOAD = "upload", "Uploaded file"
         GENERATOR = "generator", "Built-in generator"
+        CHATS = "chats", "Conversations (SFT)"
 
     class Format(models.TextChoices):
         JSONL = "jsonl", "JSONL"

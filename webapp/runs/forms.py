@@ -45,6 +45,11 @@ class RunForm(forms.Form):
     name = forms.CharField(max_length=200, required=False, help_text="Defaults to topology · dataset.")
     topology = TopologyChoiceField(queryset=Topology.objects.none())
     dataset = DatasetChoiceField(queryset=Dataset.objects.none())
+    algorithm = forms.ChoiceField(initial="grpo", required=False, choices=[("grpo", "GRPO (learn from the agents' own rollouts)"),
+                                                                        ("sft", "SFT (learn from a conversations dataset)")],
+                                  help_text="SFT: each agent learns its own assistant turns of the conversations; the dataset above gives the held-out tasks.")
+    conversations = forms.ModelChoiceField(queryset=Dataset.objects.none(), required=False, label="Conversations (SFT)",
+                                           help_text="An uploaded conversations dataset; used when the algorithm is SFT.")
     specialization = forms.ChoiceField(required=False, choices=[("", "as in the topology")] + SPECIALIZATION_SHORT_CHOICES,
                                        help_text=SPECIALIZATION_HELP)
     steps = _hyper(forms.IntegerField, "optim.steps", help_text="Training steps.")
@@ -72,12 +77,23 @@ class RunForm(forms.Form):
         self.team = team
         self._yaml_tree: Any = None
         self.fields["topology"].queryset = Topology.objects.filter(team=team)  # type: ignore[attr-defined]
-        self.fields["dataset"].queryset = Dataset.objects.filter(team=team, status=Dataset.Status.VALID)  # type: ignore[attr-defined]
+        valid = Dataset.objects.filter(team=team, status=Dataset.Status.VALID)
+        self.fields["dataset"].queryset = valid.exclude(kind=Dataset.Kind.CHATS)  # type: ignore[attr-defined]
+        self.fields["conversations"].queryset = valid.filter(kind=Dataset.Kind.CHATS)  # type: ignore[attr-defined]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("algorithm") == "sft" and not data.get("conversations"):
+            self.add_error("conversations", "An SFT run learns from a conversations dataset: pick one (upload it under Datasets).")
+        return data
 
     def overrides(self) -> dict[str, Any]:
         """The RunConfig fields this form sets (`{"optim.lr": 1e-4}`); empty fields set nothing."""
         values = {dotted: self.cleaned_data.get(name) for name, dotted in RUN_OVERRIDES.items()}
         values["topology.specialization"] = self.cleaned_data.get("specialization") or None
+        if self.cleaned_data.get("algorithm") == "sft" and self.cleaned_data.get("conversations"):
+            values["algorithm"] = "sft"
+            values["sft.path"] = str(self.cleaned_data["conversations"].path)
         return values
 
     def run_name(self) -> str:
@@ -108,6 +124,10 @@ class RunForm(forms.Form):
             return "topology"
         if dotted.startswith("data"):
             return "dataset"
+        if dotted == "algorithm":
+            return "algorithm"
+        if dotted.startswith("sft."):
+            return "conversations"
         return "advanced_yaml"
 
     def _advanced_tree(self) -> Any:

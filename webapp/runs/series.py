@@ -35,9 +35,9 @@ CHUNK_POINTS = 20_000
 
 RUN_SERIES = ("reward/total", "reward/team", "reward/local", "success", "completion_len", "step_time", "rollout_time",
               "update_time", "tokens_per_s", "zero_std_frac", "tool_calls", "tool_errors", "dynamic/extra_batches",
-              "dynamic/signal_tasks", "async/wait_time")
+              "dynamic/signal_tasks", "async/wait_time", "loss", "token_accuracy")
 """Run-wide metrics the page charts (and so streams; `tool_*` only runs whose agents call tools have,
-`dynamic/*` only runs with `grpo.dynamic_sampling`); the summary card's table shows them all."""
+`dynamic/*` only runs with `grpo.dynamic_sampling`, `loss` and `token_accuracy` only SFT runs); the summary card's table shows them all."""
 
 REWARD_FN_PREFIX = "reward/fn/"
 """Run-wide series for each of the run's reward functions (`data.reward_fn`, `data.reward_fns`;
@@ -45,7 +45,7 @@ their means before the weights), charted together; which there are comes from th
 
 AGENT_SERIES = ("reward/total", "reward/team", "reward/local", "success", "loss", "kl", "entropy", "clip_region",
                 "clip_low", "clip_high", "completion_len", "ended", "zero_std_frac", "adv/mean", "adv/std",
-                "mismatch/logp_diff", "mismatch/capped", "mismatch/is_weight", "async/staleness")
+                "mismatch/logp_diff", "mismatch/capped", "mismatch/is_weight", "async/staleness", "token_accuracy")
 """Per-agent metrics the page charts (`mismatch/*`: the sampler's log-probs against the trainer's, see
 `training.grpo.sampler_mismatch`; only runs that sample with vLLM or `generation.async` have them;
 `async/staleness`: how many updates old the agent's rollouts were)."""

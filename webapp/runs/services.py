@@ -303,7 +303,7 @@ def _run_train(run: Run, train: TrainFn | None) -> None:
         config = run.to_config()
         trust.check_config(team=run.team, config=config)  # again: the operator's roots or plugins may have changed
         if train is None:
-            from training.trainer import (
+            from training.runner import (
                 train,  # imports torch: only inside the worker's task
             )
         trial_sink = trials.trial_sink(run=run, sink=sink)  # a search trial: the pruner may stop it

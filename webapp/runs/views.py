@@ -23,7 +23,7 @@ from webapp.core.values import id_or_none
 from webapp.jobs import ablations
 from webapp.jobs.forms import EvaluationForm
 from webapp.models import Run
-from webapp.runs import queue, rollouts, selectors, services
+from webapp.runs import lineage, queue, rollouts, selectors, services
 from webapp.runs.forms import RunForm
 from webapp.teams.access import TeamRequest, team_object_or_404
 
@@ -115,6 +115,8 @@ def run_detail(request: TeamRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(selectors.run_page_runs(team=request.team), pk=pk)
     parts = [p for p in request.GET.get("parts", "").split(",") if p in RUN_PARTS] if request.htmx else []
     context = {"run": run, "parts": parts, **selectors.run_live_card(run=run)}
+    if not request.htmx:
+        context.update(origin=lineage.run_origin(run=run), descendants=lineage.run_descendants(run=run))
     if not request.htmx or parts:
         context.update(selectors.run_history_sections(run=run), eval_form=EvaluationForm(run=run),
                        ablations=ablations.run_ablations(run=run))

@@ -1,0 +1,84 @@
+"""Starting a run from another run's weights (`model.init_from`): each policy holds the source
+checkpoint's weights after init, mapped per agent; the wrong kind of folder is refused by name."""
+
+import pytest
+import torch
+
+from training.config import ConfigError
+from training.events import NullSink
+from training.policies import build_policies
+from training.trainer import save_checkpoint
+from training.warmstart import checkpoint_folder, init_from
+
+
+def _trained_run(config, out, step=3):
+    """A run folder whose checkpoint at `step` holds weights moved off their init."""
+    policies = build_policies(config, device=torch.device("cpu"))
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for policy in policies.policies.values():
+            for p in policy.params:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+    save_checkpoint(out, step, policies, torch.Generator(), config, NullSink())
+    return policies
+
+
+def _state(policy):
+    return {n: p.detach().clone() for n, p in policy.model.named_parameters() if policy.adapter is None or f".{policy.adapter}." in n}
+
+
+@pytest.mark.parametrize("specialization", ["lora", "prompt", "full"])
+def test_after_init_each_policy_holds_the_source_checkpoint_s_weights(make_config, tmp_path, specialization):
+    config = make_config(specialization)
+    source = _trained_run(config, tmp_path / "src")
+    fresh = build_policies(config.replace(**{"model.init_from.run": str(tmp_path / "src")}), device=torch.device("cpu"))
+    before = {name: _state(p) for name, p in fresh.policies.items()}
+
+    warm = init_from(config.replace(**{"model.init_from.run": str(tmp_path / "src")}), fresh)
+
+    assert warm is not None and warm.step == 3 and warm.checkpoint == tmp_path / "src" / "checkpoints" / "step-000003"
+    for name, policy in fresh.policies.items():
+        after, want = _state(policy), _state(source.policies[name])
+        assert after.keys() == want.keys()
+        for key in after:
+            torch.testing.assert_close(after[key], want[key], rtol=0, atol=0)
+        assert any(not torch.equal(after[k], before[name][k]) for k in after)
+
+
+def test_a_policy_may_start_from_another_agent_s_folder(make_config, tmp_path):
+    config = make_config("lora")
+    source = _trained_run(config, tmp_path / "src")
+    config = config.replace(**{"model.init_from.run": str(tmp_path / "src"), "model.init_from.agents": {"echo": "writer"}})
+    policies = build_policies(config, device=torch.device("cpu"))
+    init_from(config, policies)
+    echo = {k.replace(".echo.", "."): v for k, v in _state(policies.policies["echo"]).items()}
+    writer = {k.replace(".writer.", "."): v for k, v in _state(source.policies["writer"]).items()}
+    assert echo.keys() == writer.keys() and all(torch.equal(echo[k], writer[k]) for k in echo)
+
+
+def test_it_refuses_an_adapter_for_a_whole_model_and_a_missing_step(make_config, tmp_path):
+    _trained_run(make_config("lora"), tmp_path / "src")
+    config = make_config("prompt").replace(**{"model.init_from.run": str(tmp_path / "src"), "model.init_from.agents": {"shared": "writer"}})
+    with pytest.raises(ConfigError) as err:
+        init_from(config, build_policies(config, device=torch.device("cpu")))
+    assert err.value.field == "model.init_from.agents.shared" and "LoRA adapter" in str(err.value)
+    with pytest.raises(FileNotFoundError, match="keeps steps 3"):
+        checkpoint_folder(tmp_path / "src", 7)
+    config = make_config("lora").replace(**{"model.init_from.run": str(tmp_path / "nothing")})
+    with pytest.raises(ConfigError, match="holds no checkpoint"):
+        init_from(config, build_policies(config, device=torch.device("cpu")))
+
+
+def test_a_grpo_run_starts_from_the_warm_start(make_config, tmp_path):
+    from training.trainer import train
+
+    config = make_config("lora")
+    _trained_run(config, tmp_path / "src")
+    logs = []
+
+    class Sink(NullSink):
+        def log(self, message, *, level="info"):
+            logs.append(message)
+
+    train(config.replace(**{"model.init_from.run": str(tmp_path / "src"), "optim.steps": 1}), out_dir=tmp_path / "out", sink=Sink())
+    assert any(m.startswith(f"started from {tmp_path / 'src' / 'checkpoints' / 'step-000003'} (step 3)") for m in logs)

@@ -1,0 +1,155 @@
+"""Conversations for supervised fine-tuning: read, check and give each to the agent it trains.
+
+A conversations file is JSONL, one conversation per line, in TRL's conversational format:
+
+    {"messages": [{"role": "system", "content": "..."}, {"role": "user", "content": "..."},
+                  {"role": "assistant", "content": "..."}, {"role": "tool", "content": "..."}, ...],
+     "agent": "solver"}
+
+`role` is one of system, user, assistant, tool; `content` is text (an assistant message that only
+calls tools may give `tool_calls` instead). `agent` is optional: it names the topology's agent
+whose assistant turns these are, by its name or by its role; with one acting agent it may be left
+out. A multi-agent conversation is one line per agent, each from that agent's side.
+
+`read_conversations` checks the whole file and raises every bad line at once (a `DataErrors`
+with line numbers), as `training.data.read_rows` does for task rows, so the web's upload check
+and the engine read a file the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from training.config import RunConfig
+from training.data import MAX_FIELD_CHARS, MAX_PROBLEMS, DataError, DataErrors, _decode, _jsonl_rows, _read_bytes
+
+ROLES = ("system", "user", "assistant", "tool")
+MAX_MESSAGES = 256
+"""Most messages in one conversation."""
+ROW_KEYS = ("messages", "agent", "tools")
+"""What a line may hold: `tools` (TRL's tool schemas) is accepted and left to the agent's config."""
+
+
+@dataclass(frozen=True)
+class Conversation:
+    line: int
+    """1-based line of the file it came from (0 when built in memory)."""
+    messages: tuple[dict[str, Any], ...]
+    agent: str | None = None
+    """The agent (name or role) the row names; None when it names none."""
+
+    def assistant_turns(self) -> int:
+        return sum(m["role"] == "assistant" for m in self.messages)
+
+
+def check_conversation(row: Any, line: int) -> Conversation:
+    """One line's conversation; a DataError naming the line and what is wrong (all of it)."""
+    if not isinstance(row, dict):
+        raise DataError("each line must be a JSON object with `messages`", line)
+    problems = [f"unknown field {key!r} (allowed: {', '.join(ROW_KEYS)})" for key in row if key not in ROW_KEYS]
+    messages = row.get("messages")
+    agent = row.get("agent")
+    if agent is not None and (not isinstance(agent, str) or not agent.strip()):
+        problems.append("`agent` must be an agent's name or role")
+    if not isinstance(messages, list) or not messages:
+        problems.append("`messages` must be a non-empty list of {role, content} objects")
+        messages = []
+    elif len(messages) > MAX_MESSAGES:
+        problems.append(f"{len(messages)} messages; at most {MAX_MESSAGES}")
+        messages = []
+    clean: list[dict[str, Any]] = []
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            problems.append(f"{where} must be an object with `role` and `content`")
+            continue
+        role, content, calls = m.get("role"), m.get("content"), m.get("tool_calls")
+        if role not in ROLES:
+            problems.append(f"{where}.role is {role!r}; allowed: {', '.join(ROLES)}")
+            continue
+        if calls is not None and (role != "assistant" or not isinstance(calls, list)):
+            problems.append(f"{where}.tool_calls: only an assistant message may call tools, as a list")
+            continue
+        if content is None and calls:
+            content = ""
+        if not isinstance(content, str):
+            problems.append(f"{where}.content must be text")
+            continue
+        if len(content) > MAX_FIELD_CHARS:
+            problems.append(f"{where}.content has {len(content):,} characters; at most {MAX_FIELD_CHARS:,}")
+            continue
+        if "\x00" in content:
+            problems.append(f"{where}.content holds a NUL character")
+            continue
+        message: dict[str, Any] = {"role": role, "content": content}
+        if calls:
+            message["tool_calls"] = calls
+        if role == "tool" and isinstance(m.get("name"), str):
+            message["name"] = m["name"]
+        clean.append(message)
+    if messages and not problems and not any(m["role"] == "assistant" for m in clean):
+        problems.append("no assistant message: nothing to learn from")
+    if problems:
+        raise DataError("; ".join(problems), line)
+    return Conversation(line, tuple(clean), agent.strip() if isinstance(agent, str) else None)
+
+
+def read_conversations(path: str | Path, *, max_rows: int | None = None, max_bytes: int | None = None) -> list[Conversation]:
+    """Every conversation of a JSONL file, each line checked; raises every bad line found (up to
+    `training.data.MAX_PROBLEMS`) as one `DataErrors`, or the one `DataError`."""
+    text = _decode(_read_bytes(Path(path), max_bytes))
+    out: list[Conversation] = []
+    problems: list[DataError] = []
+    for number, row in _jsonl_rows(text):
+        try:
+            if isinstance(row, DataError):
+                raise row
+            out.append(check_conversation(row, number))
+        except DataError as exc:
+            problems.append(exc)
+            if len(problems) >= MAX_PROBLEMS:
+                raise DataErrors(problems, stopped=True) from None
+        if max_rows is not None and len(out) + len(problems) > max_rows:
+            raise DataError(f"more than {max_rows:,} conversations")
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise DataErrors(problems)
+    if not out:
+        raise DataError("no conversations")
+    return out
+
+
+def by_agent(conversations: Sequence[Conversation], config: RunConfig) -> dict[str, list[Conversation]]:
+    """The conversations each acting agent of `config` learns from, in file order.
+
+    A conversation goes to the agent its `agent` names (an agent's name first, else the one acting
+    agent with that role); one without `agent` goes to the only acting agent. Every line that fits
+    no agent is reported at once."""
+    acting = list(dict.fromkeys(config.topology.order()))
+    roles: dict[str, list[str]] = {}
+    for name in acting:
+        roles.setdefault(config.agent(name).role, []).append(name)
+    out: dict[str, list[Conversation]] = {name: [] for name in acting}
+    problems: list[DataError] = []
+    for conv in conversations:
+        if conv.agent is None:
+            if len(acting) == 1:
+                out[acting[0]].append(conv)
+            else:
+                problems.append(DataError(f"no `agent`: name the agent whose turns these are (one of {', '.join(acting)})", conv.line or None))
+        elif conv.agent in out:
+            out[conv.agent].append(conv)
+        elif len(roles.get(conv.agent, [])) == 1:
+            out[roles[conv.agent][0]].append(conv)
+        else:
+            why = "several agents play that role" if conv.agent in roles else "no acting agent has that name or role"
+            problems.append(DataError(f"`agent` {conv.agent!r}: {why}; agents: {', '.join(acting)}", conv.line or None))
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise DataErrors(problems[:MAX_PROBLEMS], stopped=len(problems) > MAX_PROBLEMS)
+    return out

@@ -1,0 +1,296 @@
+"""Supervised fine-tuning (`algorithm: sft`): each agent learns to write its own assistant turns.
+
+    read conversations -> give each to its agent -> tokenize with assistant masks -> per step, for
+    each trained policy: a batch of its agents' conversations -> masked cross-entropy -> one
+    optimizer step -> report (loss and token accuracy per agent) -> evaluate / checkpoint
+
+The loss is TRL's SFTTrainer loss with `assistant_only_loss=True`: the mean negative log-likelihood
+of the assistant tokens of the whole step's batch (system, user and tool messages, and other
+agents' turns, are context only):
+
+    L = - sum_{b,t} m_bt log p(x_bt | x_b<t) / sum_{b,t} m_bt        m_bt = 1 on assistant tokens
+
+Micro-batches accumulate gradients, each weighted by its share of the batch's assistant tokens, so
+the step equals one pass over the whole batch (TRL's `num_items_in_batch`). Tested against TRL on
+the same batch (tests/training/test_sft_exactness.py).
+
+Where the masks come from: TRL reads them from `{% generation %}` blocks in the chat template, which
+few templates have. Here each assistant message's span is the text that rendering the conversation
+up to it adds after rendering the messages before it with a generation prompt; the tokens inside
+those spans are the ones learned. For a template with `{% generation %}` blocks around the
+assistant's content and its end-of-turn this gives TRL's masks (tested).
+
+The rest is the GRPO trainer's machinery: policies per specialization (`training.policies`), the
+optimizer and learning-rate schedule, checkpoints in HF/PEFT format with optimizer and RNG state
+(`training.trainer.save_checkpoint`, so a run resumes), held-out evaluation of the topology's
+environment at step 0 and at the end, the event sink and the trackers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agents.envs import load_environment
+from agents.tools import load_tool
+from training import tool_turns
+from training.config import RunConfig
+from training.conversations import Conversation, by_agent, read_conversations
+from training.data import batch_indices, load_tasks
+from training.events import EventSink, StepMetrics, TrainResult
+from training.policies import Policy, build_policies
+from training.progress import RunProgress
+from training.rollout import Sampler
+from training.trackers import reporting
+
+# == tokenization with assistant masks =============================================================
+
+
+@dataclass(frozen=True)
+class Example:
+    """One conversation as one agent learns from it."""
+
+    agent: str
+    input_ids: tuple[int, ...]
+    loss_mask: tuple[int, ...]
+    """Per token: 1 the agent's own assistant text (learned), 0 context."""
+    line: int = 0
+
+
+def encode(tokenizer: Any, messages: Sequence[dict[str, Any]], *, tools: Any = None, max_length: int | None = None) -> tuple[list[int], list[int]]:
+    """(input ids, assistant mask) of a conversation rendered with the tokenizer's chat template.
+
+    Message i's span is `render(messages[:i+1])` minus `render(messages[:i], generation prompt)`;
+    a template that renders a conversation's beginning differently once more follows cannot be
+    masked this way, and raises ValueError."""
+    msgs = list(messages)
+    full = tokenizer.apply_chat_template(msgs, tools=tools, tokenize=False)
+    spans = []
+    for i, m in enumerate(msgs):
+        if m["role"] != "assistant":
+            continue
+        before = tokenizer.apply_chat_template(msgs[:i], tools=tools, tokenize=False, add_generation_prompt=True) if i else ""
+        upto = tokenizer.apply_chat_template(msgs[: i + 1], tools=tools, tokenize=False)
+        if not (upto.startswith(before) and full.startswith(upto)):
+            raise ValueError(f"the chat template renders the conversation before message {i} differently once more follows, "
+                             "so its assistant tokens cannot be told apart")
+        if i == 0:  # an opening assistant message: its header is what a generation prompt alone renders
+            before = _generation_prompt(tokenizer, tools)
+            if not upto.startswith(before):
+                before = ""
+        spans.append((len(before), len(upto)))
+    enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
+    ids = list(enc["input_ids"])
+    mask = [int(any(s <= start < e for s, e in spans)) for start, _ in enc["offset_mapping"]]
+    if max_length is not None:
+        ids, mask = ids[:max_length], mask[:max_length]
+    return ids, mask
+
+
+def _generation_prompt(tokenizer: Any, tools: Any) -> str:
+    try:
+        text = tokenizer.apply_chat_template([], tools=tools, tokenize=False, add_generation_prompt=True)
+    except Exception:  # a template that cannot render an empty conversation may raise anything jinja raises
+        return ""
+    return text if isinstance(text, str) else ""
+
+
+def agent_tools(config: RunConfig, agent: str, tokenizer: Any) -> Any:
+    """The tool schemas the agent's template renders (None when it has no tools, or when its
+    template cannot render them: then the conversation describes them itself, as a rollout does)."""
+    names = config.agent(agent).tools
+    if not names or not tool_turns.tool_support(tokenizer):
+        return None
+    return [load_tool(n).schema() for n in names]
+
+
+def examples_for(config: RunConfig, conversations: dict[str, list[Conversation]], policy: Policy) -> list[Example]:
+    """The policy's agents' examples, agent by agent, in file order."""
+    out = []
+    for agent in policy.agents:
+        tools = agent_tools(config, agent, policy.tokenizer)
+        for conv in conversations.get(agent, []):
+            try:
+                ids, mask = encode(policy.tokenizer, conv.messages, tools=tools, max_length=config.sft.max_length)
+            except ValueError as exc:
+                raise ValueError(f"{config.sft.path} line {conv.line}: {exc}") from None
+            if sum(mask):
+                out.append(Example(agent, tuple(ids), tuple(mask), conv.line))
+    return out
+
+
+# == the loss ======================================================================================
+
+
+def collate(examples: Sequence[Example], pad: int) -> dict[str, torch.Tensor]:
+    """Right-padded rows (as TRL's collator): input ids, attention mask, loss mask, all (B, T)."""
+    width = max(len(e.input_ids) for e in examples)
+    ids = torch.full((len(examples), width), pad, dtype=torch.long)  # (B, T)
+    attn = torch.zeros_like(ids)  # (B, T)
+    mask = torch.zeros_like(ids)  # (B, T)
+    for i, e in enumerate(examples):
+        n = len(e.input_ids)
+        ids[i, :n] = torch.tensor(e.input_ids)
+        attn[i, :n] = 1
+        mask[i, :n] = torch.tensor(e.loss_mask)
+    return {"input_ids": ids, "attention_mask": attn, "loss_mask": mask}
+
+
+def token_nll(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per predicted token: its negative log-likelihood, whether it was the model's top-1 guess, and
+    whether it counts (the assistant mask shifted onto the position that predicts it); each (B, T-1)."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits  # (B, T, V)
+    logits = logits[:, :-1].float()  # (B, T-1, V) position t predicts token t+1
+    target = batch["input_ids"][:, 1:]  # (B, T-1)
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")  # (B, T-1)
+    hit = logits.argmax(-1) == target  # (B, T-1)
+    counted = batch["loss_mask"][:, 1:].bool() & batch["attention_mask"][:, 1:].bool()  # (B, T-1)
+    return nll, hit, counted
+
+
+def sft_loss(nll: torch.Tensor, counted: torch.Tensor, n_tokens: int) -> torch.Tensor:
+    """sum of the counted tokens' NLL / `n_tokens` (the counted tokens of the whole batch, so
+    micro-batches add up to the batch's token mean). nll, counted: (B, T-1)."""
+    return (nll * counted).sum() / max(n_tokens, 1)
+
+
+def update_policy(policy: Policy, batch: list[Example], cfg: RunConfig, step: int) -> dict[str, dict[str, float]]:
+    """One optimizer step of SFT on `batch`; per agent: loss, token_accuracy, tokens, examples
+    (and the policy's grad_norm and lr)."""
+    from training.trainer import _lr_at
+
+    assert policy.optimizer is not None
+    lr = _lr_at(cfg, step)
+    for group in policy.optimizer.param_groups:
+        group["lr"] = lr
+    device = next(policy.model.parameters()).device
+    pad = policy.tokenizer.pad_token_id or 0
+    n_tokens = sum(sum(e.loss_mask[1:]) for e in batch)  # the first token is never predicted
+    size = cfg.optim.micro_batch_size
+    sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    with policy.active() as model:
+        model.train()
+        policy.optimizer.zero_grad(set_to_none=True)
+        for start in range(0, len(batch), size):
+            micro = batch[start : start + size]
+            b = {k: v.to(device) for k, v in collate(micro, pad).items()}
+            nll, hit, counted = token_nll(model, b)  # (B, T-1) each
+            sft_loss(nll, counted, n_tokens).backward()
+            for i, e in enumerate(micro):
+                s = sums[e.agent]
+                s["nll"] += float((nll[i].detach() * counted[i]).sum())
+                s["hits"] += float((hit[i] & counted[i]).sum())
+                s["tokens"] += float(counted[i].sum())
+                s["examples"] += 1
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.params, cfg.optim.max_grad_norm))
+        policy.optimizer.step()
+        model.eval()
+    return {
+        agent: {
+            "loss": s["nll"] / max(s["tokens"], 1.0),
+            "token_accuracy": s["hits"] / max(s["tokens"], 1.0),
+            "tokens": s["tokens"],
+            "examples": s["examples"],
+            "grad_norm": grad_norm,
+            "lr": lr,
+        }
+        for agent, s in sums.items()
+    }
+
+
+# == the run =======================================================================================
+
+
+def train_sft(config: RunConfig, *, out_dir: str | Path, sink: EventSink) -> TrainResult:
+    """A whole SFT run (`training.trainer.train` hands `algorithm: sft` configs here)."""
+    from training.trainer import check_resume, evaluate, restore, save_checkpoint, seed_everything
+    from training.warmstart import init_from
+
+    config.validate()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
+    seed_everything(config.seed)
+
+    assert config.sft.path
+    per_agent = by_agent(read_conversations(config.sft.path), config)
+    env = load_environment(config.topology.environment, **config.topology.env_args)
+    _, eval_tasks = load_tasks(config, env) if config.eval.every else ([], [])
+    has_eval = bool(config.eval.every and eval_tasks)
+    progress = RunProgress(sink, config, has_eval=has_eval)
+    progress.loading(f"{config.model.source} ({config.topology.specialization} policies)")
+    policies = build_policies(config)
+    generator = torch.Generator().manual_seed(config.seed + 1)
+    warm = init_from(config, policies)
+    if warm is not None:
+        sink.log(f"started from {warm.checkpoint} (step {warm.step}): {', '.join(f'{a} <- {b}' for a, b in warm.loaded.items())}")
+    examples = {p.name: examples_for(config, per_agent, p) for p in policies.trainable()}
+    for agent, convs in per_agent.items():
+        sink.log(f"agent {agent}: {len(convs)} conversations" + ("" if config.agent(agent).trainable else " (not trainable: left out)"))
+    if not any(examples.values()):
+        raise ValueError(f"{config.sft.path}: no trainable agent has a conversation with assistant tokens to learn from")
+
+    start_step = 0
+    if config.checkpoint.resume_from:
+        check_resume(config)
+        start_step = restore(Path(config.checkpoint.resume_from), policies, generator)
+        sink.log(f"resumed from {config.checkpoint.resume_from} at step {start_step}")
+    sampler = Sampler(env, policies, config, generator)
+    total = config.optim.steps
+    result = TrainResult(status="succeeded", step=start_step, start_step=start_step)
+
+    def run_eval(at: int) -> None:
+        result.evaluations.extend(evaluate(sampler, eval_tasks, step=at, sink=sink,
+                                           on_progress=lambda share, done, n: progress.evaluating(at, done, n, share)))
+
+    try:
+        with reporting(config, out, sink, main=True) as run_sink:
+            sink = run_sink
+            sink.run_started(total_steps=total, start_step=start_step)
+            if start_step == 0 and has_eval:
+                run_eval(0)
+            step = start_step
+            while step < total:
+                if sink.should_stop():
+                    result.status = "cancelled"
+                    progress.stopping(step)
+                    break
+                step += 1
+                progress.training(step)
+                t0 = time.perf_counter()
+                agents: dict[str, dict[str, float]] = {}
+                for policy in policies.trainable():
+                    mine = examples[policy.name]
+                    if mine:
+                        batch = [mine[i] for i in batch_indices(len(mine), config.sft.batch_size, step, config.seed)]
+                        agents.update(update_policy(policy, batch, config, step))
+                tokens = sum(a["tokens"] for a in agents.values())
+                values = {
+                    "loss": sum(a["loss"] * a["tokens"] for a in agents.values()) / max(tokens, 1.0),
+                    "token_accuracy": sum(a["token_accuracy"] * a["tokens"] for a in agents.values()) / max(tokens, 1.0),
+                    "tokens": tokens,
+                    "step_time": time.perf_counter() - t0,
+                }
+                progress.trained()
+                sink.metrics(StepMetrics(step=step, total_steps=total, values=values, agents=agents))
+                result.final_metrics = values
+                if has_eval and step % config.eval.every == 0 and step < total:
+                    run_eval(step)
+                if config.checkpoint.every and step % config.checkpoint.every == 0 and step < total:
+                    progress.checkpointing(step)
+                    save_checkpoint(out, step, policies, generator, config, sink)
+                    progress.checkpointed()
+            if result.status == "succeeded" and has_eval:
+                run_eval(step)
+            progress.checkpointing(step)
+            result.step, result.checkpoint = step, save_checkpoint(out, step, policies, generator, config, sink)
+            progress.checkpointed()
+            return result
+    finally:
+        sampler.pool.shutdown()

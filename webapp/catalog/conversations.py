@@ -1,0 +1,111 @@
+"""Conversations datasets: uploaded JSONL of `messages` that SFT runs learn from (`algorithm: sft`).
+
+The file is read by the engine's own reader (`training.conversations.read_conversations`), so a
+file that uploads is a file an SFT run can train on. Every bad line is reported at once, each with
+its number, and nothing is kept of a file that fails: neither the file nor the row.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
+
+from training.conversations import Conversation, read_conversations
+from training.data import DataError, DataErrors
+from webapp.catalog.environments import environment_load
+from webapp.catalog.services.names import check_name_free
+from webapp.core.private import data_dir_tighten, private_file
+from webapp.models import Dataset, Team
+from webapp.teams.audit import Verb, audit_record
+
+PREVIEW_CONVERSATIONS = 3
+PREVIEW_CHARS = 300
+
+
+def conversations_upload(*, team: Team, name: str, environment: str, upload: UploadedFile, actor: User | None = None) -> Dataset:
+    """Validate an uploaded conversations file completely, then store it under a random name; a
+    ValidationError on `file` lists every bad line. Either both the file and the row are saved, or
+    neither."""
+    dataset = Dataset(team=team, name=name, kind=Dataset.Kind.CHATS, environment=environment, eval_fraction=0.0,
+                      original_filename=(upload.name or "upload")[-255:], size_bytes=upload.size or 0, format=Dataset.Format.JSONL)
+    check_name_free(dataset)
+    dataset.full_clean(exclude=["file"])
+    environment_load(name=environment)
+    if not upload.size:
+        raise ValidationError({"file": "The file is empty."})
+    if upload.size > settings.TROUPE_UPLOAD_MAX_BYTES:
+        raise ValidationError({"file": f"The file is {upload.size:,} bytes; the limit is {settings.TROUPE_UPLOAD_MAX_BYTES:,}."})
+    folder = Path(settings.TROUPE_DATA_DIR) / "datasets" / str(team.pk)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    data_dir_tighten(folder.parent, deep=False)
+    token = secrets.token_hex(16)
+    final, part = folder / f"{token}.jsonl", folder / f".{token}.part.jsonl"
+    try:
+        private_file(part)
+        with part.open("wb") as out:
+            for chunk in upload.chunks():
+                out.write(chunk)
+        conversations = _read(part)
+        part.rename(final)
+        dataset.file = str(final.relative_to(settings.TROUPE_DATA_DIR))
+        dataset.row_count = len(conversations)
+        dataset.schema = ["messages", "agent"]
+        dataset.preview = [preview(c) for c in conversations[:PREVIEW_CONVERSATIONS]]
+        dataset.status, dataset.status_message = Dataset.Status.VALID, _agents_note(conversations)
+        with transaction.atomic():
+            dataset.save()
+            audit_record(team=team, actor=actor, verb=Verb.CREATE, obj=dataset, kind=dataset.kind,
+                         file=dataset.original_filename, rows=dataset.row_count)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        final.unlink(missing_ok=True)
+        raise
+    return dataset
+
+
+def conversations_revalidate(*, dataset: Dataset) -> Dataset:
+    """Read a stored conversations file again and save what it holds now: valid with its counts
+    and preview, or invalid with why (the file is gone or no longer reads)."""
+    try:
+        if dataset.path is None or not dataset.path.is_file():
+            raise ValidationError("The stored file is missing.")
+        conversations = _read(dataset.path)
+    except ValidationError as exc:
+        dataset.status, dataset.status_message = Dataset.Status.INVALID, "; ".join(exc.messages)
+    else:
+        dataset.row_count = len(conversations)
+        dataset.preview = [preview(c) for c in conversations[:PREVIEW_CONVERSATIONS]]
+        dataset.status, dataset.status_message = Dataset.Status.VALID, _agents_note(conversations)
+    dataset.save()
+    return dataset
+
+
+def _read(path: Path) -> list[Conversation]:
+    try:
+        return read_conversations(path, max_rows=settings.TROUPE_UPLOAD_MAX_ROWS, max_bytes=settings.TROUPE_UPLOAD_MAX_BYTES)
+    except DataError as exc:
+        problems = [str(p) for p in exc.problems]
+        if isinstance(exc, DataErrors) and exc.stopped:
+            problems.append(f"Stopped looking after {len(exc.problems)} problems; lines after line {exc.problems[-1].line} were not checked.")
+        raise ValidationError({"file": problems}) from None
+
+
+def preview(conversation: Conversation) -> dict[str, str]:
+    """One conversation as a preview row: the agent it names, and its messages as `role: text` lines."""
+    lines = "\n".join(f"{m['role']}: {m['content']}" for m in conversation.messages)
+    return {"agent": conversation.agent or "", "messages": lines if len(lines) <= PREVIEW_CHARS else lines[: PREVIEW_CHARS - 1] + "…"}
+
+
+def _agents_note(conversations: list[Conversation]) -> str:
+    named = sorted({c.agent for c in conversations if c.agent})
+    unnamed = sum(c.agent is None for c in conversations)
+    parts = [f"names agents or roles: {', '.join(named)}"] if named else []
+    if unnamed:
+        parts.append(f"{unnamed} name no agent (they train a topology's only acting agent)")
+    return ("Conversations " + "; ".join(parts) + ".") if parts else ""
