@@ -176,7 +176,8 @@ def launch(config: RunConfig, out: Path, sink: EventSink, *, address: str | None
         ray.init(address=address, log_to_driver=False)
     out.mkdir(parents=True, exist_ok=True)
     here = ray.get_runtime_context().get_node_id()
-    relay = ray.remote(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False))(RunRelay).remote()
+    on_this_node = NodeAffinitySchedulingStrategy(node_id=here, soft=False)
+    relay = ray.remote(num_cpus=0, scheduling_strategy=on_this_node)(RunRelay).remote()  # type: ignore[call-overload]  # Ray's stub omits node affinity
     cluster_gpus = float(ray.cluster_resources().get("GPU", 0))
     scaling = scaling_kwargs(config, cluster_gpus=cluster_gpus)
     ranks = scaling["num_workers"]
@@ -189,7 +190,7 @@ def launch(config: RunConfig, out: Path, sink: EventSink, *, address: str | None
             name=f"troupe-{out.name}-{uuid.uuid4().hex[:6]}", storage_path=str(out / "ray"),
             failure_config=FailureConfig(max_failures=0),  # a failed run is resumed from Troupe's checkpoint, by a person
             worker_runtime_env={"env_vars": forwarded_env(os.environ)},
-        ),
+        ),  # type: ignore[call-arg]  # Ray Train v2's RunConfig (what `ray.train` gives at run time); the stub is v1's
     )
     sink.log(f"submitting {ranks} ranks ({config.resources.hosts} hosts x {config.resources.gpus} "
              f"{'GPUs' if scaling['use_gpu'] else 'CPU processes'}) to the Ray cluster at {address}")

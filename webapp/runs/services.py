@@ -63,6 +63,7 @@ RUN_OVERRIDES = {
     "beta": "grpo.beta",
     "eval_every": "eval.every",
     "gpus": "resources.gpus",
+    "hosts": "resources.hosts",
 }
 
 

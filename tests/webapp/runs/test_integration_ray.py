@@ -29,14 +29,32 @@ ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 @pytest.fixture
 def cluster() -> Iterator[Any]:
-    """A head node and a second node, one CPU each: a 2-rank run needs both."""
-    c = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    c.add_node(num_cpus=1)
+    """A head node and a second node, one CPU each: a 2-rank run needs both. Ray gives a node 30 s
+    to register, which a loaded machine can miss: a node that timed out is started again."""
+    for attempt in range(3):
+        try:
+            c = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+            break
+        except Exception as exc:  # noqa: BLE001 (Ray raises a bare Exception for the timeout)
+            if "timed out during startup" not in str(exc) or attempt == 2:
+                raise
+    _add_node(c)
     c.wait_for_nodes()
     try:
         yield c
     finally:
         c.shutdown()
+
+
+def _add_node(c: Any) -> None:
+    for attempt in range(3):
+        try:
+            c.add_node(num_cpus=1)
+            break
+        except Exception as exc:  # noqa: BLE001
+            if "timed out during startup" not in str(exc) or attempt == 2:
+                raise
+    c.wait_for_nodes()
 
 
 @pytest.fixture
@@ -92,8 +110,7 @@ def test_a_two_host_run_fails_when_a_host_dies_and_resumes_to_the_end(alice, bro
     assert run.metric_points.filter(step=1).exists(), "rank 0's metrics reached the database"
 
     # a host joins again; the run page's resume queues a run that continues from the checkpoint
-    cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()
+    _add_node(cluster)
     t0 = time.monotonic()
     response = alice.client.post(reverse("run_resume", args=[run.pk]))
     resumed = Run.objects.exclude(pk=run.pk).get()

@@ -17,10 +17,10 @@ TWO_HOSTS = "resources: {hosts: 2}"
 
 def test_it_refuses_a_run_on_several_hosts_without_a_ray_cluster(alice, alice_world, enqueued, settings):
     settings.TROUPE_RAY_ADDRESS = ""
-    response = alice.client.post(reverse("run_new"), _data(alice_world, tasks_per_step="2", advanced_yaml=TWO_HOSTS))
+    response = alice.client.post(reverse("run_new"), _data(alice_world, tasks_per_step="2", hosts="2"))
     assert response.status_code == 200
-    assert "the run asks for 2 hosts, and this installation names no Ray cluster" in response.content.decode()
-    assert "TROUPE_RAY_ADDRESS" in response.content.decode()
+    [error] = response.context["form"].errors["hosts"]
+    assert "The run asks for 2 hosts, and this installation names no Ray cluster" in error and "TROUPE_RAY_ADDRESS" in error
     assert Run.objects.count() == 1 and enqueued == []
 
 
