@@ -19,6 +19,7 @@ Nothing here knows about Django, and nothing imports Ray until a run asks for se
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 import uuid
@@ -221,7 +222,8 @@ def launch(config: RunConfig, out: Path, sink: EventSink, *, address: str | None
 
 
 def _rank_loop(loop_config: dict[str, Any]) -> None:
-    """Ray Train's training function: the rank entry torchrun runs, with the mailbox as rank 0's sink."""
-    from training.rank import run_rank
-
+    """Ray Train's training function: the rank entry torchrun runs, with the mailbox as rank 0's sink.
+    `training.rank` is found by name, as torchrun's `-m training.rank` is: it imports the trainer,
+    which imports this module."""
+    run_rank = importlib.import_module("training.rank").run_rank
     run_rank(RunConfig.from_yaml(loop_config["config"]), Path(loop_config["out"]), ActorRelaySink(loop_config["relay"]))
