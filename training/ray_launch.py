@@ -19,8 +19,10 @@ Nothing here knows about Django, and nothing imports Ray until a run asks for se
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -174,7 +176,8 @@ def launch(config: RunConfig, out: Path, sink: EventSink, *, address: str | None
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if not ray.is_initialized():
-        ray.init(address=address, log_to_driver=False)
+        with contextlib.redirect_stdout(sys.__stdout__), contextlib.redirect_stderr(sys.__stderr__):  # Celery's stand-ins have no fileno
+            ray.init(address=address, log_to_driver=False)
     out.mkdir(parents=True, exist_ok=True)
     here = ray.get_runtime_context().get_node_id()
     on_this_node = NodeAffinitySchedulingStrategy(node_id=here, soft=False)
