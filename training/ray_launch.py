@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import signal
 import sys
 import threading
 import uuid
@@ -176,8 +177,11 @@ def launch(config: RunConfig, out: Path, sink: EventSink, *, address: str | None
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if not ray.is_initialized():
+        on_sigterm = signal.getsignal(signal.SIGTERM)
         with contextlib.redirect_stdout(sys.__stdout__), contextlib.redirect_stderr(sys.__stderr__):  # Celery's stand-ins have no fileno
             ray.init(address=address, log_to_driver=False)
+        if threading.current_thread() is threading.main_thread():  # Ray's handler exits at once: keep the worker's warm shutdown
+            signal.signal(signal.SIGTERM, on_sigterm)
     out.mkdir(parents=True, exist_ok=True)
     here = ray.get_runtime_context().get_node_id()
     on_this_node = NodeAffinitySchedulingStrategy(node_id=here, soft=False)

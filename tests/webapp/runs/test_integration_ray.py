@@ -74,7 +74,7 @@ def _wait_finished(run: Run, procs: Processes, what: str) -> Run:
         run.refresh_from_db()
         return not run.is_active
 
-    wait_for(finished, what, 400, 0.5, proc=worker)
+    wait_for(finished, what, 1200, 0.5, proc=worker)
     return run
 
 
@@ -98,7 +98,7 @@ def test_a_two_host_run_fails_when_a_host_dies_and_resumes_to_the_end(alice, bro
     assert run.hosts == 2 and run.queue_name == "ray"
 
     # the first checkpoint is in the database: kill the second host
-    wait_for(lambda: run.checkpoints.exists() or not Run.objects.get(pk=run.pk).is_active, "the first checkpoint", 400, 0.5,
+    wait_for(lambda: run.checkpoints.exists() or not Run.objects.get(pk=run.pk).is_active, "the first checkpoint", 1200, 0.5,
              proc=next(iter(ray_worker.workers.values())))
     dead = next(n for n in cluster.worker_nodes)
     cluster.remove_node(dead, allow_graceful=False)
