@@ -152,11 +152,11 @@ class Processes:
 
     # -- workers -------------------------------------------------------------------------------------
 
-    def start_worker(self, name: str) -> str:
-        """A Celery worker on the `gpu` queue; returns its hostname."""
+    def start_worker(self, name: str, queues: str = "gpu") -> str:
+        """A Celery worker on `queues` (the `gpu` queue by default); returns its hostname."""
         hostname = f"{name}-{uuid.uuid4().hex[:6]}@tests"
         self.workers[hostname] = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", "gpu", "-P", "solo", "-c", "1", "--loglevel", "INFO",
+            [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", queues, "-P", "solo", "-c", "1", "--loglevel", "INFO",
              "-n", hostname, "--without-gossip", "--without-mingle", "--without-heartbeat"],
             cwd=REPO, env=self.env(), stdout=self._log(name), stderr=subprocess.STDOUT,
         )

@@ -489,6 +489,11 @@ class ResourcesConfig:
     rolls out its share of `optim.tasks_per_step` and gradients are summed across processes
     before every optimizer step, so all copies stay identical. `agents` (`full` only): one
     process, agent i's model on GPU i mod `gpus`."""
+    hosts: int = 1
+    """Hosts the run spans. More than one: the worker submits the run to the operator's Ray
+    cluster (TROUPE_RAY_ADDRESS; see `training.ray_launch` and docs/deploy.md), which starts
+    `gpus` processes on each of `hosts` hosts, all at once or none, and the run trains as one
+    data-parallel launch of `hosts * gpus` ranks. On a cluster without GPUs each rank takes one CPU."""
 
 
 @dataclass(frozen=True)
@@ -661,6 +666,7 @@ class RunConfig:
         p.choice("model.quantization", self.model.quantization, QUANTIZATIONS)
         p.choice("resources.parallel", r.parallel, PARALLEL_MODES)
         p.int_range("resources.gpus", r.gpus, 1, 64)
+        p.int_range("resources.hosts", r.hosts, 1, 64)
         # a check across fields runs only when the fields it reads passed their own: it would echo them
         if self.model.quantization != "none" and t.specialization != "lora" and not p.has("topology.specialization"):
             p.add("model.quantization", f"a quantized base trains only through LoRA adapters: use the `lora` specialization (this is {t.specialization!r})")
@@ -668,6 +674,11 @@ class RunConfig:
             p.add("resources.parallel", f"`agents` places each agent's own model on a GPU: it needs the `full` specialization (this is {t.specialization!r})")
         if r.parallel == "data" and o.tasks_per_step < r.gpus and not p.has("resources.gpus"):
             p.add("optim.tasks_per_step", f"must be at least resources.gpus ({r.gpus}): each process rolls out its share of the step's tasks")
+        elif r.hosts > 1 and o.tasks_per_step < r.gpus * r.hosts and not p.has("resources.gpus") and not p.has("resources.hosts"):
+            p.add("optim.tasks_per_step", f"must be at least resources.gpus * resources.hosts ({r.gpus * r.hosts}): "
+                                          "each process rolls out its share of the step's tasks")
+        if r.hosts > 1 and r.parallel == "agents" and not p.has("resources.hosts"):
+            p.add("resources.hosts", "several hosts train data-parallel ranks; `agents` places models on one host's GPUs")
         with p.catch():
             check_model_source("model.source", self.model.source)
         if t.environment not in BUILTIN_ENVIRONMENTS and not _DOTTED.match(t.environment):

@@ -1,4 +1,6 @@
-"""What torchrun starts on every rank of a multi-GPU run (`training.distributed.launch`).
+"""What every rank of a multi-process run executes: torchrun starts it on every rank of a
+multi-GPU run (`training.distributed.launch`), and Ray Train's workers call `run_rank` on every
+rank of a multi-host run (`training.ray_launch`).
 
 Kept apart from `training.distributed`, which the trainer imports: the launcher never imports
 the trainer that calls it.
@@ -17,12 +19,12 @@ from training.events import NullSink
 from training.trainer import train
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m training.rank CONFIG OUT`, as torchrun starts it on every rank."""
-    config_file, out = (argv or sys.argv[1:])[:2]
+def run_rank(config: RunConfig, out: Path, relay: RelaySink | None) -> None:
+    """Train this rank's part of `config` in the launch the environment describes (RANK,
+    WORLD_SIZE, LOCAL_RANK and the process group, as torchrun or Ray Train set them); `relay`
+    is rank 0's sink (None on the other ranks): it gets every event, then the result or the error."""
     dist = from_env()
-    config = RunConfig.load(config_file)
-    relay = RelaySink(Path(out)) if dist.main else None
+    relay = relay if dist.main else None
     try:
         result = train(config, out_dir=out, sink=relay or NullSink(), dist=dist)
     except BaseException as exc:
@@ -33,6 +35,12 @@ def main(argv: list[str] | None = None) -> int:
         relay.finish(result)
     if torch_dist.is_initialized():  # a vLLM engine's teardown may have destroyed it already
         torch_dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m training.rank CONFIG OUT`, as torchrun starts it on every rank."""
+    config_file, out = (argv or sys.argv[1:])[:2]
+    run_rank(RunConfig.load(config_file), Path(out), RelaySink(Path(out)))
     return 0
 
 

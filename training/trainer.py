@@ -82,11 +82,16 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
     """Run a whole training run. Raises on failure; returns `cancelled` when the sink asks to stop.
 
     A run asking for several GPUs in data-parallel mode starts its processes through torchrun
-    from here (`training.distributed.launch`), and `sink` receives rank 0's events."""
+    from here (`training.distributed.launch`), a run on several hosts through Ray
+    (`training.ray_launch.launch`), and `sink` receives rank 0's events."""
     config.validate()
     if config.algorithm != "grpo":
         raise ValueError(f"training.trainer.train runs GRPO; an `algorithm: {config.algorithm}` run goes through training.runner.train")
     out = Path(out_dir)
+    if dist is None and config.resources.hosts > 1 and not in_launch():
+        from training import ray_launch  # imports Ray: only a run on several hosts
+
+        return ray_launch.launch(config, out, sink)
     if dist is None and config.resources.gpus > 1 and config.resources.parallel == "data" and not in_launch():
         return launch(config, out, sink)  # type: ignore[no-any-return]
     dist = dist or from_env()

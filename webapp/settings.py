@@ -82,6 +82,10 @@ TROUPE_TRACKER_DESTINATIONS = env_list("TROUPE_TRACKER_DESTINATIONS", [])
 trackers use only the worker's own environment (MLFLOW_TRACKING_URI, WANDB_ENTITY...)."""
 TROUPE_MAX_RUN_HOURS = env_int("TROUPE_MAX_RUN_HOURS", 7 * 24, minimum=1)
 """Longest a run may take; the broker redelivers an unacknowledged task only after this."""
+TROUPE_RAY_ADDRESS = env_str("TROUPE_RAY_ADDRESS") or ""
+"""The Ray cluster that runs on several hosts (`resources.hosts > 1`) are submitted to, as
+`ray.init` takes it (`head:6379`, `ray://head:10001`). Empty: such runs are refused and nothing
+imports Ray (docs/deploy.md, "Several hosts")."""
 TROUPE_EXPERIMENT_CONCURRENCY = env_int("TROUPE_EXPERIMENT_CONCURRENCY", 2, minimum=1)
 """Most trials of experiments one team may have running at once: the team's further trials wait
 in the queue (marked "held") while other runs, the team's own included, go past them."""

@@ -391,7 +391,8 @@ def config_problems(*, team: TeamFiles, config: RunConfig, skip: list[str] | Non
     - tracker destinations the operator allows (`check_report_to`);
     - model sources the team may use (`check_model_source`);
     - `data.path` and `sft.path` one of the team's uploaded datasets; `checkpoint.resume_from` and
-      `model.init_from.run` (a warm start) a checkpoint of one of the team's runs.
+      `model.init_from.run` (a warm start) a checkpoint of one of the team's runs;
+    - `resources.hosts > 1` only where the operator named a Ray cluster (TROUPE_RAY_ADDRESS).
 
     Fields in `skip` (and fields inside them) already have a problem, found by the caller: they
     are not checked again."""
@@ -436,6 +437,10 @@ def config_problems(*, team: TeamFiles, config: RunConfig, skip: list[str] | Non
     if config.data.path is not None and not at_fault("data.path"):
         if Path(config.data.path).resolve() not in team.dataset_files():
             found.append(ConfigError("data.path", "must be one of your team's uploaded datasets; pass its id as `dataset` instead of a path"))
+    if config.resources.hosts > 1 and not settings.TROUPE_RAY_ADDRESS and not at_fault("resources.hosts"):
+        found.append(ConfigError("resources.hosts", f"the run asks for {config.resources.hosts} hosts, and this installation names no "
+                                                    "Ray cluster (the operator sets TROUPE_RAY_ADDRESS on the web and the worker); "
+                                                    "use resources.hosts: 1"))
     if config.checkpoint.resume_from is not None and not at_fault("checkpoint.resume_from"):
         if not team.owns_checkpoint(config.checkpoint.resume_from):
             found.append(ConfigError("checkpoint.resume_from", "must be the path of a checkpoint of one of your team's runs"))

@@ -22,7 +22,7 @@ from webapp.models.experiments import Experiment
 from webapp.models.history import Tag
 from webapp.models.jobs import Job
 from webapp.models.ops import Worker
-from webapp.models.runs import Checkpoint, Evaluation, LogLine, MetricPoint, Rollout, Run, gpu_queue, queue_clock
+from webapp.models.runs import RAY_QUEUE, Checkpoint, Evaluation, LogLine, MetricPoint, Rollout, Run, gpu_queue, queue_clock
 from webapp.models.teams import ApiToken, AuditEvent, Invitation, Membership, Team
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "TopologyAgent",
     "Worker",
     "agent_name_validator",
+    "RAY_QUEUE",
     "gpu_queue",
     "queue_clock",
 ]

@@ -28,6 +28,11 @@ def gpu_queue(gpus: int) -> str:
     return "gpu" if gpus <= 1 else f"gpu-x{gpus}"
 
 
+RAY_QUEUE = "ray"
+"""The Celery queue of runs on several hosts (`resources.hosts > 1`): the worker beside the Ray
+cluster's head serves it (`-Q ray`) and submits each run to the cluster (docs/deploy.md)."""
+
+
 class Run(models.Model):
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"
@@ -80,6 +85,9 @@ class Run(models.Model):
     gpus = models.PositiveSmallIntegerField(
         default=1, help_text="config.resources.gpus: the run waits on the queue of workers with that many GPUs (gpu, gpu-x2, ...).",
     )
+    hosts = models.PositiveSmallIntegerField(
+        default=1, help_text="config.resources.hosts: more than one, the run waits on the `ray` queue (a worker beside a Ray cluster).",
+    )
     experiment = models.ForeignKey(
         "Experiment", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs",
         help_text="The experiment this run is a trial of (its arm and seed: `trial_index` in the experiment's spec).",
@@ -112,7 +120,7 @@ class Run(models.Model):
 
     @property
     def queue_name(self) -> str:
-        return gpu_queue(self.gpus)
+        return RAY_QUEUE if self.hosts > 1 else gpu_queue(self.gpus)
 
     @property
     def is_active(self) -> bool:

@@ -66,6 +66,8 @@ class RunForm(forms.Form):
     eval_every = _hyper(forms.IntegerField, "eval.every", help_text="Steps between held-out evaluations; 0 disables.")
     gpus = _hyper(forms.IntegerField, "resources.gpus", label="GPUs",
                   help_text="GPUs on the worker's host; more than 1 trains data-parallel, one process per GPU.")
+    hosts = _hyper(forms.IntegerField, "resources.hosts", label="Hosts",
+                   help_text="Hosts of the Ray cluster the run spans, GPUs on each; more than 1 needs TROUPE_RAY_ADDRESS.")
     advanced_yaml = forms.CharField(
         required=False, label="Advanced YAML", max_length=trust.MAX_CONFIG_BYTES,
         widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false", "placeholder": "grpo:\n  alpha: 0.5\nseed: 1"}),

@@ -161,14 +161,16 @@ def run_is_held(*, run: Run, capped: list[int] | None = None) -> bool:
     return run.team_id in (experiment_capped_teams() if capped is None else capped)
 
 
-def run_claim_next(*, worker: str, gpus: int = 1) -> Run | None:
-    """Claim the first queued run in queue order among the runs needing `gpus` GPUs (the runs
-    whose messages go to the queue this message came from), passing over experiment trials of a
+def run_claim_next(*, worker: str, gpus: int = 1, hosts: int = 1) -> Run | None:
+    """Claim the first queued run in queue order among the runs needing `gpus` GPUs, or for
+    `hosts > 1` among the runs on several hosts (the runs whose messages go to the queue this
+    message came from, `Run.queue_name`), passing over experiment trials of a
     team at its cap on running trials (`experiment_capped_teams`); None when there is none. Each
     failed attempt means another worker claimed that run, so the loop always makes progress."""
     while True:
         held = Q(experiment__isnull=False, team_id__in=experiment_capped_teams())
-        candidate = run_queue().filter(gpus=gpus).exclude(held).values_list("pk", flat=True).first()
+        candidates = run_queue().filter(hosts__gt=1) if hosts > 1 else run_queue().filter(gpus=gpus, hosts=1)
+        candidate = candidates.exclude(held).values_list("pk", flat=True).first()
         if candidate is None:
             return None
         run = run_claim(run_id=candidate, worker=worker)

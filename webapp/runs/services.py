@@ -64,6 +64,7 @@ RUN_OVERRIDES = {
     "beta": "grpo.beta",
     "eval_every": "eval.every",
     "gpus": "resources.gpus",
+    "hosts": "resources.hosts",
 }
 """Run form field -> the RunConfig field it overrides."""
 
@@ -180,7 +181,7 @@ def run_create(
             team=team, owner=user, name=name, topology=topology, dataset=dataset, config_yaml=config.to_yaml(),
             total_steps=config.optim.steps, resumed_from=resumed_from, celery_task_id=str(uuid.uuid4()),
             environment=config.topology.environment[:200], specialization=config.topology.specialization,
-            gpus=config.resources.gpus,
+            gpus=config.resources.gpus, hosts=config.resources.hosts,
         )
         log.info("run #%s queued by %s: %s", run.pk, user or "the API", name)
         if resumed_from is None:  # a resumed run is recorded by run_resume
@@ -253,14 +254,16 @@ def run_resume(*, run: Run, user: User) -> Run:
 TrainFn = Callable[..., Any]
 
 
-def run_execute(*, run_id: int | None = None, worker: str = "", train: TrainFn | None = None, gpus: int = 1) -> Run | None:
+def run_execute(
+    *, run_id: int | None = None, worker: str = "", train: TrainFn | None = None, gpus: int = 1, hosts: int = 1,
+) -> Run | None:
     """Claim a queued run and execute it to its end: the run `run_id` if it is still queued, or
-    without one the first queued run in queue order among runs needing `gpus` GPUs (what the
+    without one the first queued run in queue order among runs needing `gpus` GPUs on `hosts` hosts (what the
     Celery task does, see `webapp.runs.queue`). The claim is atomic, so a redelivered or duplicated task never runs a
     run twice. Engine failures are recorded on the run, never raised; a heartbeat thread keeps
     the run from looking lost while it loads or steps."""
     if run_id is None:
-        run = queue.run_claim_next(worker=worker, gpus=gpus)
+        run = queue.run_claim_next(worker=worker, gpus=gpus, hosts=hosts)
     else:
         run = queue.run_claim(run_id=run_id, worker=worker)
     if run is None:

@@ -18,6 +18,7 @@ def run_execute(self, run_id: int) -> None:  # type: ignore[no-untyped-def]
     (the queue may have been reordered, or the run cancelled). No retries: the service records
     every engine failure on the run, and a redelivered message finds the run already claimed.
     The message stands for a run of `run_id`'s GPU count: only runs of that count are taken, so
-    a message on the `gpu-x2` queue never starts a one-GPU run (whose own message is elsewhere)."""
-    gpus = Run.objects.filter(pk=run_id).values_list("gpus", flat=True).first() or 1
-    services.run_execute(worker=self.request.hostname or "", gpus=gpus)
+    a message on the `gpu-x2` queue never starts a one-GPU run (whose own message is elsewhere),
+    and a message on the `ray` queue starts only a run on several hosts."""
+    gpus, hosts = Run.objects.filter(pk=run_id).values_list("gpus", "hosts").first() or (1, 1)
+    services.run_execute(worker=self.request.hostname or "", gpus=gpus, hosts=hosts)

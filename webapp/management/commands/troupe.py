@@ -32,15 +32,15 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from webapp.core.private import data_dir_tighten, umask_private
-from webapp.models import gpu_queue
+from webapp.models import RAY_QUEUE, gpu_queue
 from webapp.runs import services as run_services
 
 WORKER_NAME = "troupe-local@" + socket.gethostname()
 """The local worker's Celery hostname; runs it left `running` when it died are marked failed."""
 WORKER_STOP_SECONDS = 60
-LOCAL_QUEUES = ",".join(gpu_queue(n) for n in (1, 2, 4, 8))
+LOCAL_QUEUES = ",".join([gpu_queue(n) for n in (1, 2, 4, 8)] + ([RAY_QUEUE] if settings.TROUPE_RAY_ADDRESS else []))
 """The local worker takes runs of any GPU count (on a machine without CUDA, `resources.gpus: N`
-runs N CPU processes)."""
+runs N CPU processes), and runs on several hosts when TROUPE_RAY_ADDRESS names a Ray cluster."""
 WORKER_CMD = [sys.executable, "-m", "celery", "-A", "webapp", "--quiet", "worker", "-Q", LOCAL_QUEUES, "-P", "solo", "-c", "1",
               "-n", WORKER_NAME, "--loglevel", "WARNING", "--without-gossip", "--without-mingle"]
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")

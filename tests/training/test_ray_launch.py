@@ -1,0 +1,126 @@
+"""A run on several hosts (`resources.hosts > 1`, `training.ray_launch`), in-process: the refusal
+without a cluster (and without importing Ray), the mailbox that carries rank 0's events to the
+launcher's sink and its stop request back, and the reasons a failed run is given. The real
+two-node cluster is driven once, end to end, by tests/webapp/runs/test_integration_ray.py."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from tests.training.test_distributed import Recorder
+from training import ray_launch
+from training.config import ConfigError, RunConfig
+from training.distributed import DistributedRunError
+from training.events import NullSink, StepMetrics, TrainResult
+from training.ray_launch import ActorRelaySink, Outcome, RunRelay, plain_call, relay_events, result_of, scaling_kwargs
+from training.trainer import train
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _hosts_config(**overrides) -> RunConfig:
+    return RunConfig.load(ROOT / "configs/tiny-lora.yaml").replace(**{"resources.hosts": 2, "optim.tasks_per_step": 2, **overrides})
+
+
+def test_it_refuses_a_run_on_several_hosts_without_a_cluster_and_never_imports_ray(tmp_path, monkeypatch):
+    monkeypatch.delenv("TROUPE_RAY_ADDRESS", raising=False)
+    monkeypatch.setitem(sys.modules, "ray", None)  # any `import ray` would raise ImportError
+    with pytest.raises(DistributedRunError, match=r"resources.hosts: the run asks for 2 hosts.*TROUPE_RAY_ADDRESS"):
+        train(_hosts_config(), out_dir=tmp_path, sink=NullSink())
+    assert not list(tmp_path.iterdir()), "nothing is written for a refused run"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"resources.hosts": 0}, "resources.hosts"),
+        ({"resources.hosts": 2, "optim.tasks_per_step": 1}, "optim.tasks_per_step"),
+        ({"resources.hosts": 2, "resources.gpus": 2, "optim.tasks_per_step": 3}, "optim.tasks_per_step"),
+        ({"resources.hosts": 2, "resources.parallel": "agents", "topology.specialization": "full"}, "resources.hosts"),
+    ],
+)
+def test_the_hosts_setting_is_checked_by_field(overrides, field):
+    with pytest.raises(ConfigError) as err:
+        RunConfig.load(ROOT / "configs/tiny-lora.yaml").replace(**overrides)
+    assert field in [p.field for p in err.value.problems]
+
+
+def test_rank_0s_events_reach_the_launchers_sink_as_a_local_runs_do():
+    relay, worker = RunRelay(), Recorder()
+    rank0 = ActorRelaySink(relay, call=plain_call)
+    rank0.run_started(total_steps=2, start_step=0)
+    rank0.status("training", "Training step 1 of 2", progress=0.0)
+    rank0.metrics(StepMetrics(step=1, total_steps=2, values={"reward/total": 0.5}))
+    rank0.rollouts(1, [{"task_id": "t1", "reward": 0.5}])
+    rank0.log("a line", level="warning")
+    rank0.checkpoint(1, "/runs/1/checkpoints/step-000001")
+    rank0.evaluation({"step": 2, "accuracy": 0.25})
+    outcome = Outcome()
+    relay_events(relay, worker, outcome, call=plain_call)
+    assert worker.events == [
+        ("run_started", 2, 0), ("status", "training", "Training step 1 of 2"), ("metrics", 1, {"reward/total": 0.5}),
+        ("rollouts", 1, [{"task_id": "t1", "reward": 0.5}]), ("checkpoint", 1, "/runs/1/checkpoints/step-000001"),
+        ("evaluation", 2, {"step": 2, "accuracy": 0.25}),
+    ]
+    assert relay.take() == [], "each event is replayed once"
+    result = TrainResult(status="succeeded", step=2, start_step=0, final_metrics={"reward/total": 0.5}, checkpoint="/c")
+    rank0.finish(result)
+    relay_events(relay, worker, outcome, call=plain_call)
+    assert result_of(outcome, None, ranks=2) == result
+    assert worker.events[-1][0] == "evaluation", "the result is returned, not replayed"
+
+
+def test_a_cancel_on_the_worker_reaches_rank_0():
+    relay = RunRelay()
+    rank0 = ActorRelaySink(relay, call=plain_call)
+    relay_events(relay, Recorder(stop_after=None), Outcome(), call=plain_call)
+    assert not rank0.should_stop()
+    relay_events(relay, Recorder(stop_after=0), Outcome(), call=plain_call)  # the run page's cancel: the worker's sink asks to stop
+    assert rank0.should_stop()  # rank 0 stops at its next step, every rank with it (`dist.any` in the trainer)
+
+
+def test_rank_0s_own_error_is_the_runs_reason():
+    relay = RunRelay()
+    rank0 = ActorRelaySink(relay, call=plain_call)
+    try:
+        raise ValueError("reward plugin exploded")
+    except ValueError as exc:
+        rank0.fail(exc)
+    outcome = Outcome()
+    relay_events(relay, NullSink(), outcome, call=plain_call)
+    with pytest.raises(DistributedRunError, match=r"ValueError: reward plugin exploded\n\nrank 0 traceback:"):
+        result_of(outcome, RuntimeError("Training failed due to worker errors"), ranks=2)
+
+
+def test_a_rank_or_host_that_died_fails_the_run_with_rays_reason():
+    died = RuntimeError("Training failed due to worker errors:\n[Rank 1]\nActorDiedError: the node running this actor died")
+    with pytest.raises(DistributedRunError, match=r"(?s)a rank of the 2-rank Ray run failed; resume from the last checkpoint.*node running this actor died"):
+        result_of(Outcome(), died, ranks=2)
+    with pytest.raises(DistributedRunError, match="ended without rank 0's result"):
+        result_of(Outcome(), None, ranks=2)
+
+
+def test_every_rank_gets_its_gpu_or_cpu_in_one_placement_group():
+    config = _hosts_config(**{"resources.gpus": 4, "optim.tasks_per_step": 8})
+    assert scaling_kwargs(config, cluster_gpus=8) == {
+        "num_workers": 8, "use_gpu": True, "resources_per_worker": {"GPU": 1}, "placement_strategy": "PACK",
+    }
+    assert scaling_kwargs(_hosts_config(), cluster_gpus=0) == {
+        "num_workers": 2, "use_gpu": False, "resources_per_worker": {"CPU": 1}, "placement_strategy": "PACK",
+    }
+
+
+def test_the_ranks_get_the_workers_plugin_and_cache_settings():
+    env = {"TROUPE_ENVIRONMENTS": "pkg:Env", "HF_HOME": "/cache", "TROUPE_RAY_ADDRESS": "head:6379", "SECRET_KEY": "x", "PATH": "/bin"}
+    assert ray_launch.forwarded_env(env) == {"TROUPE_ENVIRONMENTS": "pkg:Env", "HF_HOME": "/cache"}
+
+
+def test_the_relay_carries_a_whole_result():
+    result = TrainResult(status="cancelled", step=1, start_step=0, final_metrics={}, checkpoint=None)
+    relay = RunRelay()
+    ActorRelaySink(relay, call=plain_call).finish(result)
+    assert relay.take() == [{"type": "result", **asdict(result)}]
