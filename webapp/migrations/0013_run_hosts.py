@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('webapp', '0011_experiment'),
+        ('webapp', '0012_dataset_chats'),
     ]
 
     operations = [
