@@ -93,12 +93,12 @@ def shard_policies(policies: PolicySet, config: RunConfig, dist: Dist, placement
 
 def _mesh(group: Any) -> DeviceMesh:
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    return DeviceMesh.from_group(group or torch_dist.group.WORLD, device)
+    return DeviceMesh.from_group(group or torch_dist.group.WORLD, device)  # type: ignore[arg-type]
 
 
 def _shard(model: torch.nn.Module, mesh: DeviceMesh, ignored: set[torch.nn.Parameter]) -> None:
     """`fully_shard` each decoder layer (transformers' `_no_split_modules`), then the model."""
-    root = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT: the transformers model
+    root: Any = model.get_base_model() if hasattr(model, "get_base_model") else model  # type: ignore[operator]  # PEFT: the transformers model
     layer_types = set(getattr(root, "_no_split_modules", None) or ())
     if not layer_types:
         raise ConfigError("resources.parallel", f"fsdp: {type(root).__name__} names no decoder layer class (_no_split_modules) to shard by")
@@ -183,12 +183,12 @@ def save_models(policies: PolicySet, folder: Path, config: RunConfig, dist: Dist
         first = placement.leads(policy.name) if placement else dist.main
         distributed = torch_dist.is_initialized()
         dcp.save(_state(policy), checkpoint_id=folder / DCP_DIR / policy.name, process_group=group, no_dist=not distributed)
-        full = None
+        full: dict[str, Any] | None = None
         if distributed and is_sharded(policy.model):
             # every rank of the group gets the whole tensors (`cpu_offload` would keep them on global rank 0 only,
             # which need not be in this group); the generation held them whole on each rank already
-            full = get_model_state_dict(policy.model, options=StateDictOptions(full_state_dict=True))
-            full = {k: v.cpu() for k, v in full.items()} if first else None
+            whole = get_model_state_dict(policy.model, options=StateDictOptions(full_state_dict=True))
+            full = {k: v.cpu() for k, v in whole.items() if isinstance(v, torch.Tensor)} if first else None
         if first:
             target = folder / policy.name
             with no_progress_bars(), _writes_here(policy.model):
