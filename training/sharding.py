@@ -53,7 +53,6 @@ from training.policies import Policy, PolicySet, _prepare
 
 if TYPE_CHECKING:
     from training.distributed import Dist
-    from training.placement import Placement
 
 DCP_DIR = "dcp"
 """A checkpoint's folder of distributed checkpoints, one `dcp/<policy>/` per sharded policy."""
@@ -72,7 +71,7 @@ def is_sharded(model: Any) -> bool:
     return getattr(model, _SHARDED, None) is not None
 
 
-def shard_policies(policies: PolicySet, config: RunConfig, dist: Dist, placement: Placement | None = None) -> None:
+def shard_policies(policies: PolicySet, config: RunConfig, dist: Dist, placement: Any = None) -> None:
     """Shard every model this rank holds over its ranks (all of them, or its agent's group)."""
     if config.resources.parallel != "fsdp" or not torch_dist.is_initialized():
         return
@@ -167,7 +166,7 @@ def full_weights(policies: PolicySet) -> Iterator[None]:
 # -- checkpoints --------------------------------------------------------------------------------
 
 
-def save_models(policies: PolicySet, folder: Path, config: RunConfig, dist: Dist, placement: Placement | None = None) -> set[str]:
+def save_models(policies: PolicySet, folder: Path, config: RunConfig, dist: Dist, placement: Any = None) -> set[str]:
     """Write the state of every policy `uses_dcp` names into `folder` (a checkpoint being written):
     `dcp/<policy>/` from every rank of its group, and the HF folder `<policy>/` from the group's
     first rank. Collective over the launch. Returns those policies' names: the caller writes the
@@ -208,7 +207,7 @@ def _writes_here(model: Any) -> Iterator[None]:
         del model.should_save_on_this_rank
 
 
-def restore_models(policies: PolicySet, folder: Path, config: RunConfig, dist: Dist, placement: Placement | None = None) -> set[str]:
+def restore_models(policies: PolicySet, folder: Path, config: RunConfig, dist: Dist, placement: Any = None) -> set[str]:
     """Load `dcp/<policy>/` of a checkpoint into each policy that has one (sharded or plain, any
     number of ranks). Returns the names of the policies done with (loaded, or held on another
     group); the caller loads the others from their HF folders. Refuses a checkpoint without
