@@ -37,7 +37,7 @@ BACKENDS = ("auto", "hf", "vllm")
 ASYNC_MODES = ("off", "one_step_off")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "4bit")
-PARALLEL_MODES = ("data", "agents")
+PARALLEL_MODES = ("data", "agents", "fsdp")
 ALGORITHMS = ("grpo", "sft")
 BUILTIN_ENVIRONMENTS = tuple(BUILTIN_ENVS)
 """The environments that ship with Troupe: the names `agents.envs.BUILTIN` registers (one list)."""
@@ -485,15 +485,25 @@ class ResourcesConfig:
     """GPUs the run uses on its worker's host. More than one: see `parallel`. On a host without
     CUDA, `data` runs that many CPU processes instead (what the tests use)."""
     parallel: str = "data"
-    """How several GPUs are used. `data`: one process per GPU, launched through torchrun; each
-    rolls out its share of `optim.tasks_per_step` and gradients are summed across processes
-    before every optimizer step, so all copies stay identical. `agents` (`full` only): one
+    """How several GPUs are used. `data` (the default): one process per GPU, launched through
+    torchrun; each rolls out its share of `optim.tasks_per_step` and gradients are summed across
+    processes before every optimizer step, so all copies stay identical. `fsdp`: the same
+    processes, but each trainable model's parameters, gradients and optimizer state are sharded
+    over them with PyTorch's FSDP2 (a rank holds about 1/`gpus` of each; `lora` shards the frozen
+    base and keeps the adapters whole); checkpoints are then torch distributed checkpoints that
+    resume on any number of processes (`training.sharding`). `agents` (`full` only): one
     process, agent i's model on GPU i mod `gpus`."""
     hosts: int = 1
     """Hosts the run spans. More than one: the worker submits the run to the operator's Ray
     cluster (TROUPE_RAY_ADDRESS; see `training.ray_launch` and docs/deploy.md), which starts
     `gpus` processes on each of `hosts` hosts, all at once or none, and the run trains as one
     data-parallel launch of `hosts * gpus` ranks. On a cluster without GPUs each rank takes one CPU."""
+    placement: dict[str, int] = field(default_factory=dict)
+    """`full` teams under `data` or `fsdp`: how many of the run's `gpus` ranks each agent's model
+    lives on, e.g. `{coder: 2, reviewer: 1}` (every acting agent named, the counts summing to
+    `gpus`). Each agent's model is then built, updated and checkpointed only on its own rank
+    group; the other ranks send it their generation requests (`training.placement`). Empty:
+    every rank holds every model."""
 
 
 @dataclass(frozen=True)
@@ -672,13 +682,17 @@ class RunConfig:
             p.add("model.quantization", f"a quantized base trains only through LoRA adapters: use the `lora` specialization (this is {t.specialization!r})")
         if r.parallel == "agents" and t.specialization != "full" and not p.has("topology.specialization"):
             p.add("resources.parallel", f"`agents` places each agent's own model on a GPU: it needs the `full` specialization (this is {t.specialization!r})")
-        if r.parallel == "data" and o.tasks_per_step < r.gpus and not p.has("resources.gpus"):
+        if r.parallel in ("data", "fsdp") and o.tasks_per_step < r.gpus and not p.has("resources.gpus"):
             p.add("optim.tasks_per_step", f"must be at least resources.gpus ({r.gpus}): each process rolls out its share of the step's tasks")
         elif r.hosts > 1 and o.tasks_per_step < r.gpus * r.hosts and not p.has("resources.gpus") and not p.has("resources.hosts"):
             p.add("optim.tasks_per_step", f"must be at least resources.gpus * resources.hosts ({r.gpus * r.hosts}): "
                                           "each process rolls out its share of the step's tasks")
         if r.hosts > 1 and r.parallel == "agents" and not p.has("resources.hosts"):
             p.add("resources.hosts", "several hosts train data-parallel ranks; `agents` places models on one host's GPUs")
+        if r.placement:
+            self._placement_problems(p)
+        if r.placement and r.hosts > 1 and not p.has("resources.hosts"):
+            p.add("resources.placement", "places agents on one host's GPUs; a run on several hosts trains data-parallel or fsdp ranks")
         with p.catch():
             check_model_source("model.source", self.model.source)
         if t.environment not in BUILTIN_ENVIRONMENTS and not _DOTTED.match(t.environment):
@@ -797,6 +811,24 @@ class RunConfig:
                                          "(data.reward_fn, then data.reward_fns)")
         for i, w in enumerate(d.reward_weights):
             p.range(f"data.reward_weights[{i}]", w, -100.0, 100.0)
+
+    def _placement_problems(self, p: _Problems) -> None:
+        """`resources.placement`: a `full` team, every acting agent on at least one rank, the
+        ranks summing to `resources.gpus`."""
+        r, t = self.resources, self.topology
+        acting = list(dict.fromkeys(t.order()))
+        if t.specialization != "full" and not p.has("topology.specialization"):
+            p.add("resources.placement", f"places each agent's own model on its ranks: it needs the `full` specialization (this is {t.specialization!r})")
+        elif r.parallel not in ("data", "fsdp") and not p.has("resources.parallel"):
+            p.add("resources.placement", f"needs resources.parallel `data` or `fsdp` (this is {r.parallel!r})")
+        elif unknown := sorted(set(r.placement) - set(acting)):
+            p.add("resources.placement", f"names no agent of the topology: {', '.join(unknown)} (agents: {', '.join(acting)})")
+        elif missing := [a for a in acting if a not in r.placement]:
+            p.add("resources.placement", f"every acting agent needs ranks; missing: {', '.join(missing)}")
+        elif bad := sorted(a for a, n in r.placement.items() if not isinstance(n, int) or isinstance(n, bool) or n < 1):
+            p.add("resources.placement", f"each agent needs a whole number of ranks, at least 1: {', '.join(bad)}")
+        elif sum(r.placement.values()) != r.gpus and not p.has("resources.gpus"):
+            p.add("resources.placement", f"the ranks sum to {sum(r.placement.values())}, but resources.gpus is {r.gpus}: they must be equal")
 
     def _agent_problems(self, p: _Problems) -> None:
         """The agents: names, roles, models, sampling caps and tools; the turn order; who trains."""

@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 import torch.distributed as torch_dist
+from torch.distributed.tensor import DTensor
 
 from training.config import RunConfig
 from training.events import EventSink, NullSink, StepMetrics, TrainResult
@@ -63,6 +64,9 @@ class Dist:
     rank: int = 0
     world: int = 1
     local_rank: int = 0
+    group: Any = None
+    """The process group the collectives run on: None, every rank of the launch; a rank group of
+    `resources.placement` (`training.placement`), with `rank` and `world` counted inside it."""
 
     @property
     def enabled(self) -> bool:
@@ -85,14 +89,14 @@ class Dist:
         if not self.enabled:
             return values
         t = torch.tensor(values, dtype=torch.float64, device=self._comm_device())
-        torch_dist.all_reduce(t)
+        torch_dist.all_reduce(t, group=self.group)
         return t.tolist()
 
     def max(self, value: float) -> float:
         if not self.enabled:
             return value
         t = torch.tensor([value], dtype=torch.float64, device=self._comm_device())
-        torch_dist.all_reduce(t, op=torch_dist.ReduceOp.MAX)
+        torch_dist.all_reduce(t, op=torch_dist.ReduceOp.MAX, group=self.group)
         return float(t.item())
 
     def any(self, flag: bool) -> bool:
@@ -103,15 +107,17 @@ class Dist:
         if not self.enabled:
             return [obj]
         out: list[Any] = [None] * self.world
-        torch_dist.all_gather_object(out, obj)
+        torch_dist.all_gather_object(out, obj, group=self.group)
         return out
 
     def barrier(self) -> None:
         if self.enabled:
-            torch_dist.barrier()
+            torch_dist.barrier(group=self.group)
 
     def sum_gradients(self, params: list[torch.nn.Parameter]) -> None:
-        """Sum each parameter's gradient over the ranks (a rank without samples adds zeros)."""
+        """Sum each parameter's gradient over the ranks (a rank without samples adds zeros).
+        Parameters sharded by FSDP (DTensors) are left out: their backward summed them already."""
+        params = [p for p in params if not isinstance(p, DTensor)]
         if not self.enabled or not params:
             return
         grads = []
@@ -125,18 +131,18 @@ class Dist:
             bucket.append(g)
             size += g.numel()
             if size >= _BUCKET:
-                _sum_bucket(bucket)
+                _sum_bucket(bucket, self.group)
                 bucket, size = [], 0
         if bucket:
-            _sum_bucket(bucket)
+            _sum_bucket(bucket, self.group)
 
     def _comm_device(self) -> torch.device:
         return self.device() or torch.device("cpu")
 
 
-def _sum_bucket(grads: list[torch.Tensor]) -> None:
+def _sum_bucket(grads: list[torch.Tensor], group: Any = None) -> None:
     flat = torch.cat([g.reshape(-1) for g in grads])  # (n,)
-    torch_dist.all_reduce(flat)
+    torch_dist.all_reduce(flat, group=group)
     offset = 0
     for g in grads:
         g.copy_(flat[offset : offset + g.numel()].view_as(g))

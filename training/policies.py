@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +28,7 @@ from safetensors.torch import load_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from training.config import RunConfig
-from training.models import load_model, no_progress_bars
+from training.models import load_model, load_tokenizer, no_progress_bars
 
 SHARED = "shared"
 
@@ -40,7 +40,8 @@ class Policy:
     name: str
     """`shared` for single/prompt, else the agent's name (its adapter or model is named after it)."""
     model: PreTrainedModel
-    """The module to call; for `lora` the PeftModel shared by every adapter policy."""
+    """The module to call; for `lora` the PeftModel shared by every adapter policy. None on a rank
+    that does not hold it (`resources.placement`, `training.placement`)."""
     tokenizer: PreTrainedTokenizerBase
     agents: tuple[str, ...]
     """Agents acting with this policy."""
@@ -93,8 +94,10 @@ def resolve_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def build_policies(config: RunConfig, *, device: torch.device | None = None) -> PolicySet:
-    """Load the models a run needs and attach adapters and optimizers per its specialization."""
+def build_policies(config: RunConfig, *, device: torch.device | None = None, only: set[str] | None = None) -> PolicySet:
+    """Load the models a run needs and attach adapters and optimizers per its specialization.
+    `only` (`full`, under `resources.placement`): the agents whose models this rank holds; the
+    others get their tokenizer and no model (`Policy.model` None: they generate elsewhere)."""
     device = device or resolve_device()
     topo = config.topology
     acting = list(dict.fromkeys(topo.order()))
@@ -140,6 +143,9 @@ def build_policies(config: RunConfig, *, device: torch.device | None = None) -> 
     if topo.specialization == "full":
         policies = {}
         for i, a in enumerate(agents):
+            if only is not None and a.name not in only:
+                policies[a.name] = Policy(a.name, None, load_tokenizer(config.agent_model(a)), (a.name,), a.trainable)  # type: ignore[arg-type]
+                continue
             model, tok = load_model(config.agent_model(a), dtype=config.model.dtype, device=_agent_device(config, i, device))
             pol = Policy(a.name, model, tok, (a.name,), a.trainable)
             if need_ref and a.trainable:
@@ -216,11 +222,14 @@ def disable_dropout(model: torch.nn.Module) -> None:
 # -- checkpoints ----------------------------------------------------------------------------------
 
 
-def save_policies(policies: PolicySet, folder: Path) -> None:
+def save_policies(policies: PolicySet, folder: Path, *, skip: Collection[str] = ()) -> None:
     """Save each policy in HF/PEFT format: `folder/<agent>/` (an adapter or a full model);
-    `folder/shared/` for single/prompt."""
+    `folder/shared/` for single/prompt. Those named in `skip` are written already
+    (`training.sharding.save_models`)."""
     folder.mkdir(parents=True, exist_ok=True)
     for pol in policies.policies.values():
+        if pol.name in skip:
+            continue
         target = folder / pol.name
         if pol.adapter is not None:
             assert isinstance(pol.model, PeftModel)
@@ -236,10 +245,13 @@ def save_policies(policies: PolicySet, folder: Path) -> None:
         pol.tokenizer.save_pretrained(str(target))
 
 
-def load_policy_weights(policies: PolicySet, folder: str | Path) -> None:
-    """Load weights saved by `save_policies` into already-built policies (for resume/eval)."""
+def load_policy_weights(policies: PolicySet, folder: str | Path, *, skip: Collection[str] = ()) -> None:
+    """Load weights saved by `save_policies` into already-built policies (for resume/eval), but
+    not those named in `skip` (loaded from a distributed checkpoint: `training.sharding`)."""
     folder = Path(folder)
     for pol in policies.policies.values():
+        if pol.name in skip:
+            continue
         src = folder / pol.name
         if not src.is_dir():
             raise FileNotFoundError(f"checkpoint {folder} has no folder for policy {pol.name!r}")

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.distributed.fsdp import FSDPModule
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -67,10 +68,14 @@ class CompletionCache(DynamicCache):
 
 def shares_prompts(model: Any, cache: PromptCache) -> bool:
     """Whether the shared-prompt forward gives `model` the plain forward's values and gradients:
-    a cache of keys and values only, and, where layers checkpoint, the non-reentrant checkpoint."""
+    a cache of keys and values only, and, where layers checkpoint, the non-reentrant checkpoint.
+    Never for a model sharded with FSDP (`training.sharding`): its two forwards would gather the
+    weights a different number of times on a rank whose batch shares no prompt."""
     if not cache.layers or not all(type(layer) in REPLAYABLE_LAYERS for layer in cache.layers):
         return False
     for module in model.modules():
+        if isinstance(module, FSDPModule):
+            return False
         if isinstance(module, GradientCheckpointingLayer) and module.gradient_checkpointing:
             fn = getattr(module, "_gradient_checkpointing_func", None)
             if not (isinstance(fn, functools.partial) and fn.keywords.get("use_reentrant") is False):

@@ -169,6 +169,9 @@ class Sampler:
     sampler thread of `generation.async` samples with weights that lag the trainer's."""
     closing: threading.Event | None = None
     """Set, the next generation raises `SamplerClosed` (a sampler thread asked to stop)."""
+    placement: Any = None
+    """A `training.placement.Placement` when the agents' models live on rank groups: generation
+    then goes to the rank that holds the agent's model."""
 
     def roles(self) -> tuple[str, ...]:
         order = self.config.topology.order()
@@ -240,7 +243,11 @@ class Sampler:
         return re.compile(pattern, re.DOTALL) if pattern else None
 
     def sample(self, agent: str, prompt_ids: Sequence[tuple[int, ...]], n: int, temperature: float, *,
-               tool_calls: bool = False) -> list[list[Generation]]:
+               tool_calls: bool = False, generator: torch.Generator | None = None) -> list[list[Generation]]:
+        """`n` completions per prompt from the agent's policy. `generator`: sample with it, here
+        (a placement's rank answering another's request), instead of this sampler's own."""
+        if self.placement is not None and generator is None:
+            return self.placement.generate(self, agent, prompt_ids, n, temperature, tool_calls)  # type: ignore[no-any-return]
         acfg = self.config.agent(agent)
         policy = self.policies.for_agent(agent)
         gen = self.config.generation
@@ -264,7 +271,7 @@ class Sampler:
                 max_new_tokens=acfg.max_new_tokens or gen.max_new_tokens,
                 temperature=temperature,
                 top_p=gen.top_p,
-                generator=self.generator,
+                generator=generator or self.generator,
                 stats=self.stats,
                 stop=self.stop_pattern(acfg.role, tool_calls=tool_calls),
                 logprobs=self.logprobs,

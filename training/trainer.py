@@ -32,6 +32,7 @@ import torch
 
 from agents.envs import load_environment
 from agents.verifiers import load_reward_fn
+from training import sharding
 from training.async_rollout import LAGS, AsyncRollouts, StepRollouts
 from training.config import ConfigError, RunConfig, config_warnings, resume_differences
 from training.data import Task, batch_indices, load_tasks
@@ -49,6 +50,7 @@ from training.grpo import (
     zero_std_fraction,
 )
 from training.models import needs_conversion, resolve_model_dir
+from training.placement import Placement, generating
 from training.policies import Policy, PolicySet, build_policies, load_policy_weights, save_policies
 from training.progress import RunProgress
 from training.rollout import Episode, Sampler, rollout_independent, rollout_tree
@@ -92,7 +94,7 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
         from training import ray_launch  # imports Ray: only a run on several hosts
 
         return ray_launch.launch(config, out, sink)
-    if dist is None and config.resources.gpus > 1 and config.resources.parallel == "data" and not in_launch():
+    if dist is None and config.resources.gpus > 1 and config.resources.parallel in ("data", "fsdp") and not in_launch():
         return launch(config, out, sink)  # type: ignore[no-any-return]
     dist = dist or from_env()
     if config.resources.gpus > 1 and not dist.enabled:  # one process on several GPUs (`agents`); a launch checked before
@@ -115,14 +117,16 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
     if dist.enabled:
         dist.barrier()
     progress.loading(f"{config.model.source} ({config.topology.specialization} policies)")
-    policies = build_policies(config, device=dist.device())
+    placement = Placement.build(config, dist)  # `resources.placement`: this rank holds its agent's model only
+    policies = build_policies(config, device=dist.device(), only=placement.held() if placement else None)
+    sharding.shard_policies(policies, config, dist, placement)  # `resources.parallel: fsdp`
     sink.log(f"loaded {config.topology.specialization} policies {sorted(policies.policies)} in {time.perf_counter() - t_load:.1f}s")
     warm = init_from(config, policies)
     if warm is not None:
         sink.log(f"started from {warm.checkpoint} (step {warm.step}): {', '.join(f'{a} <- {b}' for a, b in warm.loaded.items())}")
     generator = torch.Generator().manual_seed(config.seed + 1_000_003 * dist.rank)
     rewards = [(path.rpartition(":")[2], load_reward_fn(path), weight) for path, weight in config.data.reward_functions()]
-    sampler = Sampler(env, policies, config, generator, rewards, dist=dist)
+    sampler = Sampler(env, policies, config, generator, rewards, dist=dist, placement=placement)
     for agent in config.topology.agents:
         if agent.tools:
             how = ("renders them" if sampler.tool_support(agent.name) else
@@ -133,7 +137,7 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
     start_step = 0
     if config.checkpoint.resume_from:
         check_resume(config)
-        start_step = restore(Path(config.checkpoint.resume_from), policies, generator, dist=dist)
+        start_step = restore(Path(config.checkpoint.resume_from), policies, generator, dist=dist, config=config, placement=placement)
         sink.log(f"resumed from {config.checkpoint.resume_from} at step {start_step}")
 
     backend = resolve_backend(config)
@@ -179,19 +183,21 @@ def _loop(
     def run_eval(at: int) -> None:
         if rollouts is not None:  # the sampler thread idle: the run's generator is free, as in a synchronous run
             rollouts.settle()
-        if dist.main:
-            result.evaluations.extend(
-                evaluate(
-                    sampler, eval_tasks, step=at, sink=sink, on_progress=lambda share, done, n: progress.evaluating(at, done, n, share)
+        with generating(sampler):  # under a placement the other ranks answer rank 0's generations
+            if dist.main:
+                result.evaluations.extend(
+                    evaluate(
+                        sampler, eval_tasks, step=at, sink=sink, on_progress=lambda share, done, n: progress.evaluating(at, done, n, share)
+                    )
                 )
-            )
         dist.barrier()
 
     def run_checkpoint(at: int) -> str:
         progress.checkpointing(at)
         if rollouts is not None:  # the batch in flight done: the generator's state follows it, and the checkpoint keeps it
             rollouts.settle()
-        path = save_checkpoint(out, at, policies, generator, config, sink, dist=dist, extra=rollouts.save if rollouts else None)
+        path = save_checkpoint(out, at, policies, generator, config, sink, dist=dist, extra=rollouts.save if rollouts else None,
+                               placement=sampler.placement)
         progress.checkpointed()
         return path
 
@@ -257,6 +263,7 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink, 
     # -- 3. update each trainable policy with its own agents' samples -------------------------------
     t1 = time.perf_counter()
     per_agent: dict[str, dict[str, float]] = defaultdict(dict)
+    placed: dict[str, list[Sample]] = {}
     if sampler.vllm is not None:
         sampler.vllm.sleep()  # give the GPU memory to the update
     for policy in sampler.policies.trainable():
@@ -266,11 +273,17 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink, 
             for turn, c in cands
             if turn.agent in policy.agents and cfg.agent(turn.agent).trainable and turn.group in updated and c.token_ids
         ]
+        if sampler.placement is not None:
+            placed[policy.name] = samples  # updated below, each on its own rank group
+            continue
         stats = update_policy(policy, samples, cfg, step, dist=dist)
         if sampler.vllm is not None:
             sampler.vllm.weights_changed(policy)
         for agent in policy.agents:
             per_agent[agent].update(stats)
+    if sampler.placement is not None:
+        for name, stats in sampler.placement.update(sampler, placed, step, update_policy).items():
+            per_agent[name].update(stats)
     t_update = time.perf_counter() - t1
 
     # -- 4. report -------------------------------------------------------------------------------
@@ -306,10 +319,11 @@ def collect_rollouts(sampler: Sampler, tasks: list[Task], step: int) -> StepRoll
     t0 = time.perf_counter()
     tokens0, secs0 = sampler.stats.tokens, sampler.stats.seconds
     batch = step_tasks(tasks, cfg, step)[dist.rank :: dist.world]
-    episodes = _rollout(sampler, batch)
-    dynamic: dict[str, float] = {}
-    if cfg.grpo.dynamic_sampling:
-        episodes, dynamic = _dynamic_sampling(sampler, tasks, step, batch, episodes)
+    with generating(sampler):  # sharded models gathered whole; a placement's ranks answer each other
+        episodes = _rollout(sampler, batch)
+        dynamic: dict[str, float] = {}
+        if cfg.grpo.dynamic_sampling:
+            episodes, dynamic = _dynamic_sampling(sampler, tasks, step, batch, episodes)
     return StepRollouts(step, episodes, dynamic, time.perf_counter() - t0, sampler.stats.tokens - tokens0,
                         sampler.stats.seconds - secs0, version=step - 1)
 
@@ -568,6 +582,10 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
     micro = _micro_batches(samples, cfg.optim.micro_batch_size, cfg.optim.micro_batch_tokens)
     batches = [{k: v.to(device) for k, v in _collate(mb, pad).items()} for mb in micro]
     temps = [mb[0].temperature for mb in micro]
+    real = len(batches)  # FSDP: every rank runs as many passes; the extra ones add zero gradients
+    for _ in range(sharding.padding_batches(policy.model, real, dist)):
+        batches.append({k: v.to(device) for k, v in _collate([Sample("", (pad,), (pad,), 0.0, masked=True)], pad).items()})
+        temps.append(1.0)
 
     with policy.active() as model:
         model.train()  # train mode, so layers checkpoint; `grpo.disable_dropout` zeroed dropout at build (policies._prepare)
@@ -593,6 +611,9 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
                 logp, entropy = token_logprobs(
                     model, b["input_ids"], b["attention_mask"], b["completion_mask"], temperature=temps[i]
                 )  # (B, T)
+                if i >= real:
+                    (logp.sum() * 0.0).backward()
+                    continue
                 old_i = old[i]
                 old_logp = old_i if old_i is not None else logp.detach()  # (B, T)
                 mask = b["loss_mask"]  # (B, T)
@@ -629,7 +650,7 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
                     sums[name] += value * n_tok
                 sums["_tokens"] += n_tok
             dist.sum_gradients(policy.params)
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.params, cfg.optim.max_grad_norm))
+            grad_norm = sharding.clip_grad_norm(policy.params, cfg.optim.max_grad_norm)
             policy.optimizer.step()
         model.eval()
 
@@ -830,6 +851,7 @@ def evaluate_checkpoint(config: RunConfig, checkpoint: str | Path | None, *, sin
 def save_checkpoint(
     out: Path, step: int, policies: PolicySet, generator: torch.Generator, cfg: RunConfig, sink: EventSink, *, dist: Dist | None = None,
     extra: Callable[[Path], None] | None = None,
+    placement: Placement | None = None,
 ) -> str:
     """`out/checkpoints/step-NNNNNN/`: one HF/PEFT folder per policy plus optimizer, RNG and step
     state. Written to a temp folder and renamed, so a crash never leaves half a checkpoint.
@@ -838,16 +860,20 @@ def save_checkpoint(
     generators = dist.gather(generator.get_state())
     root = out / "checkpoints"
     final = root / f"step-{step:06d}"
+    tmp = root / f".step-{step:06d}.tmp"
+    if dist.main:
+        shutil.rmtree(tmp, ignore_errors=True)
+    dist.barrier()
+    done = sharding.save_models(policies, tmp, cfg, dist, placement)  # sharded or placed policies, from their own ranks
+    dist.barrier()
     if not dist.main:
         dist.barrier()
         return str(final)
-    tmp = root / f".step-{step:06d}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    save_policies(policies, tmp)
+    save_policies(policies, tmp, skip=done)
     torch.save(
         {
             "step": step,
-            "optimizers": {name: p.optimizer.state_dict() for name, p in policies.policies.items() if p.optimizer},
+            "optimizers": {name: p.optimizer.state_dict() for name, p in policies.policies.items() if p.optimizer and name not in done},
             "generator": generator.get_state(),
             "generators": generators,
             "torch_rng": torch.get_rng_state(),
@@ -889,7 +915,10 @@ def check_resume(config: RunConfig) -> None:
         )
 
 
-def restore(folder: Path, policies: PolicySet, generator: torch.Generator, *, dist: Dist | None = None) -> int:
+def restore(
+    folder: Path, policies: PolicySet, generator: torch.Generator, *, dist: Dist | None = None, config: RunConfig | None = None,
+    placement: Placement | None = None,
+) -> int:
     """Load weights, optimizer and RNG state from a checkpoint; return its step. A rank of a
     data-parallel launch takes its own generator when the checkpoint has one for it (saved by a
     launch of the same size); otherwise rank 0 takes the saved one and the others start fresh
@@ -898,9 +927,12 @@ def restore(folder: Path, policies: PolicySet, generator: torch.Generator, *, di
     state_file = folder / STATE_FILE
     if not state_file.is_file():
         raise FileNotFoundError(f"{folder} is not a Troupe checkpoint (no {STATE_FILE})")
-    load_policy_weights(policies, folder)
+    done = sharding.restore_models(policies, folder, config, dist, placement) if config is not None else set()  # dcp/<policy>/
+    load_policy_weights(policies, folder, skip=done)
     state = torch.load(state_file, weights_only=False)
     for name, opt_state in state["optimizers"].items():
+        if name in done:
+            continue
         opt = policies.policies[name].optimizer
         if opt is not None:
             opt.load_state_dict(opt_state)

@@ -138,6 +138,8 @@ def unavailable_reason(config: RunConfig) -> str | None:
         return "vLLM is not installed (the GPU image has it: requirements-gpu.txt; on CPU: make vllm-venv)"
     if not available():
         return "CUDA is not available (and this vLLM is the GPU build)"
+    if config.resources.parallel == "fsdp" or config.resources.placement:
+        return "the models are sharded over the ranks (resources.parallel fsdp) or placed on rank groups (resources.placement)"
     if config.topology.specialization == "full":
         sources = {config.agent_model(config.agent(name)) for name in config.topology.order()}
         if len(sources) > 1:

@@ -11,11 +11,13 @@ import torch.multiprocessing as mp
 from tests.training import _dist_update
 from tests.training.conftest import toy_config
 from training.config import ConfigError, RunConfig
-from training.distributed import DistributedRunError, replay
+from training.distributed import Dist, DistributedRunError, replay
 from training.events import NullSink
 from training.models import ModelLoadError, load_model
-from training.policies import build_policies
-from training.trainer import train, update_policy
+from training.placement import layout
+from training.policies import build_policies, load_policy_weights
+from training.sharding import shard_policies
+from training.trainer import restore, save_checkpoint, train, update_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,10 +32,24 @@ SPECIALIZATIONS = ["lora", "prompt"]
 
 
 @pytest.fixture(scope="module")
-def two_rank_updates(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two gloo ranks, started once, each updating every specialization of SPECIALIZATIONS on its half."""
+def one_rank_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """A checkpoint of a one-process `fsdp` run after one AdamW step, and its weights and optimizer state."""
+    torch.manual_seed(0)
+    config = _dist_update.fsdp_config("prompt")
+    policies = build_policies(config, device=torch.device("cpu"))
+    shard_policies(policies, config, Dist())  # one process: nothing to shard over
+    policy = policies.for_agent("writer")
+    update_policy(policy, _dist_update.samples(policy, 0, 4), config, step=1)
+    path = save_checkpoint(tmp_path_factory.mktemp("one-rank"), 1, policies, torch.Generator().manual_seed(0), config, NullSink())
+    return Path(path), {"params": _dist_update.flat_params(policy), "optim": _dist_update.optimizer_state(policy)}
+
+
+@pytest.fixture(scope="module")
+def two_rank_updates(tmp_path_factory: pytest.TempPathFactory, one_rank_checkpoint) -> Path:
+    """Two gloo ranks, started once, each updating every specialization of SPECIALIZATIONS on its
+    half, then running the FSDP cases (`_dist_update.fsdp_cases`)."""
     out = tmp_path_factory.mktemp("ranks")
-    mp.spawn(_dist_update.rank_main, args=(2, _free_port(), str(out), SPECIALIZATIONS), nprocs=2, join=True)
+    mp.spawn(_dist_update.rank_main, args=(2, _free_port(), str(out), SPECIALIZATIONS, str(one_rank_checkpoint[0])), nprocs=2, join=True)
     return out
 
 
@@ -54,6 +70,80 @@ def test_two_ranks_update_the_weights_as_one_process_does_on_the_whole_batch(two
         assert r["stats"]["samples"] == 7
         assert r["stats"]["grad_norm"] == pytest.approx(stats["grad_norm"], rel=1e-4)
         assert r["stats"]["loss"] == pytest.approx(stats["loss"], rel=1e-4, abs=1e-7)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("specialization", ["prompt", "lora", "full"])
+def test_fsdp_shards_the_model_and_updates_it_as_one_process_does_on_the_whole_batch(two_rank_updates, specialization):
+    ranks = [torch.load(two_rank_updates / f"fsdp-{specialization}-rank{r}.pt") for r in range(2)]
+    torch.manual_seed(0)
+    config = _dist_update.fsdp_config(specialization)
+    policy = _dist_update.sgd(build_policies(config, device=torch.device("cpu")).for_agent("writer"))  # one process, unsharded
+    before = _dist_update.flat_params(policy)
+    n0, n1 = _dist_update.FSDP_SPLIT
+    stats = update_policy(policy, _dist_update.samples(policy, 0, n0) + _dist_update.samples(policy, n0, n1), config, step=1)
+    after = _dist_update.flat_params(policy)  # SGD: after - before is the gradient, times -lr
+    assert not torch.allclose(before, after)
+    for r in ranks:
+        assert torch.allclose(r["params"], after, atol=1e-6), "the sharded update differs from the whole-batch update"
+        assert r["stats"]["samples"] == n0 + n1
+        assert r["stats"]["grad_norm"] == pytest.approx(stats["grad_norm"], rel=1e-4)
+        assert r["stats"]["loss"] == pytest.approx(stats["loss"], rel=1e-4, abs=1e-7)
+        mine, total = r["share"]
+        assert 0.45 < mine / total < 0.56, f"a rank holds {mine} of {total} (base) parameters, not about half"
+
+
+@pytest.mark.slow
+def test_an_fsdp_checkpoint_resumes_on_another_number_of_ranks(two_rank_updates, one_rank_checkpoint, tmp_path):
+    folder, saved = one_rank_checkpoint
+    assert (folder / "dcp" / "shared").is_dir() and (folder / "shared" / "model.safetensors").is_file()
+    # 1 -> 2: both ranks restored the one-process weights and AdamW state, sharded
+    for r in range(2):
+        resumed = torch.load(two_rank_updates / f"resumed-rank{r}.pt")
+        assert resumed["step"] == 1 and torch.equal(resumed["params"], saved["params"])
+        assert resumed["optim"].keys() == saved["optim"].keys()
+        for name, state in saved["optim"].items():
+            assert all(torch.equal(resumed["optim"][name][k], v) for k, v in state.items()), name
+    # 2 -> 1: the two ranks' checkpoint after one more step, restored in this process, unsharded
+    ranks = torch.load(two_rank_updates / "resumed-rank0.pt")
+    config = _dist_update.fsdp_config("prompt")
+    policies = build_policies(config, device=torch.device("cpu"))
+    step = restore(two_rank_updates / "resaved" / "checkpoints" / "step-000002", policies, torch.Generator(), config=config)
+    policy = policies.for_agent("writer")
+    assert step == 2 and torch.equal(_dist_update.flat_params(policy), ranks["after"])
+    optim = _dist_update.optimizer_state(policy)
+    for name, state in ranks["optim_after"].items():
+        assert all(torch.equal(optim[name][k], v) for k, v in state.items()), name
+    # the gathered Hugging Face folder (what exports read) holds the same weights
+    hf = build_policies(config, device=torch.device("cpu"))
+    load_policy_weights(hf, two_rank_updates / "resaved" / "checkpoints" / "step-000002")
+    assert torch.equal(_dist_update.flat_params(hf.for_agent("writer")), ranks["after"])
+
+
+@pytest.mark.slow
+def test_a_sharded_run_and_a_placed_run_train_generate_and_checkpoint(two_rank_updates):
+    sharded = torch.load(two_rank_updates / "fsdp-run.pt", weights_only=False)
+    assert sharded["result"].status == "succeeded" and sharded["result"].step == 1
+    assert [e[1] for e in sharded["events"] if e[0] == "evaluation"] == [0, 1]
+    ckpt = Path(sharded["result"].checkpoint)
+    assert (ckpt / "dcp" / "shared" / ".metadata").is_file() and (ckpt / "shared" / "config.json").is_file()
+
+    placed = torch.load(two_rank_updates / "placed-run.pt", weights_only=False)
+    assert placed["result"].status == "succeeded" and placed["result"].step == 2
+    metrics = [e for e in placed["events"] if e[0] == "metrics"]
+    assert [m[1] for m in metrics] == [1, 2]
+    for _, _, _, agents in metrics:  # each agent's group reported its update
+        assert {"writer", "echo"} <= set(agents) and all("lr" in agents[a] for a in ("writer", "echo"))
+    rollouts = [ep for e in placed["events"] if e[0] == "rollouts" for ep in e[2]]
+    served = {t["agent"]: t["policy"] for ep in rollouts for t in ep["turns"]}
+    assert served == {"writer": "writer model on ranks [0]", "echo": "echo model on ranks [1]"}
+    assert [e[1] for e in placed["events"] if e[0] == "evaluation"] == [0, 2]
+    ckpt = Path(placed["result"].checkpoint)
+    for agent in ("writer", "echo"):
+        assert (ckpt / "dcp" / agent / ".metadata").is_file() and (ckpt / agent / "config.json").is_file()
+    # each rank built its own agent's model only
+    assert torch.load(two_rank_updates / "placed-held-rank0.pt") == {"writer": True, "echo": False}
+    assert torch.load(two_rank_updates / "placed-held-rank1.pt") == {"writer": False, "echo": True}
 
 
 class Recorder(NullSink):
@@ -158,6 +248,33 @@ def test_resource_settings_are_checked_by_field(overrides, field):
     with pytest.raises(ConfigError) as err:
         RunConfig.load(ROOT / "configs/tiny-lora.yaml").replace(**overrides)
     assert err.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("placement", "overrides", "message"),
+    [
+        ({"tool": 1, "reasoner": 1}, {"topology.specialization": "lora"}, "needs the `full` specialization"),
+        ({"tool": 1, "reasoner": 1}, {"resources.parallel": "agents"}, "needs resources.parallel `data` or `fsdp`"),
+        ({"tool": 1, "critic": 1}, {}, "names no agent of the topology: critic"),
+        ({"tool": 2}, {}, "missing: reasoner"),
+        ({"tool": 0, "reasoner": 2}, {}, "at least 1: tool"),
+        ({"tool": 2, "reasoner": 1}, {}, "the ranks sum to 3, but resources.gpus is 2"),
+    ],
+)
+def test_a_placement_must_name_every_agent_and_sum_to_the_gpus(placement, overrides, message):
+    base = {"topology.specialization": "full", "resources.gpus": 2, "resources.parallel": "fsdp", **overrides}
+    with pytest.raises(ConfigError, match=message) as err:
+        RunConfig.load(ROOT / "configs/tiny-lora.yaml").replace(**base, **{"resources.placement": placement})
+    assert err.value.field == "resources.placement"
+
+
+def test_a_good_placement_lays_out_the_ranks_in_acting_order():
+    config = RunConfig.load(ROOT / "configs/tiny-lora.yaml").replace(
+        **{"topology.specialization": "full", "resources.gpus": 3, "resources.parallel": "data", "optim.tasks_per_step": 3,
+           "resources.placement": {"reasoner": 2, "tool": 1}}
+    )
+    assert layout(config) == {"tool": (0,), "reasoner": (1, 2)}
+    assert RunConfig.from_yaml(config.to_yaml()).resources.placement == {"reasoner": 2, "tool": 1}
 
 
 def test_a_4bit_base_on_the_cpu_says_what_it_needs():

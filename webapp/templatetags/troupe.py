@@ -7,6 +7,7 @@ import math
 from datetime import datetime
 from typing import Any
 
+import yaml
 from django import template
 from django.utils import timezone
 from django.utils.timesince import timesince
@@ -105,3 +106,27 @@ def hours_minutes_seconds(seconds: float) -> tuple[int, int, int]:
     s = max(0, round(seconds))
     h, rem = divmod(s, 3600)
     return h, *divmod(rem, 60)
+
+
+@register.filter
+def placement(config_yaml: str) -> str:
+    """A run's `resources.placement` as one line, `coder on ranks 0-1 · reviewer on rank 2 (fsdp)`,
+    or '' without one. The ranks are consecutive blocks in the acting order, as
+    `training.placement.layout` assigns them."""
+    try:
+        data = yaml.safe_load(config_yaml or "") or {}
+    except yaml.YAMLError:
+        return ""
+    resources = data.get("resources") or {}
+    placed = resources.get("placement") or {}
+    if not isinstance(placed, dict) or not placed:
+        return ""
+    topology = data.get("topology") or {}
+    order = topology.get("turn_order") or [a.get("name") for a in topology.get("agents") or []]
+    parts, start = [], 0
+    for agent in dict.fromkeys(order):
+        n = placed.get(agent)
+        if isinstance(n, int) and n > 0:
+            parts.append(f"{agent} on rank {start}" if n == 1 else f"{agent} on ranks {start}-{start + n - 1}")
+            start += n
+    return f"{' · '.join(parts)} ({resources.get('parallel', 'data')})"

@@ -101,3 +101,18 @@ def test_the_worker_reports_its_hosts_sandbox_at_start(db, caplog):
     assert caps["error"] == "" and caps["seccomp"] is True and problems == {}
     said = " ".join(r.getMessage() for r in caplog.records)
     assert ("lacks on this host: " + caps["missing"]) in said if caps["missing"] else "the sandbox has every layer" in said
+
+
+def test_the_workers_page_and_the_run_page_show_a_runs_placement(alice, alice_world):
+    from training.config import RunConfig
+
+    config = RunConfig.from_yaml(alice_world.run.config_yaml).replace(**{
+        "topology.specialization": "full", "resources.gpus": 3, "resources.parallel": "fsdp",
+        "resources.placement": {"tool": 2, "reasoner": 1},
+    })
+    alice_world.run.config_yaml = config.to_yaml()
+    alice_world.run.save(update_fields=["config_yaml"])
+    Worker.objects.create(hostname="gpu0@alpha-host", last_seen=timezone.now(), run=alice_world.run)
+    line = "tool on ranks 0-1 · reasoner on rank 2 (fsdp)"
+    assert line in alice.client.get(reverse("worker_list")).content.decode()
+    assert line in alice.client.get(alice_world.run.get_absolute_url()).content.decode()
