@@ -222,7 +222,7 @@ def dataset_upload_conversations(request: TeamRequest) -> HttpResponse:
         else:
             messages.success(request, f"Uploaded {dataset.name}: {dataset.row_count} conversations.")
             return redirect(dataset)
-    return render(request, "datasets/new.html", {"form": form, "mode": "conversations", "env": _picked_environment(form)})
+    return render(request, "catalog/datasets/new.html", {"form": form, "mode": "conversations", "env": _picked_environment(form)})
 
 
 def dataset_generate(request: TeamRequest) -> HttpResponse:

@@ -96,7 +96,7 @@ def experiment_detail(request: TeamRequest, pk: int) -> HttpResponse:
 def experiment_curves(request: TeamRequest, pk: int) -> HttpResponse:
     """One metric against the step per arm, mean and 95 % band over seeds (JSON for the chart)."""
     experiment = team_object_or_404(request, Experiment, pk)
-    metric = request.GET.get("metric", "")
+    metric = request.GET.get("metric") or f"{selectors.HELD_OUT}team.success"  # the page's first choice
     if not METRIC_KEY.match(metric.removeprefix(selectors.HELD_OUT)):
         return JsonResponse({"error": f"Unknown metric {metric[:60]!r}."}, status=400)
     return JsonResponse(selectors.experiment_curves(experiment=experiment, metric=metric))
