@@ -8,7 +8,9 @@ thread each). Every rank builds the `single` policy of one agent on the model (w
 shards it under `fsdp` (`training.sharding.shard_policies`), then runs `--steps` GRPO updates
 (`update_policy`, one optimizer step each) on its share of a fixed synthetic batch (`--groups`
 prompts x `--k` completions, split over the ranks): no rollout, so what is timed and measured is
-the update and the state it keeps. Memory: each rank's resident high-water mark (VmHWM, Linux;
+the update and the state it keeps. Memory, two ways: the training state each rank holds, counted
+exactly (the bytes of its parameters, their gradients and AdamW's moments; local shards under
+`fsdp`), and each rank's resident high-water mark (VmHWM, Linux; after `malloc_trim`, and
 reset through /proc/self/clear_refs after the build, so the full weights loaded before sharding
 do not count) during the updates, and its resident size after them; the table shows the largest
 rank. Torch's CPU allocator keeps no statistics, so this is RSS: it includes Python, torch and
@@ -20,6 +22,7 @@ the neighbours too: the machine's load is recorded.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -39,6 +42,30 @@ def _kib(field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _state_mib(model: Any, optimizer: Any) -> dict[str, float]:
+    """The bytes of training state this rank stores, exactly: its parameters, their gradients and the
+    optimizer's tensors (AdamW's moments), local shards only for sharded (DTensor) tensors."""
+    from torch.distributed.tensor import DTensor
+
+    def mib(tensors: Any) -> float:
+        local = (t.to_local() if isinstance(t, DTensor) else t for t in tensors)
+        return sum(t.numel() * t.element_size() for t in local) / 2**20
+
+    params = [p for p in model.parameters()]
+    opt = [v for state in optimizer.state.values() for v in state.values() if hasattr(v, "numel") and v.dim() > 0]
+    return {"params": mib(params), "grads": mib(p.grad for p in params if p.grad is not None), "optimizer": mib(opt)}
+
+
+def _trim() -> None:
+    """Give freed heap back to the OS (glibc), so RSS stops counting what sharding released."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def rank_main(rank: int, world: int, port: int, args: argparse.Namespace, out: str) -> None:
@@ -78,6 +105,7 @@ def rank_main(rank: int, world: int, port: int, args: argparse.Namespace, out: s
             completion = tuple(torch.randint(0, vocab, (args.completion,), generator=gen).tolist())
             batch.append(Sample("solver", prompt, completion, advantage=0.5 * (-1.0) ** i + 0.1 * g))
     mine = batch[rank::world]
+    _trim()  # the whole model loaded before sharding is freed: RSS from here on is what the rank keeps
     built = _kib("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := the current RSS
     times = []
@@ -87,7 +115,9 @@ def rank_main(rank: int, world: int, port: int, args: argparse.Namespace, out: s
         stats = update_policy(policy, mine, config, step=step, dist=dist)
         times.append(time.perf_counter() - t0)
     held, total = local_share(policy.model)
+    state = _state_mib(policy.model, policy.optimizer)
     result = {
+        "state_mib": state,
         "rank": rank,
         "base_mib": base / 1024,
         "built_mib": built / 1024,
@@ -136,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         print("RESULT " + json.dumps(child(args)), flush=True)
         return 0
 
-    payload: dict[str, Any] = {"command": command_line(), "machine_start": machine(), "measure": "VmHWM (RSS high-water mark)", "runs": []}
+    payload: dict[str, Any] = {"command": command_line(), "machine_start": machine(), "measure": "state held: bytes of params + grads + optimizer tensors per rank (local shards); VmHWM (RSS high-water mark) after malloc_trim", "runs": []}
     passthrough = [
         *("--model", args.model, "--dtype", args.dtype, "--steps", str(args.steps), "--groups", str(args.groups)),
         *("--k", str(args.k), "--prompt", str(args.prompt), "--completion", str(args.completion)),
@@ -166,10 +196,12 @@ def main(argv: list[str] | None = None) -> int:
             "state_mib": worst(run, "peak_mib") - worst(run, "base_mib"),
             "step_s": r0["step_s"],
             "params_held_share": r0["params_held"] / r0["params_total"],
+            "held_state_mib": max(sum(r["state_mib"].values()) for r in run["per_rank"]),
         }
         state, state_dp = run["summary"]["state_mib"], worst(dp, "peak_mib") - worst(dp, "base_mib")
+        held_dp = max(sum(r["state_mib"].values()) for r in dp["per_rank"])
         rows.append([
-            run["mode"], run["ranks"], worst(run, "base_mib"), run["summary"]["peak_mib"], state, state / state_dp,
+            run["mode"], run["ranks"], run["summary"]["held_state_mib"], run["summary"]["held_state_mib"] / held_dp, worst(run, "base_mib"), run["summary"]["peak_mib"], state, state / state_dp,
             state / (worst(one, "peak_mib") - worst(one, "base_mib")), run["summary"]["params_held_share"], r0["step_s"], r0["loss"],
         ])
     start, end = payload["machine_start"], payload["machine_end"]
@@ -178,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.prompt}+{args.completion} tokens split over the ranks; CPU, gloo, 1 thread per rank; "
         f"load average {start['loadavg'][0]} -> {end['loadavg'][0]} on {start['cpus']} CPUs"
     )
-    print(table(["mode", "ranks", "base MiB", "peak MiB", "peak - base MiB", "x data", "x 1 rank", "params held", "step s", "loss"], rows))
+    print(table(["mode", "ranks", "state held MiB", "state x data", "base MiB", "peak MiB", "peak - base MiB", "x data", "x 1 rank", "params held", "step s", "loss"], rows))
     print(f"\nwrote {write_json(args.out, payload)}")
     return 0
 

@@ -68,7 +68,7 @@ def test_out_of_memory(alice, monkeypatch):
 def test_a_full_disk(alice, monkeypatch, data_dir):
     from training import trainer
 
-    def no_space(policies, folder):
+    def no_space(policies, folder, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(folder))
 
     monkeypatch.setattr(trainer, "save_policies", no_space)

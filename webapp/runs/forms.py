@@ -45,9 +45,9 @@ class RunForm(forms.Form):
     name = forms.CharField(max_length=200, required=False, help_text="Defaults to topology · dataset.")
     topology = TopologyChoiceField(queryset=Topology.objects.none())
     dataset = DatasetChoiceField(queryset=Dataset.objects.none())
-    algorithm = forms.ChoiceField(initial="grpo", required=False, choices=[("grpo", "GRPO (learn from the agents' own rollouts)"),
-                                                                        ("sft", "SFT (learn from a conversations dataset)")],
-                                  help_text="SFT: each agent learns its own assistant turns of the conversations; the dataset above gives the held-out tasks.")
+    algorithm = forms.ChoiceField(initial="grpo", required=False, choices=[("grpo", "GRPO (own rollouts)"), ("sft", "SFT (conversations)")],
+                                  help_text="GRPO: the agents learn from their own rollouts. SFT: each agent learns its own assistant turns "
+                                            "of an uploaded conversations dataset; the dataset above gives the held-out tasks.")
     conversations = forms.ModelChoiceField(queryset=Dataset.objects.none(), required=False, label="Conversations (SFT)",
                                            help_text="An uploaded conversations dataset; used when the algorithm is SFT.")
     specialization = forms.ChoiceField(required=False, choices=[("", "as in the topology")] + SPECIALIZATION_SHORT_CHOICES,
