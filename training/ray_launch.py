@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -130,14 +131,26 @@ def result_of(outcome: Outcome, failure: BaseException | None, *, ranks: int) ->
     """The run's `TrainResult`, or the `DistributedRunError` that says why there is none: rank 0's
     own error first (it names the failing line), else what Ray Train reported (a rank or a host
     that died), else a launch that ended without a word."""
-    if outcome.error is not None:
+    if outcome.error is not None and not (failure is not None and _lost_peer(outcome.error["message"])):
         raise DistributedRunError(f"{outcome.error['message']}\n\nrank 0 traceback:\n{outcome.error['traceback']}")
+    if outcome.error is not None:  # rank 0 only saw a peer go: the dead rank or host is the reason
+        raise DistributedRunError(f"a rank of the {ranks}-rank Ray run failed; resume from the last checkpoint. "
+                                  f"Ray Train said: {_first_lines(str(failure))}\n\nrank 0 saw: {_first_lines(outcome.error['message'], 2, 400)}")
     if failure is not None:
         raise DistributedRunError(f"a rank of the {ranks}-rank Ray run failed; resume from the last checkpoint. "
                                   f"Ray Train said: {_first_lines(str(failure))}") from failure
     if outcome.result is None:
         raise DistributedRunError(f"the {ranks}-rank Ray run ended without rank 0's result")
     return TrainResult(**{k: v for k, v in outcome.result.items() if k != "type"})
+
+
+LOST_PEER = re.compile(r"(?i)gloo|nccl|connection (?:closed|reset|refused)|broken pipe|DistBackendError|timed out waiting")
+"""What a collective says on rank 0 when another rank or its host went away mid-step: then rank 0's
+error is a symptom, and Ray Train's report of the dead rank is the run's reason."""
+
+
+def _lost_peer(message: str) -> bool:
+    return bool(LOST_PEER.search(message))
 
 
 def _first_lines(text: str, lines: int = 6, chars: int = 1500) -> str:

@@ -81,7 +81,8 @@ def test_mask_truncated_masks_a_candidate_whose_segment_hit_the_cap_not_one_whos
     policy = type("P", (), {"agents": ("writer",)})()
     sampler = type("S", (), {
         "config": config, "dist": trainer.Dist(), "vllm": None, "stats": type("G", (), {"tokens": 0, "seconds": 0.0})(),
-        "policies": type("PS", (), {"trainable": lambda self: [policy]})(), "train_temperature": lambda self, a: 1.0,
+        "policies": type("PS", (), {"trainable": lambda self: [policy], "policies": {}})(), "train_temperature": lambda self, a: 1.0,
+        "placement": None,
     })()
     trainer.train_step(sampler, [("t", {})], 1, NullSink())
     assert [s.masked for s in seen[0]] == [False, True, False]

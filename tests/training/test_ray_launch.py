@@ -104,6 +104,14 @@ def test_a_rank_or_host_that_died_fails_the_run_with_rays_reason():
         result_of(Outcome(), None, ranks=2)
 
 
+def test_rank_0s_broken_collective_is_a_symptom_and_the_dead_rank_is_the_reason():
+    outcome = Outcome(error={"message": "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer", "traceback": "..."})
+    died = RuntimeError("Training failed due to worker errors:\n[Rank 1]\nActorDiedError: the node running this actor died")
+    with pytest.raises(DistributedRunError, match=r"(?s)a rank of the 2-rank Ray run failed; resume from the last checkpoint.*"
+                                                  r"node running this actor died.*rank 0 saw: RuntimeError: \[gloo"):
+        result_of(outcome, died, ranks=2)
+
+
 def test_every_rank_gets_its_gpu_or_cpu_in_one_placement_group():
     config = _hosts_config(**{"resources.gpus": 4, "optim.tasks_per_step": 8})
     assert scaling_kwargs(config, cluster_gpus=8) == {
