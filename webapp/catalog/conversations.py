@@ -7,22 +7,19 @@ its number, and nothing is kept of a file that fails: neither the file nor the r
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
-from django.db import transaction
 
 from training.conversations import Conversation, read_conversations
 from training.data import DataError, DataErrors
 from webapp.catalog.environments import environment_load
+from webapp.catalog.services.datasets import dataset_store_upload, upload_size_check
 from webapp.catalog.services.names import check_name_free
-from webapp.core.private import data_dir_tighten, private_file
 from webapp.models import Dataset, Team
-from webapp.teams.audit import Verb, audit_record
 
 PREVIEW_CONVERSATIONS = 3
 PREVIEW_CHARS = 300
@@ -37,36 +34,16 @@ def conversations_upload(*, team: Team, name: str, environment: str, upload: Upl
     check_name_free(dataset)
     dataset.full_clean(exclude=["file"])
     environment_load(name=environment)
-    if not upload.size:
-        raise ValidationError({"file": "The file is empty."})
-    if upload.size > settings.TROUPE_UPLOAD_MAX_BYTES:
-        raise ValidationError({"file": f"The file is {upload.size:,} bytes; the limit is {settings.TROUPE_UPLOAD_MAX_BYTES:,}."})
-    folder = Path(settings.TROUPE_DATA_DIR) / "datasets" / str(team.pk)
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    data_dir_tighten(folder.parent, deep=False)
-    token = secrets.token_hex(16)
-    final, part = folder / f"{token}.jsonl", folder / f".{token}.part.jsonl"
-    try:
-        private_file(part)
-        with part.open("wb") as out:
-            for chunk in upload.chunks():
-                out.write(chunk)
+    upload_size_check(upload)
+
+    def describe(part: Path) -> None:
         conversations = _read(part)
-        part.rename(final)
-        dataset.file = str(final.relative_to(settings.TROUPE_DATA_DIR))
         dataset.row_count = len(conversations)
         dataset.schema = ["messages", "agent"]
         dataset.preview = [preview(c) for c in conversations[:PREVIEW_CONVERSATIONS]]
         dataset.status, dataset.status_message = Dataset.Status.VALID, _agents_note(conversations)
-        with transaction.atomic():
-            dataset.save()
-            audit_record(team=team, actor=actor, verb=Verb.CREATE, obj=dataset, kind=dataset.kind,
-                         file=dataset.original_filename, rows=dataset.row_count)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        final.unlink(missing_ok=True)
-        raise
-    return dataset
+
+    return dataset_store_upload(dataset=dataset, upload=upload, actor=actor, describe=describe)
 
 
 def conversations_revalidate(*, dataset: Dataset) -> Dataset:

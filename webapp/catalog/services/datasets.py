@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +34,31 @@ def dataset_upload(*, team: Team, name: str, environment: str, upload: UploadedF
     check_name_free(dataset)
     dataset.full_clean(exclude=["file", "format"])
     env = environment_load(name=environment)
+    upload_size_check(upload)
+    dataset.format = upload_format(upload)
+
+    def describe(part: Path) -> None:
+        rows = dataset_read(part, env, field="file")
+        dataset_describe(dataset, rows, row_count=len(rows))
+
+    return dataset_store_upload(dataset=dataset, upload=upload, actor=actor, describe=describe)
+
+
+def upload_size_check(upload: UploadedFile) -> None:
+    """An uploaded file is neither empty nor over TROUPE_UPLOAD_MAX_BYTES (a ValidationError on `file`)."""
     if not upload.size:
         raise ValidationError({"file": "The file is empty."})
     if upload.size > settings.TROUPE_UPLOAD_MAX_BYTES:
         raise ValidationError({"file": f"The file is {upload.size:,} bytes; the limit is {settings.TROUPE_UPLOAD_MAX_BYTES:,}."})
-    dataset.format = upload_format(upload)
 
-    folder = Path(settings.TROUPE_DATA_DIR) / "datasets" / str(team.pk)
+
+def dataset_store_upload(*, dataset: Dataset, upload: UploadedFile, actor: User | None,
+                         describe: Callable[[Path], None]) -> Dataset:
+    """Store an uploaded dataset file and save its row, or neither. The upload is written to a private
+    part file in the team's dataset folder (its suffix `dataset.format`), `describe` reads and checks
+    that file and fills the row's fields (raising on a bad file), then the file takes its final
+    random name and the row is saved with its audit record. Any error removes the file."""
+    folder = Path(settings.TROUPE_DATA_DIR) / "datasets" / str(dataset.team_id)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     data_dir_tighten(folder.parent, deep=False)  # datasets/ and this team's folder: the owner's alone
     token = secrets.token_hex(16)
@@ -50,13 +69,12 @@ def dataset_upload(*, team: Team, name: str, environment: str, upload: UploadedF
         with part.open("wb") as out:
             for chunk in upload.chunks():
                 out.write(chunk)
-        rows = dataset_read(part, env, field="file")
+        describe(part)
         part.rename(final)
         dataset.file = str(final.relative_to(settings.TROUPE_DATA_DIR))
-        dataset_describe(dataset, rows, row_count=len(rows))
         with transaction.atomic():
             dataset.save()
-            audit_record(team=team, actor=actor, verb=Verb.CREATE, obj=dataset, kind=dataset.kind,
+            audit_record(team=dataset.team, actor=actor, verb=Verb.CREATE, obj=dataset, kind=dataset.kind,
                          file=dataset.original_filename, rows=dataset.row_count)
     except BaseException:
         part.unlink(missing_ok=True)
