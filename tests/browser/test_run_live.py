@@ -58,6 +58,13 @@ def live_state(page: Any) -> dict[str, Any]:
     })""")
 
 
+def wait_for_socket(page: Any, timeout_s: float = 30) -> None:
+    """The page's socket is open: "live" while the run goes on, "done" once it has ended (a run can
+    finish while the server is down, and then the reconnected page goes straight to "done")."""
+    page.wait_for_selector("#run-live[data-conn=live], #run-live[data-conn=done]", state="attached",
+                           timeout=timeout_s * 1000)
+
+
 def wait_for_status(page: Any, status: str, timeout_s: float) -> None:
     page.wait_for_selector(f"#run-live[data-status={status}]", state="attached", timeout=timeout_s * 1000)
 
@@ -67,7 +74,7 @@ def test_it_streams_a_real_run_into_the_page(stack: Processes, alice: Member, ti
     steps = 4
     log_in(page, stack, alice)
     run_id = launch(page, stack, tiny_world, steps=steps, eval_every=2)
-    page.wait_for_selector("#run-live[data-conn=live]")
+    wait_for_socket(page)
     try:
         wait_for_status(page, "running", 180)
         # The first step's points and episodes appear without a reload.
@@ -151,7 +158,7 @@ def test_it_recovers_every_step_after_the_server_restarts(stack: Processes, alic
         page.screenshot(path=str(shots / "run-live-disconnected.png"), full_page=True)
         stack.start_web()
 
-        page.wait_for_selector("#run-live[data-conn=live]", state="attached", timeout=120_000)
+        wait_for_socket(page, 120)
         wait_for_status(page, "succeeded", 300)
         page.wait_for_function(f"() => window.runLive.steps('reward/total').length === {steps}", timeout=120_000)
     except Exception:
