@@ -669,9 +669,9 @@ class RunConfig:
             if gen.backend == "vllm":
                 p.add("generation.async", "one_step_off runs its sampler on the HF backend: set generation.backend to hf (or auto "
                                           "on a host without vLLM); vLLM's engine does not overlap with the update yet")
-            elif r.gpus > 1 and r.parallel == "data":
-                p.add("generation.async", "one_step_off runs in one process: a data-parallel launch (resources.gpus > 1, "
-                                          "parallel: data) is not supported with it yet")
+            elif (r.gpus > 1 and r.parallel in ("data", "fsdp")) or r.hosts > 1:
+                p.add("generation.async", "one_step_off runs in one process: a launch of several processes (resources.gpus > 1 "
+                                          "under parallel data or fsdp, or resources.hosts > 1) is not supported with it yet")
         p.choice("model.dtype", self.model.dtype, DTYPES)
         p.choice("model.quantization", self.model.quantization, QUANTIZATIONS)
         p.choice("resources.parallel", r.parallel, PARALLEL_MODES)
@@ -689,6 +689,7 @@ class RunConfig:
                                           "each process rolls out its share of the step's tasks")
         if r.hosts > 1 and r.parallel == "agents" and not p.has("resources.hosts"):
             p.add("resources.hosts", "several hosts train data-parallel ranks; `agents` places models on one host's GPUs")
+        self._launch_problems(p)
         if r.placement:
             self._placement_problems(p)
         if r.placement and r.hosts > 1 and not p.has("resources.hosts"):
@@ -811,6 +812,30 @@ class RunConfig:
                                          "(data.reward_fn, then data.reward_fns)")
         for i, w in enumerate(d.reward_weights):
             p.range(f"data.reward_weights[{i}]", w, -100.0, 100.0)
+
+    def _launch_problems(self, p: _Problems) -> None:
+        """What the engine cannot do across ranks, each refused at the field that asks for it rather
+        than ignored at run time: vLLM serves whole models in the process that trains them (not
+        FSDP shards, not another rank group's model); FSDP2 cannot shard bitsandbytes' packed 4-bit
+        weights; an SFT run trains in one process (no sharding, placement or Ray launch)."""
+        r, gen = self.resources, self.generation
+        if gen.backend == "vllm" and not p.has("generation.backend", "resources.parallel"):
+            if r.parallel == "fsdp":
+                p.add("generation.backend", "vllm serves each model whole in the process that trains it, and resources.parallel "
+                                            "fsdp shards the models over the ranks: use backend hf (or auto, which picks hf here)")
+            elif r.placement:
+                p.add("generation.backend", "vllm serves each model whole in the process that trains it, and resources.placement "
+                                            "keeps each agent's model on its own ranks: use backend hf (or auto, which picks hf here)")
+        if self.model.quantization != "none" and r.parallel == "fsdp" and not p.has("model.quantization", "resources.parallel"):
+            p.add("resources.parallel", "fsdp cannot shard a 4-bit (bitsandbytes) base: its packed weights lose their "
+                                        "quantization state; use parallel data, or model.quantization none")
+        if self.algorithm == "sft" and not p.has("algorithm"):
+            if r.hosts > 1 and not p.has("resources.hosts"):
+                p.add("resources.hosts", "an SFT run trains in one process on one device; set 1")
+            if r.parallel == "fsdp" and not p.has("resources.parallel"):
+                p.add("resources.parallel", "an SFT run trains in one process, with nothing to shard over; use data")
+            if r.placement and not p.has("resources.placement"):
+                p.add("resources.placement", "an SFT run trains in one process, with no rank groups; leave it out")
 
     def _placement_problems(self, p: _Problems) -> None:
         """`resources.placement`: a `full` team, every acting agent on at least one rank, the

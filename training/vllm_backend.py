@@ -12,6 +12,8 @@ Which backend a run uses: `resolve_backend(config)` reads `generation.backend`:
 - `auto`: vLLM when it can serve the run (`unavailable_reason` is None), else HF.
 - `vllm`: vLLM; when it cannot serve the run (vLLM not installed, no CUDA for the GPU build, a `full` topology
   whose agents use different base models), a warning is logged and the run falls back to HF.
+  Sharded models (`resources.parallel: fsdp`) and placed ones (`resources.placement`) are refused
+  with `vllm` when the config is validated; `auto` picks HF for them.
 
 How the trainer drives a `VLLMGenerator` (one per run, built after `build_policies`):
 - `generate(policy, prompts, n=..., ...)` instead of `training.generation.generate`.
