@@ -23,6 +23,10 @@ Payload shapes (the web and the CLI rely on them):
   of the phase done (0..1, None when unknown) and `eta` the seconds the whole run still needs by the engine's estimate (None before it can tell).
   Sent at each phase change and as a long phase advances (a few times per evaluation), never
   per token.
+- placed: `placed(where)`, once, when a launcher knows where the run's ranks live. From the Ray
+  launcher (`training.ray_launch.placed`): `{"launcher": "ray", "address", "hosts" (asked),
+  "ranks", "resource" ("GPU" or "CPU", one per rank), "nodes": {Ray node name: ranks on it},
+  "waited_s"}`.
 """
 
 from __future__ import annotations
@@ -34,10 +38,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-PHASES = ("converting", "loading", "evaluating", "training", "checkpointing", "stopping")
-"""What a run can be doing: converting a model to a Hugging Face folder (first use only), loading
-its policies, evaluating on the held-out tasks, training a step, saving a checkpoint, stopping
-(asked to; saving a checkpoint first)."""
+PHASES = ("waiting", "converting", "loading", "evaluating", "training", "checkpointing", "stopping")
+"""What a run can be doing: waiting for a Ray cluster to grant its ranks' GPUs or CPUs (a run on
+several hosts, `training.ray_launch.admit`), converting a model to a Hugging Face folder (first use
+only), loading its policies, evaluating on the held-out tasks, training a step, saving a
+checkpoint, stopping (asked to; saving a checkpoint first)."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,8 @@ class TrainResult:
     final_metrics: dict[str, float] = field(default_factory=dict)
     checkpoint: str | None = None
     evaluations: list[dict[str, Any]] = field(default_factory=list)
+    note: str = ""
+    """Why a run ended as it did when that is not plain, e.g. cancelled before any rank started."""
 
 
 class EventSink(Protocol):
@@ -81,6 +88,8 @@ class EventSink(Protocol):
     def evaluation(self, result: dict[str, Any]) -> None: ...
 
     def status(self, phase: str, detail: str, *, progress: float | None = None, eta: float | None = None) -> None: ...
+
+    def placed(self, where: dict[str, Any]) -> None: ...
 
     def should_stop(self) -> bool: ...
 
@@ -107,6 +116,9 @@ class NullSink:
         pass
 
     def status(self, phase: str, detail: str, *, progress: float | None = None, eta: float | None = None) -> None:
+        pass
+
+    def placed(self, where: dict[str, Any]) -> None:
         pass
 
     def should_stop(self) -> bool:
@@ -147,6 +159,10 @@ class MultiSink:
         for s in self.sinks:
             s.status(phase, detail, progress=progress, eta=eta)
 
+    def placed(self, where: dict[str, Any]) -> None:
+        for s in self.sinks:
+            s.placed(where)
+
     def should_stop(self) -> bool:
         return any(s.should_stop() for s in self.sinks)
 
@@ -182,6 +198,9 @@ class JsonlSink(NullSink):
         self._append(
             "events.jsonl", {"type": "status", "phase": phase, "detail": detail, "progress": progress, "eta": eta, "time": time.time()}
         )
+
+    def placed(self, where: dict[str, Any]) -> None:
+        self._append("events.jsonl", {"type": "placed", **where, "time": time.time()})
 
 
 class ProgressSink(NullSink):

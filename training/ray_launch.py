@@ -14,6 +14,19 @@ event in it and asks it whether to stop; the launcher takes the events every `po
 replays them to its own sink (the web worker's database sink), and when that sink asks to stop
 it tells the mailbox, so rank 0 stops at its next step and every rank with it.
 
+Before it submits, the launcher makes sure the cluster can hold the run (`admit`): a run that asks
+for more GPUs (or CPUs) or more hosts than the cluster has, and can ever have (no autoscaler that
+could add them), is refused at once with what the cluster has; otherwise the launcher reserves the
+run's ranks in a placement group of its own and waits for Ray to grant it, saying on the run page
+what it waits for ("waiting" phase), asking its sink whether to stop twice a second (a cancel
+removes the reservation and ends the run cancelled, before any rank started), and failing the run
+after TROUPE_RAY_PLACEMENT_WAIT_S seconds (`DEFAULT_PLACEMENT_WAIT_S`). Once granted, the
+reservation is handed back and Ray Train asks for the same bundles at once; the nodes Ray granted
+are reported to the sink (`placed`), which the web shows on the run and workers pages. Should
+another job take the freed resources in between, Ray Train waits for them up to its own
+RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S (60 s by default) and the run then fails with Ray's reason
+(`controller_failure_limit=0`: no endless retries a cancel could not reach).
+
 Nothing here knows about Django, and nothing imports Ray until a run asks for several hosts.
 """
 
@@ -21,16 +34,18 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import os
 import re
 import signal
 import sys
 import threading
+import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from training.config import RunConfig
 from training.distributed import COLLECTIVE_TIMEOUT, DistributedRunError, RelaySink, replay
@@ -39,12 +54,193 @@ from training.events import EventSink, TrainResult
 RAY_ADDRESS_ENV = "TROUPE_RAY_ADDRESS"
 FORWARDED_ENV_PREFIXES = ("TROUPE_", "HF_", "TRANSFORMERS_")
 """The launching worker's environment variables the ranks get too (plugins, model caches)."""
+PLACEMENT_WAIT_ENV = "TROUPE_RAY_PLACEMENT_WAIT_S"
+DEFAULT_PLACEMENT_WAIT_S = 900.0
+"""How long a run waits for the Ray cluster to grant all its ranks' GPUs (or CPUs) before it fails,
+unless the operator sets TROUPE_RAY_PLACEMENT_WAIT_S: 15 minutes, so a busy cluster does not hold
+the worker's `ray` queue for ever. A cancel ends the wait at once."""
 
 
 def no_cluster_message(hosts: int) -> str:
     """Why a run on several hosts cannot start here (the web's refusal and the engine's say the same)."""
     return (f"the run asks for {hosts} hosts, and this installation names no Ray cluster: the operator sets "
             f"{RAY_ADDRESS_ENV} (e.g. ray://head:10001 or head:6379) on the worker; otherwise use resources.hosts: 1")
+
+
+def placement_wait_s(environ: Mapping[str, str]) -> float:
+    """TROUPE_RAY_PLACEMENT_WAIT_S, or `DEFAULT_PLACEMENT_WAIT_S` when unset; a value that is not a
+    positive number of seconds fails the run with the variable's name."""
+    raw = environ.get(PLACEMENT_WAIT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_PLACEMENT_WAIT_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise DistributedRunError(f"{PLACEMENT_WAIT_ENV}={raw!r} on the worker is not a positive number of seconds")
+    return seconds
+
+
+# == admission: can the cluster hold the run, and when does it grant it ===========================
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    name: str
+    """The node's host name, with the start of its id when two nodes share a host."""
+    resources: dict[str, float]
+    """Everything the node has (not what is free now): `GPU`, `CPU`, ..."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What the Ray cluster can offer a run: its live nodes, and the most of each resource an
+    autoscaler could bring (None: the cluster does not grow, it is what `nodes` says)."""
+
+    nodes: list[Node]
+    most: dict[str, float] | None = None
+
+    def total(self, resource: str) -> float:
+        return sum(n.resources.get(resource, 0.0) for n in self.nodes)
+
+
+def read_cluster() -> Cluster:
+    """The connected cluster's live nodes and, where an autoscaler is configured, its upper bound
+    (the same private call Ray Train makes before it waits for a placement group)."""
+    import ray
+
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    hosts = [str(n.get("NodeManagerHostname") or n.get("NodeManagerAddress") or "?") for n in alive]
+    nodes = [Node(id=str(n["NodeID"]), resources={k: float(v) for k, v in (n.get("Resources") or {}).items()},
+                  name=host if hosts.count(host) == 1 else f"{host} ({str(n['NodeID'])[:8]})")
+             for n, host in zip(alive, hosts)]
+    try:
+        from ray._private.state import state
+
+        most = state.get_max_resources_from_cluster_config()
+    except Exception:  # noqa: BLE001 (a private call: without it the live nodes are the bound)
+        most = None
+    return Cluster(nodes, {k: float(v) for k, v in most.items()} if most else None)
+
+
+def unsatisfiable(config: RunConfig, cluster: Cluster, *, resource: str, address: str) -> str | None:
+    """Why `cluster` can never hold the run's ranks (one `resource` each: GPU or CPU), or None.
+    With an autoscaler only its bound counts; without one, the live nodes must have enough of the
+    resource in all and `hosts` of them must have some."""
+    r = config.resources
+    ranks, what = r.hosts * r.gpus, ("GPUs" if resource == "GPU" else "CPUs")
+    ask = f"the run needs {ranks} {what} ({r.hosts} hosts x {r.gpus})"
+    fix = "ask for fewer (resources.hosts, resources.gpus), or add nodes to the cluster"
+    if cluster.most is not None:
+        most = int(cluster.most.get(resource, 0))
+        return None if ranks <= most else f"resources.hosts: {ask}, and the Ray cluster at {address} can grow to {most} {what} at most: {fix}"
+    able = [n for n in cluster.nodes if n.resources.get(resource, 0.0) >= 1]
+    have = int(sum(n.resources.get(resource, 0.0) for n in able))
+    if have < ranks:
+        return (f"resources.hosts: {ask}, and the Ray cluster at {address} has {have} {what} on "
+                f"{len(able)} node{'s' if len(able) != 1 else ''}: it can never start; {fix}")
+    if len(able) < r.hosts:
+        return (f"resources.hosts: the run asks for {r.hosts} hosts, and the Ray cluster at {address} has "
+                f"{len(able)} node{'s' if len(able) != 1 else ''} with {what} ({', '.join(n.name for n in able) or 'none'}): {fix}")
+    return None
+
+
+class Reservation(Protocol):
+    """The run's ranks reserved as one placement group (`RayReservation`; a fake in the tests)."""
+
+    def wait(self, timeout_s: float) -> bool:
+        """Whether Ray granted every bundle, waiting at most `timeout_s`."""
+        ...
+
+    def nodes(self) -> list[str]:
+        """The ids of the nodes holding the bundles (once granted), in bundle order."""
+        ...
+
+    def remove(self) -> None: ...
+
+
+class RayReservation:
+    """A placement group of `scaling`'s bundles (one per rank) and strategy, as Ray Train will ask for."""
+
+    def __init__(self, scaling: dict[str, Any], name: str):
+        from ray.util.placement_group import placement_group
+
+        self.pg = placement_group([scaling["resources_per_worker"]] * scaling["num_workers"],
+                                  strategy=scaling["placement_strategy"], name=name)
+
+    def wait(self, timeout_s: float) -> bool:
+        return bool(self.pg.wait(timeout_s))
+
+    def nodes(self) -> list[str]:
+        from ray.util.placement_group import placement_group_table
+
+        bundles = placement_group_table(self.pg).get("bundles_to_node_id") or {}
+        return [str(bundles[i]) for i in sorted(bundles)]
+
+    def remove(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        remove_placement_group(self.pg)
+
+
+@dataclass
+class Admission:
+    """What `admit` found: the nodes Ray granted the run (in rank order; empty when it was cancelled
+    while waiting) and how long it waited."""
+
+    nodes: list[str] = field(default_factory=list)
+    waited_s: float = 0.0
+    cancelled: bool = False
+
+
+def waiting_line(config: RunConfig, *, resource: str, waited_s: float, wait_s: float) -> str:
+    """The run page's sentence while the cluster has not granted the run's ranks yet."""
+    r = config.resources
+    what = "GPUs" if resource == "GPU" else "CPUs"
+    return (f"Waiting for {r.hosts} hosts' {what} on the Ray cluster ({r.hosts * r.gpus} ranks x 1 {what[:-1]}, "
+            f"all at once): {waited_s:.0f} s so far, other work holds them; it gives up after {wait_s:.0f} s")
+
+
+def admit(config: RunConfig, sink: EventSink, cluster: Cluster, reserve: Callable[[], Reservation], *, resource: str,
+          address: str, wait_s: float, poll_s: float = 0.5, say_every_s: float = 5.0,
+          clock: Callable[[], float] = time.monotonic) -> Admission:
+    """Refuse a run `cluster` can never hold (`DistributedRunError`, before anything is reserved);
+    else reserve its ranks (`reserve`) and wait until Ray grants them, the sink asks to stop (then
+    `cancelled`) or `wait_s` has passed (`DistributedRunError`). The reservation is removed in every
+    case: Ray Train reserves the same bundles itself right after."""
+    problem = unsatisfiable(config, cluster, resource=resource, address=address)
+    if problem is not None:
+        raise DistributedRunError(problem)
+    start, said = clock(), -math.inf
+    reservation = reserve()
+    try:
+        while not reservation.wait(poll_s):
+            waited = clock() - start
+            if sink.should_stop():
+                return Admission(waited_s=waited, cancelled=True)
+            if waited >= wait_s:
+                raise DistributedRunError(
+                    f"resources.hosts: the Ray cluster at {address} did not grant the run's {config.resources.hosts * config.resources.gpus} "
+                    f"{'GPUs' if resource == 'GPU' else 'CPUs'} ({config.resources.hosts} hosts x {config.resources.gpus}) within "
+                    f"{wait_s:.0f} s ({PLACEMENT_WAIT_ENV}): other work holds them; queue the run again later")
+            if waited - said >= say_every_s:
+                sink.status("waiting", waiting_line(config, resource=resource, waited_s=waited, wait_s=wait_s))
+                said = waited
+        return Admission(nodes=reservation.nodes(), waited_s=clock() - start)
+    finally:
+        reservation.remove()
+
+
+def placed(config: RunConfig, cluster: Cluster, admission: Admission, *, resource: str, address: str) -> dict[str, Any]:
+    """The `placed` event of a granted run: hosts asked, the Ray nodes granted and the ranks on each."""
+    names = {n.id: n.name for n in cluster.nodes}
+    per_node: dict[str, int] = {}
+    for node in admission.nodes:
+        per_node[names.get(node, node[:8])] = per_node.get(names.get(node, node[:8]), 0) + 1
+    return {"launcher": "ray", "address": address, "hosts": config.resources.hosts, "ranks": config.resources.hosts * config.resources.gpus,
+            "resource": resource, "nodes": per_node, "waited_s": round(admission.waited_s, 1)}
 
 
 # == the mailbox (a Ray actor on the launcher's node) =============================================
@@ -195,26 +391,36 @@ def launch(config: RunConfig, out: Path, sink: EventSink, *, address: str | None
             ray.init(address=address, log_to_driver=False)
         if threading.current_thread() is threading.main_thread():  # Ray's handler exits at once: keep the worker's warm shutdown
             signal.signal(signal.SIGTERM, on_sigterm)
+    cluster = read_cluster()
+    scaling = scaling_kwargs(config, cluster_gpus=cluster.total("GPU"))
+    ranks, resource = scaling["num_workers"], "GPU" if scaling["use_gpu"] else "CPU"
+    name = f"troupe-{out.name}-{uuid.uuid4().hex[:6]}"
+    admission = admit(config, sink, cluster, lambda: RayReservation(scaling, name), resource=resource, address=address,
+                      wait_s=placement_wait_s(os.environ), poll_s=poll_s)
+    if admission.cancelled:
+        return cancelled_waiting(config, sink, admission, resource=resource)
+    where = placed(config, cluster, admission, resource=resource, address=address)
+    sink.placed(where)
     out.mkdir(parents=True, exist_ok=True)
     here = ray.get_runtime_context().get_node_id()
     on_this_node = NodeAffinitySchedulingStrategy(node_id=here, soft=False)
     relay = ray.remote(num_cpus=0, scheduling_strategy=on_this_node)(RunRelay).remote()  # type: ignore[call-overload]  # Ray's stub omits node affinity
-    cluster_gpus = float(ray.cluster_resources().get("GPU", 0))
-    scaling = scaling_kwargs(config, cluster_gpus=cluster_gpus)
-    ranks = scaling["num_workers"]
     trainer = TorchTrainer(
         _rank_loop,
         train_loop_config={"config": config.to_yaml(), "out": str(out), "relay": relay},
         scaling_config=ScalingConfig(**scaling),
         torch_config=TorchConfig(backend="nccl" if scaling["use_gpu"] else "gloo", timeout_s=int(COLLECTIVE_TIMEOUT.total_seconds())),
         run_config=RayRunConfig(
-            name=f"troupe-{out.name}-{uuid.uuid4().hex[:6]}", storage_path=str(out / "ray"),
-            failure_config=FailureConfig(max_failures=0),  # a failed run is resumed from Troupe's checkpoint, by a person
+            name=name, storage_path=str(out / "ray"),
+            # a failed run is resumed from Troupe's checkpoint, by a person; a placement group Ray Train
+            # cannot get within its start timeout fails the run rather than waiting again (see the module docstring)
+            failure_config=FailureConfig(max_failures=0, controller_failure_limit=0),
             worker_runtime_env={"env_vars": forwarded_env(os.environ)},
         ),  # type: ignore[call-arg]  # Ray Train v2's RunConfig (what `ray.train` gives at run time); the stub is v1's
     )
     sink.log(f"submitting {ranks} ranks ({config.resources.hosts} hosts x {config.resources.gpus} "
-             f"{'GPUs' if scaling['use_gpu'] else 'CPU processes'}) to the Ray cluster at {address}")
+             f"{'GPUs' if scaling['use_gpu'] else 'CPU processes'}) to the Ray cluster at {address}; Ray granted "
+             + ", ".join(f"{n} rank{'s' if n > 1 else ''} on {node}" for node, n in where["nodes"].items()))
     failure: list[BaseException] = []
 
     def fit() -> None:
@@ -236,6 +442,24 @@ def launch(config: RunConfig, out: Path, sink: EventSink, *, address: str | None
         raise
     ray.kill(relay)
     return result_of(outcome, failure[0] if failure else None, ranks=ranks)
+
+
+def cancelled_waiting(config: RunConfig, sink: EventSink, admission: Admission, *, resource: str) -> TrainResult:
+    """The result of a run cancelled while it waited for its placement group: nothing trained, and
+    the reason (also a log line) goes with it to the run's page."""
+    ranks = config.resources.hosts * config.resources.gpus
+    note = (f"cancelled while waiting {admission.waited_s:.0f} s for the Ray cluster to grant its {ranks} "
+            f"{'GPUs' if resource == 'GPU' else 'CPUs'}; no rank started, and the reservation was removed")
+    sink.log(note)
+    start = _start_step(config)
+    return TrainResult(status="cancelled", step=start, start_step=start, note=note)
+
+
+def _start_step(config: RunConfig) -> int:
+    """The step a run resuming from `checkpoint.resume_from` starts at (its folder's name, as the
+    trainer writes it: `step-000010`), else 0: where a run cancelled before any rank started stands."""
+    found = re.search(r"step-(\d+)$", str(config.checkpoint.resume_from or "").rstrip("/"))
+    return int(found.group(1)) if found else 0
 
 
 # == on every Ray Train worker ======================================================================

@@ -301,6 +301,9 @@ class PruningSink:
     def status(self, phase: str, detail: str, *, progress: float | None = None, eta: float | None = None) -> None:
         self.inner.status(phase, detail, progress=progress, eta=eta)
 
+    def placed(self, where: dict[str, Any]) -> None:
+        self.inner.placed(where)
+
     def evaluation(self, result: dict[str, Any]) -> None:
         self.inner.evaluation(result)
         step = int(result.get("step", 0))

@@ -170,7 +170,7 @@ class RunAdmin(admin.ModelAdmin):
     # What the run executed and what happened to it are records, not settings: only the name, the
     # labels, the priority and the links to its topology and dataset can be edited.
     readonly_fields = [
-        "config", "environment", "specialization", "gpus", "hosts", "status", "step", "total_steps", "metrics", "created", "started",
+        "config", "environment", "specialization", "gpus", "hosts", "cluster", "status", "step", "total_steps", "metrics", "created", "started",
         "finished", "heartbeat", "phase", "phase_detail", "phase_progress", "eta", "error_message", "error_traceback",
         "resumed_from", "out_dir", "cancel_requested", "celery_task_id", "worker", "resumed_at_step", "queue_order",
     ]

@@ -25,6 +25,7 @@ class FakeResult:
     step: int
     final_metrics: dict[str, float] = field(default_factory=dict)
     checkpoint: str | None = None
+    note: str = ""
 
 
 @dataclass

@@ -88,6 +88,11 @@ class Run(models.Model):
     hosts = models.PositiveSmallIntegerField(
         default=1, help_text="config.resources.hosts: more than one, the run waits on the `ray` queue (a worker beside a Ray cluster).",
     )
+    cluster = models.JSONField(
+        default=dict, blank=True,
+        help_text="Where a run on several hosts runs, once its Ray cluster granted it (training.events `placed`): hosts asked, "
+                  "ranks, resource, Ray nodes -> ranks on each.",
+    )
     experiment = models.ForeignKey(
         "Experiment", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs",
         help_text="The experiment this run is a trial of (its arm and seed: `trial_index` in the experiment's spec).",

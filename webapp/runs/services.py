@@ -321,7 +321,7 @@ def _run_train(run: Run, train: TrainFn | None) -> None:
         if result.checkpoint and not run.checkpoints.filter(path=result.checkpoint).exists():
             sink.checkpoint(result.step, result.checkpoint)
         cancelled = result.status == "cancelled"
-        error = "stopped because the worker shut down; resume it from its last checkpoint" if cancelled and sink.stopped_by_shutdown else ""
+        error = "stopped because the worker shut down; resume it from its last checkpoint" if cancelled and sink.stopped_by_shutdown else result.note
         pruned_at = trial_sink.pruned_at if isinstance(trial_sink, PruningSink) and cancelled else None  # not at its last evaluation
         if pruned_at is not None:
             Run.objects.filter(pk=run.pk).update(pruned_at_step=pruned_at)

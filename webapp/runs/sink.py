@@ -113,6 +113,11 @@ class DatabaseSink:
             self.log(detail)
         self.phase = phase
 
+    def placed(self, where: dict[str, Any]) -> None:
+        """Where the run's ranks live (the Ray nodes its cluster granted): kept on the run for its page
+        and the workers page, and published."""
+        self._write("placed", storable(where), run_fields={"cluster": storable(where)})
+
     def should_stop(self) -> bool:
         """Polled once per step: the user's cancel flag, this worker shutting down, or the run no
         longer running (a sweep marked it lost while this process was frozen or cut off)."""

@@ -108,6 +108,49 @@ def hours_minutes_seconds(seconds: float) -> tuple[int, int, int]:
     return h, *divmod(rem, 60)
 
 
+def _resources(config_yaml: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(config_yaml or "") or {}
+    except yaml.YAMLError:
+        return {}
+    resources = data.get("resources") if isinstance(data, dict) else None
+    return resources if isinstance(resources, dict) else {}
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+@register.filter
+def resources(run: Any) -> str:
+    """What a run asks of its worker, when more than one GPU: `3 GPUs on one host (fsdp)`, or for a
+    run on several hosts `2 hosts x 4 GPUs: 8 ranks on the Ray cluster (data)` (CPUs where the
+    cluster gave CPUs), '' for a one-GPU run. The Ray nodes it was granted: `ray_nodes`."""
+    hosts, gpus = int(getattr(run, "hosts", 1) or 1), int(getattr(run, "gpus", 1) or 1)
+    parallel = _resources(getattr(run, "config_yaml", "")).get("parallel", "data")
+    if hosts > 1:
+        cluster = getattr(run, "cluster", None) or {}
+        unit = "CPU" if cluster.get("resource") == "CPU" else "GPU"
+        return f"{hosts} hosts × {_plural(gpus, unit)}: {hosts * gpus} ranks on the Ray cluster ({parallel})"
+    if gpus > 1:
+        return f"{gpus} GPUs on one host ({parallel})"
+    return ""
+
+
+@register.filter
+def ray_nodes(cluster: Any) -> str:
+    """The Ray nodes a run on several hosts was granted (`Run.cluster`, from the `placed` event):
+    `2 Ray nodes: alpha (1 rank), bravo (1 rank)`, with the wait when there was one; '' before."""
+    nodes = cluster.get("nodes") if isinstance(cluster, dict) else None
+    if not isinstance(nodes, dict) or not nodes:
+        return ""
+    line = f"{_plural(len(nodes), 'Ray node')}: " + ", ".join(f"{name} ({_plural(int(n), 'rank')})" for name, n in nodes.items())
+    waited = cluster.get("waited_s")
+    if isinstance(waited, (int, float)) and waited >= 1:
+        line += f", granted after {waited:.0f} s"
+    return line
+
+
 @register.filter
 def placement(config_yaml: str) -> str:
     """A run's `resources.placement` as one line, `coder on ranks 0-1 · reviewer on rank 2 (fsdp)`,

@@ -113,6 +113,8 @@ def test_the_workers_page_and_the_run_page_show_a_runs_placement(alice, alice_wo
     alice_world.run.config_yaml = config.to_yaml()
     alice_world.run.save(update_fields=["config_yaml"])
     Worker.objects.create(hostname="gpu0@alpha-host", last_seen=timezone.now(), run=alice_world.run)
-    line = "tool on ranks 0-1 · reasoner on rank 2 (fsdp)"
-    assert line in alice.client.get(reverse("worker_list")).content.decode()
-    assert line in alice.client.get(alice_world.run.get_absolute_url()).content.decode()
+    alice_world.run.gpus = 3
+    alice_world.run.save(update_fields=["gpus"])
+    for page in (alice.client.get(reverse("worker_list")), alice.client.get(alice_world.run.get_absolute_url())):
+        assert "tool on ranks 0-1 · reasoner on rank 2 (fsdp)" in page.content.decode()
+        assert "3 GPUs on one host (fsdp)" in page.content.decode()
