@@ -414,7 +414,7 @@ def launch(config: RunConfig, out: Path, sink: EventSink, *, address: str | None
             name=name, storage_path=str(out / "ray"),
             # a failed run is resumed from Troupe's checkpoint, by a person; a placement group Ray Train
             # cannot get within its start timeout fails the run rather than waiting again (see the module docstring)
-            failure_config=FailureConfig(max_failures=0, controller_failure_limit=0),
+            failure_config=FailureConfig(max_failures=0, controller_failure_limit=0),  # type: ignore[call-arg]  # v2, as below
             worker_runtime_env={"env_vars": forwarded_env(os.environ)},
         ),  # type: ignore[call-arg]  # Ray Train v2's RunConfig (what `ray.train` gives at run time); the stub is v1's
     )
