@@ -8,7 +8,7 @@ from django import forms
 
 from training.config import ConfigError, RunConfig
 from webapp.core import trust
-from webapp.models import SPECIALIZATION_HELP, SPECIALIZATION_SHORT_CHOICES, Dataset, Team, Topology
+from webapp.models import SPECIALIZATION_HELP, SPECIALIZATION_SHORT_CHOICES, Checkpoint, Dataset, Run, Team, Topology
 from webapp.runs.services import RUN_OVERRIDES
 
 _DEFAULTS = RunConfig()
@@ -23,6 +23,28 @@ class DatasetChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, obj: Dataset) -> str:  # type: ignore[override]
         train, held = obj.split
         return f"{obj.name} ({obj.environment}, {train}+{held} tasks)"
+
+
+class CheckpointChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Checkpoint) -> str:  # type: ignore[override]
+        return f"run #{obj.run_id} {obj.run.name} · step {obj.step}"
+
+
+def warm_start_checkpoints(team: Team) -> Any:
+    """The checkpoints a new run may start from: those kept of the team's finished runs, newest first."""
+    return Checkpoint.objects.select_related("run").filter(run__team=team, deleted__isnull=True).exclude(
+        run__status__in=Run.ACTIVE).order_by("-run_id", "-step")
+
+
+def agent_mapping(text: str) -> dict[str, str]:
+    """`solver=writer, critic=shared` as {policy: source folder}; ValueError naming a bad pair."""
+    out: dict[str, str] = {}
+    for pair in filter(None, (p.strip() for p in text.replace("\n", ",").split(","))):
+        mine, eq, theirs = pair.partition("=")
+        if not eq or not mine.strip() or not theirs.strip():
+            raise ValueError(f"{pair!r} is not policy=folder (like solver=writer, or solver=shared)")
+        out[mine.strip()] = theirs.strip()
+    return out
 
 
 def _default(dotted: str) -> str:
@@ -50,6 +72,14 @@ class RunForm(forms.Form):
                                             "of an uploaded conversations dataset; the dataset above gives the held-out tasks.")
     conversations = forms.ModelChoiceField(queryset=Dataset.objects.none(), required=False, label="Conversations (SFT)",
                                            help_text="An uploaded conversations dataset; used when the algorithm is SFT.")
+    init_checkpoint = CheckpointChoiceField(queryset=Checkpoint.objects.none(), required=False, label="Start from the weights of",
+                                            empty_label="the base model (a cold start)",
+                                            help_text="A finished run's checkpoint: each policy loads its folder (model.init_from); "
+                                                      "optimizer and data order start fresh.")
+    init_agents = forms.CharField(required=False, max_length=2000, label="Agent mapping",
+                                  widget=forms.TextInput(attrs={"placeholder": "solver=writer, critic=shared"}),
+                                  help_text="Which folder of that checkpoint each policy loads, where the names differ; "
+                                            "empty: each loads the folder of its own name (an agent, or `shared`).")
     specialization = forms.ChoiceField(required=False, choices=[("", "as in the topology")] + SPECIALIZATION_SHORT_CHOICES,
                                        help_text=SPECIALIZATION_HELP)
     steps = _hyper(forms.IntegerField, "optim.steps", help_text="Training steps.")
@@ -82,11 +112,19 @@ class RunForm(forms.Form):
         valid = Dataset.objects.filter(team=team, status=Dataset.Status.VALID)
         self.fields["dataset"].queryset = valid.exclude(kind=Dataset.Kind.CHATS)  # type: ignore[attr-defined]
         self.fields["conversations"].queryset = valid.filter(kind=Dataset.Kind.CHATS)  # type: ignore[attr-defined]
+        self.fields["init_checkpoint"].queryset = warm_start_checkpoints(team)  # type: ignore[attr-defined]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         if data.get("algorithm") == "sft" and not data.get("conversations"):
             self.add_error("conversations", "An SFT run learns from a conversations dataset: pick one (upload it under Datasets).")
+        try:
+            data["init_agents"] = agent_mapping(data.get("init_agents") or "")
+        except ValueError as exc:
+            self.add_error("init_agents", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+        else:
+            if data["init_agents"] and not data.get("init_checkpoint"):
+                self.add_error("init_agents", "Maps policies to a checkpoint's folders: pick the checkpoint to start from too.")
         return data
 
     def overrides(self) -> dict[str, Any]:
@@ -96,6 +134,11 @@ class RunForm(forms.Form):
         if self.cleaned_data.get("algorithm") == "sft" and self.cleaned_data.get("conversations"):
             values["algorithm"] = "sft"
             values["sft.path"] = str(self.cleaned_data["conversations"].path)
+        checkpoint = self.cleaned_data.get("init_checkpoint")
+        if checkpoint is not None:
+            values["model.init_from.run"] = checkpoint.path
+            values["model.init_from.step"] = checkpoint.step
+            values["model.init_from.agents"] = self.cleaned_data.get("init_agents") or None
         return values
 
     def run_name(self) -> str:
@@ -122,6 +165,10 @@ class RunForm(forms.Form):
         for name, target in RUN_OVERRIDES.items():
             if dotted == target:
                 return name
+        if dotted.startswith("model.init_from.agents"):
+            return "init_agents"
+        if dotted.startswith("model.init_from"):
+            return "init_checkpoint"
         if dotted.startswith(("topology", "model")):
             return "topology"
         if dotted.startswith("data"):

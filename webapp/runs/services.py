@@ -37,6 +37,7 @@ from webapp.core import trust
 from webapp.core.enqueue import RUN_EXECUTE, enqueue
 from webapp.history.services import run_notes_set, run_tags_set
 from webapp.models import (
+    Checkpoint,
     Dataset,
     Experiment,
     Run,
@@ -409,6 +410,7 @@ def run_clone_initial(*, run: Run) -> CloneInitial:
         notes.append("The run's dataset was deleted: pick one; the advanced YAML keeps the run's data section.")
     else:
         initial["dataset"] = dataset.pk
+    _clone_warm_start(run, target, initial, notes)
     base: dict[str, Any] = {}
     if topology is not None and dataset is not None:
         overrides = {dotted: initial[name] for name, dotted in RUN_OVERRIDES.items() if initial.get(name) not in (None, "")}
@@ -423,6 +425,31 @@ def run_clone_initial(*, run: Run) -> CloneInitial:
     if extra.get("topology", {}).get("agents") and topology is not None:
         notes.append("The topology's agents changed since this run; the advanced YAML restores the run's agents.")
     return CloneInitial(initial, notes)
+
+
+def _clone_warm_start(run: Run, target: dict[str, Any], initial: dict[str, Any], notes: list[str]) -> None:
+    """The form fields that say what `run` learned from and started from, taken out of `target`
+    (so the advanced YAML does not repeat them): an SFT run's algorithm and conversations dataset,
+    and the checkpoint of `model.init_from` with its agent mapping, when they are still the team's."""
+    sft = target.get("sft") or {}
+    if target.get("algorithm") == "sft" and sft.get("path"):
+        chats = Dataset.objects.filter(team_id=run.team_id, kind=Dataset.Kind.CHATS, status=Dataset.Status.VALID)
+        picked = next((d for d in chats if str(d.path) == sft["path"]), None)
+        if picked is None:
+            notes.append("The conversations dataset this run learned from is gone: pick one.")
+        else:
+            initial.update(algorithm="sft", conversations=picked.pk)
+        target["algorithm"] = "grpo"
+        target["sft"] = {**sft, "path": None}
+    init = target["model"].get("init_from") or {}
+    if init.get("run"):
+        checkpoint = Checkpoint.objects.filter(run__team_id=run.team_id, path=init["run"], deleted__isnull=True).first()
+        if checkpoint is None:
+            notes.append("The checkpoint this run started from is gone: it starts from the base model unless you pick another.")
+        else:
+            initial["init_checkpoint"] = checkpoint.pk
+            initial["init_agents"] = ", ".join(f"{k}={v}" for k, v in (init.get("agents") or {}).items())
+        target["model"]["init_from"] = {"run": "", "step": 0, "agents": {}}
 
 
 def _tree_diff(base: Any, target: Any) -> Any:
