@@ -9,7 +9,7 @@ from django import forms
 from training.config import ConfigError, RunConfig
 from webapp.core import trust
 from webapp.models import SPECIALIZATION_HELP, SPECIALIZATION_SHORT_CHOICES, Checkpoint, Dataset, Run, Team, Topology
-from webapp.runs.services import RUN_OVERRIDES
+from webapp.runs.services import RUN_OVERRIDES, run_source_overrides
 
 _DEFAULTS = RunConfig()
 
@@ -131,15 +131,10 @@ class RunForm(forms.Form):
         """The RunConfig fields this form sets (`{"optim.lr": 1e-4}`); empty fields set nothing."""
         values = {dotted: self.cleaned_data.get(name) for name, dotted in RUN_OVERRIDES.items()}
         values["topology.specialization"] = self.cleaned_data.get("specialization") or None
-        if self.cleaned_data.get("algorithm") == "sft" and self.cleaned_data.get("conversations"):
-            values["algorithm"] = "sft"
-            values["sft.path"] = str(self.cleaned_data["conversations"].path)
-        checkpoint = self.cleaned_data.get("init_checkpoint")
-        if checkpoint is not None:
-            values["model.init_from.run"] = checkpoint.path
-            values["model.init_from.step"] = checkpoint.step
-            values["model.init_from.agents"] = self.cleaned_data.get("init_agents") or None
-        return values
+        sft = self.cleaned_data.get("algorithm") == "sft"
+        checkpoint, agents = self.cleaned_data.get("init_checkpoint"), self.cleaned_data.get("init_agents")
+        return {**values, **run_source_overrides(team=self.team, conversations=self.cleaned_data.get("conversations") if sft else None,
+                                                 start_from=checkpoint, agents=agents if checkpoint and isinstance(agents, dict) else None)}
 
     def run_name(self) -> str:
         return self.cleaned_data.get("name") or f"{self.cleaned_data['topology'].name} · {self.cleaned_data['dataset'].name}"
