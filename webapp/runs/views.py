@@ -88,7 +88,11 @@ def _run_initial(request: TeamRequest) -> dict[str, Any]:
     picked = {key: id_or_none(request.GET.get(key)) for key in ("topology", "dataset")}
     # "Run" from a topology (or a dataset) picks the other half too when one fits its environment
     topology, dataset = catalog_selectors.run_pair_complete(team=request.team, topology_id=picked["topology"], dataset_id=picked["dataset"])
-    return {key: str(obj.pk) for key, obj in (("topology", topology), ("dataset", dataset)) if obj is not None}
+    initial = {key: str(obj.pk) for key, obj in (("topology", topology), ("dataset", dataset)) if obj is not None}
+    checkpoint = id_or_none(request.GET.get("init_checkpoint"))  # "New run from its weights" on a run page
+    if checkpoint is not None:
+        initial["init_checkpoint"] = str(checkpoint)  # the form's choices hold only the team's kept checkpoints
+    return initial
 
 
 @require_POST

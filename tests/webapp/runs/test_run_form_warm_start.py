@@ -42,6 +42,11 @@ def test_it_offers_the_kept_checkpoints_of_the_team_s_finished_runs(alice, alice
     form = alice.client.get(reverse("run_new")).context["form"]
     assert list(form.fields["init_checkpoint"].queryset) == [kept]
     assert f"run #{alice_world.run.pk} first · step 3" in alice.client.get(reverse("run_new")).content.decode()
+    run_page = alice.client.get(alice_world.run.get_absolute_url()).content.decode()
+    link = f"{reverse('run_new')}?topology={alice_world.topology.pk}&amp;dataset={alice_world.dataset.pk}&amp;init_checkpoint={kept.pk}"
+    assert f'href="{link}">New run from its weights' in run_page
+    picked = alice.client.get(link.replace("&amp;", "&")).context["form"]
+    assert picked["init_checkpoint"].value() == str(kept.pk) and picked["topology"].value() == str(alice_world.topology.pk)
 
 
 def test_it_records_the_pick_in_the_config_and_both_pages_show_the_lineage(alice, alice_world, tmp_path, enqueued,

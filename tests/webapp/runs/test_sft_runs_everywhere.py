@@ -44,6 +44,12 @@ def test_the_run_list_filters_and_exports_by_algorithm(alice, alice_world, sft_r
     assert csv[1].split(",")[header.index("algorithm")] == "sft" and len(csv) == 2
 
 
+def test_an_sft_run_s_page_says_so_and_offers_no_warm_start_from_its_episodes(alice, sft_run):
+    Run.objects.filter(pk=sft_run.pk).update(status=Run.Status.SUCCEEDED)
+    page = alice.client.get(sft_run.get_absolute_url()).content.decode()
+    assert "<dt>Algorithm</dt><dd>SFT (supervised fine-tuning)</dd>" in page and "Warm start from this run" not in page
+
+
 def test_the_compare_page_names_the_algorithm(alice, alice_world, sft_run):
     page = alice.client.get(reverse("run_compare"), {"ids": [alice_world.run.pk, sft_run.pk]}).content.decode()
     assert "<td>SFT</td>" in page and "<td>GRPO</td>" in page
