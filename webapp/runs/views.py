@@ -118,7 +118,7 @@ RUN_PARTS = ("actions", "held-out", "artifacts", "eval-panel")
 def run_detail(request: TeamRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(selectors.run_page_runs(team=request.team), pk=pk)
     parts = [p for p in request.GET.get("parts", "").split(",") if p in RUN_PARTS] if request.htmx else []
-    context = {"run": run, "parts": parts, **selectors.run_live_card(run=run)}
+    context = {"run": run, "parts": parts, **selectors.run_live_card(run=run), "conversations": selectors.run_conversations(run=run)}
     if not request.htmx:
         context.update(origin=lineage.run_origin(run=run), descendants=lineage.run_descendants(run=run))
     if not request.htmx or parts:

@@ -47,7 +47,14 @@ def test_the_run_list_filters_and_exports_by_algorithm(alice, alice_world, sft_r
 def test_an_sft_run_s_page_says_so_and_offers_no_warm_start_from_its_episodes(alice, sft_run):
     Run.objects.filter(pk=sft_run.pk).update(status=Run.Status.SUCCEEDED)
     page = alice.client.get(sft_run.get_absolute_url()).content.decode()
-    assert "<dt>Algorithm</dt><dd>SFT (supervised fine-tuning)</dd>" in page and "Warm start from this run" not in page
+    assert f'<dt>Algorithm</dt><dd>SFT (supervised fine-tuning) on <a href="{sft_run_dataset(sft_run).get_absolute_url()}">demos</a></dd>' in page
+    assert "Warm start from this run" not in page
+    episodes = alice.client.get(reverse("run_rollouts", args=[sft_run.pk])).content.decode()
+    assert "an SFT run learns from its conversations and rolls out none" in episodes
+
+
+def sft_run_dataset(run):
+    return run.team.datasets.get(name="demos")
 
 
 def test_the_compare_page_names_the_algorithm(alice, alice_world, sft_run):
