@@ -53,6 +53,8 @@ class EpisodeSet:
     """Agent -> its examples."""
     duplicates: int = 0
     """Chosen candidates left out because an identical (agent, prompt, completion) came before."""
+    left_out: int = 0
+    """Rows past the upload limits (TROUPE_UPLOAD_MAX_ROWS, TROUPE_UPLOAD_MAX_BYTES): the oldest episodes'."""
 
     @property
     def rule(self) -> str:
@@ -91,7 +93,7 @@ def warm_start_set(*, run: Run, threshold: float | None = None) -> EpisodeSet:
         raise ValidationError(f"Run #{run.pk} stored no episodes to learn from (only a GRPO run's training steps store them).")
     chosen = stored.filter(success=True) if threshold is None else stored.filter(team_reward__gte=threshold)
     seen: set[str] = set()
-    cap = settings.TROUPE_UPLOAD_MAX_ROWS
+    size = 0
     for data in chosen.order_by("-step", "episode").values_list("data", flat=True).iterator():
         out.episodes += 1
         for row in _episode_rows(data):
@@ -100,9 +102,13 @@ def warm_start_set(*, run: Run, threshold: float | None = None) -> EpisodeSet:
                 out.duplicates += 1
                 continue
             seen.add(key)
-            if len(out.rows) < cap:  # the newest episodes first, so a long run keeps its latest
-                out.rows.append(row)
-                out.counts[row["agent"]] = out.counts.get(row["agent"], 0) + 1
+            line = len(json.dumps(row, ensure_ascii=False).encode()) + 1
+            if len(out.rows) >= settings.TROUPE_UPLOAD_MAX_ROWS or size + line > settings.TROUPE_UPLOAD_MAX_BYTES:
+                out.left_out += 1  # the newest episodes come first, so a long run keeps its latest
+                continue
+            size += line
+            out.rows.append(row)
+            out.counts[row["agent"]] = out.counts.get(row["agent"], 0) + 1
     if not out.rows:
         best = stored.order_by("-team_reward").values_list("team_reward", flat=True).first()
         why = (f"none of its {out.stored} stored episodes succeeded" if threshold is None else

@@ -60,6 +60,13 @@ def test_it_keeps_the_continued_candidates_of_the_episodes_that_succeeded_per_ag
     assert episodes.samples()["reasoner"] == [{"prompt": REASONER_PROMPT, "completion": "#### 42"}]
 
 
+def test_it_keeps_the_newest_examples_within_the_upload_limits(finished, settings):
+    settings.TROUPE_UPLOAD_MAX_ROWS = 3
+    episodes = warm_start_set(run=finished, threshold=0.0)
+    assert len(episodes.rows) == 3 and episodes.left_out == 1
+    assert episodes.rows[0]["agent"] == "tool" and episodes.rows[1]["completion"] == "#### 42"  # step 2's episodes first
+
+
 def test_a_threshold_takes_the_episodes_whose_team_reward_reaches_it(finished):
     episodes = warm_start_set(run=finished, threshold=0.5)
     assert episodes.episodes == 3
