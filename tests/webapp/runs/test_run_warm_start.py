@@ -145,7 +145,9 @@ def test_the_page_previews_the_set_and_launches_the_run(alice, finished, enqueue
     preview = alice.client.get(url, {"threshold": "0.5", "steps": "20", "batch_size": "8"}, headers={"HX-Request": "true"}).content.decode()
     assert "<strong>3</strong> of 4 stored episodes team reward ≥ 0.5" in preview and "<html" not in preview
     bad = alice.client.get(url, {"threshold": "2", "steps": "20", "batch_size": "8"}, headers={"HX-Request": "true"}).content.decode()
-    assert "must lie between 0 and 1" in bad
+    assert "Team reward at least: The team reward threshold must lie between 0 and 1" in bad
+    bad = alice.client.get(url, {"threshold": "", "steps": "0", "batch_size": "8"}, headers={"HX-Request": "true"}).content.decode()
+    assert "Steps: Ensure this value is greater than or equal to 1." in bad
 
     response = alice.client.post(url, {"threshold": "", "steps": "3", "batch_size": "2", "start_from": ""})
     new = Run.objects.latest("id")
