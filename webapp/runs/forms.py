@@ -207,7 +207,8 @@ class WarmStartForm(forms.Form):
     threshold = forms.FloatField(required=False, label="Team reward at least", widget=forms.TextInput(attrs={"placeholder": "succeeded", "inputmode": "decimal"}),
                                  help_text="Empty: the episodes that succeeded. A number from 0 to 1: the episodes whose team reward reaches it.")
     start_from = forms.ChoiceField(required=False, label="Start from",
-                                   help_text="The base weights the run started from, or one of its checkpoints.")
+                                   help_text="The weights the run itself started from (its base model, or its own warm start), "
+                                             "or one of its checkpoints.")
     steps = forms.IntegerField(min_value=1, max_value=100_000, initial=20, help_text="SFT steps.")
     batch_size = forms.IntegerField(min_value=1, max_value=4096, initial=8, help_text="Examples per step for each trained policy (sft.batch_size).")
     lr = forms.FloatField(required=False, label="Learning rate", widget=forms.TextInput(attrs={"placeholder": "as the run", "inputmode": "decimal"}),
@@ -217,7 +218,7 @@ class WarmStartForm(forms.Form):
     def __init__(self, *args: Any, checkpoints: list[Any], **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.checkpoints = {str(c.pk): c for c in checkpoints}
-        self.fields["start_from"].choices = [("", "the base weights")] + [(key, f"checkpoint of step {c.step}") for key, c in self.checkpoints.items()]  # type: ignore[attr-defined]
+        self.fields["start_from"].choices = [("", "what the run started from")] + [(key, f"checkpoint of step {c.step}") for key, c in self.checkpoints.items()]  # type: ignore[attr-defined]
 
     def clean_start_from(self) -> Any:
         return self.checkpoints.get(self.cleaned_data.get("start_from") or "")

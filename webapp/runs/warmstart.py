@@ -164,8 +164,8 @@ def warm_start_launch(
 ) -> Run:
     """Store `run`'s episode set (`warm_start_set`) as one of the team's conversations datasets and
     queue an SFT run on it: the run's topology, model, data (its held-out tasks) and evaluation,
-    learning for `steps` steps of `batch_size` examples per policy, from the base weights or from
-    `start_from` (one of the run's checkpoints). Either the dataset and the run are both saved, or
+    learning for `steps` steps of `batch_size` examples per policy, from the weights the run started
+    from (its base model, or its own `model.init_from`) or from `start_from` (one of its checkpoints). Either the dataset and the run are both saved, or
     neither (ValidationError or ConfigError naming the problem)."""
     episodes = warm_start_set(run=run, threshold=threshold)
     if start_from is not None and (start_from.run_id != run.pk or start_from.deleted is not None):
@@ -176,7 +176,8 @@ def warm_start_launch(
     tree["resources"] = {**tree.get("resources", {}), "gpus": 1, "hosts": 1}
     tree["checkpoint"] = {**tree.get("checkpoint", {}), "resume_from": None}
     tree["optim"] = {**tree["optim"], "steps": steps, **({"lr": lr} if lr is not None else {})}
-    tree["model"]["init_from"] = {"run": start_from.path, "step": start_from.step} if start_from is not None else {}
+    if start_from is not None:  # else the weights the run itself started from (its base, or its own warm start)
+        tree["model"]["init_from"] = {"run": start_from.path, "step": start_from.step}
     label = f"run #{run.pk} episodes ({episodes.rule})"
     dataset_name = _free_dataset_name(run, label)
     stored: Dataset | None = None

@@ -166,3 +166,13 @@ def test_another_team_s_run_is_not_found(bob, finished):
     assert bob.client.get(f"/runs/{finished.pk}/warm-start/").status_code == 404
     assert bob.client.post(f"/runs/{finished.pk}/warm-start/", {"steps": "3", "batch_size": "2"}).status_code == 404
     assert not Dataset.objects.filter(kind=Dataset.Kind.CHATS).exists()
+
+
+def test_without_a_checkpoint_it_starts_from_what_the_run_started_from(alice, finished, tmp_path):
+    grand = run_services.run_create(team=alice.team, user=alice.user, name="grand", config=finished.to_config())
+    origin = Checkpoint.objects.create(run=grand, step=4, path=str(tmp_path / "grand" / "step-000004"))
+    warm = finished.to_config().replace(**{"model.init_from.run": origin.path, "model.init_from.step": 4})
+    Run.objects.filter(pk=finished.pk).update(config_yaml=warm.to_yaml())
+    finished.refresh_from_db()
+    new = warm_start_launch(run=finished, user=alice.user)
+    assert (new.to_config().model.init_from.run, new.to_config().model.init_from.step) == (origin.path, 4)
