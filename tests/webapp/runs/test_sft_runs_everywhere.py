@@ -108,3 +108,13 @@ def test_an_experiment_s_trials_can_be_sft_runs(alice, alice_world, demos):
     assert {r.algorithm for r in experiment.runs.all()} == {"sft"} and experiment.runs.count() == 2
     form = alice.client.get(reverse("experiment_new")).context["form"]
     assert demos not in form.fields["dataset"].queryset
+
+
+def test_the_migration_reads_older_runs_algorithm_from_their_snapshots(alice, alice_world, sft_run):
+    import importlib
+
+    from django.apps import apps
+
+    Run.objects.update(algorithm="grpo")  # as the column's default left them
+    importlib.import_module("webapp.migrations.0014_warm29_run_algorithm").backfill(apps, None)
+    assert dict(Run.objects.values_list("name", "algorithm")) == {"first": "grpo", "sft one": "sft"}
