@@ -176,3 +176,9 @@ def test_without_a_checkpoint_it_starts_from_what_the_run_started_from(alice, fi
     finished.refresh_from_db()
     new = warm_start_launch(run=finished, user=alice.user)
     assert (new.to_config().model.init_from.run, new.to_config().model.init_from.step) == (origin.path, 4)
+
+
+def test_the_stored_set_previews_its_prompts_and_completions(alice, finished):
+    warm_start_launch(run=finished, user=alice.user)
+    preview = Dataset.objects.get(team=alice.team, kind=Dataset.Kind.CHATS).preview
+    assert preview[1] == {"agent": "reasoner", "messages": f"prompt: …{REASONER_PROMPT}\nassistant: #### 42"}
