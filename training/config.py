@@ -160,7 +160,7 @@ class InitFromConfig:
 
     run: str = ""
     """The source run's output folder, or one of its checkpoint folders (`.../checkpoints/step-N`);
-    on the web `run:<id>` names one of the team's own runs. Empty: no warm start."""
+    on the web, one of the team's own runs' checkpoints (the run form lists them). Empty: no warm start."""
     step: int = 0
     """The source checkpoint's step; 0 takes its last checkpoint."""
     agents: dict[str, str] = field(default_factory=dict)

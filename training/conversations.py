@@ -11,6 +11,19 @@ calls tools may give `tool_calls` instead). `agent` is optional: it names the to
 whose assistant turns these are, by its name or by its role; with one acting agent it may be left
 out. A multi-agent conversation is one line per agent, each from that agent's side.
 
+A line may instead hold a prompt and its completion (TRL's prompt-completion format), which is how a
+run's own episodes become examples (`webapp.runs.warmstart`): the prompt is the text the agent was
+given, already rendered with its chat template, and the completion what it wrote, as text or as
+the assistant and tool messages of a turn that called tools:
+
+    {"prompt": "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n", "completion": "4", "agent": "solver"}
+    {"prompt": "...", "completion": [{"role": "assistant", "content": "<tool_call>...</tool_call>"},
+                                     {"role": "tool", "name": "calculator", "content": "4"},
+                                     {"role": "assistant", "content": "The answer is 4."}], "agent": "solver"}
+
+Only the completion's assistant text (and the end of turn after it) is learned; the prompt and the
+tool results are context (`training.sft.encode_completion`).
+
 `read_conversations` checks the whole file and raises every bad line at once (a `DataErrors`
 with line numbers), as `training.data.read_rows` does for task rows, so the web's upload check
 and the engine read a file the same way.
@@ -29,8 +42,9 @@ from training.data import MAX_FIELD_CHARS, MAX_PROBLEMS, DataError, DataErrors, 
 ROLES = ("system", "user", "assistant", "tool")
 MAX_MESSAGES = 256
 """Most messages in one conversation."""
-ROW_KEYS = ("messages", "agent", "tools")
-"""What a line may hold: `tools` (TRL's tool schemas) is accepted and left to the agent's config."""
+ROW_KEYS = ("messages", "prompt", "completion", "agent", "tools")
+"""What a line may hold: `messages`, or `prompt` and `completion`; `tools` (TRL's tool schemas) is
+accepted and left to the agent's config."""
 
 
 @dataclass(frozen=True)
@@ -38,8 +52,11 @@ class Conversation:
     line: int
     """1-based line of the file it came from (0 when built in memory)."""
     messages: tuple[dict[str, Any], ...]
+    """The conversation; for a prompt-completion line, the completion's messages (assistant and tool)."""
     agent: str | None = None
     """The agent (name or role) the row names; None when it names none."""
+    prompt: str | None = None
+    """A prompt-completion line's prompt, as the agent's chat template rendered it; None for `messages`."""
 
     def assistant_turns(self) -> int:
         return sum(m["role"] == "assistant" for m in self.messages)
@@ -48,41 +65,47 @@ class Conversation:
 def check_conversation(row: Any, line: int) -> Conversation:
     """One line's conversation; a DataError naming the line and what is wrong (all of it)."""
     if not isinstance(row, dict):
-        raise DataError("each line must be a JSON object with `messages`", line)
+        raise DataError("each line must be a JSON object with `messages` (or `prompt` and `completion`)", line)
     problems = [f"unknown field {key!r} (allowed: {', '.join(ROW_KEYS)})" for key in row if key not in ROW_KEYS]
-    messages = row.get("messages")
     agent = row.get("agent")
     if agent is not None and (not isinstance(agent, str) or not agent.strip()):
         problems.append("`agent` must be an agent's name or role")
+    prompt: str | None = None
+    if "prompt" in row or "completion" in row:
+        prompt, messages = _prompt_completion(row, problems)
+        where = "completion"
+    else:
+        messages, where = row.get("messages"), "messages"
     if not isinstance(messages, list) or not messages:
-        problems.append("`messages` must be a non-empty list of {role, content} objects")
+        problems.append(f"`{where}` must be a non-empty list of {{role, content}} objects")
         messages = []
     elif len(messages) > MAX_MESSAGES:
         problems.append(f"{len(messages)} messages; at most {MAX_MESSAGES}")
         messages = []
     clean: list[dict[str, Any]] = []
     for i, m in enumerate(messages):
-        where = f"messages[{i}]"
+        at = f"{where}[{i}]"
         if not isinstance(m, dict):
-            problems.append(f"{where} must be an object with `role` and `content`")
+            problems.append(f"{at} must be an object with `role` and `content`")
             continue
         role, content, calls = m.get("role"), m.get("content"), m.get("tool_calls")
-        if role not in ROLES:
-            problems.append(f"{where}.role is {role!r}; allowed: {', '.join(ROLES)}")
+        allowed = ROLES if prompt is None else ("assistant", "tool")
+        if role not in allowed:
+            problems.append(f"{at}.role is {role!r}; allowed: {', '.join(allowed)}")
             continue
         if calls is not None and (role != "assistant" or not isinstance(calls, list)):
-            problems.append(f"{where}.tool_calls: only an assistant message may call tools, as a list")
+            problems.append(f"{at}.tool_calls: only an assistant message may call tools, as a list")
             continue
         if content is None and calls:
             content = ""
         if not isinstance(content, str):
-            problems.append(f"{where}.content must be text")
+            problems.append(f"{at}.content must be text")
             continue
         if len(content) > MAX_FIELD_CHARS:
-            problems.append(f"{where}.content has {len(content):,} characters; at most {MAX_FIELD_CHARS:,}")
+            problems.append(f"{at}.content has {len(content):,} characters; at most {MAX_FIELD_CHARS:,}")
             continue
         if "\x00" in content:
-            problems.append(f"{where}.content holds a NUL character")
+            problems.append(f"{at}.content holds a NUL character")
             continue
         message: dict[str, Any] = {"role": role, "content": content}
         if calls:
@@ -94,7 +117,27 @@ def check_conversation(row: Any, line: int) -> Conversation:
         problems.append("no assistant message: nothing to learn from")
     if problems:
         raise DataError("; ".join(problems), line)
-    return Conversation(line, tuple(clean), agent.strip() if isinstance(agent, str) else None)
+    return Conversation(line, tuple(clean), agent.strip() if isinstance(agent, str) else None, prompt)
+
+
+def _prompt_completion(row: dict[str, Any], problems: list[str]) -> tuple[str | None, Any]:
+    """A prompt-completion line's prompt and its completion as messages (a text completion is one
+    assistant message); each problem added to `problems`."""
+    prompt, completion = row.get("prompt"), row.get("completion")
+    if "messages" in row:
+        problems.append("a line holds `messages` or `prompt` and `completion`, not both")
+    if not isinstance(prompt, str) or not prompt:
+        problems.append("`prompt` must be the text the agent was given")
+        prompt = ""
+    elif len(prompt) > MAX_FIELD_CHARS:
+        problems.append(f"`prompt` has {len(prompt):,} characters; at most {MAX_FIELD_CHARS:,}")
+    elif "\x00" in prompt:
+        problems.append("`prompt` holds a NUL character")
+    if isinstance(completion, str):
+        if not completion:
+            problems.append("`completion` is empty: nothing to learn from")
+        return prompt, [{"role": "assistant", "content": completion}]
+    return prompt, completion
 
 
 def read_conversations(path: str | Path, *, max_rows: int | None = None, max_bytes: int | None = None) -> list[Conversation]:

@@ -18,7 +18,9 @@ Where the masks come from: TRL reads them from `{% generation %}` blocks in the 
 few templates have. Here each assistant message's span is the text that rendering the conversation
 up to it adds after rendering the messages before it with a generation prompt; the tokens inside
 those spans are the ones learned. For a template with `{% generation %}` blocks around the
-assistant's content and its end-of-turn this gives TRL's masks (tested).
+assistant's content and its end-of-turn this gives TRL's masks (tested). A prompt-completion line
+(a run's own episode, `encode_completion`) learns its completion and the end of turn, as TRL's
+`completion_only_loss` does.
 
 The rest is the GRPO trainer's machinery: policies per specialization (`training.policies`), the
 optimizer and learning-rate schedule, checkpoints in HF/PEFT format with optimizer and RNG state
@@ -38,12 +40,13 @@ from typing import Any
 import torch
 
 from agents.envs import load_environment
-from agents.tools import load_tool
+from agents.tools import ToolCall, load_tool
 from training import tool_turns
 from training.config import RunConfig
 from training.conversations import Conversation, by_agent, read_conversations
 from training.data import batch_indices, load_tasks
 from training.events import EventSink, StepMetrics, TrainResult
+from training.generation import Generation
 from training.policies import Policy, build_policies
 from training.progress import RunProgress
 from training.rollout import Sampler
@@ -110,6 +113,53 @@ def agent_tools(config: RunConfig, agent: str, tokenizer: Any) -> Any:
     return [load_tool(n).schema() for n in names]
 
 
+def end_of_turn(tokenizer: Any) -> int | None:
+    """The token that ends an assistant turn: the chat template's (`<|im_end|>`, `<|eot_id|>`,
+    `<|end|>`) when the vocabulary has one, else the tokenizer's end of sequence."""
+    vocab = tokenizer.get_vocab()
+    for token in ("<|im_end|>", "<|eot_id|>", "<|end|>"):
+        if token in vocab:
+            return int(vocab[token])
+    return tokenizer.eos_token_id
+
+
+def encode_completion(tokenizer: Any, prompt: str, completion: Sequence[dict[str, Any]], *, tools: Sequence[Any] = (),
+                      max_length: int | None = None) -> tuple[list[int], list[int]]:
+    """(input ids, mask) of a prompt-completion example: the prompt's tokens (context), then each
+    assistant message's tokens (learned) with, between them, each tool result framed as the turn
+    framed it when the agent called the tool (`training.tool_turns.result_ids`: context), and the
+    end of turn after the last assistant message (learned, as TRL appends the end-of-sequence token
+    to a completion).
+
+    The prompt and each piece are tokenized on their own, as the rollout tokenized the prompt and
+    the model generated after it; so the tokens are the rollout's, up to how the model's decoded text
+    tokenizes again. `tools` are the agent's `agents.tools.Tool`s (they frame the results)."""
+    ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    mask = [0] * len(ids)
+    supported = tool_turns.tool_support(tokenizer)
+    last_text = ""
+    for m in completion:
+        if m["role"] == "assistant":
+            last_text = m["content"]
+            piece = list(tokenizer(last_text, add_special_tokens=False)["input_ids"])
+            ids += piece
+            mask += [1] * len(piece)
+        else:
+            call = ToolCall(m.get("name") or "tool", {}, result=m["content"])
+            segment = Generation(token_ids=tuple(tokenizer(last_text, add_special_tokens=False)["input_ids"]), text=last_text, truncated=False)
+            frame = tool_turns.result_ids(tokenizer, [{"role": "user", "content": "."}], list(tools), segment, call,
+                                          supported=supported, end_ids=())
+            ids += frame
+            mask += [0] * len(frame)
+    end = end_of_turn(tokenizer)
+    if completion and completion[-1]["role"] == "assistant" and end is not None:
+        ids.append(int(end))
+        mask.append(1)
+    if max_length is not None:
+        ids, mask = ids[:max_length], mask[:max_length]
+    return ids, mask
+
+
 def examples_for(config: RunConfig, conversations: dict[str, list[Conversation]], policy: Policy) -> list[Example]:
     """The policy's agents' examples, agent by agent, in file order."""
     out = []
@@ -117,7 +167,11 @@ def examples_for(config: RunConfig, conversations: dict[str, list[Conversation]]
         tools = agent_tools(config, agent, policy.tokenizer)
         for conv in conversations.get(agent, []):
             try:
-                ids, mask = encode(policy.tokenizer, conv.messages, tools=tools, max_length=config.sft.max_length)
+                if conv.prompt is not None:
+                    ids, mask = encode_completion(policy.tokenizer, conv.prompt, conv.messages,
+                                                  tools=[load_tool(n) for n in config.agent(agent).tools], max_length=config.sft.max_length)
+                else:
+                    ids, mask = encode(policy.tokenizer, conv.messages, tools=tools, max_length=config.sft.max_length)
             except ValueError as exc:
                 raise ValueError(f"{config.sft.path} line {conv.line}: {exc}") from None
             if sum(mask):

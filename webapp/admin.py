@@ -163,14 +163,14 @@ class RunAdmin(admin.ModelAdmin):
     # Few enough columns to fit a 1280 px screen beside the admin's menu and filters; the rest is on the run.
     list_display = ["id", "name", "status", "progress", "priority", "owner", "team", "created"]
     list_editable = ["priority"]  # site staff order the shared queue: higher priority starts first
-    list_filter = ["status", "team", "cancel_requested", "created"]
+    list_filter = ["status", "algorithm", "team", "cancel_requested", "created"]
     search_fields = ["name", "owner__username", "topology__name", "dataset__name", "error_message", "celery_task_id"]
     list_select_related = ["owner", "topology", "dataset", "team"]
     date_hierarchy = "created"
     # What the run executed and what happened to it are records, not settings: only the name, the
     # labels, the priority and the links to its topology and dataset can be edited.
     readonly_fields = [
-        "config", "environment", "specialization", "gpus", "hosts", "cluster", "status", "step", "total_steps", "metrics", "created", "started",
+        "config", "environment", "specialization", "algorithm", "gpus", "hosts", "cluster", "status", "step", "total_steps", "metrics", "created", "started",
         "finished", "heartbeat", "phase", "phase_detail", "phase_progress", "eta", "error_message", "error_traceback",
         "resumed_from", "out_dir", "cancel_requested", "celery_task_id", "worker", "resumed_at_step", "queue_order",
     ]

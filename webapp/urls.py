@@ -95,6 +95,7 @@ urlpatterns = [
     page("runs/<int:pk>/rollouts/", runs.run_rollouts, name="run_rollouts"),
     page("runs/<int:pk>/cancel/", runs.run_cancel, name="run_cancel"),
     page("runs/<int:pk>/resume/", runs.run_resume, name="run_resume"),
+    page("runs/<int:pk>/warm-start/", runs.run_warm_start, name="run_warm_start"),
     page("runs/<int:pk>/queue/", runs.run_queue_position, name="run_queue_position"),
     re_path(r"^runs/(?P<pk>[0-9]+)/queue/(?P<direction>up|down)/$", team_page(runs.run_queue_move), name="run_queue_move"),
     page("runs/<int:pk>/tags/", history.run_tags, name="run_tags"),

@@ -79,3 +79,22 @@ def test_its_loss_gradients_and_token_accuracy_equal_trls(trl_side):
     assert grads.keys() == trl_grads.keys()
     for name, grad in grads.items():
         torch.testing.assert_close(grad, trl_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_prompt_completion_lines_mask_the_same_tokens_as_trls_completion_only_loss(tmp_path):
+    """A run's own episodes (prompt-completion lines): TRL's `completion_only_loss` on the standard
+    prompt-completion format, with the template's end of turn as its EOS, learns the same tokens."""
+    from training.sft import encode_completion
+
+    model, tok = _model()
+    prompt = "<|im_start|>user\nWhat is 6*7?<|im_end|>\n<|im_start|>assistant\n"
+    rows = [{"prompt": prompt, "completion": "#### 42"}, {"prompt": prompt.replace("6*7", "2+2"), "completion": "It is 4."}]
+    args = trl.SFTConfig(output_dir=str(tmp_path), completion_only_loss=True, per_device_train_batch_size=2, report_to=[],
+                         use_cpu=True, max_length=None, eos_token="<|im_end|>")
+    trainer = trl.SFTTrainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(rows), processing_class=tok)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(rows))])
+    for i, row in enumerate(rows):
+        ids, mask = encode_completion(tok, row["prompt"], [{"role": "assistant", "content": row["completion"]}])
+        n = int(batch["attention_mask"][i].sum())
+        assert ids == batch["input_ids"][i, :n].tolist()
+        assert mask == (batch["labels"][i, :n] != -100).int().tolist()

@@ -20,11 +20,14 @@ from webapp.api.http import ApiError, Field, absolute, endpoint, id_field, json_
 from webapp.core import trust
 from webapp.experiments import selectors, services
 from webapp.models import Dataset, Experiment, Topology
+from webapp.runs import services as run_services
 
 EXPERIMENT_FIELDS = {
     "topology": id_field("A topology of the team: its model and agents.", required=True),
     "dataset": id_field("A dataset of the team: every trial trains on it.", required=True),
     "name": Field("string", "The experiment's name (default: the topology's).", max_length=100),
+    "conversations": id_field("A conversations dataset of the team: every trial is supervised fine-tuning on it (algorithm sft).",
+                              nullable=True),
     "config": Field(("string", "object"), "Base config fields every trial shares, merged over the topology and dataset "
                     "(YAML text, or the same sections as an object), as the run form's advanced YAML."),
     "axes": Field("object", "The grid: dotted config field -> list of values, e.g. {\"optim.lr\": [0.0001, 0.0003]}."),
@@ -104,6 +107,13 @@ def experiments(request: Any) -> HttpResponse:
     missing = {k: ["No such object in your team."] for k, v in (("topology", topology), ("dataset", dataset)) if v is None}
     if missing:
         raise ApiError(400, "; ".join(f"{k}: no such object in your team" for k in missing), fields=missing)
+    conversations = None
+    if body.get("conversations") is not None:
+        conversations = Dataset.objects.filter(team=request.team, pk=body["conversations"], kind=Dataset.Kind.CHATS,
+                                               status=Dataset.Status.VALID).first()
+        if conversations is None:
+            raise ApiError(400, "conversations: no valid conversations dataset with this id in your team",
+                           fields={"conversations": ["No such object in your team."]})
     config = body.get("config") or ""
     if isinstance(config, dict):
         trust.check_tree(config, field="config")
@@ -113,6 +123,7 @@ def experiments(request: Any) -> HttpResponse:
             team=request.team, topology=topology, dataset=dataset, name=body.get("name") or "", axes=body.get("axes") or {},
             seeds=body.get("seeds", [0]), metric=body.get("metric") or "team.success", direction=body.get("direction") or "maximize",
             advanced_yaml=config, search=body.get("search"),
+            overrides=run_services.run_source_overrides(team=request.team, conversations=conversations),
         )
     except ExperimentError as exc:
         fields: dict[str, list[str]] = {}

@@ -177,7 +177,7 @@ SCHEMAS: dict[str, Any] = {
     "Run": obj({
         "id": {"type": "integer"}, "name": {"type": "string"}, "status": {"type": "string", "enum": list(Run.Status.values)},
         "step": {"type": "integer"}, "total_steps": {"type": "integer"}, "environment": {"type": "string"},
-        "specialization": {"type": "string"},
+        "specialization": {"type": "string"}, "algorithm": {"type": "string", "enum": ["grpo", "sft"]},
         "topology": {"oneOf": [{"type": "null"}, obj({"id": {"type": "integer"}, "name": {"type": "string"}})]},
         "dataset": {"oneOf": [{"type": "null"}, obj({"id": {"type": "integer"}, "name": {"type": "string"}})]},
         "owner": nullable("string"), "tags": {"type": "array", "items": {"type": "string"}}, "notes": {"type": "string"},
@@ -231,6 +231,9 @@ SCHEMAS: dict[str, Any] = {
     }),
     "RunDetail": {"allOf": [ref("Run"), obj({
         "config_yaml": {"type": "string"}, "evaluations": ref("Evaluations"),
+        "started_from": {"oneOf": [{"type": "null"}, obj({"run": nullable("integer", description="null: the checkpoint is no longer "
+                                                                                             "one of the team's"), "step": {"type": "integer"}})]},
+        "warm_started": {"type": "array", "items": {"type": "integer"}, "description": "Runs started from one of this run's checkpoints."},
         "artifacts": obj({
             "files": {"type": "object", "additionalProperties": {"type": "string"}},
             "checkpoints": {"type": "array", "items": {"type": "object"}},

@@ -7,7 +7,7 @@ as on the pages. The catalog, jobs and experiments have their modules beside thi
 
     GET  /api/v1/                                   who am I, and the endpoints
     GET  /api/v1/runs/?status=&tag=&q=&sort=&page=  runs, filtered like the run list
-    POST /api/v1/runs/                              launch: a YAML config (body), or JSON {config, topology, dataset, name, tags, notes}
+    POST /api/v1/runs/                              launch: a YAML config (body), or JSON {config, topology, dataset, conversations, start_from, name, tags, notes}
     GET  /api/v1/runs/<id>/                         one run: config, final metrics, evaluations, artifacts
     POST /api/v1/runs/<id>/cancel/
     GET  /api/v1/runs/<id>/metrics/?after=&limit=   metric points by step (paginated)
@@ -36,6 +36,7 @@ from webapp.core import trust
 from webapp.core.values import ID_MAX
 from webapp.history import selectors as history
 from webapp.models import Dataset, Job, MetricPoint, Rollout, Run, Topology
+from webapp.runs import lineage
 from webapp.runs import services as run_services
 
 METRICS_LIMIT_MAX = 1000
@@ -51,6 +52,10 @@ LAUNCH_FIELDS = {
                          nullable=True),
     "name": Field("string", "The run's name (default: the config's).", max_length=200),
     "dataset": id_field("A dataset of the team: the run trains on it.", nullable=True),
+    "conversations": id_field("A conversations dataset of the team: the run is supervised fine-tuning on it (algorithm sft).",
+                              nullable=True),
+    "start_from": Field("object", "Start from a finished run's weights (model.init_from): {\"run\": id, \"step\": its checkpoint's "
+                        "step (absent or 0: the last), \"agents\": {policy: the checkpoint's folder}}.", nullable=True),
     "tags": Field(("array", "string"), "Tags: a list, or one comma-separated string."),
     "notes": Field("string", "Free text shown on the run page."),
 }
@@ -71,6 +76,7 @@ def run_json(request: HttpRequest, run: Run) -> dict[str, Any]:
         "total_steps": run.total_steps,
         "environment": run.environment,
         "specialization": run.specialization,
+        "algorithm": run.algorithm,
         "topology": {"id": run.topology.pk, "name": run.topology.name} if run.topology else None,
         "dataset": {"id": run.dataset.pk, "name": run.dataset.name} if run.dataset else None,
         "owner": run.owner.username if run.owner else None,
@@ -138,7 +144,7 @@ def _launch(request: ApiRequest) -> HttpResponse:
         return error(413, f"The request body is too large; a run config may be at most {trust.MAX_CONFIG_BYTES:,} bytes.")
     content_type = request.content_type or ""
     options: dict[str, Any] = dict(request.GET.items())
-    for key in ("dataset", "topology"):
+    for key in ("dataset", "topology", "conversations"):
         if key in options:
             options[key] = query_int(request, key, None, low=1, high=ID_MAX)
     try:
@@ -169,12 +175,17 @@ def _launch(request: ApiRequest) -> HttpResponse:
         topology = Topology.objects.filter(team=request.team, pk=int(options["topology"])).first()
         if topology is None:
             return error(400, "topology: no topology with this id in your team", field="topology")
+    try:
+        overrides = _source_overrides(request, options)
+    except ValidationError as exc:
+        field, messages = next(iter(exc.message_dict.items()))
+        return error(400, f"{field}: {' '.join(messages)}", field=field)
     tags = options.get("tags") or ""
     try:
         run = run_services.run_launch(
             team=request.team, user=request.user, tree=tree, name=str(options.get("name") or "")[:200], dataset=dataset,
             tags=", ".join(map(str, tags)) if isinstance(tags, list) else str(tags), notes=str(options.get("notes") or ""),
-            topology=topology,
+            topology=topology, overrides=overrides,
         )
     except ConfigError as exc:  # every field at fault, found in one pass; the first one named in `error`
         first, *others = exc.problems
@@ -190,10 +201,32 @@ def _launch(request: ApiRequest) -> HttpResponse:
     return response
 
 
+def _source_overrides(request: ApiRequest, options: dict[str, Any]) -> dict[str, Any]:
+    """`conversations` and `start_from` of a launch as config fields (`run_services.run_source_overrides`)."""
+    conversations = None
+    if options.get("conversations") is not None:
+        conversations = Dataset.objects.filter(team=request.team, pk=int(options["conversations"]), kind=Dataset.Kind.CHATS).first()
+        if conversations is None:
+            raise ValidationError({"conversations": "no conversations dataset with this id in your team"})
+    start = options.get("start_from")
+    if start is None:
+        return run_services.run_source_overrides(team=request.team, conversations=conversations)
+    run_id, step, agents = start.get("run"), start.get("step") or 0, start.get("agents") or {}
+    if not isinstance(run_id, int) or isinstance(run_id, bool) or not 1 <= run_id <= ID_MAX or not isinstance(step, int) or step < 0:
+        raise ValidationError({"start_from": "give {\"run\": a run id, \"step\": a checkpoint step (optional)}"})
+    if not isinstance(agents, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in agents.items()):
+        raise ValidationError({"start_from": "`agents` maps each policy to a folder name: {\"solver\": \"writer\"}"})
+    checkpoint = run_services.run_checkpoint_pick(team=request.team, run_id=run_id, step=step)
+    return run_services.run_source_overrides(team=request.team, conversations=conversations, start_from=checkpoint, agents=agents)
+
+
 @endpoint("GET")
 def run_detail(request: ApiRequest, pk: int) -> HttpResponse:
     run = _run(request, pk)
     data = run_json(request, run)
+    origin = lineage.run_origin(run=run)
+    data["started_from"] = {"run": origin.run.pk if origin.run else None, "step": origin.step} if origin else None
+    data["warm_started"] = [child.pk for child in lineage.run_descendants(run=run)]
     data["config_yaml"] = run.config_yaml
     data["evaluations"] = _evaluations(run)
     data["artifacts"] = _artifact_links(request, run)

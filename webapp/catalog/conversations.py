@@ -76,6 +76,8 @@ def _read(path: Path) -> list[Conversation]:
 def preview(conversation: Conversation) -> dict[str, str]:
     """One conversation as a preview row: the agent it names, and its messages as `role: text` lines."""
     lines = "\n".join(f"{m['role']}: {m['content']}" for m in conversation.messages)
+    if conversation.prompt is not None:  # a prompt-completion line (a run's own episode): the prompt's end, then the completion
+        lines = f"prompt: …{conversation.prompt[-120:]}\n{lines}"
     return {"agent": conversation.agent or "", "messages": lines if len(lines) <= PREVIEW_CHARS else lines[: PREVIEW_CHARS - 1] + "…"}
 
 

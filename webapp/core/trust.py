@@ -450,5 +450,5 @@ def config_problems(*, team: TeamFiles, config: RunConfig, skip: list[str] | Non
     if config.model.init_from.run and not at_fault("model.init_from.run"):
         if not team.owns_checkpoint(config.model.init_from.run):
             found.append(ConfigError("model.init_from.run", "must be the path of a checkpoint of one of your team's runs "
-                                                            "(the run page's \"Warm start from this run\" fills it in)"))
+                                                            "(the run form's \"Start from the weights of\" fills it in)"))
     return found

@@ -22,6 +22,9 @@ class ExperimentForm(forms.Form):
     name = forms.CharField(max_length=100, required=False, help_text="Defaults to the topology's name.")
     topology = TopologyChoiceField(queryset=Topology.objects.none())
     dataset = DatasetChoiceField(queryset=Dataset.objects.none())
+    conversations = forms.ModelChoiceField(queryset=Dataset.objects.none(), required=False, label="Conversations (SFT)",
+                                           help_text="Picked: every trial is supervised fine-tuning on this conversations dataset "
+                                                     "(algorithm sft); the dataset above gives the held-out tasks.")
     advanced_yaml = forms.CharField(
         required=False, label="Base config (YAML)", max_length=trust.MAX_CONFIG_BYTES,
         widget=forms.Textarea(attrs={"rows": 5, "spellcheck": "false", "placeholder": "optim:\n  steps: 20\neval:\n  every: 5"}),
@@ -50,7 +53,9 @@ class ExperimentForm(forms.Form):
     def __init__(self, *args: Any, team: Team, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.fields["topology"].queryset = Topology.objects.filter(team=team)  # type: ignore[attr-defined]
-        self.fields["dataset"].queryset = Dataset.objects.filter(team=team, status=Dataset.Status.VALID)  # type: ignore[attr-defined]
+        valid = Dataset.objects.filter(team=team, status=Dataset.Status.VALID)
+        self.fields["dataset"].queryset = valid.exclude(kind=Dataset.Kind.CHATS)  # type: ignore[attr-defined]
+        self.fields["conversations"].queryset = valid.filter(kind=Dataset.Kind.CHATS)  # type: ignore[attr-defined]
 
     def clean_axes_yaml(self) -> Any:
         text = self.cleaned_data.get("axes_yaml") or ""

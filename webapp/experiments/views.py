@@ -23,6 +23,7 @@ from webapp.experiments import selectors, services
 from webapp.experiments.forms import ExperimentForm
 from webapp.history.selectors import METRIC_KEY
 from webapp.models import Experiment
+from webapp.runs import services as runs
 from webapp.teams.access import TeamRequest, team_object_or_404
 
 
@@ -41,6 +42,7 @@ def _form_spec(request: TeamRequest, form: ExperimentForm) -> ExperimentSpec | N
             team=request.team, topology=data["topology"], dataset=data["dataset"], name=data["name"],
             axes=data["axes_yaml"], seeds=data["seeds"], metric=data["metric"], direction=data["direction"],
             advanced_yaml=data["advanced_yaml"], search=data["search_yaml"],
+            overrides=runs.run_source_overrides(team=request.team, conversations=data.get("conversations")),
         )
     except ExperimentError as exc:
         for problem in exc.problems:

@@ -54,6 +54,8 @@ class RunFilter:
     dataset: int | None = None
     environment: str = ""
     specialization: str = ""
+    algorithm: str = ""
+    """`grpo` or `sft` (`Run.algorithm`)."""
     owner: int | None = None
     tag: str = ""
     created_from: date | None = None
@@ -104,7 +106,7 @@ class RunFilter:
         return cls(
             q=text("q"), status=text("status", 20) if text("status", 20) in Run.Status.values else "",
             topology=number("topology"), dataset=number("dataset"), environment=text("environment"),
-            specialization=text("specialization", 10), owner=number("owner"), tag=text("tag", 40),
+            specialization=text("specialization", 10), algorithm=text("algorithm", 10), owner=number("owner"), tag=text("tag", 40),
             created_from=day("created_from"), created_to=day("created_to"),
             archived=text("archived", 4) if text("archived", 4) in ("all", "only") else "", sort=sort,
             problems=tuple(problems.items()),
@@ -159,6 +161,8 @@ def run_search(*, team: Team, filters: RunFilter) -> QuerySet[Run]:
         runs = runs.filter(environment=f.environment)
     if f.specialization:
         runs = runs.filter(specialization=f.specialization)
+    if f.algorithm:
+        runs = runs.filter(algorithm=f.algorithm)
     if f.owner is not None:
         runs = runs.filter(owner_id=f.owner)
     if f.tag:
@@ -190,6 +194,7 @@ class FilterChoices:
     datasets: list[tuple[int, str]]
     environments: list[str]
     specializations: list[str]
+    algorithms: list[str]
     owners: list[tuple[int, str]]
     tags: list[str]
     metrics: list[str]
@@ -208,6 +213,7 @@ def run_filter_choices(*, team: Team) -> FilterChoices:
         datasets=list(team.datasets.order_by("name").values_list("id", "name")),
         environments=sorted(e for e in unordered.values_list("environment", flat=True).distinct() if e),
         specializations=sorted(s for s in unordered.values_list("specialization", flat=True).distinct() if s),
+        algorithms=sorted(a for a in unordered.values_list("algorithm", flat=True).distinct() if a),
         owners=list(User.objects.filter(memberships__team=team).order_by("username").values_list("id", "username")),
         tags=list(team.tags.order_by("name").values_list("name", flat=True)),
         metrics=metrics,
@@ -216,7 +222,7 @@ def run_filter_choices(*, team: Team) -> FilterChoices:
 
 # == exporting the table =============================================================================
 
-CSV_COLUMNS = ("id", "name", "status", "archived", "topology", "dataset", "environment", "specialization", "owner",
+CSV_COLUMNS = ("id", "name", "status", "archived", "topology", "dataset", "environment", "specialization", "algorithm", "owner",
                "tags", "notes", "created", "started", "finished", "step", "total_steps")
 
 
@@ -237,7 +243,7 @@ def run_export_csv(*, runs: QuerySet[Run], metrics: Iterable[str] = ()) -> Itera
         final = run.final_metrics if isinstance(run.final_metrics, dict) else {}
         yield line([
             run.pk, run.name, run.status, run.archived, run.topology.name if run.topology else "",
-            run.dataset.name if run.dataset else "", run.environment, run.specialization,
+            run.dataset.name if run.dataset else "", run.environment, run.specialization, run.algorithm,
             run.owner.username if run.owner else "", ", ".join(t.name for t in run.tags.all()), run.notes,
             run.created, run.started, run.finished, run.step, run.total_steps,
             *(final.get(k) if isinstance(final.get(k), (int, float)) else "" for k in metric_keys),

@@ -82,6 +82,7 @@ class Run(models.Model):
     archived = models.BooleanField(default=False, help_text="Hidden from the run list unless asked for.")
     environment = models.CharField(max_length=200, blank=True, help_text="config.topology.environment")
     specialization = models.CharField(max_length=10, blank=True, help_text="config.topology.specialization")
+    algorithm = models.CharField(max_length=10, default="grpo", help_text="config.algorithm: grpo (own rollouts) or sft (conversations).")
     gpus = models.PositiveSmallIntegerField(
         default=1, help_text="config.resources.gpus: the run waits on the queue of workers with that many GPUs (gpu, gpu-x2, ...).",
     )

@@ -8,8 +8,8 @@ from django import forms
 
 from training.config import ConfigError, RunConfig
 from webapp.core import trust
-from webapp.models import SPECIALIZATION_HELP, SPECIALIZATION_SHORT_CHOICES, Dataset, Team, Topology
-from webapp.runs.services import RUN_OVERRIDES
+from webapp.models import SPECIALIZATION_HELP, SPECIALIZATION_SHORT_CHOICES, Checkpoint, Dataset, Run, Team, Topology
+from webapp.runs.services import RUN_OVERRIDES, run_source_overrides
 
 _DEFAULTS = RunConfig()
 
@@ -23,6 +23,28 @@ class DatasetChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, obj: Dataset) -> str:  # type: ignore[override]
         train, held = obj.split
         return f"{obj.name} ({obj.environment}, {train}+{held} tasks)"
+
+
+class CheckpointChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Checkpoint) -> str:  # type: ignore[override]
+        return f"run #{obj.run_id} {obj.run.name} · step {obj.step}"
+
+
+def warm_start_checkpoints(team: Team) -> Any:
+    """The checkpoints a new run may start from: those kept of the team's finished runs, newest first."""
+    return Checkpoint.objects.select_related("run").filter(run__team=team, deleted__isnull=True).exclude(
+        run__status__in=Run.ACTIVE).order_by("-run_id", "-step")
+
+
+def agent_mapping(text: str) -> dict[str, str]:
+    """`solver=writer, critic=shared` as {policy: source folder}; ValueError naming a bad pair."""
+    out: dict[str, str] = {}
+    for pair in filter(None, (p.strip() for p in text.replace("\n", ",").split(","))):
+        mine, eq, theirs = pair.partition("=")
+        if not eq or not mine.strip() or not theirs.strip():
+            raise ValueError(f"{pair!r} is not policy=folder (like solver=writer, or solver=shared)")
+        out[mine.strip()] = theirs.strip()
+    return out
 
 
 def _default(dotted: str) -> str:
@@ -50,6 +72,14 @@ class RunForm(forms.Form):
                                             "of an uploaded conversations dataset; the dataset above gives the held-out tasks.")
     conversations = forms.ModelChoiceField(queryset=Dataset.objects.none(), required=False, label="Conversations (SFT)",
                                            help_text="An uploaded conversations dataset; used when the algorithm is SFT.")
+    init_checkpoint = CheckpointChoiceField(queryset=Checkpoint.objects.none(), required=False, label="Start from the weights of",
+                                            empty_label="the base model (a cold start)",
+                                            help_text="A finished run's checkpoint: each policy loads its folder (model.init_from); "
+                                                      "optimizer and data order start fresh.")
+    init_agents = forms.CharField(required=False, max_length=2000, label="Agent mapping",
+                                  widget=forms.TextInput(attrs={"placeholder": "solver=writer, critic=shared"}),
+                                  help_text="Which folder of that checkpoint each policy loads, where the names differ; "
+                                            "empty: each loads the folder of its own name (an agent, or `shared`).")
     specialization = forms.ChoiceField(required=False, choices=[("", "as in the topology")] + SPECIALIZATION_SHORT_CHOICES,
                                        help_text=SPECIALIZATION_HELP)
     steps = _hyper(forms.IntegerField, "optim.steps", help_text="Training steps.")
@@ -82,21 +112,29 @@ class RunForm(forms.Form):
         valid = Dataset.objects.filter(team=team, status=Dataset.Status.VALID)
         self.fields["dataset"].queryset = valid.exclude(kind=Dataset.Kind.CHATS)  # type: ignore[attr-defined]
         self.fields["conversations"].queryset = valid.filter(kind=Dataset.Kind.CHATS)  # type: ignore[attr-defined]
+        self.fields["init_checkpoint"].queryset = warm_start_checkpoints(team)  # type: ignore[attr-defined]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         if data.get("algorithm") == "sft" and not data.get("conversations"):
             self.add_error("conversations", "An SFT run learns from a conversations dataset: pick one (upload it under Datasets).")
+        try:
+            data["init_agents"] = agent_mapping(data.get("init_agents") or "")
+        except ValueError as exc:
+            self.add_error("init_agents", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+        else:
+            if data["init_agents"] and not data.get("init_checkpoint"):
+                self.add_error("init_agents", "Maps policies to a checkpoint's folders: pick the checkpoint to start from too.")
         return data
 
     def overrides(self) -> dict[str, Any]:
         """The RunConfig fields this form sets (`{"optim.lr": 1e-4}`); empty fields set nothing."""
         values = {dotted: self.cleaned_data.get(name) for name, dotted in RUN_OVERRIDES.items()}
         values["topology.specialization"] = self.cleaned_data.get("specialization") or None
-        if self.cleaned_data.get("algorithm") == "sft" and self.cleaned_data.get("conversations"):
-            values["algorithm"] = "sft"
-            values["sft.path"] = str(self.cleaned_data["conversations"].path)
-        return values
+        sft = self.cleaned_data.get("algorithm") == "sft"
+        checkpoint, agents = self.cleaned_data.get("init_checkpoint"), self.cleaned_data.get("init_agents")
+        return {**values, **run_source_overrides(team=self.team, conversations=self.cleaned_data.get("conversations") if sft else None,
+                                                 start_from=checkpoint, agents=agents if checkpoint and isinstance(agents, dict) else None)}
 
     def run_name(self) -> str:
         return self.cleaned_data.get("name") or f"{self.cleaned_data['topology'].name} · {self.cleaned_data['dataset'].name}"
@@ -122,6 +160,10 @@ class RunForm(forms.Form):
         for name, target in RUN_OVERRIDES.items():
             if dotted == target:
                 return name
+        if dotted.startswith("model.init_from.agents"):
+            return "init_agents"
+        if dotted.startswith("model.init_from"):
+            return "init_checkpoint"
         if dotted.startswith(("topology", "model")):
             return "topology"
         if dotted.startswith("data"):
@@ -156,3 +198,27 @@ def _yaml_sets(tree: Any, dotted: str) -> bool:
                 return False
             node = node[int(index)]
     return True
+
+
+class WarmStartForm(forms.Form):
+    """"Warm start from this run": which of the run's episodes to learn from, and the SFT run's
+    main settings (`webapp.runs.warmstart.warm_start_launch`)."""
+
+    threshold = forms.FloatField(required=False, label="Team reward at least", widget=forms.TextInput(attrs={"placeholder": "succeeded", "inputmode": "decimal"}),
+                                 help_text="Empty: the episodes that succeeded. A number from 0 to 1: the episodes whose team reward reaches it.")
+    start_from = forms.ChoiceField(required=False, label="Start from",
+                                   help_text="The weights the run itself started from (its base model, or its own warm start), "
+                                             "or one of its checkpoints.")
+    steps = forms.IntegerField(min_value=1, max_value=100_000, initial=20, help_text="SFT steps.")
+    batch_size = forms.IntegerField(min_value=1, max_value=4096, initial=8, help_text="Examples per step for each trained policy (sft.batch_size).")
+    lr = forms.FloatField(required=False, label="Learning rate", widget=forms.TextInput(attrs={"placeholder": "as the run", "inputmode": "decimal"}),
+                          help_text="Empty: the run's own.")
+    name = forms.CharField(max_length=200, required=False, help_text="Defaults to the run's name · SFT on its episodes.")
+
+    def __init__(self, *args: Any, checkpoints: list[Any], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.checkpoints = {str(c.pk): c for c in checkpoints}
+        self.fields["start_from"].choices = [("", "what the run started from")] + [(key, f"checkpoint of step {c.step}") for key, c in self.checkpoints.items()]  # type: ignore[attr-defined]
+
+    def clean_start_from(self) -> Any:
+        return self.checkpoints.get(self.cleaned_data.get("start_from") or "")

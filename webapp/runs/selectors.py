@@ -6,6 +6,7 @@ charted series in `webapp.runs.series`; the rollout viewer's pages in `webapp.ru
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from django.db.models import QuerySet
@@ -49,6 +50,20 @@ def run_live_card(*, run: Run) -> dict[str, Any]:
         "log_lines": list(run.log_lines.order_by("-time", "-id")[:50])[::-1],
         "waiting_for": queue.run_waiting_for(run=run),
     }
+
+
+def run_conversations(*, run: Run) -> Dataset | None:
+    """The team's conversations dataset an SFT run learns from (None for a GRPO run, or once it is deleted)."""
+    if run.algorithm != "sft":
+        return None
+    try:
+        path = Path(run.to_config().sft.path or "").resolve()
+    except Exception:  # noqa: BLE001 (a stored config an older engine wrote)
+        return None
+    for dataset in Dataset.objects.filter(team_id=run.team_id, kind=Dataset.Kind.CHATS):
+        if dataset.path is not None and dataset.path.resolve() == path:
+            return dataset
+    return None
 
 
 def run_history_sections(*, run: Run) -> dict[str, Any]:

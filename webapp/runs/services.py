@@ -37,6 +37,7 @@ from webapp.core import trust
 from webapp.core.enqueue import RUN_EXECUTE, enqueue
 from webapp.history.services import run_notes_set, run_tags_set
 from webapp.models import (
+    Checkpoint,
     Dataset,
     Experiment,
     Run,
@@ -180,7 +181,7 @@ def run_create(
         run = Run.objects.create(
             team=team, owner=user, name=name, topology=topology, dataset=dataset, config_yaml=config.to_yaml(),
             total_steps=config.optim.steps, resumed_from=resumed_from, celery_task_id=str(uuid.uuid4()),
-            environment=config.topology.environment[:200], specialization=config.topology.specialization,
+            environment=config.topology.environment[:200], specialization=config.topology.specialization, algorithm=config.algorithm,
             gpus=config.resources.gpus, hosts=config.resources.hosts,
         )
         log.info("run #%s queued by %s: %s", run.pk, user or "the API", name)
@@ -409,6 +410,7 @@ def run_clone_initial(*, run: Run) -> CloneInitial:
         notes.append("The run's dataset was deleted: pick one; the advanced YAML keeps the run's data section.")
     else:
         initial["dataset"] = dataset.pk
+    _clone_warm_start(run, target, initial, notes)
     base: dict[str, Any] = {}
     if topology is not None and dataset is not None:
         overrides = {dotted: initial[name] for name, dotted in RUN_OVERRIDES.items() if initial.get(name) not in (None, "")}
@@ -425,6 +427,31 @@ def run_clone_initial(*, run: Run) -> CloneInitial:
     return CloneInitial(initial, notes)
 
 
+def _clone_warm_start(run: Run, target: dict[str, Any], initial: dict[str, Any], notes: list[str]) -> None:
+    """The form fields that say what `run` learned from and started from, taken out of `target`
+    (so the advanced YAML does not repeat them): an SFT run's algorithm and conversations dataset,
+    and the checkpoint of `model.init_from` with its agent mapping, when they are still the team's."""
+    sft = target.get("sft") or {}
+    if target.get("algorithm") == "sft" and sft.get("path"):
+        chats = Dataset.objects.filter(team_id=run.team_id, kind=Dataset.Kind.CHATS, status=Dataset.Status.VALID)
+        picked = next((d for d in chats if str(d.path) == sft["path"]), None)
+        if picked is None:
+            notes.append("The conversations dataset this run learned from is gone: pick one.")
+        else:
+            initial.update(algorithm="sft", conversations=picked.pk)
+        target["algorithm"] = "grpo"
+        target["sft"] = {**sft, "path": None}
+    init = target["model"].get("init_from") or {}
+    if init.get("run"):
+        checkpoint = Checkpoint.objects.filter(run__team_id=run.team_id, path=init["run"], deleted__isnull=True).first()
+        if checkpoint is None:
+            notes.append("The checkpoint this run started from is gone: it starts from the base model unless you pick another.")
+        else:
+            initial["init_checkpoint"] = checkpoint.pk
+            initial["init_agents"] = ", ".join(f"{k}={v}" for k, v in (init.get("agents") or {}).items())
+        target["model"]["init_from"] = {"run": "", "step": 0, "agents": {}}
+
+
 def _tree_diff(base: Any, target: Any) -> Any:
     """What of `target` differs from `base`: nested dicts recursively; anything else whole."""
     if not isinstance(target, dict):
@@ -436,6 +463,46 @@ def _tree_diff(base: Any, target: Any) -> Any:
         elif base[key] != value:
             out[key] = _tree_diff(base[key], value) if isinstance(value, dict) and isinstance(base[key], dict) else value
     return out
+
+
+# == what a run learns from and starts from ================================================================
+
+
+def run_source_overrides(*, team: Team, conversations: Dataset | None = None, start_from: Checkpoint | None = None,
+                         agents: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The dotted config fields that make a run learn from a conversations dataset (`algorithm: sft`,
+    `sft.path`) and start from a checkpoint (`model.init_from`), for the run form, experiments and
+    the API. Both must be the team's (ValidationError naming the field otherwise)."""
+    values: dict[str, Any] = {}
+    if conversations is not None:
+        if conversations.team_id != team.pk or conversations.kind != Dataset.Kind.CHATS or conversations.status != Dataset.Status.VALID:
+            raise ValidationError({"conversations": "Not one of your team's valid conversations datasets."})
+        values.update({"algorithm": "sft", "sft.path": str(conversations.path)})
+    if start_from is not None:
+        if start_from.run.team_id != team.pk or start_from.deleted is not None:
+            raise ValidationError({"start_from": "Not a kept checkpoint of one of your team's runs."})
+        values.update({"model.init_from.run": start_from.path, "model.init_from.step": start_from.step,
+                       "model.init_from.agents": dict(agents) if agents else None})
+    elif agents:
+        raise ValidationError({"start_from": "An agent mapping maps policies to a checkpoint's folders: name the checkpoint too."})
+    return values
+
+
+def run_checkpoint_pick(*, team: Team, run_id: int, step: int = 0) -> Checkpoint:
+    """The kept checkpoint of the team's finished run `run_id` at `step` (0: its last); a
+    ValidationError on `start_from` that says what is wrong (another team's run is "no run with this
+    id", as everywhere)."""
+    run = Run.objects.filter(team=team, pk=run_id).first()
+    if run is None:
+        raise ValidationError({"start_from": f"No run #{run_id} in your team."})
+    if run.is_active:
+        raise ValidationError({"start_from": f"Run #{run_id} is still {run.status}: start from it once it has finished."})
+    kept = run.checkpoints.filter(deleted__isnull=True).order_by("-step")
+    checkpoint = kept.filter(step=step).first() if step else kept.first()
+    if checkpoint is None:
+        steps = ", ".join(str(s) for s in kept.values_list("step", flat=True))
+        raise ValidationError({"start_from": f"Run #{run_id} has no checkpoint" + (f" at step {step}; it keeps steps {steps}." if steps else ".")})
+    return checkpoint
 
 
 # == launching from a config (the API) ===================================================================

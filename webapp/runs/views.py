@@ -23,8 +23,8 @@ from webapp.core.values import id_or_none
 from webapp.jobs import ablations
 from webapp.jobs.forms import EvaluationForm
 from webapp.models import Run
-from webapp.runs import lineage, queue, rollouts, selectors, services
-from webapp.runs.forms import RunForm
+from webapp.runs import lineage, queue, rollouts, selectors, services, warmstart
+from webapp.runs.forms import RunForm, WarmStartForm
 from webapp.teams.access import TeamRequest, team_object_or_404
 
 # == dashboard and team ===========================================================================
@@ -88,7 +88,11 @@ def _run_initial(request: TeamRequest) -> dict[str, Any]:
     picked = {key: id_or_none(request.GET.get(key)) for key in ("topology", "dataset")}
     # "Run" from a topology (or a dataset) picks the other half too when one fits its environment
     topology, dataset = catalog_selectors.run_pair_complete(team=request.team, topology_id=picked["topology"], dataset_id=picked["dataset"])
-    return {key: str(obj.pk) for key, obj in (("topology", topology), ("dataset", dataset)) if obj is not None}
+    initial = {key: str(obj.pk) for key, obj in (("topology", topology), ("dataset", dataset)) if obj is not None}
+    checkpoint = id_or_none(request.GET.get("init_checkpoint"))  # "New run from its weights" on a run page
+    if checkpoint is not None:
+        initial["init_checkpoint"] = str(checkpoint)  # the form's choices hold only the team's kept checkpoints
+    return initial
 
 
 @require_POST
@@ -114,7 +118,7 @@ RUN_PARTS = ("actions", "held-out", "artifacts", "eval-panel")
 def run_detail(request: TeamRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(selectors.run_page_runs(team=request.team), pk=pk)
     parts = [p for p in request.GET.get("parts", "").split(",") if p in RUN_PARTS] if request.htmx else []
-    context = {"run": run, "parts": parts, **selectors.run_live_card(run=run)}
+    context = {"run": run, "parts": parts, **selectors.run_live_card(run=run), "conversations": selectors.run_conversations(run=run)}
     if not request.htmx:
         context.update(origin=lineage.run_origin(run=run), descendants=lineage.run_descendants(run=run))
     if not request.htmx or parts:
@@ -122,6 +126,47 @@ def run_detail(request: TeamRequest, pk: int) -> HttpResponse:
                        ablations=ablations.run_ablations(run=run))
     template = "runs/detail.html#refresh" if request.htmx else "runs/detail.html"
     return render(request, template, context)
+
+
+def run_warm_start(request: TeamRequest, pk: int) -> HttpResponse:
+    """"Warm start from this run": the SFT set its episodes give (a preview that follows the form
+    over htmx: examples per agent and a few of them), and on POST the SFT run on it."""
+    run = team_object_or_404(request, Run, pk)
+    data = request.POST if request.method == "POST" else (request.GET or None)
+    form = WarmStartForm(data, checkpoints=warmstart.warm_start_checkpoints(run=run))
+    episodes = None
+    if not form.is_bound or form.is_valid():
+        try:
+            episodes = warmstart.warm_start_set(run=run, threshold=form.cleaned_data.get("threshold") if form.is_bound else None)
+        except ValidationError as exc:
+            _add_errors(form, exc)
+    if request.method == "POST" and episodes is not None and not form.errors:
+        d = form.cleaned_data
+        try:
+            new = warmstart.warm_start_launch(run=run, user=request.user, threshold=d["threshold"], steps=d["steps"],
+                                              batch_size=d["batch_size"], lr=d["lr"], start_from=d["start_from"], name=d["name"])
+        except (ValidationError, ConfigError) as exc:
+            _add_errors(form, exc)
+        else:
+            messages.success(request, f"Queued SFT run #{new.pk} on {sum(episodes.counts.values())} examples of run #{run.pk}.",
+                             extra_tags="while-queued")
+            return redirect(new)
+    context = {"run": run, "form": form, "episodes": episodes, "samples": episodes.samples() if episodes else {}}
+    return render(request, "runs/warm_start.html#preview" if request.htmx else "runs/warm_start.html", context)
+
+
+def _add_errors(form: WarmStartForm, exc: ValidationError | ConfigError) -> None:
+    """Each problem next to the form field it names, else above the form."""
+    if isinstance(exc, ConfigError):
+        for problem in exc.problems:
+            form.add_error(None, f"{problem.field}: {problem.message}")
+    elif hasattr(exc, "error_dict"):
+        for name, errors in exc.message_dict.items():
+            for message in errors:
+                form.add_error(name if name in form.fields else None, message)
+    else:
+        for message in exc.messages:
+            form.add_error(None, message)
 
 
 @require_GET
