@@ -116,5 +116,5 @@ def test_the_migration_reads_older_runs_algorithm_from_their_snapshots(alice, al
     from django.apps import apps
 
     Run.objects.update(algorithm="grpo")  # as the column's default left them
-    importlib.import_module("webapp.migrations.0014_warm29_run_algorithm").backfill(apps, None)
+    importlib.import_module("webapp.migrations.0015_run_algorithm").backfill(apps, None)
     assert dict(Run.objects.values_list("name", "algorithm")) == {"first": "grpo", "sft one": "sft"}
