@@ -51,7 +51,7 @@ gpu-constraints: $(STAMP)
 run: $(STAMP)
 	$(PY) manage.py troupe
 
-test: $(STAMP) $(VLLM_STAMP)
+test: $(STAMP)
 	bash scripts/test.sh
 
 test-quick: $(STAMP)

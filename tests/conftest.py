@@ -112,10 +112,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def bundled_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A `models/` folder holding the bundled SmolLM2-135M converted once for the session."""
+    """A `models/` folder holding the bundled SmolLM2-135M converted once for the session. Under
+    pytest-xdist the workers share one folder beside their own temporary roots: the converter's
+    file lock lets the first worker build it and the others wait for it and use it."""
     from training.models import resolve_model_dir
 
-    root = tmp_path_factory.mktemp("bundled-data")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = tmp_path_factory.getbasetemp().parent / "bundled-data"
+        root.mkdir(exist_ok=True)
+    else:
+        root = tmp_path_factory.mktemp("bundled-data")
     saved = os.environ.get("TROUPE_DATA_DIR")
     os.environ["TROUPE_DATA_DIR"] = str(root)
     try:

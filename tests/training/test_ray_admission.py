@@ -158,6 +158,7 @@ def test_a_run_cancelled_before_any_rank_started_keeps_its_resume_step():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ray")  # one local Ray cluster at a time on this machine (the suite's other is the e2e's)
 def test_a_real_ray_placement_group_is_waited_for_and_removed():
     """The one check against Ray itself: a local one-CPU cluster cannot grant two CPUs (the wait
     times out, the group is removed), and grants one on its node."""

@@ -134,12 +134,15 @@ def run_warm_start(request: TeamRequest, pk: int) -> HttpResponse:
     run = team_object_or_404(request, Run, pk)
     data = request.POST if request.method == "POST" else (request.GET or None)
     form = WarmStartForm(data, checkpoints=warmstart.warm_start_checkpoints(run=run))
-    episodes = None
+    episodes, problems = None, []
     if not form.is_bound or form.is_valid():
         try:
             episodes = warmstart.warm_start_set(run=run, threshold=form.cleaned_data.get("threshold") if form.is_bound else None)
         except ValidationError as exc:
-            _add_errors(form, exc)
+            if form.is_bound:
+                _add_errors(form, exc)
+            else:  # the first view (a run still queued, or one without episodes): said on the page
+                problems = exc.messages
     if request.method == "POST" and episodes is not None and not form.errors:
         d = form.cleaned_data
         try:
@@ -151,7 +154,8 @@ def run_warm_start(request: TeamRequest, pk: int) -> HttpResponse:
             messages.success(request, f"Queued SFT run #{new.pk} on {sum(episodes.counts.values())} examples of run #{run.pk}.",
                              extra_tags="while-queued")
             return redirect(new)
-    context = {"run": run, "form": form, "episodes": episodes, "samples": episodes.samples() if episodes else {}}
+    context = {"run": run, "form": form, "episodes": episodes, "problems": problems,
+               "samples": episodes.samples() if episodes else {}}
     return render(request, "runs/warm_start.html#preview" if request.htmx else "runs/warm_start.html", context)
 
 

@@ -22,7 +22,7 @@ from tests.webapp.runs.test_integration_worker import broker, redis_url  # noqa:
 from webapp.catalog import services as catalog
 from webapp.models import Agent, ModelSource, Run
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one local Ray cluster at a time
 
 ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
 

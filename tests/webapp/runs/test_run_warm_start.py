@@ -162,6 +162,16 @@ def test_no_qualifying_episode_shows_on_the_page_and_launches_nothing(alice, fin
     assert Run.objects.count() == runs and not Dataset.objects.filter(kind=Dataset.Kind.CHATS).exists()
 
 
+def test_the_page_of_a_run_it_cannot_use_yet_says_why(alice, alice_world):
+    """The first view (no form sent yet) of a queued run, then of a finished run without episodes."""
+    run = alice_world.run
+    response = alice.client.get(f"/runs/{run.pk}/warm-start/")
+    assert response.status_code == 200 and "is still queued: warm start from it once it has finished" in response.content.decode()
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED)
+    response = alice.client.get(f"/runs/{run.pk}/warm-start/")
+    assert response.status_code == 200 and "stored no episodes to learn from" in response.content.decode()
+
+
 def test_another_team_s_run_is_not_found(bob, finished):
     assert bob.client.get(f"/runs/{finished.pk}/warm-start/").status_code == 404
     assert bob.client.post(f"/runs/{finished.pk}/warm-start/", {"steps": "3", "batch_size": "2"}).status_code == 404
