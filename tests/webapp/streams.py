@@ -55,6 +55,16 @@ async def receive_all(ws: WebsocketCommunicator, timeout: float = 1.0, *, first:
     return out
 
 
+async def receive_backlog(ws: WebsocketCommunicator, first: float = 30.0) -> list[dict[str, Any]]:
+    """What the socket sends as it opens, up to and including the log tail that ends the backlog
+    (`streaming.stream_open` sends it last, so that the page knows the backlog is complete): an
+    event to wait on, where a quiet period could cut a slow backlog in two on a busy machine."""
+    out: list[dict[str, Any]] = []
+    while not out or out[-1]["t"] != "log":
+        out.append(await ws.receive_json_from(timeout=first))
+    return out
+
+
 def by_type(messages: list[dict[str, Any]], t: str) -> list[dict[str, Any]]:
     return [m for m in messages if m["t"] == t]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.test import Client
 
-from tests.webapp.streams import TRANSACTIONAL, receive_all, run, socket
+from tests.webapp.streams import TRANSACTIONAL, receive_backlog, run, socket
 
 pytestmark = TRANSACTIONAL
 
@@ -58,7 +58,7 @@ def test_it_accepts_a_member_of_the_runs_team(alice, alice_world):
         ws = socket(alice_world.run.pk, alice.client)
         connected, _ = await ws.connect()
         assert connected
-        messages = await receive_all(ws)
+        messages = await receive_backlog(ws)
         assert messages[0]["t"] == "status" and messages[0]["status"] == "queued"
         await ws.disconnect()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from channels.layers import get_channel_layer
 from django.urls import reverse
 
-from tests.webapp.streams import TRANSACTIONAL, Worker, by_type, metric_steps, orm, receive_all, run, socket
+from tests.webapp.streams import TRANSACTIONAL, Worker, by_type, metric_steps, orm, receive_all, receive_backlog, run, socket
 from webapp.models import Rollout
 
 pytestmark = TRANSACTIONAL
@@ -25,7 +25,7 @@ def test_it_sends_the_backlog_then_live_deltas(alice, alice_world):
 
         ws = socket(alice_world.run.pk, alice.client)
         assert (await ws.connect())[0]
-        backlog = await receive_all(ws)
+        backlog = await receive_backlog(ws)
         assert [m["t"] for m in backlog] == ["status", "metrics", "metrics", "evals", "rollouts", "log"]  # run-wide, then per agent
         assert backlog[0]["status"] == "running" and backlog[0]["total"] == 5
         assert metric_steps(backlog) == [1, 2] and backlog[2]["agents"]["tool"]["loss"][0] == [1, 2]
@@ -72,7 +72,7 @@ def test_it_sends_each_viewer_the_same_live_step(alice, alice_world):
         sockets = [socket(alice_world.run.pk, alice.client) for _ in range(3)]
         for ws in sockets:
             assert (await ws.connect())[0]
-            await receive_all(ws, timeout=0.2)
+            await receive_backlog(ws)
         await worker.metrics(1, total=3)
         for ws in sockets:
             assert metric_steps(await receive_all(ws, timeout=0.2)) == [1]
@@ -85,7 +85,7 @@ def test_it_answers_a_ping(alice, alice_world):
     async def scenario():
         ws = socket(alice_world.run.pk, alice.client)
         assert (await ws.connect())[0]
-        await receive_all(ws, timeout=0.2)
+        await receive_backlog(ws)
         await ws.send_json_to({"t": "ping"})
         assert await ws.receive_json_from() == {"t": "pong"}
         await ws.disconnect()
@@ -102,7 +102,7 @@ def test_it_catches_up_at_a_ping_after_losing_its_group(alice, alice_world):
         await worker.started(total=5)
         ws = socket(alice_world.run.pk, alice.client)
         assert (await ws.connect())[0]
-        await receive_all(ws)
+        await receive_backlog(ws)
         layer = get_channel_layer()
         layer.groups.clear()  # every membership gone
         await worker.metrics(1, total=5)

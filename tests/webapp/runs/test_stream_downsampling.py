@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from tests.webapp.streams import TRANSACTIONAL, metric_steps, receive_all, run, socket
+from tests.webapp.streams import TRANSACTIONAL, metric_steps, receive_backlog, run, socket
 from webapp.core.series import downsample_minmax
 from webapp.models import MetricPoint, Run
 from webapp.runs import series as run_series
@@ -50,7 +50,7 @@ def test_it_downsamples_a_long_run_in_the_backlog(alice, alice_world):
     async def scenario():
         ws = socket(run_.pk, alice.client)
         assert (await ws.connect())[0]
-        run_wide, per_agent = [m for m in await receive_all(ws) if m["t"] == "metrics"]
+        run_wide, per_agent = [m for m in await receive_backlog(ws) if m["t"] == "metrics"]
         assert run_wide["downsampled"] and run_wide["last"] == 5000 and per_agent["last"] == 5000
         steps = metric_steps([run_wide])
         assert len(steps) <= run_series.MAX_POINTS and steps[0] == 1 and steps[-1] == 5000

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from channels.layers import get_channel_layer
 
-from tests.webapp.streams import TRANSACTIONAL, Worker, by_type, metric_steps, orm, receive_all, run, socket
+from tests.webapp.streams import TRANSACTIONAL, Worker, by_type, metric_steps, orm, receive_all, receive_backlog, run, socket
 from webapp.models import LogLine, Rollout
 
 pytestmark = TRANSACTIONAL
@@ -23,7 +23,7 @@ def test_it_fills_the_gap_after_a_reconnect(alice, alice_world):
             await worker.log(f"step {step}")
         first = socket(alice_world.run.pk, alice.client)
         assert (await first.connect())[0]
-        backlog = await receive_all(first)
+        backlog = await receive_backlog(first)
         assert metric_steps(backlog) == [1, 2, 3]
         last_log = by_type(backlog, "log")[0]["lines"][-1]["id"]
         await first.disconnect()  # the network drops; the run goes on
@@ -35,7 +35,7 @@ def test_it_fills_the_gap_after_a_reconnect(alice, alice_world):
 
         again = socket(alice_world.run.pk, alice.client, f"step=3&log={last_log}")
         assert (await again.connect())[0]
-        refill = await receive_all(again)
+        refill = await receive_backlog(again)
         assert metric_steps(refill) == [4, 5]
         assert by_type(refill, "rollouts")[0]["last_id"] == await orm(lambda: Rollout.objects.latest("id").pk)
         assert [line["message"].split(":")[0] for line in by_type(refill, "log")[0]["lines"]] == ["step 4/8", "step 4", "step 5/8", "step 5"]
@@ -54,7 +54,7 @@ def test_it_reads_a_dropped_message_back_from_the_database(alice, alice_world):
         await worker.started(total=8)
         ws = socket(alice_world.run.pk, alice.client)
         assert (await ws.connect())[0]
-        await receive_all(ws)
+        await receive_backlog(ws)
         await worker.metrics(1, total=8)
         assert metric_steps(await receive_all(ws)) == [1]
 
@@ -81,7 +81,7 @@ def test_it_ignores_a_malformed_cursor(alice, alice_world):
         await orm(LogLine.objects.create, run_id=alice_world.run.pk, message="hello")
         ws = socket(alice_world.run.pk, alice.client, "step=abc&log=1e9&rollout=-1")
         assert (await ws.connect())[0]
-        backlog = await receive_all(ws)
+        backlog = await receive_backlog(ws)
         assert metric_steps(backlog) == [1] and by_type(backlog, "log")[0]["lines"][-1]["message"] == "hello"
         await ws.disconnect()
 

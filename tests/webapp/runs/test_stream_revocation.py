@@ -15,7 +15,7 @@ from django.contrib.sessions.models import Session
 from django.test import Client
 from django.urls import reverse
 
-from tests.webapp.streams import TRANSACTIONAL, orm, receive_all, run, socket
+from tests.webapp.streams import TRANSACTIONAL, orm, receive_all, receive_backlog, run, socket
 from webapp.core import sockets
 from webapp.models import Membership
 from webapp.runs.consumers import RunConsumer
@@ -39,7 +39,7 @@ async def _open(run_id: int, client: Client):
     ws = socket(run_id, client)
     connected, _ = await ws.connect()
     assert connected
-    await receive_all(ws)  # the backlog
+    await receive_backlog(ws)  # the backlog
     return ws
 
 

@@ -8,7 +8,7 @@ import time
 
 from django.urls import reverse
 
-from tests.webapp.streams import TRANSACTIONAL, Worker, by_type, orm, receive_all, run, socket
+from tests.webapp.streams import TRANSACTIONAL, Worker, by_type, orm, receive_all, receive_backlog, run, socket
 from webapp.models import Checkpoint, Evaluation, LogLine, Run
 from webapp.runs.sink import DatabaseSink
 
@@ -40,7 +40,7 @@ def test_an_open_page_hears_the_phase_and_a_late_one_reads_it(alice, alice_world
         await worker.started(total=3)
         ws = socket(alice_world.run.pk, alice.client)
         assert (await ws.connect())[0]
-        await receive_all(ws)
+        await receive_backlog(ws)
         await orm(worker.sink.status, "evaluating", "Evaluating at step 0: 25/100 held-out tasks", progress=0.25, eta=None)
         live = await receive_all(ws)
         phase = by_type(live, "phase")
@@ -53,7 +53,7 @@ def test_an_open_page_hears_the_phase_and_a_late_one_reads_it(alice, alice_world
 
         late = socket(alice_world.run.pk, alice.client)
         assert (await late.connect())[0]
-        status = by_type(await receive_all(late), "status")[0]
+        status = by_type(await receive_backlog(late), "status")[0]
         assert (status["phase"], status["detail"]) == ("training", "Training step 1 of 3") and abs(status["eta"] - eta) < 0.01
         await late.disconnect()
 
