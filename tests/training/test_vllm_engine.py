@@ -32,17 +32,24 @@ BUNDLED = "bundled:smollm2-135m-instruct"
 QUESTIONS = ["What is 12 * 7? Write Python that prints it.", "Name three colours."]
 
 
-def make(specialization: str, agents: list[dict] | None = None) -> tuple[vllm_backend.VLLMGenerator, PolicySet]:
-    agents = agents or [{"name": "tool", "role": "tool"}, {"name": "reasoner", "role": "reasoner"}]
-    cfg = RunConfig.from_dict(
+def run_config(specialization: str) -> RunConfig:
+    return RunConfig.from_dict(
         {
             "name": "vllm-test",
             "model": {"source": BUNDLED},
-            "topology": {"environment": "math_tool", "specialization": specialization, "agents": agents},
+            "topology": {
+                "environment": "math_tool",
+                "specialization": specialization,
+                "agents": [{"name": "tool", "role": "tool"}, {"name": "reasoner", "role": "reasoner"}],
+            },
             "lora": {"r": 8, "alpha": 16},
             "generation": {"backend": "vllm", "vllm_gpu_memory_utilization": 0.02, "vllm_max_model_len": 1024},
         }
     )
+
+
+def make(specialization: str) -> tuple[vllm_backend.VLLMGenerator, PolicySet]:
+    cfg = run_config(specialization)
     policies = build_policies(cfg, device=torch.device("cpu"))
     return vllm_backend.VLLMGenerator(cfg, policies), policies
 
@@ -106,17 +113,16 @@ def without_logprobs(groups: list[list[Generation]]) -> list[list[tuple]]:
 # -- one engine at a time, shared by the tests of a specialization ------------------------------
 
 
-SOLVER = [{"name": "solver", "role": "reasoner"}]
-
-
 @pytest.fixture(scope="module")
 def engine(bundled_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., tuple]]:
     """`engine(specialization)` -> (generator, policies). A process holds one vLLM engine at a time,
     as a run does, so the engine of the last specialization asked for stays open for the next test
     that asks for it (the file keeps a specialization's tests together) and closes when another is
     asked for. Before each test its trainable weights are put back as they were built and pushed
-    into the engine, so no test sees another's updates. Starting an engine is the slow part of
-    these tests; `test_close_...` and the fresh half of `test_resume_...` start their own."""
+    into the engine, so no test sees another's updates. `single` and `prompt` build the same
+    policies (one `shared` model, every agent acting with it) and so the same engine: the
+    `prompt` engine serves both. `test_close_...` (last) and the fresh half of `test_resume_...`
+    start engines of their own."""
     data = tmp_path_factory.mktemp("vllm-data")
     (data / "models").symlink_to(bundled_models, target_is_directory=True)
     open_: dict[str, tuple] = {}
@@ -136,7 +142,7 @@ def engine(bundled_models: Path, tmp_path_factory: pytest.TempPathFactory) -> It
             gen.weights_changed()
             return gen, policies
         close()
-        gen, policies = make(specialization, SOLVER if specialization == "single" else None)
+        gen, policies = make(specialization)
         built = {name: [p.detach().clone() for p in policy.params] for name, policy in policies.policies.items()}
         open_[specialization] = (gen, policies, built)
         return gen, policies
@@ -158,8 +164,9 @@ def test_each_lora_agent_samples_from_its_own_adapter_and_updates_need_no_merge(
     gen, policies = engine("lora")
     tool, reasoner = policies.policies["tool"], policies.policies["reasoner"]
     ps = prompts(policies)
-    base = ids(vllm_greedy(gen, tool, ps))  # fresh adapters (B = 0) are the base model
-    assert_same_greedy(tool, ps, vllm_greedy(gen, tool, ps), hf_greedy(tool, ps))
+    base_groups = vllm_greedy(gen, tool, ps)
+    base = ids(base_groups)  # fresh adapters (B = 0) are the base model
+    assert_same_greedy(tool, ps, base_groups, hf_greedy(tool, ps))
     nudge(tool, seed=1, scale=0.05)
     nudge(reasoner, seed=2, scale=0.05)
     gen.weights_changed()
@@ -227,7 +234,23 @@ def test_resume_re_syncs_the_served_weights_to_the_restored_checkpoint(engine, t
         fresh.close()
 
 
-# -- prompt / single / full: the weights are pushed into the engine ------------------------------
+# -- full / prompt / single: the weights are pushed into the engine ------------------------------
+# (single's policies are prompt's: one `shared` model; the prompt engine serves the tests from here
+# on, and the close test, last, closes it)
+
+
+def test_full_agents_share_one_engine_and_each_acts_with_its_own_weights(engine) -> None:
+    gen, policies = engine("full")
+    tool, reasoner = policies.policies["tool"], policies.policies["reasoner"]
+    ps = prompts(policies)
+    nudge(tool, seed=5, scale=0.01)
+    gen.weights_changed(tool)
+    want = {policy.name: hf_greedy(policy, ps) for policy in (tool, reasoner)}
+    got = {}
+    for policy in (tool, reasoner, tool):  # the acting agent's weights are swapped in when it changes
+        got[policy.name] = vllm_greedy(gen, policy, ps)
+        assert_same_greedy(policy, ps, got[policy.name], want[policy.name])
+    assert ids(got["tool"]) != ids(got["reasoner"])
 
 
 def test_prompt_weights_are_pushed_into_the_engine_after_an_update(engine) -> None:
@@ -244,22 +267,11 @@ def test_prompt_weights_are_pushed_into_the_engine_after_an_update(engine) -> No
     assert_same_greedy(shared, ps, after_groups, hf_greedy(shared, ps))
 
 
-def test_full_agents_share_one_engine_and_each_acts_with_its_own_weights(engine) -> None:
-    gen, policies = engine("full")
-    tool, reasoner = policies.policies["tool"], policies.policies["reasoner"]
-    ps = prompts(policies)
-    nudge(tool, seed=5, scale=0.01)
-    gen.weights_changed(tool)
-    for policy in (tool, reasoner, tool):  # the acting agent's weights are swapped in when it changes
-        assert_same_greedy(policy, ps, vllm_greedy(gen, policy, ps), hf_greedy(policy, ps))
-    assert ids(vllm_greedy(gen, tool, ps)) != ids(vllm_greedy(gen, reasoner, ps))
-
-
 # -- sampling: greedy with n > 1, seeds, log-probs -----------------------------------------------
 
 
 def test_greedy_with_n_above_one_repeats_the_hf_greedy_completion(engine) -> None:
-    gen, policies = engine("single")
+    gen, policies = engine("prompt")
     shared = policies.policies["shared"]
     ps = prompts(policies)
     groups = vllm_greedy(gen, shared, ps, n=3)
@@ -269,7 +281,7 @@ def test_greedy_with_n_above_one_repeats_the_hf_greedy_completion(engine) -> Non
 
 
 def test_sampling_is_seeded_and_its_logprobs_are_the_trainers_up_to_the_mismatch(engine) -> None:
-    gen, policies = engine("single")
+    gen, policies = engine("prompt")
     shared = policies.policies["shared"]
     ps = prompts(policies)
     groups = gen.generate(shared, ps, n=4, max_new_tokens=24, temperature=1.0, seed=7)
@@ -281,7 +293,7 @@ def test_sampling_is_seeded_and_its_logprobs_are_the_trainers_up_to_the_mismatch
         for g in group:
             assert g.truncated or g.token_ids[-1] in stops  # the end-of-turn token is kept, as in the HF backend
             assert g.logprobs is not None and len(g.logprobs) == len(g.token_ids)
-            samples.append(Sample("solver", tuple(p), g.token_ids, 0.0, 1.0, g.logprobs))
+            samples.append(Sample("tool", tuple(p), g.token_ids, 0.0, 1.0, g.logprobs))
     batch = _collate(samples, shared.tokenizer.pad_token_id or 0)
     with torch.no_grad():
         trainer, _ = token_logprobs(shared.model, batch["input_ids"], batch["attention_mask"], batch["completion_mask"], temperature=1.0)
@@ -291,7 +303,7 @@ def test_sampling_is_seeded_and_its_logprobs_are_the_trainers_up_to_the_mismatch
     assert float(diff.mean()) < 1e-2 and float(diff.max()) < 0.1, (float(diff.mean()), float(diff.max()))
 
 
-# -- close: last, it closes the shared single engine itself --------------------------------------
+# -- close: last, it closes the shared prompt engine itself --------------------------------------
 
 
 def test_close_releases_the_engines_memory_and_a_new_engine_starts(engine) -> None:
@@ -303,7 +315,7 @@ def test_close_releases_the_engines_memory_and_a_new_engine_starts(engine) -> No
         gc.collect()
         return psutil.Process().memory_info().rss / 2**30  # GiB
 
-    gen, policies = engine("single")
+    gen, policies = engine("prompt")
     engine.forget()  # this test closes it
     shared = policies.policies["shared"]
     nudge(shared, seed=8, scale=0.01)  # pushed into the engine: the reload path
@@ -317,7 +329,7 @@ def test_close_releases_the_engines_memory_and_a_new_engine_starts(engine) -> No
     closed = rss()  # what the process keeps after one engine: libraries, allocator pools
 
     for _ in range(2):
-        again = vllm_backend.VLLMGenerator(gen_config(), policies)
+        again = vllm_backend.VLLMGenerator(run_config("prompt"), policies)
         try:
             again.weights_changed(shared)
             assert ids(vllm_greedy(again, shared, prompts(policies))) == first
@@ -329,14 +341,3 @@ def test_close_releases_the_engines_memory_and_a_new_engine_starts(engine) -> No
         assert held - closed > 0.6, (closed, held)
         assert rss() - closed < 0.25, (closed, held, rss())
         assert not dist.is_initialized()
-
-
-def gen_config() -> RunConfig:
-    return RunConfig.from_dict(
-        {
-            "name": "vllm-test",
-            "model": {"source": BUNDLED},
-            "topology": {"environment": "math_tool", "specialization": "single", "agents": SOLVER},
-            "generation": {"backend": "vllm", "vllm_gpu_memory_utilization": 0.02, "vllm_max_model_len": 1024},
-        }
-    )
