@@ -33,6 +33,10 @@ nargs=$#  # pytest arguments given: a lane may then hold no test
 workers=${TEST_WORKERS:-2}
 xdist=()
 [ "$workers" != 0 ] && xdist=(-n "$workers" --dist loadgroup)
+# One compute thread per test process when there are several (torch's default is one per core, and
+# two processes of two threads on two cores spin against each other); what a test starts inherits it.
+threads=()
+[ "$workers" -gt 1 ] 2>/dev/null && threads=(env "OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}")
 lanes=()
 status=0
 
@@ -58,7 +62,7 @@ summary() {
 
 if [ $quick = 1 ]; then
   echo "== quick lane (SQLite; no slow, browser, integration or vLLM test)"
-  lane quick $PY -m pytest -m "not slow and not browser and not integration and not vllm" "${xdist[@]}" --durations=10 "$@"
+  lane quick "${threads[@]}" $PY -m pytest -m "not slow and not browser and not integration and not vllm" "${xdist[@]}" --durations=10 "$@"
   summary
 fi
 
@@ -79,7 +83,7 @@ if [ $nargs -eq 0 ]; then
 fi
 
 echo "== test suite (SQLite, ${workers} workers)"
-lane suite $PY -m pytest -m "not vllm" "${xdist[@]}" --durations=15 "$@"
+lane suite "${threads[@]}" $PY -m pytest -m "not vllm" "${xdist[@]}" --durations=15 "$@"
 
 if $PY - <<'PYEOF' 2>/dev/null
 import socket, sys
@@ -104,7 +108,7 @@ PYEOF
 )
   echo "== tests that depend on the database ($pg_server)"
   # -q once (pytest.ini): a summary line
-  lane pg env DATABASE_URL="$pg_url" $PY -m pytest -m "postgres and not vllm" "${xdist[@]}" -p no:cacheprovider --durations=10 "$@"
+  lane pg "${threads[@]}" env DATABASE_URL="$pg_url" $PY -m pytest -m "postgres and not vllm" "${xdist[@]}" -p no:cacheprovider --durations=10 "$@"
 else
   echo "== PostgreSQL not reachable: skipping the PostgreSQL lane"
 fi
