@@ -30,6 +30,7 @@ TEST_PLUGINS = {
         "tests.agents.example_plugin:needs_a_label",
         "tests.faults.plugins:exploding_reward",
         "tests.faults.plugins:interrupting_reward",
+        "tests.faults.plugins:gated_reward",
     ],
 }
 

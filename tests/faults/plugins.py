@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
 from typing import Any
 
 from agents.base import State, StepResult
@@ -47,6 +50,27 @@ class ExitingEnv(BrokenEnv):
 def interrupting_reward(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float]:
     """A reward function that raises KeyboardInterrupt (which `except Exception` does not catch)."""
     raise KeyboardInterrupt("reward function interrupted")
+
+
+GATE_VAR = "TROUPE_TEST_GATE"
+"""A file path: `gated_reward` holds a process's second task until the file exists."""
+GATE_WAIT_S = 300.0
+"""How long a held process waits at most (a test that never opens the gate must not hang a run)."""
+_questions_seen: set[str] = set()
+
+
+def gated_reward(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
+    """Scores nothing (None: does not apply). Its work is to hold the run at a known point: the
+    first time this process scores a second task (a rank's second step; its first step's checkpoint
+    is saved by then) it waits for the file named by $TROUPE_TEST_GATE. A test can so kill a host
+    while the run is certainly mid-run, however fast the machine, then open the gate for the resume."""
+    gate = os.environ.get(GATE_VAR)
+    _questions_seen.update(str(q) for q in columns.get("question", []))
+    if gate and len(_questions_seen) >= 2:
+        deadline = time.monotonic() + GATE_WAIT_S
+        while not Path(gate).exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    return [None] * len(completions)
 
 
 class ExitOnInit(BrokenEnv):

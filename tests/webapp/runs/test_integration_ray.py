@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
+from tests.faults.plugins import GATE_VAR
 from tests.processes import Processes, wait_for
 from tests.webapp.runs.test_integration_worker import broker, redis_url  # noqa: F401 (fixtures)
 from webapp.catalog import services as catalog
@@ -28,7 +29,17 @@ ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 
 @pytest.fixture
-def cluster() -> Iterator[Any]:
+def gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The file `tests.faults.plugins:gated_reward` waits for: each rank holds its second step until
+    it exists, so the host dies mid-run however fast the machine is. Set before the nodes start, so
+    Ray's workers inherit it."""
+    path = tmp_path / "gate-open"
+    monkeypatch.setenv(GATE_VAR, str(path))
+    return path
+
+
+@pytest.fixture
+def cluster(gate: Path) -> Iterator[Any]:
     """A head node and a second node, one CPU each: a 2-rank run needs both. Ray gives a node 30 s
     to register, which a loaded machine can miss: a node that timed out is started again."""
     for attempt in range(3):
@@ -79,7 +90,7 @@ def _wait_finished(run: Run, procs: Processes, what: str) -> Run:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_two_host_run_fails_when_a_host_dies_and_resumes_to_the_end(alice, broker, ray_worker, cluster, settings, tmp_path):  # noqa: F811
+def test_a_two_host_run_fails_when_a_host_dies_and_resumes_to_the_end(alice, broker, ray_worker, cluster, gate, settings, tmp_path):  # noqa: F811
     settings.TROUPE_RAY_ADDRESS = cluster.address  # the web's check: this installation names a cluster
     tiny = ModelSource.objects.create(team=alice.team, name="tiny", source="tiny-random:llama")
     tool = Agent.objects.create(team=alice.team, name="tool", role="tool", model_source=tiny)
@@ -91,17 +102,20 @@ def test_a_two_host_run_fails_when_a_host_dies_and_resumes_to_the_end(alice, bro
     response = alice.client.post(reverse("run_new"), {
         "topology": topology.pk, "dataset": dataset.pk, "steps": "12", "k": "2", "tasks_per_step": "2", "lr": "1e-3",
         "lora_r": "4", "max_new_tokens": "8", "temperature": "1.0", "beta": "0", "eval_every": "0",
-        "advanced_yaml": "resources: {hosts: 2}\ncheckpoint: {every: 1}\ngeneration: {backend: hf}",
+        "advanced_yaml": "resources: {hosts: 2}\ncheckpoint: {every: 1}\ngeneration: {backend: hf}\n"
+                         "data: {reward_fn: 'tests.faults.plugins:gated_reward'}",
     })
     assert response.status_code == 302, response.context["form"].errors
     run = Run.objects.get()
     assert run.hosts == 2 and run.queue_name == "ray"
 
-    # the first checkpoint is in the database: kill the second host
+    # the first checkpoint is in the database and the ranks wait at the gate in step 2: kill the
+    # second host, then open the gate (rank 0 goes on, to find its peer gone)
     wait_for(lambda: run.checkpoints.exists() or not Run.objects.get(pk=run.pk).is_active, "the first checkpoint", 1200, 0.5,
              proc=next(iter(ray_worker.workers.values())))
     dead = next(n for n in cluster.worker_nodes)
     cluster.remove_node(dead, allow_graceful=False)
+    gate.touch()
     run = _wait_finished(run, ray_worker, "the run to fail")
     assert run.status == Run.Status.FAILED, f"{run.status}: {run.error_message}\n{ray_worker.logs()}"
     assert "a rank of the 2-rank Ray run failed; resume from the last checkpoint" in run.error_message
