@@ -19,6 +19,7 @@ import pytest
 from django.urls import reverse
 
 from tests.faults.conftest import TINY, TINY_YAML
+from tests.faults.plugins import GATE_VAR
 from tests.processes import Processes, wait_for
 from tests.webapp.conftest import make_world
 from training.data import batch_indices
@@ -45,7 +46,8 @@ def fleet_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def fleet(django_db_setup, django_db_blocker, fleet_dir: Path) -> Iterator[Processes]:
     (fleet_dir / "data").mkdir()
     (fleet_dir / "logs").mkdir()
-    fleet = Processes(data_dir=fleet_dir / "data", log_dir=fleet_dir / "logs", env={"TROUPE_WORKER_LOST_SECONDS": str(LOST_SECONDS)})
+    fleet = Processes(data_dir=fleet_dir / "data", log_dir=fleet_dir / "logs",
+                      env={"TROUPE_WORKER_LOST_SECONDS": str(LOST_SECONDS), GATE_VAR: str(fleet_dir / "gate-open")})
     with django_db_blocker.unblock():
         fleet.start_redis()
         fleet.a = fleet.start_worker("a")  # type: ignore[attr-defined]
@@ -100,11 +102,14 @@ def expected_task(step: int) -> str:
 
 def test_a_killed_workers_run_is_marked_lost_and_resumes_on_another_worker(alice, fleet):
     fleet.wait_online(fleet.a, fleet.b)
-    run = queue(alice.team, steps=7)
-    until(run, "a checkpoint at step 2", lambda r: r.checkpoints.filter(step__gte=2).exists(), fleet)
+    # The run holds in its second step (tests.faults.plugins:gated_reward) until the gate opens, so
+    # the worker dies mid-run however fast the machine; the survivor finds the gate open.
+    run = queue(alice.team, steps=7, advanced_yaml="data: {reward_fn: 'tests.faults.plugins:gated_reward'}\n")
+    until(run, "a checkpoint at step 1", lambda r: r.checkpoints.filter(step__gte=1).exists(), fleet)
     victim = run.worker
     assert victim in (fleet.a, fleet.b)
     fleet.kill_worker(victim)
+    (fleet.data_dir.parent / "gate-open").touch()
     killed_at = time.monotonic()
     run.refresh_from_db()
     assert run.status == Run.Status.RUNNING  # nothing knows yet
