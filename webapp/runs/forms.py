@@ -8,7 +8,8 @@ from django import forms
 
 from training.config import ConfigError, RunConfig
 from webapp.core import trust
-from webapp.models import SPECIALIZATION_HELP, SPECIALIZATION_SHORT_CHOICES, Checkpoint, Dataset, Run, Team, Topology
+from webapp.models import SPECIALIZATION_HELP, SPECIALIZATION_SHORT_CHOICES, Checkpoint, Dataset, Team, Topology
+from webapp.runs import selectors
 from webapp.runs.services import RUN_OVERRIDES, run_source_overrides
 
 _DEFAULTS = RunConfig()
@@ -28,12 +29,6 @@ class DatasetChoiceField(forms.ModelChoiceField):
 class CheckpointChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, obj: Checkpoint) -> str:  # type: ignore[override]
         return f"run #{obj.run_id} {obj.run.name} · step {obj.step}"
-
-
-def warm_start_checkpoints(team: Team) -> Any:
-    """The checkpoints a new run may start from: those kept of the team's finished runs, newest first."""
-    return Checkpoint.objects.select_related("run").filter(run__team=team, deleted__isnull=True).exclude(
-        run__status__in=Run.ACTIVE).order_by("-run_id", "-step")
 
 
 def agent_mapping(text: str) -> dict[str, str]:
@@ -112,7 +107,7 @@ class RunForm(forms.Form):
         valid = Dataset.objects.filter(team=team, status=Dataset.Status.VALID)
         self.fields["dataset"].queryset = valid.exclude(kind=Dataset.Kind.CHATS)  # type: ignore[attr-defined]
         self.fields["conversations"].queryset = valid.filter(kind=Dataset.Kind.CHATS)  # type: ignore[attr-defined]
-        self.fields["init_checkpoint"].queryset = warm_start_checkpoints(team)  # type: ignore[attr-defined]
+        self.fields["init_checkpoint"].queryset = selectors.startable_checkpoints(team=team)  # type: ignore[attr-defined]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

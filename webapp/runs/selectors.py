@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 
 from webapp.artifacts.selectors import run_artifacts_section
 from webapp.history.selectors import run_held_out
-from webapp.models import Agent, Dataset, Job, Run, Team, Topology
+from webapp.models import Agent, Checkpoint, Dataset, Job, Run, Team, Topology
 from webapp.runs import queue
 
 
@@ -57,13 +57,27 @@ def run_conversations(*, run: Run) -> Dataset | None:
     if run.algorithm != "sft":
         return None
     try:
-        path = Path(run.to_config().sft.path or "").resolve()
+        path = run.to_config().sft.path
     except Exception:  # noqa: BLE001 (a stored config an older engine wrote)
         return None
-    for dataset in Dataset.objects.filter(team_id=run.team_id, kind=Dataset.Kind.CHATS):
-        if dataset.path is not None and dataset.path.resolve() == path:
-            return dataset
-    return None
+    return conversations_at(team_id=run.team_id, path=path)
+
+
+def conversations_at(*, team_id: int, path: str | None, valid_only: bool = False) -> Dataset | None:
+    """The team's conversations dataset whose file is `path` (a config's `sft.path`), if any."""
+    if not path:
+        return None
+    wanted = Path(path).resolve()
+    datasets = Dataset.objects.filter(team_id=team_id, kind=Dataset.Kind.CHATS)
+    if valid_only:
+        datasets = datasets.filter(status=Dataset.Status.VALID)
+    return next((d for d in datasets if d.path is not None and d.path.resolve() == wanted), None)
+
+
+def startable_checkpoints(*, team: Team) -> QuerySet[Checkpoint]:
+    """The checkpoints a new run may start from: those kept of the team's finished runs, newest first."""
+    return Checkpoint.objects.select_related("run").filter(run__team=team, deleted__isnull=True).exclude(
+        run__status__in=Run.ACTIVE).order_by("-run_id", "-step")
 
 
 def run_history_sections(*, run: Run) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from webapp.models import (
     Team,
     Topology,
 )
-from webapp.runs import queue, trials
+from webapp.runs import queue, selectors, trials
 from webapp.runs.sink import DatabaseSink
 from webapp.teams.audit import Verb, audit_record
 
@@ -433,8 +433,7 @@ def _clone_warm_start(run: Run, target: dict[str, Any], initial: dict[str, Any],
     and the checkpoint of `model.init_from` with its agent mapping, when they are still the team's."""
     sft = target.get("sft") or {}
     if target.get("algorithm") == "sft" and sft.get("path"):
-        chats = Dataset.objects.filter(team_id=run.team_id, kind=Dataset.Kind.CHATS, status=Dataset.Status.VALID)
-        picked = next((d for d in chats if str(d.path) == sft["path"]), None)
+        picked = selectors.conversations_at(team_id=run.team_id, path=sft["path"], valid_only=True)
         if picked is None:
             notes.append("The conversations dataset this run learned from is gone: pick one.")
         else:

@@ -27,6 +27,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import transaction
 
 from webapp.catalog.conversations import conversations_upload
+from webapp.catalog.services.names import free_name
 from webapp.models import Checkpoint, Dataset, Run
 from webapp.runs import services
 
@@ -179,7 +180,8 @@ def warm_start_launch(
     if start_from is not None:  # else the weights the run itself started from (its base, or its own warm start)
         tree["model"]["init_from"] = {"run": start_from.path, "step": start_from.step}
     label = f"run #{run.pk} episodes ({episodes.rule})"
-    dataset_name = _free_dataset_name(run, label)
+    dataset_name = free_name(Dataset, run.team, label, max_length=100,
+                             suffixes=("" if i == 1 else f" ({i})" for i in range(1, 1000)))
     stored: Dataset | None = None
     try:
         with transaction.atomic():
@@ -192,14 +194,3 @@ def warm_start_launch(
         if stored is not None and stored.path is not None:
             stored.path.unlink(missing_ok=True)
         raise
-
-
-def _free_dataset_name(run: Run, label: str) -> str:
-    taken = set(Dataset.objects.filter(team_id=run.team_id, name__startswith=label[:90]).values_list("name", flat=True))
-    name = label[:100]
-    for i in range(2, 1000):
-        if name not in taken:
-            break
-        name = f"{label[:94]} ({i})"
-    return name
-

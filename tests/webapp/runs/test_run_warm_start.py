@@ -116,6 +116,13 @@ def test_it_stores_the_set_and_queues_an_sft_run_from_a_checkpoint(alice, finish
     assert enqueued == [new.pk] and new.topology == finished.topology and new.dataset == finished.dataset
 
 
+def test_a_second_warm_start_stores_its_set_under_a_free_name(alice, finished, enqueued):
+    warm_start_launch(run=finished, user=alice.user, steps=2)
+    warm_start_launch(run=finished, user=alice.user, steps=2)
+    names = sorted(Dataset.objects.filter(team=alice.team, kind=Dataset.Kind.CHATS).values_list("name", flat=True))
+    assert names == [f"run #{finished.pk} episodes (succeeded)", f"run #{finished.pk} episodes (succeeded) (2)"]
+
+
 def test_a_launch_that_fails_saves_neither_the_dataset_nor_the_run(alice, finished, monkeypatch, data_dir):
     def refuse(**kwargs):
         raise ConfigError("optim.steps", "refused")
