@@ -26,7 +26,7 @@ STEPS=${STEPS:-6}
 JOBS=${JOBS:-2}
 export LOGS=$OUT/logs
 export COMMON="--level 2,3 --eval-size 32 --steps $STEPS --eval-every 3 --max-turns 4 --threads 1 --out-dir $OUT"
-QUEUE=${QUEUE:-"untrained-single:0 untrained-single:1 prompt:0 untrained-single:2 single:0 single:1 single:2 prompt:1 prompt:2
+QUEUE=${QUEUE:-"untrained-single:0 untrained-single:1 prompt:0 untrained-single:2 single:0 single:1 single:2 prompt:1 prompt:2 single-async:0 single-async:1 single-async:2
 untrained-multi:0 untrained-self:0 self:0 self:1 self:2 lora:0 lora:1 lora:2 alone:0 alone:1 alone:2"}
 mkdir -p "$LOGS"
 if [ -n "${AUTOGROUP_NICE:-}" ]; then

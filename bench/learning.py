@@ -16,6 +16,8 @@ bench/results/learning/<env>-<level or size>/):
   untrained-multi   the base model as the two-agent team, evaluated only (and with its roles swapped)
   untrained-self    the base model as the lone agent given the team's turns (`self_correct`), evaluated only
   single            AT-GRPO, the lone agent, the whole model trained
+  single-async      `single` with one-step-off-policy rollouts (`generation.async: one_step_off`): a
+                    sampler thread generates step t+1 with the weights of step t-1 while step t updates
   self              AT-GRPO, the lone agent given the team's turns: it sees its last attempt and
                     tries again until it repeats its answer (the environment's `self_correct`)
   prompt            AT-GRPO, the team sharing one trained model, roles differ by prompt
@@ -54,10 +56,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, command_line, cpu_seconds, machine, table, write_json  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
-ARMS = ("untrained-single", "untrained-self", "untrained-multi", "single", "self", "prompt", "lora", "alone", "trl")
-SPEC_OF = {"untrained-single": "single", "untrained-self": "single", "untrained-multi": "prompt", "single": "single", "self": "single",
+ARMS = ("untrained-single", "untrained-self", "untrained-multi", "single", "single-async", "self", "prompt", "lora", "alone", "trl")
+SPEC_OF = {"untrained-single": "single", "untrained-self": "single", "untrained-multi": "prompt", "single": "single",
+           "single-async": "single", "self": "single",
            "prompt": "prompt", "lora": "lora", "alone": "lora", "trl": "single"}
-UNTRAINED_OF = {"single": "untrained-single", "trl": "untrained-single", "self": "untrained-self", "prompt": "untrained-multi",
+UNTRAINED_OF = {"single": "untrained-single", "single-async": "untrained-single", "trl": "untrained-single", "self": "untrained-self", "prompt": "untrained-multi",
                 "lora": "untrained-multi", "alone": "untrained-multi"}
 TEAM_ROLES = {"math_tool": ("tool", "reasoner"), "plan_path": ("tool", "plan")}
 """The two roles of each environment's team, in turn order."""
@@ -141,6 +144,8 @@ def arm_config(arm: str, args: argparse.Namespace, *, roles: tuple[str, ...] | N
     }
     if args.lr is not None:
         overrides["optim.lr"] = args.lr
+    if arm == "single-async":
+        overrides["generation.async"] = "one_step_off"
     return RunConfig.load(CONFIGS / f"math-{spec}.yaml").replace(**overrides)
 
 
@@ -195,6 +200,14 @@ class Recorder:
         p["curve"].append({"step": step, "train_seconds": p["train_seconds"], "train_tokens": p["train_tokens"], "step_time": seconds,
                            "reward": values["reward/total"], "success": values.get("success"),
                            "agents": {a: v.get("reward/total") for a, v in agents.items()}, **extra})
+
+    def add_train_time(self, seconds: float, cpu: float) -> None:
+        """Training time spent outside a step (an async run finishing its next batch before an evaluation)."""
+        p = self.payload
+        p["train_seconds"] += seconds
+        p["train_cpu_seconds"] = p.get("train_cpu_seconds", 0.0) + cpu
+        if p["curve"]:
+            p["curve"][-1]["train_seconds"] = p["train_seconds"]
 
     def evaluate(self, sampler: Any, eval_tasks: list[Any], step: int, *, final: bool, swap: bool = False) -> None:
         t0, c0 = time.perf_counter(), cpu_seconds()
@@ -257,19 +270,33 @@ def build(config: Any, args: argparse.Namespace) -> tuple[Any, list[Any], list[A
 def train(sampler: Any, train_tasks: list[Any], args: argparse.Namespace, rec: Recorder, *, label: str, on_eval: Any = None,
           **extra: Any) -> None:
     from agents.envs._common import run_cached
+    from training.async_rollout import LAGS, AsyncRollouts
     from training.events import NullSink
-    from training.trainer import train_step
+    from training.trainer import collect_rollouts, train_step
 
-    for step in range(1, args.steps + 1):
-        run_cached.cache_clear()
-        t0, c0 = time.perf_counter(), cpu_seconds()
-        m = train_step(sampler, train_tasks, step, NullSink())
-        rec.step(step, time.perf_counter() - t0, m.values, m.agents, cpu=cpu_seconds() - c0, **extra)
-        write_json(rec.out, rec.payload)
-        print(f"{label} step {step}: {rec.payload['curve'][-1]['step_time']:.1f}s reward {m.values['reward/total']:.3f} "
-              f"success {m.values['success']:.3f} tokens {rec.payload['train_tokens']}", flush=True)
-        if on_eval is not None and (step == args.steps or (args.eval_every and step % args.eval_every == 0)):
-            on_eval(step, step == args.steps)
+    mode = sampler.config.generation.async_
+    rollouts = None
+    if mode != "off":  # as training.trainer.train does: a sampler thread one step ahead
+        rollouts = AsyncRollouts(sampler, lambda s, step: collect_rollouts(s, train_tasks, step), lag=LAGS[mode], total_steps=args.steps)
+    try:
+        for step in range(1, args.steps + 1):
+            run_cached.cache_clear()
+            t0, c0 = time.perf_counter(), cpu_seconds()
+            m = train_step(sampler, train_tasks, step, NullSink(), rollouts)
+            rec.step(step, time.perf_counter() - t0, m.values, m.agents, cpu=cpu_seconds() - c0, **extra,
+                     **({"staleness": m.values.get("async/staleness")} if rollouts else {}))
+            write_json(rec.out, rec.payload)
+            print(f"{label} step {step}: {rec.payload['curve'][-1]['step_time']:.1f}s reward {m.values['reward/total']:.3f} "
+                  f"success {m.values['success']:.3f} tokens {rec.payload['train_tokens']}", flush=True)
+            if on_eval is not None and (step == args.steps or (args.eval_every and step % args.eval_every == 0)):
+                if rollouts is not None:  # finish the next step's batch (the run's generator is then idle):
+                    t0, c0 = time.perf_counter(), cpu_seconds()  # training time, though the step has been recorded
+                    rollouts.settle()
+                    rec.add_train_time(time.perf_counter() - t0, cpu_seconds() - c0)
+                on_eval(step, step == args.steps)
+    finally:
+        if rollouts is not None:
+            rollouts.close()
 
 
 def run_alone(args: argparse.Namespace, rec: Recorder) -> None:

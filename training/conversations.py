@@ -31,7 +31,7 @@ and the engine read a file the same way.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -196,3 +196,35 @@ def by_agent(conversations: Sequence[Conversation], config: RunConfig) -> dict[s
     if problems:
         raise DataErrors(problems[:MAX_PROBLEMS], stopped=len(problems) > MAX_PROBLEMS)
     return out
+
+
+# == a run's own episodes as examples =============================================================
+
+
+def episode_rows(data: Any) -> Iterator[dict[str, Any]]:
+    """Each turn's chosen candidate of a stored episode (`training.rollout.Episode.to_dict`) as a
+    prompt-completion row for the agent that wrote it (none for a turn without text): the turn's
+    prompt, and the candidate's text, or its segments with each tool call's result between them."""
+    for turn in data.get("turns", []) if isinstance(data, dict) else []:
+        candidates, chosen = turn.get("candidates") or [], turn.get("chosen", 0)
+        if not (isinstance(chosen, int) and 0 <= chosen < len(candidates)) or not turn.get("prompt") or not turn.get("agent"):
+            continue
+        completion = completion_of(candidates[chosen])
+        if completion:
+            yield {"agent": turn["agent"], "prompt": turn["prompt"], "completion": completion}
+
+
+def completion_of(candidate: dict[str, Any]) -> str | list[dict[str, str]]:
+    """The candidate's own text; for a turn that called tools, its segments with each call's result
+    between them (call i came after segment i)."""
+    calls, segments = candidate.get("calls") or [], candidate.get("segments") or []
+    if not calls or not segments:
+        return str(candidate.get("text") or "")
+    messages: list[dict[str, str]] = []
+    for i, segment in enumerate(segments):
+        messages.append({"role": "assistant", "content": str(segment)})
+        if i < len(calls):
+            call = calls[i]
+            result = f"Error: {call['error']}" if call.get("error") else str(call.get("result", ""))  # agents.tools.result_text
+            messages.append({"role": "tool", "name": str(call.get("name") or "tool"), "content": result})
+    return messages

@@ -16,7 +16,6 @@ team's conversations datasets and queues the SFT run on it, or neither.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +25,7 @@ from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import transaction
 
+from training.conversations import episode_rows
 from webapp.catalog.conversations import conversations_upload
 from webapp.catalog.services.names import free_name
 from webapp.models import Checkpoint, Dataset, Run
@@ -97,7 +97,7 @@ def warm_start_set(*, run: Run, threshold: float | None = None) -> EpisodeSet:
     size = 0
     for data in chosen.order_by("-step", "episode").values_list("data", flat=True).iterator():
         out.episodes += 1
-        for row in _episode_rows(data):
+        for row in episode_rows(data):
             key = json.dumps(row, sort_keys=True)
             if key in seen:
                 out.duplicates += 1
@@ -117,33 +117,6 @@ def warm_start_set(*, run: Run, threshold: float | None = None) -> EpisodeSet:
         raise ValidationError({"threshold": f"No episode of run #{run.pk} qualifies: {why}. "
                                             + ("Set a team reward threshold instead." if threshold is None else "Lower the threshold.")})
     return out
-
-
-def _episode_rows(data: Any) -> Iterator[dict[str, Any]]:
-    """Each turn's chosen candidate as a prompt-completion row (none for a turn without text)."""
-    for turn in data.get("turns", []) if isinstance(data, dict) else []:
-        candidates, chosen = turn.get("candidates") or [], turn.get("chosen", 0)
-        if not (isinstance(chosen, int) and 0 <= chosen < len(candidates)) or not turn.get("prompt") or not turn.get("agent"):
-            continue
-        completion = _completion(candidates[chosen])
-        if completion:
-            yield {"agent": turn["agent"], "prompt": turn["prompt"], "completion": completion}
-
-
-def _completion(candidate: dict[str, Any]) -> str | list[dict[str, str]]:
-    """The candidate's own text; for a turn that called tools, its segments with each call's result
-    between them (call i came after segment i)."""
-    calls, segments = candidate.get("calls") or [], candidate.get("segments") or []
-    if not calls or not segments:
-        return str(candidate.get("text") or "")
-    messages: list[dict[str, str]] = []
-    for i, segment in enumerate(segments):
-        messages.append({"role": "assistant", "content": str(segment)})
-        if i < len(calls):
-            call = calls[i]
-            result = f"Error: {call['error']}" if call.get("error") else str(call.get("result", ""))  # agents.tools.result_text
-            messages.append({"role": "tool", "name": str(call.get("name") or "tool"), "content": result})
-    return messages
 
 
 def _tail(text: str) -> str:
