@@ -122,7 +122,7 @@ def calculator_config(args: argparse.Namespace, seed: int) -> Any:
     from training.config import RunConfig
 
     return RunConfig.load(CALCULATOR).replace(**{
-        "seed": seed, "topology.env_args": {"level": 4}, "data.eval_size": args.eval_size, "eval.size": args.eval_size,
+        "model.source": args.model, "seed": seed, "topology.env_args": {"level": 4}, "data.eval_size": args.eval_size, "eval.size": args.eval_size,
         "eval.every": 0, "checkpoint.every": 0, "optim.steps": args.grpo_steps, "optim.tasks_per_step": args.tasks, "grpo.k": args.k,
     })
 
@@ -209,7 +209,7 @@ def part_episodes(args: argparse.Namespace) -> dict[str, Any]:
 
     work = Path(args.work_dir) / "episodes"
     work.mkdir(parents=True, exist_ok=True)
-    largs = learning.parse_args(["--arm", "prompt", "--level", "2,3", "--eval-size", str(args.eval_size), "--max-turns", "4",
+    largs = learning.parse_args(["--arm", "prompt", "--model", args.model, "--level", "2,3", "--eval-size", str(args.eval_size), "--max-turns", "4",
                                  "--threads", str(args.threads), "--steps", str(args.source_steps), "--tasks", str(args.source_tasks)])
     config = learning.arm_config("prompt", largs).replace(**{"eval.every": 0, "checkpoint.every": 0})
     env = load_environment(config.topology.environment, **config.topology.env_args)
@@ -311,6 +311,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=("calculator", "episodes"))
     parser.add_argument("--report", action="store_true")
+    parser.add_argument("--model", default="bundled:smollm2-135m-instruct")
     parser.add_argument("--out-dir", default=str(RESULTS / "warm_start"))
     parser.add_argument("--work-dir", default="/tmp/troupe-warm-start", help="run folders (checkpoints, events)")
     parser.add_argument("--learning-dir", default=str(RESULTS / "learning" / "math_tool-level2+3"),

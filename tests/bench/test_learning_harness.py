@@ -155,3 +155,21 @@ def test_at_equal_tokens_a_run_not_yet_evaluated_within_the_budget_counts_its_un
     runs = {"untrained-multi": untrained, "prompt": team, "single": run(0, 0.5, [250, 500])}
     groups = learning.aggregate(runs)
     assert groups["prompt"]["names"] == ["prompt"]
+
+
+def test_the_async_arm_trains_one_step_off_and_counts_its_last_batch_as_training_time(tmp_path: Path) -> None:
+    a = args("--arm", "single-async", "--steps", "2", "--eval-every", "1", "--tasks", "1", "--k", "2", "--max-new-tokens", "4")
+    config = learning.arm_config("single-async", a)
+    assert config.generation.async_ == "one_step_off" and learning.result_name("single-async", a) == "single-async"
+    sampler, train_tasks, _ = learning.build(config, a)
+    rec = learning.Recorder("single-async", config, tmp_path / "single-async.json")
+    evaluated = []
+    try:
+        learning.train(sampler, train_tasks, a, rec, label="single-async", on_eval=lambda step, final: evaluated.append((step, final)))
+    finally:
+        sampler.pool.shutdown()
+    curve = rec.payload["curve"]
+    assert [c["staleness"] for c in curve] == [0.0, 1.0], "step 1 on-policy, step 2 from the weights before step 1's update"
+    assert evaluated == [(1, False), (2, True)]
+    assert rec.payload["train_seconds"] >= sum(c["step_time"] for c in curve), "the wait for the batch in flight is training time"
+    assert curve[-1]["train_tokens"] > curve[0]["train_tokens"] > 0

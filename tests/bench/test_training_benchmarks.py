@@ -88,3 +88,23 @@ def test_it_compares_hf_vllm_and_trl_on_the_gpu(tmp_path):
         "--work-dir", str(tmp_path), "--out", str(out))
     data = json.loads(out.read_text())
     assert data["generation"]["tokens_per_s"]["vllm"] > 0 and data["step"]["ratio"] > 0
+
+
+@pytest.mark.slow
+def test_the_warm_start_benchmark_learns_worked_calls_and_compares_grpo_warm_with_cold(tmp_path):
+    common = ["--model", "tiny-random:llama", "--eval-size", "2", "--sft-steps", "1", "--sft-batch", "2", "--out-dir", str(tmp_path),
+              "--work-dir", str(tmp_path / "work")]
+    out = run("warm_start.py", "--part", "calculator", *common, "--worked", "2", "--samples", "1", "--seeds", "0", "--grpo-steps", "1",
+              "--tasks", "1", "--k", "2")
+    result = json.loads((tmp_path / "calculator.json").read_text())
+    rows = [json.loads(line) for line in (tmp_path / "work" / "calculator" / "worked-calls.jsonl").read_text().splitlines()]
+    assert result["worked_examples"] == len(rows) == 2
+    assert [m["role"] for m in rows[0]["completion"]] == ["assistant", "tool", "assistant"] and "<tool_call>" in rows[0]["completion"][0]["content"]
+    assert rows[0]["completion"][1]["content"] == rows[0]["completion"][2]["content"].removeprefix("Answer: "), "the calculator's real result"
+    assert [(g["start"], g["seed"], g["steps"]) for g in result["grpo"]] == [("cold", 0, 1), ("warm", 0, 1)]
+    assert {"greedy_success", "sampled"} <= set(result["warm"]) and "GRPO from the SFT model" in out
+
+    # the tiny random model never succeeds, so its run leaves nothing to warm start from: said so
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "warm_start.py"), "--part", "episodes", *common, "--source-steps", "1",
+                           "--source-tasks", "2"], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert proc.returncode != 0 and "no stored episode succeeded" in proc.stderr
