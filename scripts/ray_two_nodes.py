@@ -17,6 +17,9 @@ type a command and Enter (or send the signal from another shell; the pid is prin
     status            list the nodes
 
 Start it from the checkout: the nodes' workers import Troupe from their working directory.
+While it is up, a bare `ray.init()` on this machine joins it (Ray's /tmp/ray/ray_current_cluster),
+so the suite's tests that start a Ray of their own are run with it stopped. On a host short of
+memory, Ray's memory monitor may kill the run's workers: start it with RAY_memory_usage_threshold=0.99.
 """
 
 from __future__ import annotations

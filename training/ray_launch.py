@@ -382,7 +382,7 @@ RANK_SNIPPET = re.compile(r"(?s)\[Rank (\d+) Error Snippet\]:\n(.*?)(?=\n\[Rank 
 
 
 def _rank_snippet(rank: str, body: str) -> str:
-    """`rank 0 on node 609260ec (192.0.2.2): A worker health check failed.`: the node the rank ran
+    """`rank 0 on node 609260ec (192.0.2.2): A worker health check failed`: the node the rank ran
     on (when Ray names it) and its error's line: the snippet's first line, or a traceback's last
     exception line."""
     node, ip = re.search(r"node_id='(\w+)'", body), re.search(r"node_ip='([^']+)'", body)
@@ -390,7 +390,7 @@ def _rank_snippet(rank: str, body: str) -> str:
     errors = [line for line in lines if re.match(r"[\w.]*(?:Error|Exception)\b.*:", line)]
     what = (errors[-1] if errors else lines[-1]) if lines and lines[0].startswith("Traceback") else (lines[0] if lines else "?")
     where = f" on node {node.group(1)[:8]}" + (f" ({ip.group(1)})" if ip else "") if node else ""
-    return f"rank {rank}{where}: {what[:240]}"
+    return f"rank {rank}{where}: {what[:240].rstrip('.')}"
 
 
 def ray_reason(text: str) -> str:

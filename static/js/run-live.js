@@ -618,6 +618,7 @@
       case "log": onLog(m); if (!state.loaded) markLoaded(); break;
       case "phase": onPhase(m); break;
       case "checkpoint": refreshSummary(false, ["actions", "artifacts"]); break;
+      case "placed": refreshSummary(true); break;  // the Ray nodes granted: the summary's Hosts line
       case "pong": break;
     }
   }

@@ -167,7 +167,7 @@ def test_a_host_that_died_is_named_by_its_node_in_one_line_per_failed_rank():
         result_of(Outcome(), RuntimeError(WORKER_GROUP_ERROR), ranks=2)
     assert str(failed.value) == (
         "a rank of the 2-rank Ray run failed; resume from the last checkpoint. Ray Train said: Training failed due to worker "
-        "errors: rank 0 on node 609260ec (192.0.2.2): A worker health check failed.; rank 1: RuntimeError: "
+        "errors: rank 0 on node 609260ec (192.0.2.2): A worker health check failed; rank 1: RuntimeError: "
         "[gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:9624: Connection reset by peer. This is typically caused by a remote worker hanging")
 
 
