@@ -77,7 +77,9 @@ def test_an_open_page_hears_where_a_run_on_several_hosts_was_placed(alice, alice
         await ws.disconnect()
 
     run(scenario)
-    assert 'case "placed": refreshSummary(true)' in (ROOT / "static/js/run-live.js").read_text()
+    script = (ROOT / "static/js/run-live.js").read_text()
+    assert 'case "placed": refreshSummary(true)' in script
+    assert 'if (m.phase === "starting" && was !== "starting") refreshSummary(true)' in script, "a page that missed the placed event"
 
 
 def test_the_page_renders_the_phase_and_refreshes_its_other_parts(alice, alice_world):
