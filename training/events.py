@@ -38,9 +38,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-PHASES = ("waiting", "converting", "loading", "evaluating", "training", "checkpointing", "stopping")
+PHASES = ("waiting", "starting", "converting", "loading", "evaluating", "training", "checkpointing", "stopping")
 """What a run can be doing: waiting for a Ray cluster to grant its ranks' GPUs or CPUs (a run on
-several hosts, `training.ray_launch.admit`), converting a model to a Hugging Face folder (first use
+several hosts, `training.ray_launch.admit`), starting its ranks there (Ray Train's processes, until
+rank 0 reports), converting a model to a Hugging Face folder (first use
 only), loading its policies, evaluating on the held-out tasks, training a step, saving a
 checkpoint, stopping (asked to; saving a checkpoint first)."""
 

@@ -195,12 +195,34 @@ class Admission:
     cancelled: bool = False
 
 
+HELD_AFTER_S = 5.0
+"""A placement group not granted after this long is held up by other work; before it, Ray may
+simply not have answered yet (the first waiting line claims nothing)."""
+
+
 def waiting_line(config: RunConfig, *, resource: str, waited_s: float, wait_s: float) -> str:
     """The run page's sentence while the cluster has not granted the run's ranks yet."""
     r = config.resources
     what = "GPUs" if resource == "GPU" else "CPUs"
+    held = ", other work holds them" if waited_s >= HELD_AFTER_S else ""
     return (f"Waiting for {r.hosts} hosts' {what} on the Ray cluster ({r.hosts * r.gpus} ranks x 1 {what[:-1]}, "
-            f"all at once): {waited_s:.0f} s so far, other work holds them; it gives up after {wait_s:.0f} s")
+            f"all at once): {waited_s:.0f} s so far{held}; it gives up after {wait_s:.0f} s")
+
+
+def starting_line(where: dict[str, Any]) -> str:
+    """The run page's sentence from the grant until rank 0's first word (Ray Train starts a process
+    per rank and joins them, which takes seconds to minutes on a loaded cluster)."""
+    nodes = where.get("nodes") or {}
+    on = ", ".join(f"{n} on {node}" for node, n in nodes.items())
+    backend = "NCCL" if where.get("resource") == "GPU" else "gloo"
+    return (f"Starting {where.get('ranks')} ranks on {len(nodes)} Ray node{'s' if len(nodes) != 1 else ''} ({on}): "
+            f"Ray Train starts a process per rank and joins them over {backend}; then the ranks load the models")
+
+
+def report_placed(sink: EventSink, where: dict[str, Any]) -> None:
+    """Tell the sink where the run's ranks live (`placed`) and that they are starting."""
+    sink.placed(where)
+    sink.status("starting", starting_line(where))
 
 
 def admit(config: RunConfig, sink: EventSink, cluster: Cluster, reserve: Callable[[], Reservation], *, resource: str,
@@ -331,10 +353,10 @@ def result_of(outcome: Outcome, failure: BaseException | None, *, ranks: int) ->
         raise DistributedRunError(f"{outcome.error['message']}\n\nrank 0 traceback:\n{outcome.error['traceback']}")
     if outcome.error is not None:  # rank 0 only saw a peer go: the dead rank or host is the reason
         raise DistributedRunError(f"a rank of the {ranks}-rank Ray run failed; resume from the last checkpoint. "
-                                  f"Ray Train said: {_first_lines(str(failure))}\n\nrank 0 saw: {_first_lines(outcome.error['message'], 2, 400)}")
+                                  f"Ray Train said: {ray_reason(str(failure))}\n\nrank 0 saw: {_first_lines(outcome.error['message'], 2, 400)}")
     if failure is not None:
         raise DistributedRunError(f"a rank of the {ranks}-rank Ray run failed; resume from the last checkpoint. "
-                                  f"Ray Train said: {_first_lines(str(failure))}") from failure
+                                  f"Ray Train said: {ray_reason(str(failure))}") from failure
     if outcome.result is None:
         raise DistributedRunError(f"the {ranks}-rank Ray run ended without rank 0's result")
     return TrainResult(**{k: v for k, v in outcome.result.items() if k != "type"})
@@ -351,6 +373,47 @@ def _lost_peer(message: str) -> bool:
 
 def _first_lines(text: str, lines: int = 6, chars: int = 1500) -> str:
     return "\n".join(text.strip().splitlines()[:lines])[:chars]
+
+
+RAY_MEMORY_KILL = re.compile(r"Memory on the node \(IP: (?P<ip>[^,]+), ID: (?P<id>\w+)\) was (?P<used>[\d.]+ ?GB) used / (?P<limit>[\d.]+ ?GB) limit")
+
+
+RANK_SNIPPET = re.compile(r"(?s)\[Rank (\d+) Error Snippet\]:\n(.*?)(?=\n\[Rank \d+ Error Snippet\]:|\Z)")
+
+
+def _rank_snippet(rank: str, body: str) -> str:
+    """`rank 0 on node 609260ec (192.0.2.2): A worker health check failed`: the node the rank ran
+    on (when Ray names it) and its error's line: the snippet's first line, or a traceback's last
+    exception line."""
+    node, ip = re.search(r"node_id='(\w+)'", body), re.search(r"node_ip='([^']+)'", body)
+    lines = [line.strip() for line in body.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if re.match(r"[\w.]*(?:Error|Exception)\b.*:", line)]
+    what = (errors[-1] if errors else lines[-1]) if lines and lines[0].startswith("Traceback") else (lines[0] if lines else "?")
+    where = f" on node {node.group(1)[:8]}" + (f" ({ip.group(1)})" if ip else "") if node else ""
+    return f"rank {rank}{where}: {what[:240].rstrip('.')}"
+
+
+def ray_reason(text: str) -> str:
+    """Ray's report of a failure, short enough for the run page: a kill by Ray's memory monitor
+    (a page of object-store counters and advice) as one sentence with the node, its memory, the
+    task killed and the host's largest processes then; Ray Train's worker errors as one line per
+    failed rank with its node; anything else as its first lines."""
+    found = RAY_MEMORY_KILL.search(text)
+    if found is None:
+        snippets = RANK_SNIPPET.findall(text)
+        if snippets:  # Ray Train's WorkerGroupError: each failed rank's error with its worker's repr and traceback
+            return f"{text.strip().splitlines()[0]} " + "; ".join(_rank_snippet(rank, body) for rank, body in snippets)
+        return _first_lines(text)
+    task = re.search(r"task name=([^,\s]+)", text)
+    threshold = re.search(r"threshold of \d+B \(([\d.]+%)", text)
+    top = text.split("Top 10 memory users:", 1)[1] if "Top 10 memory users:" in text else ""
+    users = [f"pid {pid} {gb} GB ({' '.join(Path(w).name if i == 0 else w for i, w in enumerate(cmd.split()[:2]))})"
+             for pid, gb, cmd in re.findall(r"(?m)^\s*(\d+)\s+([\d.]+)\s+(\S.*)$", top)[:3]]
+    return (f"Ray's memory monitor killed {task.group(1) if task else 'a worker'} on node {found['id'][:8]} ({found['ip']}): "
+            f"the host's memory was at {found['used']} of {found['limit']}"
+            + (f", over Ray's threshold ({threshold.group(1)})" if threshold else "")
+            + (f"; its largest processes then: {', '.join(users)}" if users else "")
+            + ". Free memory on that host (or start Ray there with a higher RAY_memory_usage_threshold)")
 
 
 def scaling_kwargs(config: RunConfig, *, cluster_gpus: float) -> dict[str, Any]:
@@ -400,7 +463,7 @@ def launch(config: RunConfig, out: Path, sink: EventSink, *, address: str | None
     if admission.cancelled:
         return cancelled_waiting(config, sink, admission, resource=resource)
     where = placed(config, cluster, admission, resource=resource, address=address)
-    sink.placed(where)
+    report_placed(sink, where)
     out.mkdir(parents=True, exist_ok=True)
     here = ray.get_runtime_context().get_node_id()
     on_this_node = NodeAffinitySchedulingStrategy(node_id=here, soft=False)
@@ -437,6 +500,9 @@ def launch(config: RunConfig, out: Path, sink: EventSink, *, address: str | None
             relay_events(relay, sink, outcome)
             thread.join(poll_s)
         relay_events(relay, sink, outcome)
+    except ray.exceptions.RayError as exc:  # the mailbox is gone (its node died, or Ray's memory monitor killed it)
+        raise DistributedRunError(f"the run's event relay on the Ray cluster failed, so rank 0's events cannot reach Troupe; "
+                                  f"resume from the last checkpoint. Ray said: {ray_reason(str(exc))}") from exc
     except BaseException:  # the worker is stopping: ask every rank to stop too
         ray_call(relay.request_stop)
         raise

@@ -389,7 +389,11 @@
 
   function onPhase(m) {
     // What the engine is doing now: "Loading ...", "Evaluating at step 0: 25/100 held-out tasks", ...
+    var was = state.phase ? state.phase.phase : null;
     state.phase = { phase: m.phase || "", detail: m.detail || "", progress: m.progress };
+    // A run on several hosts starts its ranks once Ray granted its nodes: a page rendered before
+    // that (or whose socket opened after the placed event) reads the summary's Hosts line again.
+    if (m.phase === "starting" && was !== "starting") refreshSummary(true);
     if (m.eta !== undefined) state.eta = m.eta;
     renderPhase();
     renderProgress();
@@ -618,6 +622,7 @@
       case "log": onLog(m); if (!state.loaded) markLoaded(); break;
       case "phase": onPhase(m); break;
       case "checkpoint": refreshSummary(false, ["actions", "artifacts"]); break;
+      case "placed": refreshSummary(true); break;  // the Ray nodes granted: the summary's Hosts line
       case "pong": break;
     }
   }

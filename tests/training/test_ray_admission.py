@@ -107,12 +107,14 @@ def test_a_cluster_that_can_hold_the_run_or_grow_to_it_is_no_problem():
 
 
 def test_a_run_waits_for_its_placement_group_and_says_what_it_waits_for():
-    sink, reservation = Recorder(stop_after=None), FakeReservation(grant_after=3)
+    sink, reservation = Recorder(stop_after=None), FakeReservation(grant_after=8)
     got = _admit(_config(), sink, _cluster(1, 1), reservation, say_every_s=2.0)
     assert got.nodes == ["id0", "id1"] and not got.cancelled and reservation.removed
     lines = [e for e in sink.events if e[0] == "status"]
     assert lines and all(phase == "waiting" for _, phase, _ in lines)
     assert "Waiting for 2 hosts' CPUs on the Ray cluster (2 ranks x 1 CPU, all at once)" in lines[0][2]
+    assert "other work holds them" not in lines[0][2], "not at once: Ray may simply not have answered yet"
+    assert "other work holds them" in lines[-1][2], "after a few seconds, it is so"
     assert len(lines) < reservation.waits, "said every few seconds, not at every poll"
 
 

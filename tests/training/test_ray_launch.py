@@ -104,6 +104,73 @@ def test_a_rank_or_host_that_died_fails_the_run_with_rays_reason():
         result_of(Outcome(), None, ranks=2)
 
 
+RAY_MEMORY_KILL = (  # Ray 2.60's report, as a run on a busy host got it (shortened in the middle)
+    "1 worker(s) were killed due to the node running low on memory. Memory on the node (IP: 192.0.2.2, ID: "
+    "772dd508e448557fc5953f5209bc400ec1ab0aad1450f6741503dc8a) was 23.04GB used / 23.54GB limit (0.978685)\n"
+    "OOM kill reason: Memory usage 24610586624B exceeded threshold of 24012259328B (95.0% of 25276063744B limit)\n"
+    "Object store memory usage: [- objects spillable: 1\n- bytes spillable: 4377\n" + "- objects unsealed: 0\n" * 20 + "]\n"
+    "Selected to kill: (Task: job ID=01000000, lease ID=18, task name=RunRelay.__init__, required resources={}, pid=20305, "
+    "actual memory used=0.05GB, worker ID=32f1)\n]\n"
+    "Top 10 memory users: PID\tMEM(GB)\tCOMMAND\n"
+    "16145\t4.21\t.venv/bin/python bench/learning.py --arm single-async --seed 0 ...\n"
+    "13063\t4.11\t.venv/bin/python bench/learning.py --arm self --seed 1 ...\n"
+    "19931\t2.46\t/work/wt/x/.venv/bin/python -B -c from multiprocessing.spawn import spawn_main...\n"
+    "16128\t1.24\t.venv/bin/python bench/warm_start.py --part calculator\n"
+    "Refer to the documentation on how to address the out of memory issue: https://docs.ray.io/... " + "More advice. " * 40
+)
+
+
+def test_a_kill_by_rays_memory_monitor_is_one_sentence_about_the_host_not_the_runs_batch():
+    from webapp.runs.services import run_failure_message
+
+    reason = ray_launch.ray_reason(RAY_MEMORY_KILL)
+    assert reason == ("Ray's memory monitor killed RunRelay.__init__ on node 772dd508 (192.0.2.2): the host's memory was at "
+                      "23.04GB of 23.54GB, over Ray's threshold (95.0%); its largest processes then: pid 16145 4.21 GB "
+                      "(python bench/learning.py), pid 13063 4.11 GB (python bench/learning.py), pid 19931 2.46 GB (python -B). "
+                      "Free memory on that host (or start Ray there with a higher RAY_memory_usage_threshold)")
+    with pytest.raises(DistributedRunError) as failed:
+        result_of(Outcome(), RuntimeError("Training failed due to worker errors:\n[Rank 1]\nOutOfMemoryError: " + RAY_MEMORY_KILL), ranks=2)
+    message = run_failure_message(failed.value)
+    assert "Ray's memory monitor killed RunRelay.__init__ on node 772dd508" in message and len(message) < 800
+    assert "objects unsealed" not in message and "micro_batch_size" not in message, "a host short of memory, not a batch too large"
+    assert ray_launch.ray_reason("ActorDiedError: the node died\nmore\n" * 5).count("\n") == 5, "anything else: its first lines"
+
+
+WORKER_GROUP_ERROR = """Training failed due to worker errors:
+[Rank 0 Error Snippet]:
+A worker health check failed.
+Worker info: Worker(
+  actor=Actor(RayTrainWorker, 7107c25bcca10d64f1997a2801000000),
+  metadata=ActorMetadata(
+    hostname='vm',
+    node_id='609260ec20d54d29c6feb3c35e31268d417f12288e10d4a0847aa40f',
+    node_ip='192.0.2.2',
+    pid=22807,
+  ),
+  distributed_context=DistributedContext(world_rank=0, world_size=2, local_rank=0, local_world_size=2, node_rank=0),
+)
+The actor 7107c25bcca10d64f1997a2801000000 is unavailable: RpcError: failed to connect to all addresses
+[Rank 1 Error Snippet]:
+Traceback (most recent call last):
+  File "/work/training/rank.py", line 29, in run_rank
+    result = train(config, out_dir=out, sink=relay or NullSink(), dist=dist)
+... (Output truncated. See individual worker logs for full details) ...
+    work.wait()
+RuntimeError: [gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:9624: Connection reset by peer. This is typically caused by a remote worker hanging
+"""
+
+
+def test_a_host_that_died_is_named_by_its_node_in_one_line_per_failed_rank():
+    """Ray Train's report of a host killed mid-run (as the run page got it from a real two-node
+    cluster): the first six lines stopped inside the dead worker's repr, before its node."""
+    with pytest.raises(DistributedRunError) as failed:
+        result_of(Outcome(), RuntimeError(WORKER_GROUP_ERROR), ranks=2)
+    assert str(failed.value) == (
+        "a rank of the 2-rank Ray run failed; resume from the last checkpoint. Ray Train said: Training failed due to worker "
+        "errors: rank 0 on node 609260ec (192.0.2.2): A worker health check failed; rank 1: RuntimeError: "
+        "[gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:9624: Connection reset by peer. This is typically caused by a remote worker hanging")
+
+
 def test_rank_0s_broken_collective_is_a_symptom_and_the_dead_rank_is_the_reason():
     outcome = Outcome(error={"message": "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer", "traceback": "..."})
     died = RuntimeError("Training failed due to worker errors:\n[Rank 1]\nActorDiedError: the node running this actor died")

@@ -1,7 +1,7 @@
 """A run on several hosts while its Ray cluster has not granted its ranks: the run page and the
 workers page say what it waits for instead of looking stuck, the run's cancel ends the wait (the
 run ends cancelled with the reason), and once granted both pages show the hosts, the ranks and
-the Ray nodes. The launcher's own logic runs for real (`training.ray_launch.admit` with the web's
+the Ray nodes, and that the ranks are starting. The launcher's own logic runs for real (`training.ray_launch.admit` with the web's
 sink); only Ray's placement group is faked (tests/training/test_ray_admission.py covers it)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.urls import reverse
 from django.utils import timezone
 
-from training.ray_launch import Cluster, Node, admit, cancelled_waiting, placed
+from training.ray_launch import Cluster, Node, admit, cancelled_waiting, placed, report_placed
 from webapp.models import Run, Worker
 from webapp.runs import services as run_services
 
@@ -52,7 +52,7 @@ def _launcher(reservation, seen):
                           poll_s=0, say_every_s=0)
         if admission.cancelled:
             return cancelled_waiting(config, sink, admission, resource="CPU")
-        sink.placed(placed(config, CLUSTER, admission, resource="CPU", address=ADDRESS))
+        report_placed(sink, placed(config, CLUSTER, admission, resource="CPU", address=ADDRESS))
         seen["granted"] = True
         return cancelled_waiting(config, sink, admission, resource="CPU")  # stands in for Ray Train's run
 
@@ -108,3 +108,5 @@ def test_a_granted_run_shows_its_hosts_and_ray_nodes_on_both_pages(alice, alice_
         assert "2 hosts × 1 CPU: 2 ranks on the Ray cluster (data)" in page
         assert "2 Ray nodes: alpha (1 rank), bravo (1 rank)" in page
     assert "Hosts" in pages["run"] and "not granted yet" not in pages["run"]
+    starting = "Starting 2 ranks on 2 Ray nodes (1 on alpha, 1 on bravo): Ray Train starts a process per rank and joins them over gloo"
+    assert starting in pages["run"] and starting in pages["workers"], "no longer waiting: the ranks are starting"

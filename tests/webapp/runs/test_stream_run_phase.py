@@ -5,6 +5,7 @@ the run ends; the page's other parts refresh with the run's state, not at the ne
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from django.urls import reverse
 
@@ -13,6 +14,7 @@ from webapp.models import Checkpoint, Evaluation, LogLine, Run
 from webapp.runs.sink import DatabaseSink
 
 pytestmark = TRANSACTIONAL
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_it_keeps_the_phase_on_the_run_and_logs_each_new_one_once(alice_world):
@@ -58,6 +60,26 @@ def test_an_open_page_hears_the_phase_and_a_late_one_reads_it(alice, alice_world
         await late.disconnect()
 
     run(scenario)
+
+
+def test_an_open_page_hears_where_a_run_on_several_hosts_was_placed(alice, alice_world):
+    """The Hosts line is in the summary card, which refreshes on status changes and steps: the
+    `placed` event must reach the page as well, or it says "not granted yet" while its ranks start."""
+    worker = Worker(alice_world.run)
+
+    async def scenario():
+        await worker.started(total=3)
+        ws = socket(alice_world.run.pk, alice.client)
+        assert (await ws.connect())[0]
+        await receive_backlog(ws)
+        await orm(worker.sink.placed, {"launcher": "ray", "hosts": 2, "ranks": 2, "resource": "CPU", "nodes": {"alpha": 1, "bravo": 1}})
+        assert by_type(await receive_all(ws), "placed") == [{"t": "placed"}]
+        await ws.disconnect()
+
+    run(scenario)
+    script = (ROOT / "static/js/run-live.js").read_text()
+    assert 'case "placed": refreshSummary(true)' in script
+    assert 'if (m.phase === "starting" && was !== "starting") refreshSummary(true)' in script, "a page that missed the placed event"
 
 
 def test_the_page_renders_the_phase_and_refreshes_its_other_parts(alice, alice_world):
