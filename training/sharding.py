@@ -7,7 +7,11 @@ What changes against data parallel (`training.distributed`), and nothing else do
   parameter, its gradient and its AdamW state (the optimizer is rebuilt over the sharded
   parameters). `lora` shards the frozen base and leaves the adapters whole (FSDP's
   `ignored_params`): they are small, their gradients are summed as in data parallel, and PEFT
-  saves and loads them as before. A reference model for the KL term is sharded too.
+  saves and loads them as before. A reference model for the KL term is sharded too. Each rank
+  loads the whole model before sharding it, so the build's peak is the whole model plus the
+  rank's shard; nothing keeps the whole parameters after (`bench/fsdp.py`'s build peak, and
+  `tests/training/test_distributed.py`). Building on the meta device and broadcasting the
+  weights from rank 0 would spare the other ranks that peak; it is not done.
 - **Update**: FSDP gathers a layer's weights for its forward and backward and reduce-scatters
   its gradients (summed, not averaged: the loss is already normalised by the global counts).
   Those are collective calls, so every rank runs as many forward and backward passes as the

@@ -94,6 +94,14 @@ def test_fsdp_shards_the_model_and_updates_it_as_one_process_does_on_the_whole_b
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("specialization", ["prompt", "lora", "full"])
+def test_no_whole_parameter_outlives_the_sharding(two_rank_updates, specialization):
+    for r in range(2):
+        kept = torch.load(two_rank_updates / f"fsdp-{specialization}-rank{r}.pt")["kept"]
+        assert kept == 0, f"rank {r} still holds {kept} bytes of the unsharded parameters"
+
+
+@pytest.mark.slow
 def test_an_fsdp_checkpoint_resumes_on_another_number_of_ranks(two_rank_updates, one_rank_checkpoint, tmp_path):
     folder, saved = one_rank_checkpoint
     assert (folder / "dcp" / "shared").is_dir() and (folder / "shared" / "model.safetensors").is_file()
