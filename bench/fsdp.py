@@ -5,7 +5,8 @@
 
 Each (mode, ranks) arm starts its ranks fresh (torch.multiprocessing, gloo on the CPU, one torch
 thread each). Every rank builds the `single` policy of one agent on the model (weights, AdamW),
-shards it under `fsdp` (`training.sharding.shard_policies`), then runs `--steps` GRPO updates
+shards it under `fsdp` (`training.sharding.shard_policies`; there, as in a run, only rank 0
+reads the weights and the other ranks build on the meta device), then runs `--steps` GRPO updates
 (`update_policy`, one optimizer step each) on its share of a fixed synthetic batch (`--groups`
 prompts x `--k` completions, split over the ranks): no rollout, so what is timed and measured is
 the update and the state it keeps. Memory, two ways: the training state each rank holds, counted
@@ -15,8 +16,8 @@ reset through /proc/self/clear_refs after the build, so the full weights loaded 
 do not count) during the updates, and its resident size after them; the table shows the largest
 rank. Torch's CPU allocator keeps no statistics, so this is RSS: it includes Python, torch and
 the tokenizer (the `base` column: RSS before the model is built). The `build peak` column is the
-high-water mark of the build and the sharding (every rank loads the whole model, then keeps its
-shard).
+high-water mark of the build and the sharding (under `fsdp` rank 0 loads the whole model and
+the others only receive their shards).
 
 The heap: by default (`--heap mmap`) each rank fixes glibc's mmap threshold at 128 KiB
 (`mallopt(M_MMAP_THRESHOLD)`), so every tensor buffer of that size or more is its own mapping,
@@ -101,7 +102,7 @@ def rank_main(rank: int, world: int, port: int, args: argparse.Namespace, out: s
     from training.config import RunConfig
     from training.distributed import Dist
     from training.policies import build_policies
-    from training.sharding import local_share, shard_policies
+    from training.sharding import builds_on_meta, local_share, shard_policies
     from training.trainer import Sample, update_policy
 
     torch.set_num_threads(1)
@@ -119,7 +120,7 @@ def rank_main(rank: int, world: int, port: int, args: argparse.Namespace, out: s
         }
     )
     dist = Dist(rank=rank, world=world)
-    policies = build_policies(config, device=torch.device("cpu"))
+    policies = build_policies(config, device=torch.device("cpu"), meta=builds_on_meta(config, dist))  # fsdp: only rank 0 reads the weights
     shard_policies(policies, config, dist)
     policy = policies.for_agent("solver")
     vocab = len(policy.tokenizer)
@@ -186,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--prompt", type=int, default=32)
     parser.add_argument("--completion", type=int, default=32)
+    parser.add_argument("--modes", nargs="+", choices=("data", "fsdp"), default=["data", "fsdp"])
     parser.add_argument("--heap", choices=("mmap", "glibc"), default="mmap", help="mmap: buffers of 128 KiB or more unmapped when freed; glibc: glibc's default heap")
     parser.add_argument("--mode", help=argparse.SUPPRESS)
     parser.add_argument("--world", type=int, help=argparse.SUPPRESS)
@@ -201,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         *("--k", str(args.k), "--prompt", str(args.prompt), "--completion", str(args.completion), "--heap", args.heap),
     ]
     for world in args.ranks:
-        for mode in ("data", "fsdp"):
+        for mode in args.modes:
             proc = subprocess.run([sys.executable, __file__, "--mode", mode, "--world", str(world), *passthrough], capture_output=True, text=True)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
             if proc.returncode != 0 or not lines:
@@ -217,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     ref = {(r["mode"], r["ranks"]): r for r in payload["runs"]}
     rows = []
     for run in payload["runs"]:
-        dp = ref[("data", run["ranks"])]
+        dp = ref.get(("data", run["ranks"]), run)  # without data-parallel arms (--modes fsdp), x data is 1
         one = ref.get((run["mode"], min(args.ranks)), run)
         r0 = run["per_rank"][0]
         run["summary"] = {

@@ -15,7 +15,7 @@ from training.distributed import Dist
 from training.events import NullSink
 from training.placement import Placement
 from training.policies import build_policies
-from training.sharding import local_share, shard_policies
+from training.sharding import builds_on_meta, local_share, shard_policies
 from training.trainer import Sample, restore, save_checkpoint, train, update_policy
 
 
@@ -78,8 +78,9 @@ def fsdp_cases(rank: int, world: int, out: Path, one_rank_ckpt: Path) -> None:
     for specialization in ("prompt", "lora", "full"):
         torch.manual_seed(0)
         config = fsdp_config(specialization)
-        policies = build_policies(config, device=torch.device("cpu"))
+        policies = build_policies(config, device=torch.device("cpu"), meta=builds_on_meta(config, dist))  # rank 1: no weights read
         whole = whole_parameters(policies)
+        on_meta = all(p.is_meta for pol in policies.policies.values() for p in pol.model.parameters())
         shard_policies(policies, config, dist)
         gc.collect()
         kept = sum(t.untyped_storage().nbytes() for t in (ref() for ref in whole) if t is not None)
@@ -89,10 +90,10 @@ def fsdp_cases(rank: int, world: int, out: Path, one_rank_ckpt: Path) -> None:
         base = [p for n, p in policy.model.named_parameters() if "lora_" not in n]  # lora: adapters stay whole
         share = (sum(p.to_local().numel() for p in base), sum(p.numel() for p in base))
         assert local_share(policy.model)[1] == sum(p.numel() for p in policy.model.parameters())
-        torch.save({"params": full_params(policy), "stats": stats, "share": share, "kept": kept}, out / f"fsdp-{specialization}-rank{rank}.pt")
+        torch.save({"params": full_params(policy), "stats": stats, "share": share, "kept": kept, "on_meta": on_meta}, out / f"fsdp-{specialization}-rank{rank}.pt")
     # 2. a checkpoint of one process resumed on two (1 -> 2), saved again for the test to resume on one (2 -> 1)
     config = fsdp_config("prompt")
-    policies = build_policies(config, device=torch.device("cpu"))
+    policies = build_policies(config, device=torch.device("cpu"), meta=builds_on_meta(config, dist))
     shard_policies(policies, config, dist)
     generator = torch.Generator().manual_seed(0)
     step = restore(one_rank_ckpt, policies, generator, dist=dist, config=config)
