@@ -1,11 +1,12 @@
 """Peak memory per rank and step time: data parallel (`resources.parallel: data`) against FSDP
 (`fsdp`), on 1, 2 and 4 ranks.
 
-    .venv/bin/python bench/fsdp.py [--ranks 1 2 4] [--model bundled:smollm2-135m-instruct] [--dtype bfloat16] [--steps 2]
+    .venv/bin/python bench/fsdp.py [--ranks 1 2 4] [--model bundled:smollm2-135m-instruct] [--dtype bfloat16] [--steps 2] [--heap mmap]
 
 Each (mode, ranks) arm starts its ranks fresh (torch.multiprocessing, gloo on the CPU, one torch
 thread each). Every rank builds the `single` policy of one agent on the model (weights, AdamW),
-shards it under `fsdp` (`training.sharding.shard_policies`), then runs `--steps` GRPO updates
+shards it under `fsdp` (`training.sharding.shard_policies`; there, as in a run, only rank 0
+reads the weights and the other ranks build on the meta device), then runs `--steps` GRPO updates
 (`update_policy`, one optimizer step each) on its share of a fixed synthetic batch (`--groups`
 prompts x `--k` completions, split over the ranks): no rollout, so what is timed and measured is
 the update and the state it keeps. Memory, two ways: the training state each rank holds, counted
@@ -14,7 +15,18 @@ exactly (the bytes of its parameters, their gradients and AdamW's moments; local
 reset through /proc/self/clear_refs after the build, so the full weights loaded before sharding
 do not count) during the updates, and its resident size after them; the table shows the largest
 rank. Torch's CPU allocator keeps no statistics, so this is RSS: it includes Python, torch and
-the tokenizer (the `base` column: RSS before the model is built). Step time: the last update's
+the tokenizer (the `base` column: RSS before the model is built). The `build peak` column is the
+high-water mark of the build and the sharding (under `fsdp` rank 0 loads the whole model and
+the others only receive their shards).
+
+The heap: by default (`--heap mmap`) each rank fixes glibc's mmap threshold at 128 KiB
+(`mallopt(M_MMAP_THRESHOLD)`), so every tensor buffer of that size or more is its own mapping,
+returned to the OS when freed, and RSS follows the bytes alive. With glibc's own setting
+(`--heap glibc`, a threshold that rises to the largest buffer freed so far, up to 32 MiB) freed
+buffers stay in the heap for reuse, and FSDP's pattern (a layer's weights gathered, used and
+freed, 30 times a forward and again in the backward, between activations that live on) leaves
+about 1 GB of freed heap resident per rank: that hid the fall of the peak (docs/benchmarks.md).
+Step time: the last update's
 wall time on rank 0 (the first also allocates AdamW's state). On a shared CPU the times measure
 the neighbours too: the machine's load is recorded.
 """
@@ -68,14 +80,29 @@ def _trim() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
+M_MMAP_THRESHOLD = -3
+"""glibc's mallopt parameter: the size from which malloc maps a buffer on its own (mallopt(3))."""
+
+
+def _fix_mmap_threshold(size: int = 128 * 1024) -> None:
+    """Serve every buffer of `size` bytes or more from its own mapping, unmapped when freed (and
+    stop glibc raising the threshold as larger buffers are freed)."""
+    import ctypes
+
+    if not ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, size):
+        raise RuntimeError("mallopt(M_MMAP_THRESHOLD) failed")
+
+
 def rank_main(rank: int, world: int, port: int, args: argparse.Namespace, out: str) -> None:
+    if args.heap == "mmap":
+        _fix_mmap_threshold()
     import torch
     import torch.distributed as torch_dist
 
     from training.config import RunConfig
     from training.distributed import Dist
     from training.policies import build_policies
-    from training.sharding import local_share, shard_policies
+    from training.sharding import builds_on_meta, local_share, shard_policies
     from training.trainer import Sample, update_policy
 
     torch.set_num_threads(1)
@@ -93,7 +120,7 @@ def rank_main(rank: int, world: int, port: int, args: argparse.Namespace, out: s
         }
     )
     dist = Dist(rank=rank, world=world)
-    policies = build_policies(config, device=torch.device("cpu"))
+    policies = build_policies(config, device=torch.device("cpu"), meta=builds_on_meta(config, dist))  # fsdp: only rank 0 reads the weights
     shard_policies(policies, config, dist)
     policy = policies.for_agent("solver")
     vocab = len(policy.tokenizer)
@@ -107,6 +134,7 @@ def rank_main(rank: int, world: int, port: int, args: argparse.Namespace, out: s
     mine = batch[rank::world]
     _trim()  # the whole model loaded before sharding is freed: RSS from here on is what the rank keeps
     built = _kib("VmRSS")
+    build_peak = _kib("VmHWM")  # the build and the sharding
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := the current RSS
     times = []
     for step in range(1, args.steps + 1):
@@ -121,6 +149,7 @@ def rank_main(rank: int, world: int, port: int, args: argparse.Namespace, out: s
         "rank": rank,
         "base_mib": base / 1024,
         "built_mib": built / 1024,
+        "build_peak_mib": build_peak / 1024,
         "peak_mib": _kib("VmHWM") / 1024,
         "after_mib": _kib("VmRSS") / 1024,
         "step_s": times[-1],
@@ -158,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--prompt", type=int, default=32)
     parser.add_argument("--completion", type=int, default=32)
+    parser.add_argument("--modes", nargs="+", choices=("data", "fsdp"), default=["data", "fsdp"])
+    parser.add_argument("--heap", choices=("mmap", "glibc"), default="mmap", help="mmap: buffers of 128 KiB or more unmapped when freed; glibc: glibc's default heap")
     parser.add_argument("--mode", help=argparse.SUPPRESS)
     parser.add_argument("--world", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=str(RESULTS / "fsdp.json"))
@@ -166,13 +197,13 @@ def main(argv: list[str] | None = None) -> int:
         print("RESULT " + json.dumps(child(args)), flush=True)
         return 0
 
-    payload: dict[str, Any] = {"command": command_line(), "machine_start": machine(), "measure": "state held: bytes of params + grads + optimizer tensors per rank (local shards); VmHWM (RSS high-water mark) after malloc_trim", "runs": []}
+    payload: dict[str, Any] = {"command": command_line(), "machine_start": machine(), "measure": "state held: bytes of params + grads + optimizer tensors per rank (local shards); VmHWM (RSS high-water mark) after malloc_trim", "heap": args.heap, "runs": []}
     passthrough = [
         *("--model", args.model, "--dtype", args.dtype, "--steps", str(args.steps), "--groups", str(args.groups)),
-        *("--k", str(args.k), "--prompt", str(args.prompt), "--completion", str(args.completion)),
+        *("--k", str(args.k), "--prompt", str(args.prompt), "--completion", str(args.completion), "--heap", args.heap),
     ]
     for world in args.ranks:
-        for mode in ("data", "fsdp"):
+        for mode in args.modes:
             proc = subprocess.run([sys.executable, __file__, "--mode", mode, "--world", str(world), *passthrough], capture_output=True, text=True)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
             if proc.returncode != 0 or not lines:
@@ -188,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     ref = {(r["mode"], r["ranks"]): r for r in payload["runs"]}
     rows = []
     for run in payload["runs"]:
-        dp = ref[("data", run["ranks"])]
+        dp = ref.get(("data", run["ranks"]), run)  # without data-parallel arms (--modes fsdp), x data is 1
         one = ref.get((run["mode"], min(args.ranks)), run)
         r0 = run["per_rank"][0]
         run["summary"] = {
@@ -201,16 +232,16 @@ def main(argv: list[str] | None = None) -> int:
         state, state_dp = run["summary"]["state_mib"], worst(dp, "peak_mib") - worst(dp, "base_mib")
         held_dp = max(sum(r["state_mib"].values()) for r in dp["per_rank"])
         rows.append([
-            run["mode"], run["ranks"], run["summary"]["held_state_mib"], run["summary"]["held_state_mib"] / held_dp, worst(run, "base_mib"), run["summary"]["peak_mib"], state, state / state_dp,
+            run["mode"], run["ranks"], run["summary"]["held_state_mib"], run["summary"]["held_state_mib"] / held_dp, worst(run, "base_mib"), worst(run, "build_peak_mib"), run["summary"]["peak_mib"], state, state / state_dp,
             state / (worst(one, "peak_mib") - worst(one, "base_mib")), run["summary"]["params_held_share"], r0["step_s"], r0["loss"],
         ])
     start, end = payload["machine_start"], payload["machine_end"]
     print(
         f"\n{args.steps} updates of `single` on {args.model} ({args.dtype}), {args.groups} x {args.k} samples of "
-        f"{args.prompt}+{args.completion} tokens split over the ranks; CPU, gloo, 1 thread per rank; "
+        f"{args.prompt}+{args.completion} tokens split over the ranks; CPU, gloo, 1 thread per rank, heap {args.heap}; "
         f"load average {start['loadavg'][0]} -> {end['loadavg'][0]} on {start['cpus']} CPUs"
     )
-    print(table(["mode", "ranks", "state held MiB", "state x data", "base MiB", "peak MiB", "peak - base MiB", "x data", "x 1 rank", "params held", "step s", "loss"], rows))
+    print(table(["mode", "ranks", "state held MiB", "state x data", "base MiB", "build peak MiB", "peak MiB", "peak - base MiB", "x data", "x 1 rank", "params held", "step s", "loss"], rows))
     print(f"\nwrote {write_json(args.out, payload)}")
     return 0
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 from transformers import (
+    AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
     LlamaConfig,
@@ -86,15 +87,19 @@ def data_dir() -> Path:
 
 
 def load_model(
-    source: str, *, dtype: str = "auto", device: str | torch.device = "cpu", quantization: str = "none"
+    source: str, *, dtype: str = "auto", device: str | torch.device = "cpu", quantization: str = "none", meta: bool = False
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer. `dtype="auto"` is float32 on CPU, bfloat16 on CUDA.
     `quantization="4bit"` loads the weights in 4-bit NF4 through bitsandbytes (QLoRA's frozen
-    base: CUDA only; the compute dtype is `dtype`)."""
+    base: CUDA only; the compute dtype is `dtype`). `meta`: the architecture only, on the meta
+    device (no weights read or allocated), for a rank that receives its shard of the weights from
+    rank 0 (`training.sharding.shard_policies`)."""
     device = _check_device(device)
     torch_dtype = _resolve_dtype(dtype, device)
     if quantization == "4bit":
         return _load_4bit(source, device, torch_dtype)
+    if meta:
+        return _meta_model(source, torch_dtype)
     if _kind(source) == "tiny-random":
         model: PreTrainedModel = _tiny_random_llama()
         tokenizer = _tiny_tokenizer()
@@ -108,6 +113,21 @@ def load_model(
         tokenizer = _tokenizer_from_dir(folder, source)
     # PreTrainedModel.to is wrapped with functools.wraps, which mypy mistypes as unbound.
     return model.to(device=device, dtype=torch_dtype), tokenizer  # type: ignore[call-arg]
+
+
+def _meta_model(source: str, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    if _kind(source) == "tiny-random":
+        with torch.device("meta"):
+            tiny: PreTrainedModel = _tiny_random_llama()
+        return tiny.to(dtype=dtype), _tiny_tokenizer()  # type: ignore[call-arg]
+    folder = resolve_model_dir(source)
+    try:
+        config = AutoConfig.from_pretrained(folder)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    except Exception as exc:
+        raise ModelLoadError(f"could not build the model in {folder} ({source}) on the meta device: {exc}") from exc
+    return model, _tokenizer_from_dir(folder, source)
 
 
 def _load_4bit(source: str, device: torch.device, compute_dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:

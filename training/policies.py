@@ -94,10 +94,12 @@ def resolve_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def build_policies(config: RunConfig, *, device: torch.device | None = None, only: set[str] | None = None) -> PolicySet:
+def build_policies(config: RunConfig, *, device: torch.device | None = None, only: set[str] | None = None, meta: bool = False) -> PolicySet:
     """Load the models a run needs and attach adapters and optimizers per its specialization.
     `only` (`full`, under `resources.placement`): the agents whose models this rank holds; the
-    others get their tokenizer and no model (`Policy.model` None: they generate elsewhere)."""
+    others get their tokenizer and no model (`Policy.model` None: they generate elsewhere).
+    `meta` (`single`, `prompt`, `full`): build the models on the meta device, weights unread, for
+    `training.sharding.shard_policies` to fill with this rank's shard (`sharding.builds_on_meta`)."""
     device = device or resolve_device()
     topo = config.topology
     acting = list(dict.fromkeys(topo.order()))
@@ -105,7 +107,7 @@ def build_policies(config: RunConfig, *, device: torch.device | None = None, onl
     need_ref = config.grpo.beta > 0
 
     if topo.specialization in ("single", "prompt"):
-        model, tok = load_model(config.model.source, dtype=config.model.dtype, device=device)
+        model, tok = load_model(config.model.source, dtype=config.model.dtype, device=device, meta=meta)
         trainable = any(a.trainable for a in agents)
         policy = Policy(SHARED, model, tok, tuple(acting), trainable)
         if need_ref and trainable:
@@ -146,7 +148,7 @@ def build_policies(config: RunConfig, *, device: torch.device | None = None, onl
             if only is not None and a.name not in only:
                 policies[a.name] = Policy(a.name, None, load_tokenizer(config.agent_model(a)), (a.name,), a.trainable)  # type: ignore[arg-type]
                 continue
-            model, tok = load_model(config.agent_model(a), dtype=config.model.dtype, device=_agent_device(config, i, device))
+            model, tok = load_model(config.agent_model(a), dtype=config.model.dtype, device=_agent_device(config, i, device), meta=meta)
             pol = Policy(a.name, model, tok, (a.name,), a.trainable)
             if need_ref and a.trainable:
                 pol.ref_model = _frozen_copy(model)

@@ -7,7 +7,12 @@ What changes against data parallel (`training.distributed`), and nothing else do
   parameter, its gradient and its AdamW state (the optimizer is rebuilt over the sharded
   parameters). `lora` shards the frozen base and leaves the adapters whole (FSDP's
   `ignored_params`): they are small, their gradients are summed as in data parallel, and PEFT
-  saves and loads them as before. A reference model for the KL term is sharded too.
+  saves and loads them as before. A reference model for the KL term is sharded too. Over all
+  the launch's ranks (not `lora`, not rank groups) only rank 0 loads the weights: the others
+  build the model on the meta device (`builds_on_meta`) and receive their shards from rank 0
+  (`set_model_state_dict(..., broadcast_from_rank0=True)`), so no rank but the first ever holds
+  the whole model; nothing keeps the whole parameters after sharding
+  (`tests/training/test_distributed.py`).
 - **Update**: FSDP gathers a layer's weights for its forward and backward and reduce-scatters
   its gradients (summed, not averaged: the loss is already normalised by the global counts).
   Those are collective calls, so every rank runs as many forward and backward passes as the
@@ -71,10 +76,31 @@ def is_sharded(model: Any) -> bool:
     return getattr(model, _SHARDED, None) is not None
 
 
+def _broadcasts(config: RunConfig, dist: Dist, placement: Any) -> bool:
+    """Whether `shard_policies` loads every rank's shards from rank 0's whole weights: `fsdp` over
+    all the launch's ranks (not rank groups) for a whole model (not `lora`'s shared base)."""
+    return (
+        config.resources.parallel == "fsdp"
+        and dist.world > 1
+        and not placement
+        and config.topology.specialization != "lora"
+        and torch_dist.is_initialized()
+    )
+
+
+def builds_on_meta(config: RunConfig, dist: Dist, placement: Any = None) -> bool:
+    """Whether this rank builds its models on the meta device (`build_policies(meta=True)`): it
+    receives its shards from rank 0 in `shard_policies`, and never holds the whole weights."""
+    return _broadcasts(config, dist, placement) and dist.rank != 0
+
+
 def shard_policies(policies: PolicySet, config: RunConfig, dist: Dist, placement: Any = None) -> None:
-    """Shard every model this rank holds over its ranks (all of them, or its agent's group)."""
+    """Shard every model this rank holds over its ranks (all of them, or its agent's group).
+    Over all the ranks (`_broadcasts`), rank 0's whole weights are then broadcast into every
+    rank's shards: a model built on the meta device gets its values there."""
     if config.resources.parallel != "fsdp" or not torch_dist.is_initialized():
         return
+    broadcast = _broadcasts(config, dist, placement)
     done: set[int] = set()
     for policy in policies.policies.values():
         if policy.model is None or id(policy.model) in done:  # a placed agent's model lives elsewhere
@@ -82,12 +108,28 @@ def shard_policies(policies: PolicySet, config: RunConfig, dist: Dist, placement
         done.add(id(policy.model))
         mesh = _mesh(placement.group(policy.name) if placement else None)
         lora = {p for n, p in policy.model.named_parameters() if "lora_" in n}
-        _shard(policy.model, mesh, lora)
-        if policy.ref_model is not None:
-            _shard(policy.ref_model, mesh, set())
+        for model in (policy.model, policy.ref_model):
+            if model is None:
+                continue
+            whole = model.state_dict() if broadcast and dist.rank == 0 else {}
+            _shard(model, mesh, lora if model is policy.model else set())
+            if broadcast:
+                _load_from_rank0(model, whole, mesh)
+            del whole
         for other in policies.policies.values():  # rebuild each optimizer over the sharded parameters
             if other.model is policy.model:
                 _prepare(other, config)
+
+
+def _load_from_rank0(model: torch.nn.Module, whole: dict[str, Any], mesh: DeviceMesh) -> None:
+    """Fill a sharded model's shards (and its buffers, such as the rotary frequencies, which no
+    state dict holds) from rank 0's whole state dict `whole` (empty on the other ranks)."""
+    if any(t.is_meta for t in [*model.parameters(), *model.buffers()]):
+        model.to_empty(device=mesh.device_type)
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, whole, options=options)
+    for buffer in model.buffers():
+        torch_dist.broadcast(buffer, src=0)
 
 
 def _mesh(group: Any) -> DeviceMesh:

@@ -118,7 +118,8 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
         dist.barrier()
     progress.loading(f"{config.model.source} ({config.topology.specialization} policies)")
     placement = Placement.build(config, dist)  # `resources.placement`: this rank holds its agent's model only
-    policies = build_policies(config, device=dist.device(), only=placement.held() if placement else None)
+    meta = sharding.builds_on_meta(config, dist, placement)  # fsdp: ranks but the first receive their shards
+    policies = build_policies(config, device=dist.device(), only=placement.held() if placement else None, meta=meta)
     sharding.shard_policies(policies, config, dist, placement)  # `resources.parallel: fsdp`
     sink.log(f"loaded {config.topology.specialization} policies {sorted(policies.policies)} in {time.perf_counter() - t_load:.1f}s")
     warm = init_from(config, policies)

@@ -1,6 +1,8 @@
 """A rank of the data-parallel update test (started by torch.multiprocessing in test_distributed)."""
 
+import gc
 import os
+import weakref
 from pathlib import Path
 
 import torch
@@ -13,7 +15,7 @@ from training.distributed import Dist
 from training.events import NullSink
 from training.placement import Placement
 from training.policies import build_policies
-from training.sharding import local_share, shard_policies
+from training.sharding import builds_on_meta, local_share, shard_policies
 from training.trainer import Sample, restore, save_checkpoint, train, update_policy
 
 
@@ -76,18 +78,22 @@ def fsdp_cases(rank: int, world: int, out: Path, one_rank_ckpt: Path) -> None:
     for specialization in ("prompt", "lora", "full"):
         torch.manual_seed(0)
         config = fsdp_config(specialization)
-        policies = build_policies(config, device=torch.device("cpu"))
+        policies = build_policies(config, device=torch.device("cpu"), meta=builds_on_meta(config, dist))  # rank 1: no weights read
+        whole = whole_parameters(policies)
+        on_meta = all(p.is_meta for pol in policies.policies.values() for p in pol.model.parameters())
         shard_policies(policies, config, dist)
+        gc.collect()
+        kept = sum(t.untyped_storage().nbytes() for t in (ref() for ref in whole) if t is not None)
         policy = sgd(policies.for_agent("writer"))
         start = 0 if rank == 0 else FSDP_SPLIT[0]
         stats = update_policy(policy, samples(policy, start, FSDP_SPLIT[rank]), config, step=1, dist=dist)
         base = [p for n, p in policy.model.named_parameters() if "lora_" not in n]  # lora: adapters stay whole
         share = (sum(p.to_local().numel() for p in base), sum(p.numel() for p in base))
         assert local_share(policy.model)[1] == sum(p.numel() for p in policy.model.parameters())
-        torch.save({"params": full_params(policy), "stats": stats, "share": share}, out / f"fsdp-{specialization}-rank{rank}.pt")
+        torch.save({"params": full_params(policy), "stats": stats, "share": share, "kept": kept, "on_meta": on_meta}, out / f"fsdp-{specialization}-rank{rank}.pt")
     # 2. a checkpoint of one process resumed on two (1 -> 2), saved again for the test to resume on one (2 -> 1)
     config = fsdp_config("prompt")
-    policies = build_policies(config, device=torch.device("cpu"))
+    policies = build_policies(config, device=torch.device("cpu"), meta=builds_on_meta(config, dist))
     shard_policies(policies, config, dist)
     generator = torch.Generator().manual_seed(0)
     step = restore(one_rank_ckpt, policies, generator, dist=dist, config=config)
@@ -112,6 +118,13 @@ def fsdp_cases(rank: int, world: int, out: Path, one_rank_ckpt: Path) -> None:
     assert placement is not None
     held = build_policies(runs["placed-run"], device=torch.device("cpu"), only=placement.held())
     torch.save({name: pol.model is not None for name, pol in held.policies.items()}, out / f"placed-held-rank{rank}.pt")
+
+
+def whole_parameters(policies) -> list[weakref.ref]:
+    """Weak references to the whole (unsharded) parameters of every model and reference model,
+    adapters left out (FSDP leaves them whole)."""
+    models = [m for pol in policies.policies.values() for m in (pol.model, pol.ref_model) if m is not None]
+    return [weakref.ref(p) for m in models for n, p in m.named_parameters() if "lora_" not in n]
 
 
 def optimizer_state(policy, *, full: bool = False) -> dict[str, dict[str, torch.Tensor]]:

@@ -94,6 +94,23 @@ def test_fsdp_shards_the_model_and_updates_it_as_one_process_does_on_the_whole_b
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("specialization", ["prompt", "lora", "full"])
+def test_no_whole_parameter_outlives_the_sharding(two_rank_updates, specialization):
+    for r in range(2):
+        kept = torch.load(two_rank_updates / f"fsdp-{specialization}-rank{r}.pt")["kept"]
+        assert kept == 0, f"rank {r} still holds {kept} bytes of the unsharded parameters"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("specialization", ["prompt", "full"])
+def test_only_the_first_rank_loads_the_whole_weights_of_a_sharded_model(two_rank_updates, specialization):
+    # rank 1 builds the model on the meta device and receives its shards from rank 0 (its update
+    # equals the one-process update: test_fsdp_shards_the_model_and_updates_it_as_one_process_does_on_the_whole_batch)
+    ranks = [torch.load(two_rank_updates / f"fsdp-{specialization}-rank{r}.pt") for r in range(2)]
+    assert [r["on_meta"] for r in ranks] == [False, True]
+
+
+@pytest.mark.slow
 def test_an_fsdp_checkpoint_resumes_on_another_number_of_ranks(two_rank_updates, one_rank_checkpoint, tmp_path):
     folder, saved = one_rank_checkpoint
     assert (folder / "dcp" / "shared").is_dir() and (folder / "shared" / "model.safetensors").is_file()
