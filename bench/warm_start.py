@@ -14,7 +14,8 @@ held-out tasks: greedy success, and over `--samples` samples per task at the tra
 the share of candidates that write a call, that write only valid calls (parsed, a known tool, the
 tool ran), and that succeed. Then GRPO runs `--grpo-steps` steps per seed from the base weights
 (cold) and from the SFT checkpoint (warm, `model.init_from`), same settings and seeds, each
-measured the same way.
+measured greedily on the same tasks (`--grpo-samples N` samples them too). `--reuse-base` takes
+the base model's measurement from an earlier run's JSON on the same tasks (it is the slow part).
 
 `episodes`: warm start from a run's own best episodes on a multi-agent task (expert iteration):
 the two-agent `prompt` team of bench/learning.py on math_tool levels 2 and 3 with 4 turns (the
@@ -175,8 +176,15 @@ def part_calculator(args: argparse.Namespace) -> dict[str, Any]:
     print("worked calls", flush=True)
     worked = work / "worked-calls.jsonl"
     payload["worked_examples"] = worked_calls(base, train_tasks[: args.worked], worked)
-    print("base model", flush=True)
-    payload["base"] = measure(base, None, held_out, samples=args.samples)
+    earlier = json.loads(out.read_text()) if out.is_file() else {}
+    base_then = earlier.get("base") or {}
+    same = base_then.get("tasks") == len(held_out) and base_then.get("sampled", {}).get("candidates") == len(held_out) * args.samples
+    if args.reuse_base and same:  # the base model on the same tasks: measured by an earlier run
+        print(f"base model: as measured at {earlier['machine_start']['time']} ({out.name})", flush=True)
+        payload["base"] = earlier["base"]
+    else:
+        print("base model", flush=True)
+        payload["base"] = measure(base, None, held_out, samples=args.samples)
     write_json(out, payload)
     print("SFT on the worked calls", flush=True)
     payload["sft"] = train_run(sft_config(base, worked, args), work / "sft")
@@ -190,7 +198,7 @@ def part_calculator(args: argparse.Namespace) -> dict[str, Any]:
             if start == "warm":
                 config = config.replace(**{"model.init_from.run": payload["sft"]["checkpoint"]})
             run = train_run(config, work / f"grpo-{start}-seed{seed}")
-            run.update(start=start, seed=seed, result=measure(config, run["checkpoint"], held_out, samples=args.samples))
+            run.update(start=start, seed=seed, result=measure(config, run["checkpoint"], held_out, samples=args.grpo_samples))
             payload["grpo"].append(run)
             write_json(out, payload)
     payload["machine_end"] = machine()
@@ -319,7 +327,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-size", type=int, default=32, help="held-out tasks")
     parser.add_argument("--samples", type=int, default=2, help="sampled candidates per held-out task (calculator)")
     parser.add_argument("--worked", type=int, default=64, help="worked calls: training tasks with a correct call written out")
-    parser.add_argument("--sft-steps", type=int, default=24)
+    parser.add_argument("--grpo-samples", type=int, default=0, help="sampled candidates per held-out task after GRPO (0: greedy only)")
+    parser.add_argument("--reuse-base", action="store_true", help="take the base model's measurement from an earlier run's JSON on the same tasks")
+    parser.add_argument("--sft-steps", type=int, default=8)
     parser.add_argument("--sft-batch", type=int, default=8)
     parser.add_argument("--sft-lr", type=float, default=5e-5)
     parser.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1], help="GRPO seeds (calculator)")
