@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import statistics
 import sys
 import time
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, REPO, command_line, cpu_seconds, machine, table, write_json  # noqa: E402
+from _common import REPO, RESULTS, command_line, cpu_seconds, machine, table, write_json  # noqa: E402
 
 CALCULATOR = REPO / "configs" / "arithmetic-calculator.yaml"
 QUESTION = re.compile(r"What is (.+)\?")
@@ -98,6 +99,7 @@ def train_run(config: Any, out: Path) -> dict[str, Any]:
     from training.runner import train
 
     t0, c0 = time.perf_counter(), cpu_seconds()
+    shutil.rmtree(out, ignore_errors=True)  # a run of an earlier invocation: its events would be appended to
     result = train(config, out_dir=out, sink=JsonlSink(out))
     if result.status != "succeeded":
         raise SystemExit(f"{out}: the run {result.status}: {result.error}")
@@ -105,8 +107,12 @@ def train_run(config: Any, out: Path) -> dict[str, Any]:
     seconds = time.perf_counter() - t0
     print(f"  trained {out.name}: {result.step} steps in {seconds:.0f}s, checkpoint {result.checkpoint}", flush=True)
     return {"checkpoint": result.checkpoint, "steps": result.step, "seconds": seconds, "cpu_seconds": cpu_seconds() - c0,
-            "curve": [{"step": m["step"], **{k: m["values"].get(k) for k in ("loss", "token_accuracy", "reward/total", "success", "generated_tokens")
-                                             if k in m["values"]}} for m in metrics]}
+            "curve": curve_of(metrics)}
+
+
+def curve_of(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    keys = ("loss", "token_accuracy", "reward/total", "success", "generated_tokens")
+    return [{"step": m["step"], **{k: m["values"][k] for k in keys if k in m["values"]}} for m in metrics]
 
 
 def sft_config(config: Any, path: Path, args: argparse.Namespace) -> Any:
@@ -214,6 +220,7 @@ def part_episodes(args: argparse.Namespace) -> dict[str, Any]:
 
     from agents.envs import load_environment
     from training.conversations import episode_rows
+    from training.warmstart import checkpoint_folder
 
     work = Path(args.work_dir) / "episodes"
     work.mkdir(parents=True, exist_ok=True)
@@ -225,9 +232,17 @@ def part_episodes(args: argparse.Namespace) -> dict[str, Any]:
     payload: dict[str, Any] = {"part": "episodes", "command": command_line(), "machine_start": machine(), "held_out": len(held_out)}
     out = Path(args.out_dir) / "episodes.json"
 
-    print(f"source run: GRPO, the prompt team, {args.source_steps} steps x {args.source_tasks} tasks", flush=True)
-    payload["source"] = train_run(config, work / "source")
-    stored = [json.loads(line) for line in (work / "source" / "rollouts.jsonl").read_text().splitlines()]
+    if args.source:  # a finished run's folder (its events and checkpoints), e.g. one this part trained before
+        source = Path(args.source)
+        print(f"source run: {source}", flush=True)
+        metrics = [json.loads(line) for line in (source / "metrics.jsonl").read_text().splitlines()]
+        payload["source"] = {"folder": str(source), "checkpoint": str(checkpoint_folder(source)), "steps": max(m["step"] for m in metrics),
+                             "cpu_seconds": None, "curve": curve_of(metrics)}
+    else:
+        print(f"source run: GRPO, the prompt team, {args.source_steps} steps x {args.source_tasks} tasks", flush=True)
+        source = work / "source"
+        payload["source"] = train_run(config, source)
+    stored = [json.loads(line) for line in (source / "rollouts.jsonl").read_text().splitlines()]
     best = [ep for ep in stored if ep.get("success")]
     rows = {json.dumps(r, sort_keys=True): r for ep in best for r in episode_rows(ep)}  # identical rows once, as the web does
     path = work / "best-episodes.jsonl"
@@ -241,8 +256,9 @@ def part_episodes(args: argparse.Namespace) -> dict[str, Any]:
     if not rows:
         raise SystemExit("no stored episode succeeded: nothing to warm start from (run more --source-steps)")
 
-    payload["source"]["result"] = measure(config, payload["source"]["checkpoint"], held_out, samples=0)
-    write_json(out, payload)
+    if args.source_eval:
+        payload["source"]["result"] = measure(config, payload["source"]["checkpoint"], held_out, samples=0)
+        write_json(out, payload)
     print("SFT on the best episodes, from the base weights", flush=True)
     payload["sft"] = train_run(sft_config(config, path, args), work / "sft")
     payload["sft"]["result"] = measure(config, payload["sft"]["checkpoint"], held_out, samples=0)
@@ -288,8 +304,9 @@ def report(args: argparse.Namespace) -> int:
         if p.get("untrained"):
             rows.append(["untrained team (bench/learning.py, same tasks)", f"{p['untrained']['greedy_success']:.3f}", "-"])
         if "result" in p.get("source", {}):
+            cpu = p["source"].get("cpu_seconds")
             rows.append([f"source run: GRPO {p['source']['steps']} steps", f"{p['source']['result']['greedy_success']:.3f}",
-                         f"{p['source']['cpu_seconds'] / 60:.1f}"])
+                         f"{cpu / 60:.1f}" if cpu else "-"])
         if "result" in p.get("sft", {}):
             e = p["episodes"]
             rows.append([f"SFT from the base on the source's {e['succeeded']} successful episodes ({e['rows']} rows: {e['per_agent']})",
@@ -336,6 +353,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--grpo-steps", type=int, default=4)
     parser.add_argument("--tasks", type=int, default=4, help="GRPO tasks per step (calculator)")
     parser.add_argument("--k", type=int, default=4, help="GRPO group size (calculator)")
+    parser.add_argument("--source", help="warm start from this finished run's folder (metrics, rollouts, checkpoints) instead of training one (episodes)")
+    parser.add_argument("--no-source-eval", dest="source_eval", action="store_false", help="do not evaluate the source run's weights (episodes)")
     parser.add_argument("--source-steps", type=int, default=3, help="the source run's GRPO steps (episodes)")
     parser.add_argument("--source-tasks", type=int, default=8, help="the source run's tasks per step (episodes)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
