@@ -508,7 +508,7 @@ def _plot(runs: dict[str, Any], groups: dict[str, Any], png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 4.5))
     colors: dict[str, Any] = {}
     for name, run in runs.items():
         group = group_of(name)
@@ -533,9 +533,10 @@ def _plot(runs: dict[str, Any], groups: dict[str, Any], png: Path) -> None:
             ax1.plot(tokens, smooth, color=colors[group], alpha=0.8, label=group if first else None)
     ax1.set(title="Training reward (5-step average), one line per seed", xlabel="generated training tokens", ylabel="reward")
     ax2.set(title="Held-out team success, greedy, one line per seed", xlabel="generated training tokens", ylabel="success", ylim=(0, 1))
-    for ax, where in ((ax1, "best"), (ax2, "lower right")):
+    for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc=where)
+    ax1.legend(fontsize=7, loc="best")
+    ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot: the lines reach every corner
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 
