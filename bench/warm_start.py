@@ -292,11 +292,12 @@ def report(args: argparse.Namespace) -> int:
         for start, runs in by_start.items():
             rows.append([f"GRPO from {'the SFT model' if start == 'warm' else 'the base'}: mean ± std over seeds {[r['seed'] for r in runs]}",
                          spread([r["result"]["greedy_success"] for r in runs]),
-                         spread([r["result"]["sampled"]["called"] for r in runs]),
-                         spread([r["result"]["sampled"]["valid_calls"] for r in runs]),
-                         spread([r["result"]["sampled"]["success"] for r in runs]), "-"])
+                         spread([r["result"]["greedy"]["valid_calls"] for r in runs]),
+                         *(spread([r["result"]["sampled"][k] for r in runs]) if runs[0]["result"]["sampled"].get("candidates") else "-"
+                           for k in ("called", "valid_calls", "success")), "-"])
         texts.append(f"calculator, arithmetic level 4, {p['held_out']} held-out tasks\n" + table(
-            ["model", "greedy success", "sampled: calls a tool", "sampled: only valid calls", "sampled: success", "CPU min to measure"], rows))
+            ["model", "greedy success", "greedy: only valid calls", "sampled: calls a tool", "sampled: only valid calls", "sampled: success",
+             "CPU min to measure"], rows))
     eps = out_dir / "episodes.json"
     if eps.is_file():
         p = json.loads(eps.read_text())
@@ -321,9 +322,10 @@ def report(args: argparse.Namespace) -> int:
 
 
 def cells(r: dict[str, Any]) -> list[str]:
+    """Greedy success and valid-call share, then the sampled shares ("-" where not sampled)."""
     s = r.get("sampled") or {}
-    return [f"{r['greedy_success']:.3f}", f"{s.get('called', 0):.3f}", f"{s.get('valid_calls', 0):.3f}", f"{s.get('success', 0):.3f}",
-            f"{r['cpu_seconds'] / 60:.1f}"]
+    sampled = [f"{s[k]:.3f}" if s.get("candidates") else "-" for k in ("called", "valid_calls", "success")]
+    return [f"{r['greedy_success']:.3f}", f"{r['greedy']['valid_calls']:.3f}", *sampled, f"{r['cpu_seconds'] / 60:.1f}"]
 
 
 def spread(values: list[float]) -> str:
