@@ -125,13 +125,14 @@ def _plural(n: int, word: str) -> str:
 def resources(run: Any) -> str:
     """What a run asks of its worker, when more than one GPU: `3 GPUs on one host (fsdp)`, or for a
     run on several hosts `2 hosts x 4 GPUs: 8 ranks on the Ray cluster (data)` (CPUs where the
-    cluster gave CPUs), '' for a one-GPU run. The Ray nodes it was granted: `ray_nodes`."""
+    cluster gave CPUs; `x 4 ranks each` before the grant, when whether they are GPUs or CPUs is the
+    cluster's to say), '' for a one-GPU run. The Ray nodes it was granted: `ray_nodes`."""
     hosts, gpus = int(getattr(run, "hosts", 1) or 1), int(getattr(run, "gpus", 1) or 1)
     parallel = _resources(getattr(run, "config_yaml", "")).get("parallel", "data")
     if hosts > 1:
-        cluster = getattr(run, "cluster", None) or {}
-        unit = "CPU" if cluster.get("resource") == "CPU" else "GPU"
-        return f"{hosts} hosts × {_plural(gpus, unit)}: {hosts * gpus} ranks on the Ray cluster ({parallel})"
+        resource = (getattr(run, "cluster", None) or {}).get("resource")
+        each = _plural(gpus, resource) if resource in ("GPU", "CPU") else f"{_plural(gpus, 'rank')} each"
+        return f"{hosts} hosts × {each}: {hosts * gpus} ranks on the Ray cluster ({parallel})"
     if gpus > 1:
         return f"{gpus} GPUs on one host ({parallel})"
     return ""

@@ -6,6 +6,7 @@ sink); only Ray's placement group is faked (tests/training/test_ray_admission.py
 
 from __future__ import annotations
 
+import pytest
 from django.urls import reverse
 from django.utils import timezone
 
@@ -78,7 +79,7 @@ def test_cancel_reaches_a_run_waiting_for_its_ray_placement_group(alice, alice_w
 
     waiting = "Waiting for 2 hosts&#x27; CPUs on the Ray cluster (2 ranks x 1 CPU, all at once)"
     assert waiting in pages["run"] and waiting in pages["workers"]
-    assert "2 hosts × 1 GPU: 2 ranks on the Ray cluster (data)" in pages["run"]
+    assert "2 hosts × 1 rank each: 2 ranks on the Ray cluster (data)" in pages["run"], "before the grant: not a GPU the cluster may not have"
     assert "not granted yet" in pages["run"]
     assert run.cluster == {} and "Ray node" not in alice.client.get(run.get_absolute_url()).content.decode()
 
@@ -110,3 +111,20 @@ def test_a_granted_run_shows_its_hosts_and_ray_nodes_on_both_pages(alice, alice_
     assert "Hosts" in pages["run"] and "not granted yet" not in pages["run"]
     starting = "Starting 2 ranks on 2 Ray nodes (1 on alpha, 1 on bravo): Ray Train starts a process per rank and joins them over gloo"
     assert starting in pages["run"] and starting in pages["workers"], "no longer waiting: the ranks are starting"
+
+
+@pytest.mark.parametrize(
+    ("cluster", "line"),
+    [
+        ({}, "2 hosts × 4 ranks each: 8 ranks on the Ray cluster (fsdp)"),
+        ({"resource": "GPU", "nodes": {"a": 4, "b": 4}}, "2 hosts × 4 GPUs: 8 ranks on the Ray cluster (fsdp)"),
+        ({"resource": "CPU", "nodes": {"a": 4, "b": 4}}, "2 hosts × 4 CPUs: 8 ranks on the Ray cluster (fsdp)"),
+    ],
+)
+def test_the_resources_line_names_gpus_or_cpus_only_once_the_cluster_granted_them(cluster, line):
+    from types import SimpleNamespace
+
+    from webapp.templatetags.troupe import resources
+
+    run = SimpleNamespace(hosts=2, gpus=4, config_yaml="resources: {hosts: 2, gpus: 4, parallel: fsdp}\n", cluster=cluster)
+    assert resources(run) == line
