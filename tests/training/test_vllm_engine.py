@@ -337,7 +337,8 @@ def test_close_releases_the_engines_memory_and_a_new_engine_starts(engine) -> No
         finally:
             again.close()
         del again
-        # an open engine holds its weights (0.5 GiB) and KV cache (0.02 of RAM); closed, they are gone
-        assert held - closed > 0.6, (closed, held)
+        # an open engine holds its weights (0.5 GiB, read in whole) and a KV cache (0.02 of RAM, resident
+        # only as far as it was written: how much varies between runs); closed, they are gone
+        assert held - closed > 0.4, (closed, held)
         assert rss() - closed < 0.25, (closed, held, rss())
         assert not dist.is_initialized()
