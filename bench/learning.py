@@ -270,14 +270,10 @@ def build(config: Any, args: argparse.Namespace) -> tuple[Any, list[Any], list[A
 def train(sampler: Any, train_tasks: list[Any], args: argparse.Namespace, rec: Recorder, *, label: str, on_eval: Any = None,
           **extra: Any) -> None:
     from agents.envs._common import run_cached
-    from training.async_rollout import LAGS, AsyncRollouts
     from training.events import NullSink
-    from training.trainer import collect_rollouts, train_step
+    from training.trainer import start_async_rollouts, train_step
 
-    mode = sampler.config.generation.async_
-    rollouts = None
-    if mode != "off":  # as training.trainer.train does: a sampler thread one step ahead
-        rollouts = AsyncRollouts(sampler, lambda s, step: collect_rollouts(s, train_tasks, step), lag=LAGS[mode], total_steps=args.steps)
+    rollouts = start_async_rollouts(sampler, train_tasks, total_steps=args.steps)  # None unless the arm is async
     try:
         for step in range(1, args.steps + 1):
             run_cached.cache_clear()

@@ -148,9 +148,8 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
     if backend == "vllm":
         sampler.vllm = VLLMGenerator(config, policies)
     sink.log(f"generation backend: {backend}")
-    rollouts = None
-    if mode != "off":  # a sampler thread one step ahead (training.async_rollout)
-        rollouts = AsyncRollouts(sampler, lambda s, step: collect_rollouts(s, train_tasks, step), lag=LAGS[mode], total_steps=config.optim.steps)
+    rollouts = start_async_rollouts(sampler, train_tasks, total_steps=config.optim.steps)
+    if rollouts is not None:
         resumed = bool(config.checkpoint.resume_from) and rollouts.load(Path(str(config.checkpoint.resume_from)), start_step)
         sink.log(f"generation.async: {mode}: a sampler thread generates each next step's rollouts during the update "
                  f"({rollouts.threads} torch threads each){'; the next rollouts come from the checkpoint' if resumed else ''}")
@@ -311,6 +310,15 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink, 
     sink.metrics(metrics)
     sink.rollouts(step, [ep.to_dict(step) for ep in episodes])
     return metrics
+
+
+def start_async_rollouts(sampler: Sampler, tasks: list[Task], *, total_steps: int) -> AsyncRollouts | None:
+    """The sampler thread of `generation.async` (training.async_rollout), working one step ahead
+    of the update on `tasks`; None when the run's rollouts are synchronous (`off`)."""
+    mode = sampler.config.generation.async_
+    if mode == "off":
+        return None
+    return AsyncRollouts(sampler, lambda s, step: collect_rollouts(s, tasks, step), lag=LAGS[mode], total_steps=total_steps)
 
 
 def collect_rollouts(sampler: Sampler, tasks: list[Task], step: int) -> StepRollouts:
