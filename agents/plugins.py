@@ -187,6 +187,9 @@ class _GuardedFactory:
     def __getattr__(self, name: str) -> Any:
         return _call(getattr, self._what, self.__wrapped__, name)
 
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled as what it guards (an async run's sampler process gets it)
+        return (_GuardedFactory, (self.__wrapped__, self._what))
+
 
 class _GuardedObject:
     """An instance of a plugin class: attribute reads and method calls are guarded."""
@@ -207,6 +210,9 @@ class _GuardedObject:
 
     def __repr__(self) -> str:
         return repr(self._target)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_GuardedObject, (self._target, self._what))
 
 
 def _import(path: str, *, kind: str) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import platform
 import statistics
@@ -52,12 +53,22 @@ def _versions(*names: str) -> dict[str, str | None]:
 
 
 def cpu_seconds() -> float:
-    """CPU time of this process and its finished children (the sandboxed programs), user + system.
+    """CPU time of this process and its finished children (the sandboxed programs), and of its
+    live `multiprocessing` children with theirs (an async run's sampler process), user + system.
 
     On a shared machine wall time mostly measures the neighbours; with one torch thread the CPU
     time a step burns is the work it did, whoever else runs."""
     t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+    return t.user + t.system + t.children_user + t.children_system + sum(_live_cpu(p.pid) for p in multiprocessing.active_children())
+
+
+def _live_cpu(pid: int | None) -> float:
+    """utime + stime + cutime + cstime of a running process (proc(5)), in seconds; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def median(values: Sequence[float]) -> float:

@@ -21,11 +21,13 @@ Part `single` (Troupe against TRL). One task, one model, one process, steps inte
 - Stopping: TRL has no regex stop; both stop at the end-of-turn token or `max_new_tokens`. Troupe
   runs twice: with math_tool's stop patterns (ends the action at the closing code fence) and
   without (`generation.stop_patterns=false`, the like-for-like arm).
-- The async arm (`generation.async: one_step_off`, stop patterns on): a sampler thread makes the
+- The async arm (`generation.async: one_step_off`, stop patterns on): a sampler process makes the
   next step's rollouts during the update (`training.async_rollout`), on a second core. Its step
   ends only when the next step's rollouts are done too (`settle`), so it never runs beside the
   other arms: its wall time per step is what a run of such steps costs; its CPU time counts both
-  threads. With `--threads 1` it uses two cores where the other arms use one: that is the point.
+  processes. With `--threads 1` it uses two cores where the other arms use one: that is the point.
+  A second async arm runs its sampler in a thread of the trainer's process instead (what a GPU
+  run gets), so the two are compared in the same run.
 - Interleaving: TRL's trainer runs; after each of its optimizer steps a callback runs one step of
   each Troupe arm. A TRL step's time is the wall time between its step ends minus the Troupe
   time spent in between, so it counts everything TRL does per step. Medians over the steps after
@@ -62,13 +64,12 @@ from _common import RESULTS, command_line, cpu_seconds, machine, median, table, 
 
 from agents.envs import load_environment  # noqa: E402
 from agents.envs._common import run_cached  # noqa: E402
-from training.async_rollout import LAGS, AsyncRollouts  # noqa: E402
 from training.config import RunConfig  # noqa: E402
 from training.data import load_tasks  # noqa: E402
 from training.events import NullSink  # noqa: E402
 from training.policies import build_policies  # noqa: E402
 from training.rollout import Sampler  # noqa: E402
-from training.trainer import collect_rollouts, seed_everything, train_step  # noqa: E402
+from training.trainer import collect_rollouts, seed_everything, start_async_rollouts, train_step  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -100,19 +101,23 @@ def make_sampler(config: RunConfig) -> Sampler:
     return Sampler(env, build_policies(config), config, torch.Generator().manual_seed(config.seed))
 
 
+def collect_fresh(sampler: Sampler, tasks: list[Any], step: int) -> Any:
+    """`collect_rollouts` with the sandbox's result cache cleared first, in whichever process
+    collects: a sampler process has a cache of its own, and every arm's step starts with it empty."""
+    run_cached.cache_clear()
+    return collect_rollouts(sampler, tasks, step)
+
+
 class TroupeArm:
     """One Troupe configuration stepped on demand; records wall time and generation stats per step."""
 
-    def __init__(self, name: str, config: RunConfig):
+    def __init__(self, name: str, config: RunConfig, *, sampler_process: bool | None = None):
         self.name, self.config = name, config
         self.sampler = make_sampler(config)
         self.tasks, _ = load_tasks(config, self.sampler.env)
         self.steps: list[dict[str, float]] = []
-        self.rollouts = None
-        mode = config.generation.async_
-        if mode != "off":
-            self.rollouts = AsyncRollouts(self.sampler, lambda s, step: collect_rollouts(s, self.tasks, step), lag=LAGS[mode],
-                                          total_steps=config.optim.steps)
+        self.rollouts = start_async_rollouts(self.sampler, self.tasks, total_steps=config.optim.steps, process=sampler_process,
+                                             collect=collect_fresh)
 
     def step(self) -> float:
         run_cached.cache_clear()
@@ -179,7 +184,9 @@ def run_single(args: argparse.Namespace) -> dict[str, Any]:
         TroupeArm("troupe (no stop patterns)", troupe_config("single", args, **topo, **{"generation.stop_patterns": False})),
     ]
     if not args.no_async:
-        arms.append(TroupeArm("troupe async (stop patterns)", troupe_config("single", args, **topo, **{"generation.async": "one_step_off"})))
+        async_cfg = troupe_config("single", args, **topo, **{"generation.async": "one_step_off"})
+        arms.append(TroupeArm("troupe async (stop patterns)", async_cfg))  # a sampler process: what a CPU run gets
+        arms.append(TroupeArm("troupe async thread (stop patterns)", async_cfg, sampler_process=False))
     cfg = arms[0].config
     trl_steps: list[dict[str, float]] = []
 
@@ -275,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    parser.add_argument("--no-async", action="store_true", help="leave out the async arm (generation.async: one_step_off)")
+    parser.add_argument("--no-async", action="store_true", help="leave out the async arms (generation.async: one_step_off, its sampler a process and a thread)")
     parser.add_argument("--work-dir", default="/tmp/troupe-bench")
     parser.add_argument("--out", default=str(RESULTS / "engine_vs_trl.json"))
     args = parser.parse_args(argv)

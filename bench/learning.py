@@ -17,7 +17,7 @@ bench/results/learning/<env>-<level or size>/):
   untrained-self    the base model as the lone agent given the team's turns (`self_correct`), evaluated only
   single            AT-GRPO, the lone agent, the whole model trained
   single-async      `single` with one-step-off-policy rollouts (`generation.async: one_step_off`): a
-                    sampler thread generates step t+1 with the weights of step t-1 while step t updates
+                    sampler process generates step t+1 with the weights of step t-1 while step t updates
   self              AT-GRPO, the lone agent given the team's turns: it sees its last attempt and
                     tries again until it repeats its answer (the environment's `self_correct`)
   prompt            AT-GRPO, the team sharing one trained model, roles differ by prompt

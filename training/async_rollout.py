@@ -1,10 +1,10 @@
 """One-step-off-policy rollouts (`generation.async: one_step_off`): generation and training at once.
 
 A synchronous step generates its rollouts, then updates on them; on a CPU host each half leaves
-the other core idle. Here a sampler thread works one step ahead:
+the other core idle. Here a sampler works one step ahead:
 
-    main thread     | update 1 (w0 -> w1) | update 2 (w1 -> w2) | update 3 ...
-    sampler thread  | rollouts 2 with w0  | rollouts 3 with w1  | rollouts 4 with w2 ...
+    trainer         | update 1 (w0 -> w1) | update 2 (w1 -> w2) | update 3 ...
+    sampler         | rollouts 2 with w0  | rollouts 3 with w1  | rollouts 4 with w2 ...
 
 Step t's rollouts come from the weights of step t-2 (one update old, staleness 1; step 1's are
 on-policy). At the start of step t the main thread takes step t's rollouts (waiting if the sampler
@@ -15,36 +15,49 @@ token it sampled, and the update weighs each token by min(pi_old / pi_sampler, C
 importance sampling that already corrects vLLM's sampler (`training.grpo.truncated_importance_weights`).
 On-policy rollouts (staleness 0) drop those log-probs: their weight is exactly 1.
 
-Why a thread and not a process: torch releases the GIL inside its kernels, and on CPU the matmuls
-of decoding and of the backward pass are most of a step's time, so two threads keep two cores
-busy; the thread sets its own torch thread budget (OpenMP's is per thread). A process would need
-its own copy of the environment, the tools' sandbox, the reward functions and the tokenizers, a
-second model load at start, and a pipe for the episodes and shared memory for the weights; the
-thread shares them and a weight push is an in-memory copy. The Python between kernels does
-contend for the GIL (measured in docs/benchmarks.md, "Speed against TRL").
+The sampler runs in a process of its own where it can (`process=True`: a run of one process on
+CPU, the trainer's choice in `training.trainer.start_async_rollouts`), else in a thread:
+
+- A process has its own interpreter lock. On CPU the Python between the kernels (decoding's
+  per-token loop, the modules' forward calls) is a large share of a step, and two threads contend
+  for one lock; two processes do not (measured in docs/benchmarks.md, "Speed against TRL"). The
+  sampler's models are the shadow copies below with every tensor in shared memory (the frozen
+  ones are the trainer's own, moved there): the process maps them, loads nothing from disk, and
+  a push is still an in-memory copy it sees at once. It receives the environment, the reward
+  functions and the tasks once, and each step's request with the run's generator state; it sends
+  back the rollouts and the generator state after them, so the one random stream runs exactly as
+  in a thread. It is started with `spawn` (no fork of a process with threads and a torch pool).
+- A thread shares everything with the update: torch releases the interpreter lock inside its
+  kernels, so the matmuls of both sides run at once. It serves the runs a process cannot: several
+  processes of a launch, a placement, sharded models and GPUs (whose memory a thread shares).
 
 Everything the run does besides generating stays on the main thread, in a synchronous run's
 order: events, evaluation, checkpoints and the stop request. Before an evaluation or a checkpoint
 the main thread waits for the batch in flight (`settle`): the run's one random generator is then
 idle, and a checkpoint saves the batch (`PENDING_FILE`), so a resumed run takes the same rollouts
-as the uninterrupted one. A failure in the sampler thread fails the run at its next `take` with
-the sampler's reason.
+as the uninterrupted one. A failure in the sampler fails the run at its next `take` with
+the sampler's reason; a sampler process that dies fails it with its exit code.
 """
 
 from __future__ import annotations
 
 import copy
+import os
+import resource
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import torch
+import torch.multiprocessing as mp
 
 from training.policies import Policy, PolicySet
-from training.rollout import Episode, Sampler
+from training.rollout import Episode, Sampler, SamplerClosed
 
 PENDING_FILE = "async_rollouts.pt"
 """In a checkpoint of an async run: the next step's rollouts, generated before it was saved."""
@@ -63,7 +76,7 @@ class StepRollouts:
     dynamic: dict[str, float] = field(default_factory=dict)
     """Dynamic sampling's metrics (`training.trainer._dynamic_sampling`)."""
     seconds: float = 0.0
-    """Wall time the rollouts took (in the sampler thread, when async)."""
+    """Wall time the rollouts took (in the sampler, when async)."""
     tokens: int = 0
     gen_seconds: float = 0.0
     """Tokens generated and the time spent in generation (`GenerationStats`)."""
@@ -71,29 +84,43 @@ class StepRollouts:
     """The trainer step whose weights generated them (0: the initial weights)."""
 
 
-Collect = Callable[[Sampler, int], StepRollouts]
-"""Rolls out one step (`training.trainer.collect_rollouts`)."""
+Collect = Callable[[Sampler, Sequence[Any], int], StepRollouts]
+"""Rolls out one step on the run's training tasks (`training.trainer.collect_rollouts`); a
+module-level function, which a sampler process imports by name."""
 
 
 class AsyncRollouts:
-    """The sampler thread of one run: `take(step)` returns step `step`'s rollouts and starts the
-    next step's; `settle` waits for the batch in flight; `close` ends the thread."""
+    """The sampler of one run, a thread or a process: `take(step)` returns step `step`'s rollouts
+    and starts the next step's; `settle` waits for the batch in flight; `close` ends the sampler."""
 
-    def __init__(self, sampler: Sampler, collect: Collect, *, lag: int, total_steps: int) -> None:
+    def __init__(self, sampler: Sampler, tasks: Sequence[Any], collect: Collect, *, lag: int, total_steps: int,
+                 process: bool = False) -> None:
         self.trainer = sampler
         self.lag, self.total = lag, total_steps
         policies, self.pairs = shadow_policies(sampler.policies)
-        self.closing = threading.Event()
-        self.sampler = replace(sampler, policies=policies, served={}, logprobs=True, closing=self.closing)
-        self.sampler.stats = type(sampler.stats)()
-        self.sampler.pool = ThreadPoolExecutor(max_workers=4)
-        self.collect = collect
+        self.tasks, self.collect = tasks, collect
         threads = max(1, torch.get_num_threads() // 2)
         self.threads = threads
-        """Torch threads of each side: the sampler thread and the update split the run's budget."""
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="troupe-sampler", initializer=torch.set_num_threads,
-                                          initargs=(threads,))
+        """Torch threads of each side: the sampler and the update split the run's budget."""
+        self.kind = "process" if process else "thread"
         self._threads_before = torch.get_num_threads()
+        self.worker: SamplerProcess | None = None
+        self.note = ""
+        """Why a process was asked for and a thread serves, for the run's log."""
+        if process and not _room_for_shared_tensors(policies):
+            process, self.kind = False, "thread"
+            self.note = "the open-files limit (RLIMIT_NOFILE) leaves no room for a sampler process's shared weights"
+        if process:
+            self.worker = SamplerProcess(sampler, policies, tasks, collect, threads=threads)
+            self.closing: Any = self.worker.closing
+            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="troupe-sampler")  # waits on the process
+        else:
+            self.closing = threading.Event()
+            self.sampler = replace(sampler, policies=policies, served={}, logprobs=True, closing=self.closing)
+            self.sampler.stats = type(sampler.stats)()
+            self.sampler.pool = ThreadPoolExecutor(max_workers=4)
+            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="troupe-sampler", initializer=torch.set_num_threads,
+                                              initargs=(threads,))
         torch.set_num_threads(threads)
         self.pending: tuple[int, Future[StepRollouts]] | None = None
         self.push_seconds = 0.0
@@ -112,7 +139,8 @@ class AsyncRollouts:
         try:
             got = future.result()
         except Exception as exc:
-            raise RuntimeError(f"the sampler thread failed making the rollouts of step {step}: {type(exc).__name__}: {exc}") from exc
+            reason = str(exc) if isinstance(exc, SamplerFailed) else f"{type(exc).__name__}: {exc}"
+            raise RuntimeError(f"the sampler {self.kind} failed making the rollouts of step {step}: {reason}") from exc
         if self.staleness(got) == 0:  # the trainer's own weights sampled them: weight 1, exactly
             for ep in got.episodes:
                 for turn in ep.turns:
@@ -152,11 +180,14 @@ class AsyncRollouts:
         return True
 
     def close(self) -> None:
-        """Stop the sampler thread (a rollout in flight ends at its next generation) and give the
-        main thread its torch threads back."""
+        """Stop the sampler (a rollout in flight ends at its next generation) and give the main
+        thread its torch threads back."""
         self.closing.set()
         self._thread.shutdown(wait=True, cancel_futures=True)
-        self.sampler.pool.shutdown()
+        if self.worker is not None:
+            self.worker.close()
+        else:
+            self.sampler.pool.shutdown()
         torch.set_num_threads(self._threads_before)
 
     def _start(self, step: int, *, version: int) -> None:
@@ -164,14 +195,119 @@ class AsyncRollouts:
         t0 = time.perf_counter()
         push_weights(self.pairs)
         self.push_seconds = time.perf_counter() - t0
-        self.pending = (step, self._thread.submit(self._make, step, version))
+        if self.worker is not None:  # the generator's state now: the run's one stream goes on in the process
+            state = self.trainer.generator.get_state()
+            self.pending = (step, self._thread.submit(self.worker.make, step, version, state, self.trainer.generator))
+        else:
+            self.pending = (step, self._thread.submit(self._make, step, version))
 
     # -- the sampler thread's side ---------------------------------------------------------------
 
     def _make(self, step: int, version: int) -> StepRollouts:
-        got = self.collect(self.sampler, step)
+        got = self.collect(self.sampler, self.tasks, step)
         got.version = version
         return got
+
+
+def _models(policies: PolicySet) -> list[torch.nn.Module]:
+    return list({id(p.model): p.model for p in policies.policies.values() if p.model is not None}.values())
+
+
+def _room_for_shared_tensors(policies: PolicySet) -> bool:
+    """Whether this process may hold one more open file per tensor of `policies` (a tensor in
+    shared memory keeps its file open, torch's `file_descriptor` sharing), raising the soft limit
+    of open files toward the hard one where that makes the room."""
+    need = sum(1 for m in _models(policies) for _ in [*m.parameters(), *m.buffers()]) + len(os.listdir("/proc/self/fd")) + 512
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        if hard != resource.RLIM_INFINITY and hard < need:
+            return False
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    return True
+
+
+class SamplerFailed(Exception):
+    """What went wrong in a sampler process, as "ExceptionType: message" (or how it died)."""
+
+
+class SamplerProcess:
+    """The sampler's own process (`AsyncRollouts(process=True)`) and the pipe to it."""
+
+    def __init__(self, sampler: Sampler, policies: PolicySet, tasks: Sequence[Any], collect: Collect, *, threads: int) -> None:
+        for model in _models(policies):
+            for t in [*model.parameters(), *model.buffers()]:
+                t.share_memory_()  # the frozen ones are the trainer's tensors: moved, not copied
+        ctx = mp.get_context("spawn")
+        self.closing = ctx.Event()
+        self.conn, theirs = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(theirs, threads, self.closing), name="troupe-sampler", daemon=True)
+        self.proc.start()
+        theirs.close()  # the process's end: closed here, a dead process reads as EOF
+        self.setup: tuple[Any, ...] | None = (sampler.config, sampler.env, policies, list(sampler.rewards), list(tasks), collect)
+        """Sent with the first request, from the waiting thread (not as the process's arguments:
+        the process reports a failure to rebuild them, and the run does not wait for its start)."""
+
+    def make(self, step: int, version: int, state: torch.Tensor, generator: torch.Generator) -> StepRollouts:
+        """Step `step`'s rollouts from the process (in `AsyncRollouts`' waiting thread), sampled from
+        the generator state `state`; the run's `generator` goes on from the state the process ends with."""
+        try:
+            try:
+                if self.setup is not None:
+                    setup, self.setup = self.setup, None
+                    self.conn.send(setup)
+                self.conn.send((step, state))
+            except (BrokenPipeError, ConnectionResetError):  # it ended: it may have said why
+                pass
+            kind, got, after = self.conn.recv()
+        except (EOFError, OSError):
+            self.proc.join(timeout=5)
+            raise SamplerFailed(f"the process died (exit code {self.proc.exitcode})") from None
+        if kind == "closed":
+            raise SamplerClosed(got)
+        if kind == "error":
+            raise SamplerFailed(got)
+        generator.set_state(after)
+        got.version = version
+        return got  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        try:
+            self.conn.send(None)
+        except OSError:
+            pass
+        self.proc.join(timeout=30)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+        self.conn.close()
+
+
+def _serve(conn: Connection, threads: int, closing: Any) -> None:
+    """The sampler process: rebuild the sampler from what the run sends, then answer each
+    (step, generator state) with that step's rollouts and the generator state after them."""
+    torch.set_num_threads(threads)
+    try:
+        config, env, policies, rewards, tasks, collect = conn.recv()
+        sampler = Sampler(env, policies, config, torch.Generator(), rewards, logprobs=True, closing=closing)
+    except EOFError:
+        return
+    except Exception as exc:
+        conn.send(("error", f"setting the sampler up: {type(exc).__name__}: {exc}", None))
+        return
+    try:
+        while (request := conn.recv()) is not None:
+            step, state = request
+            sampler.generator.set_state(state)
+            try:
+                conn.send(("ok", collect(sampler, tasks, step), sampler.generator.get_state()))
+            except SamplerClosed as exc:
+                conn.send(("closed", str(exc), None))
+            except Exception as exc:  # the run fails with it, at its next `take`
+                conn.send(("error", f"{type(exc).__name__}: {exc}", None))
+    except (EOFError, KeyboardInterrupt):  # the run is gone
+        pass
+    finally:
+        sampler.pool.shutdown(wait=False, cancel_futures=True)
 
 
 def shadow_policies(policies: PolicySet) -> tuple[PolicySet, list[tuple[torch.Tensor, torch.Tensor]]]:

@@ -414,7 +414,8 @@ class GenerationConfig:
     cache for at least one such sequence, so a small value lets a small cache start."""
     async_: str = field(default="off", metadata={"key": "async"})
     """`async` in YAML. `off`: each step generates its rollouts, then updates on them (on-policy).
-    `one_step_off`: a sampler thread generates step t+1's rollouts with the weights of step t-1
+    `one_step_off`: a sampler (a process of its own on a CPU run, else a thread) generates step
+    t+1's rollouts with the weights of step t-1
     while step t's update runs, so generation and training overlap (one-step off-policy, as in
     verl's one-step-off and TRL's async GRPO); the update corrects the staleness with truncated
     importance sampling on the sampler's log-probs (`grpo.importance_sampling`), and the run

@@ -30,7 +30,7 @@ class Generation:
     when one of its segments did, see `segment_tokens`)."""
     logprobs: tuple[float, ...] | None = None
     """The sampler's log-prob of each completion token at the sampling temperature, when the
-    sampler is not the trainer (vLLM, or the HF backend's lagging sampler thread of
+    sampler is not the trainer (vLLM, or the HF backend's lagging sampler of
     `generation.async`); None when the sampler's weights are the trainer's."""
     mask: tuple[int, ...] | None = None
     """1 for each token of `token_ids` the model wrote, 0 for a tool result spliced in between
@@ -96,7 +96,7 @@ def generate(
     example after the closing fence of a code block. Such a completion is not `truncated`.
 
     `logprobs`: also return each sampled token's log-prob under these weights at `temperature`
-    (untempered when greedy), as `training.grpo.token_logprobs` scores it: a sampler thread whose
+    (untempered when greedy), as `training.grpo.token_logprobs` scores it: an async sampler whose
     weights lag the trainer's (`training.async_rollout`) hands them to the importance weights."""
     if not prompts:
         return []

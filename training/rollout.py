@@ -36,7 +36,7 @@ RewardFn = Callable[..., list[float]]
 
 
 class SamplerClosed(Exception):
-    """A sampler thread's rollout was abandoned because the run is ending (`Sampler.closing`)."""
+    """An async sampler's rollout was abandoned because the run is ending (`Sampler.closing`)."""
 
 GroupKey = tuple[Any, ...]
 
@@ -166,9 +166,9 @@ class Sampler:
     """Agent -> what generated its last sample (`Turn.policy`)."""
     logprobs: bool = False
     """Keep the HF backend's log-prob of each sampled token (`generate(logprobs=True)`): the
-    sampler thread of `generation.async` samples with weights that lag the trainer's."""
+    sampler of `generation.async` samples with weights that lag the trainer's."""
     closing: threading.Event | None = None
-    """Set, the next generation raises `SamplerClosed` (a sampler thread asked to stop)."""
+    """Set, the next generation raises `SamplerClosed` (an async sampler asked to stop)."""
     placement: Any = None
     """A `training.placement.Placement` when the agents' models live on rank groups: generation
     then goes to the rank that holds the agent's model."""

@@ -33,7 +33,7 @@ import torch
 from agents.envs import load_environment
 from agents.verifiers import load_reward_fn
 from training import sharding
-from training.async_rollout import LAGS, AsyncRollouts, StepRollouts
+from training.async_rollout import LAGS, AsyncRollouts, Collect, StepRollouts
 from training.config import ConfigError, RunConfig, config_warnings, resume_differences
 from training.data import Task, batch_indices, load_tasks
 from training.distributed import Dist, check_gpus, from_env, in_launch, launch
@@ -151,8 +151,9 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
     rollouts = start_async_rollouts(sampler, train_tasks, total_steps=config.optim.steps)
     if rollouts is not None:
         resumed = bool(config.checkpoint.resume_from) and rollouts.load(Path(str(config.checkpoint.resume_from)), start_step)
-        sink.log(f"generation.async: {mode}: a sampler thread generates each next step's rollouts during the update "
-                 f"({rollouts.threads} torch threads each){'; the next rollouts come from the checkpoint' if resumed else ''}")
+        sink.log(f"generation.async: {mode}: a sampler {rollouts.kind} generates each next step's rollouts during the update "
+                 f"({rollouts.threads} torch threads each){'; the next rollouts come from the checkpoint' if resumed else ''}"
+                 f"{f'; a thread, not a process: {rollouts.note}' if rollouts.note else ''}")
     try:
         with reporting(config, out, sink, main=dist.main) as run_sink:  # + the trackers of `report_to`, on rank 0
             return _loop(config, out, run_sink, sampler, train_tasks, eval_tasks, start_step, progress, rollouts)
@@ -181,7 +182,7 @@ def _loop(
     result = TrainResult(status="succeeded", step=start_step, start_step=start_step)
 
     def run_eval(at: int) -> None:
-        if rollouts is not None:  # the sampler thread idle: the run's generator is free, as in a synchronous run
+        if rollouts is not None:  # the sampler idle: the run's generator is free, as in a synchronous run
             rollouts.settle()
         with generating(sampler):  # under a placement the other ranks answer rank 0's generations
             if dist.main:
@@ -247,7 +248,7 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink, 
     t0 = time.perf_counter()
     dist = sampler.dist
 
-    # -- 1. rollout: here, or taken from the sampler thread that made them during the last update --
+    # -- 1. rollout: here, or taken from the async sampler that made them during the last update ---
     got = collect_rollouts(sampler, tasks, step) if rollouts is None else rollouts.take(step)
     episodes, dynamic, t_rollout = got.episodes, got.dynamic, got.seconds
     t_wait = time.perf_counter() - t0
@@ -312,18 +313,32 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink, 
     return metrics
 
 
-def start_async_rollouts(sampler: Sampler, tasks: list[Task], *, total_steps: int) -> AsyncRollouts | None:
-    """The sampler thread of `generation.async` (training.async_rollout), working one step ahead
-    of the update on `tasks`; None when the run's rollouts are synchronous (`off`)."""
+def start_async_rollouts(sampler: Sampler, tasks: list[Task], *, total_steps: int, process: bool | None = None,
+                         collect: Collect | None = None) -> AsyncRollouts | None:
+    """The sampler of `generation.async` (training.async_rollout), working one step ahead of the
+    update on `tasks`; None when the run's rollouts are synchronous (`off`). A process of its own
+    where one can hold the sampler (`sampler_process`), else a thread; `process` overrides the
+    choice and `collect` replaces `collect_rollouts` (bench/engine_vs_trl.py measures both kinds,
+    each step's rollouts from an empty sandbox cache)."""
     mode = sampler.config.generation.async_
     if mode == "off":
         return None
-    return AsyncRollouts(sampler, lambda s, step: collect_rollouts(s, tasks, step), lag=LAGS[mode], total_steps=total_steps)
+    process = sampler_process(sampler) if process is None else process
+    return AsyncRollouts(sampler, tasks, collect or collect_rollouts, lag=LAGS[mode], total_steps=total_steps, process=process)
+
+
+def sampler_process(sampler: Sampler) -> bool:
+    """Whether an async run's sampler gets its own process: a run of one process on CPU, with no
+    placement and no sharded model. A launch's ranks generate together (a sharded model is
+    gathered, a placement's ranks answer each other), and a GPU's memory is the thread's to share."""
+    cfg = sampler.config
+    return (not sampler.dist.enabled and sampler.placement is None and cfg.resources.parallel != "fsdp"
+            and all(p.model is None or p.model.device.type == "cpu" for p in sampler.policies.policies.values()))
 
 
 def collect_rollouts(sampler: Sampler, tasks: list[Task], step: int) -> StepRollouts:
     """Step `step`'s episodes (each process of a data-parallel launch takes its share of the
-    tasks), with dynamic sampling's extra batches; in the sampler thread when `generation.async`."""
+    tasks), with dynamic sampling's extra batches; in the async sampler when `generation.async`."""
     cfg, dist = sampler.config, sampler.dist
     t0 = time.perf_counter()
     tokens0, secs0 = sampler.stats.tokens, sampler.stats.seconds

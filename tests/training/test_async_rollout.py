@@ -1,10 +1,14 @@
-"""`generation.async: one_step_off`: a sampler thread makes step t+1's rollouts during step t's
-update. At staleness 0 it is the synchronous run; stale rollouts are reweighed by truncated
-importance sampling; resume, cancel and a failing sampler behave as in a synchronous run."""
+"""`generation.async: one_step_off`: a sampler process (a thread where a process cannot serve)
+makes step t+1's rollouts during step t's update. At staleness 0 it is the synchronous run; stale
+rollouts are reweighed by truncated importance sampling; resume, cancel and a failing sampler
+behave as in a synchronous run."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +21,7 @@ from training.policies import build_policies, load_policy_weights
 from training.trainer import train
 
 LENGTH = "tests.training.test_async_rollout:length"
+BREAKS = "tests.training.test_async_rollout:breaks_in_the_sampler_process"
 
 
 def length(prompts, completions, **columns):
@@ -24,11 +29,29 @@ def length(prompts, completions, **columns):
     return [len(c) / 50 for c in completions]
 
 
+def breaks_in_the_sampler_process(prompts, completions, **columns):
+    """`length`, until the file named by TROUPE_TEST_BREAK_WHEN exists: then, in the sampler
+    process only, it raises (TROUPE_TEST_BREAK_HOW=raise) or ends the process (exit)."""
+    if multiprocessing.parent_process() is not None and Path(os.environ["TROUPE_TEST_BREAK_WHEN"]).exists():
+        if os.environ["TROUPE_TEST_BREAK_HOW"] == "exit":
+            os._exit(3)
+        raise OSError("disk full in the sampler")
+    return length(prompts, completions)
+
+
+def sampler_processes():
+    return [p for p in multiprocessing.active_children() if p.name == "troupe-sampler"]
+
+
 class Recorder(NullSink):
     def __init__(self, stop_after: int | None = None):
         self.steps: list = []
         self.episodes: dict[int, list] = {}
         self.stop_after = stop_after
+        self.lines: list[str] = []
+
+    def log(self, message, *, level="info"):
+        self.lines.append(message)
 
     def metrics(self, metrics):
         self.steps.append(metrics)
@@ -47,8 +70,10 @@ def one_thread_and_a_dense_reward():
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     plugins.register(LENGTH, kind=plugins.REWARD_FUNCTION)
+    plugins.register(BREAKS, kind=plugins.REWARD_FUNCTION)
     yield
     plugins.unregister(LENGTH, kind=plugins.REWARD_FUNCTION)
+    plugins.unregister(BREAKS, kind=plugins.REWARD_FUNCTION)
     torch.set_num_threads(before)
 
 
@@ -66,12 +91,15 @@ def texts(sink):
     return {step: [[c["text"] for t in ep["turns"] for c in t["candidates"]] for ep in eps] for step, eps in sink.episodes.items()}
 
 
-def test_at_staleness_0_it_makes_the_synchronous_runs_rollouts_and_weights(make_config, tmp_path, monkeypatch):
+@pytest.mark.parametrize("kind", ["process", "thread"])
+def test_at_staleness_0_it_makes_the_synchronous_runs_rollouts_and_weights(make_config, tmp_path, monkeypatch, kind):
     sync, sync_sink = config(make_config), Recorder()
     straight = train(sync, out_dir=tmp_path / "sync", sink=sync_sink)
-    monkeypatch.setitem(async_rollout.LAGS, "one_step_off", 0)  # the sampler thread waits for each update
+    monkeypatch.setitem(async_rollout.LAGS, "one_step_off", 0)  # the sampler waits for each update
+    monkeypatch.setattr(trainer, "sampler_process", lambda sampler: kind == "process")
     lagged, lagged_sink = sync.replace(**{"generation.async": "one_step_off"}), Recorder()
     result = train(lagged, out_dir=tmp_path / "async", sink=lagged_sink)
+    assert any(f"a sampler {kind} generates" in line for line in lagged_sink.lines)
 
     assert texts(lagged_sink) == texts(sync_sink) and len(texts(sync_sink)) == 3
     assert [m.values["async/staleness"] for m in lagged_sink.steps] == [0.0, 0.0, 0.0]
@@ -113,7 +141,8 @@ def test_a_resumed_run_takes_the_rollouts_the_checkpoint_kept(make_config, tmp_p
     stopped = train(run, out_dir=tmp_path / "a", sink=Recorder(stop_after=2))
     assert stopped.status == "cancelled" and stopped.step == 2
     assert (tmp_path / "a" / "checkpoints" / "step-000002" / async_rollout.PENDING_FILE).is_file()
-    assert not [t for t in threading.enumerate() if t.name.startswith("troupe-sampler")], "the sampler thread outlived the run"
+    assert not [t for t in threading.enumerate() if t.name.startswith("troupe-sampler")], "the sampler's thread outlived the run"
+    assert not sampler_processes(), "the sampler process outlived the run"
 
     resumed_sink = Recorder()
     resumed = train(run.replace(**{"checkpoint.resume_from": stopped.checkpoint}), out_dir=tmp_path / "b", sink=resumed_sink)
@@ -124,9 +153,10 @@ def test_a_resumed_run_takes_the_rollouts_the_checkpoint_kept(make_config, tmp_p
         torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_a_failing_sampler_fails_the_run_with_its_reason_and_the_run_resumes(make_config, tmp_path, monkeypatch):
+def test_a_failing_sampler_thread_fails_the_run_with_its_reason_and_the_run_resumes(make_config, tmp_path, monkeypatch):
     run = config(make_config, **{"generation.async": "one_step_off", "optim.steps": 4, "checkpoint.every": 1})
     real = trainer._rollout
+    monkeypatch.setattr(trainer, "sampler_process", lambda sampler: False)
 
     def breaks_at_step_3(sampler, batch):
         if threading.current_thread().name.startswith("troupe-sampler") and batch[0][0].endswith("@3"):
@@ -139,6 +169,23 @@ def test_a_failing_sampler_fails_the_run_with_its_reason_and_the_run_resumes(mak
     assert not [t for t in threading.enumerate() if t.name.startswith("troupe-sampler")]
 
     monkeypatch.setattr(trainer, "_rollout", real)
+    last = tmp_path / "a" / "checkpoints" / "step-000002"
+    resumed = train(run.replace(**{"checkpoint.resume_from": str(last)}), out_dir=tmp_path / "b", sink=NullSink())
+    assert resumed.status == "succeeded" and resumed.step == 4
+
+
+@pytest.mark.parametrize("how, reason", [("raise", "OSError: disk full in the sampler"), ("exit", r"the process died \(exit code 3\)")])
+def test_a_failing_or_dying_sampler_process_fails_the_run_with_its_reason_and_the_run_resumes(make_config, tmp_path, monkeypatch,
+                                                                                             how, reason):
+    # Step 3's rollouts start once step 2's have been taken, after checkpoint 1 is written.
+    run = config(make_config, **{"generation.async": "one_step_off", "optim.steps": 4, "checkpoint.every": 1, "data.reward_fn": BREAKS})
+    monkeypatch.setenv("TROUPE_TEST_BREAK_WHEN", str(tmp_path / "a" / "checkpoints" / "step-000001"))
+    monkeypatch.setenv("TROUPE_TEST_BREAK_HOW", how)
+    with pytest.raises(RuntimeError, match=rf"sampler process failed making the rollouts of step 3: {reason}"):
+        train(run, out_dir=tmp_path / "a", sink=NullSink())
+    assert not sampler_processes() and not [t for t in threading.enumerate() if t.name.startswith("troupe-sampler")]
+
+    monkeypatch.setenv("TROUPE_TEST_BREAK_WHEN", str(tmp_path / "never"))
     last = tmp_path / "a" / "checkpoints" / "step-000002"
     resumed = train(run.replace(**{"checkpoint.resume_from": str(last)}), out_dir=tmp_path / "b", sink=NullSink())
     assert resumed.status == "succeeded" and resumed.step == 4
@@ -157,3 +204,19 @@ def test_the_mode_reads_from_yaml_and_a_bad_one_names_the_field(make_config):
     with pytest.raises(ConfigError) as err:
         RunConfig.from_yaml(base, overrides=["generation.async=one_step_off", "generation.backend=vllm"])
     assert err.value.field == "generation.async" and "HF backend" in err.value.message
+
+
+def test_a_process_needs_an_open_file_per_shared_tensor_and_a_run_without_room_gets_a_thread(make_config, tmp_path, monkeypatch):
+    run = config(make_config, **{"generation.async": "one_step_off", "optim.steps": 1})
+    policies = build_policies(run, device=torch.device("cpu"))
+    tensors = sum(1 for m in async_rollout._models(policies) for _ in [*m.parameters(), *m.buffers()])
+    raised = []
+    monkeypatch.setattr(async_rollout.resource, "getrlimit", lambda which: (64, 1_000_000))
+    monkeypatch.setattr(async_rollout.resource, "setrlimit", lambda which, limits: raised.append(limits))
+    assert async_rollout._room_for_shared_tensors(policies)
+    assert raised and raised[0][1] == 1_000_000 and raised[0][0] > tensors  # the soft limit raised, the hard one kept
+
+    monkeypatch.setattr(async_rollout.resource, "getrlimit", lambda which: (64, 64))
+    sink = Recorder()
+    assert train(run, out_dir=tmp_path, sink=sink).status == "succeeded"
+    assert any("a sampler thread generates" in line and "RLIMIT_NOFILE" in line for line in sink.lines), sink.lines
