@@ -46,7 +46,7 @@ import os
 import resource
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
@@ -84,7 +84,7 @@ class StepRollouts:
     """The trainer step whose weights generated them (0: the initial weights)."""
 
 
-Collect = Callable[[Sampler, Sequence[Any], int], StepRollouts]
+Collect = Callable[[Sampler, list[Any], int], StepRollouts]
 """Rolls out one step on the run's training tasks (`training.trainer.collect_rollouts`); a
 module-level function, which a sampler process imports by name."""
 
@@ -93,7 +93,7 @@ class AsyncRollouts:
     """The sampler of one run, a thread or a process: `take(step)` returns step `step`'s rollouts
     and starts the next step's; `settle` waits for the batch in flight; `close` ends the sampler."""
 
-    def __init__(self, sampler: Sampler, tasks: Sequence[Any], collect: Collect, *, lag: int, total_steps: int,
+    def __init__(self, sampler: Sampler, tasks: list[Any], collect: Collect, *, lag: int, total_steps: int,
                  process: bool = False) -> None:
         self.trainer = sampler
         self.lag, self.total = lag, total_steps
@@ -107,9 +107,8 @@ class AsyncRollouts:
         self.worker: SamplerProcess | None = None
         self.note = ""
         """Why a process was asked for and a thread serves, for the run's log."""
-        if process and not _room_for_shared_tensors(policies):
-            process, self.kind = False, "thread"
-            self.note = "the open-files limit (RLIMIT_NOFILE) leaves no room for a sampler process's shared weights"
+        if process and (why := _no_room_for_a_process(policies)):
+            process, self.kind, self.note = False, "thread", why
         if process:
             self.worker = SamplerProcess(sampler, policies, tasks, collect, threads=threads)
             self.closing: Any = self.worker.closing
@@ -213,17 +212,27 @@ def _models(policies: PolicySet) -> list[torch.nn.Module]:
     return list({id(p.model): p.model for p in policies.policies.values() if p.model is not None}.values())
 
 
-def _room_for_shared_tensors(policies: PolicySet) -> bool:
-    """Whether this process may hold one more open file per tensor of `policies` (a tensor in
-    shared memory keeps its file open, torch's `file_descriptor` sharing), raising the soft limit
-    of open files toward the hard one where that makes the room."""
-    need = sum(1 for m in _models(policies) for _ in [*m.parameters(), *m.buffers()]) + len(os.listdir("/proc/self/fd")) + 512
+def _no_room_for_a_process(policies: PolicySet) -> str:
+    """Why this host cannot hold the sampler process's shared weights, or "" when it can. Each
+    tensor in shared memory takes room in /dev/shm (a container's is 64 MB unless its `shm_size`
+    says more) and keeps a file open in this process (torch's `file_descriptor` sharing): the soft
+    limit of open files is raised toward the hard one where that makes the room."""
+    tensors = [t for m in _models(policies) for t in [*m.parameters(), *m.buffers()]]
+    need = sum(t.untyped_storage().nbytes() for t in tensors if not t.is_shared())
+    try:
+        shm = os.statvfs("/dev/shm")
+        free = shm.f_bavail * shm.f_frsize
+    except OSError:
+        return "this host has no /dev/shm"
+    if free < need * 1.1:
+        return f"/dev/shm has {free / 2**20:.0f} MiB free for {need / 2**20:.0f} MiB of weights (raise the container's shm_size)"
+    files = len(tensors) + len(os.listdir("/proc/self/fd")) + 512
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < need:
-        if hard != resource.RLIM_INFINITY and hard < need:
-            return False
-        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
-    return True
+    if soft != resource.RLIM_INFINITY and soft < files:
+        if hard != resource.RLIM_INFINITY and hard < files:
+            return f"the open-files limit (RLIMIT_NOFILE) is {hard}, and its weights need about {files}"
+        resource.setrlimit(resource.RLIMIT_NOFILE, (files, hard))
+    return ""
 
 
 class SamplerFailed(Exception):
@@ -233,7 +242,7 @@ class SamplerFailed(Exception):
 class SamplerProcess:
     """The sampler's own process (`AsyncRollouts(process=True)`) and the pipe to it."""
 
-    def __init__(self, sampler: Sampler, policies: PolicySet, tasks: Sequence[Any], collect: Collect, *, threads: int) -> None:
+    def __init__(self, sampler: Sampler, policies: PolicySet, tasks: list[Any], collect: Collect, *, threads: int) -> None:
         for model in _models(policies):
             for t in [*model.parameters(), *model.buffers()]:
                 t.share_memory_()  # the frozen ones are the trainer's tensors: moved, not copied

@@ -206,17 +206,24 @@ def test_the_mode_reads_from_yaml_and_a_bad_one_names_the_field(make_config):
     assert err.value.field == "generation.async" and "HF backend" in err.value.message
 
 
-def test_a_process_needs_an_open_file_per_shared_tensor_and_a_run_without_room_gets_a_thread(make_config, tmp_path, monkeypatch):
+def test_a_process_needs_shared_memory_and_open_files_for_its_weights_and_a_run_without_them_gets_a_thread(make_config, tmp_path,
+                                                                                                           monkeypatch):
     run = config(make_config, **{"generation.async": "one_step_off", "optim.steps": 1})
     policies = build_policies(run, device=torch.device("cpu"))
     tensors = sum(1 for m in async_rollout._models(policies) for _ in [*m.parameters(), *m.buffers()])
     raised = []
     monkeypatch.setattr(async_rollout.resource, "getrlimit", lambda which: (64, 1_000_000))
     monkeypatch.setattr(async_rollout.resource, "setrlimit", lambda which, limits: raised.append(limits))
-    assert async_rollout._room_for_shared_tensors(policies)
+    assert async_rollout._no_room_for_a_process(policies) == ""
     assert raised and raised[0][1] == 1_000_000 and raised[0][0] > tensors  # the soft limit raised, the hard one kept
 
     monkeypatch.setattr(async_rollout.resource, "getrlimit", lambda which: (64, 64))
     sink = Recorder()
-    assert train(run, out_dir=tmp_path, sink=sink).status == "succeeded"
-    assert any("a sampler thread generates" in line and "RLIMIT_NOFILE" in line for line in sink.lines), sink.lines
+    assert train(run, out_dir=tmp_path / "files", sink=sink).status == "succeeded"
+    assert any("a sampler thread generates" in line and "RLIMIT_NOFILE) is 64" in line for line in sink.lines), sink.lines
+
+    monkeypatch.undo()
+    real = os.statvfs
+    monkeypatch.setattr(async_rollout.os, "statvfs", lambda path: real(path) if path != "/dev/shm" else os.statvfs_result((4096,) * 2 + (0,) * 8))
+    why = async_rollout._no_room_for_a_process(policies)
+    assert why.startswith("/dev/shm has 0 MiB free for ") and "shm_size" in why, why
