@@ -31,6 +31,7 @@ TEST_PLUGINS = {
         "tests.faults.plugins:exploding_reward",
         "tests.faults.plugins:interrupting_reward",
         "tests.faults.plugins:gated_reward",
+        "tests.faults.plugins:cancel_gated_reward",
     ],
 }
 

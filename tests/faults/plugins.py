@@ -73,6 +73,22 @@ def gated_reward(prompts: list[Any], completions: list[Any], **columns: Any) -> 
     return [None] * len(completions)
 
 
+_cancel_questions_seen: set[str] = set()
+
+
+def cancel_gated_reward(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
+    """`gated_reward` with a gate of its own, the file $TROUPE_TEST_GATE + "-cancel": it holds a
+    run in its second step until a test has asked the run to stop, so the stop comes mid-run
+    however fast the machine (the first gate, once opened, stays open for the module's runs)."""
+    gate = os.environ.get(GATE_VAR)
+    _cancel_questions_seen.update(str(q) for q in columns.get("question", []))
+    if gate and len(_cancel_questions_seen) >= 2:
+        deadline = time.monotonic() + GATE_WAIT_S
+        while not Path(gate + "-cancel").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    return [None] * len(completions)
+
+
 class ExitOnInit(BrokenEnv):
     """Exits while it is being constructed (a web request builds environments for previews and forms)."""
 

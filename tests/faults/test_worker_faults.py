@@ -144,13 +144,16 @@ def test_a_killed_workers_run_is_marked_lost_and_resumes_on_another_worker(alice
 
 
 def test_cancel_stops_within_a_step_saves_a_checkpoint_and_resume_continues(alice, fleet):
-    run = queue(alice.team, steps=6, advanced_yaml="checkpoint: {every: 0}\n")  # only the stop itself saves one
-    until(run, "step 2", lambda r: r.step >= 2, fleet)
+    # Only the stop itself saves a checkpoint. The run holds in its second step until the stop has
+    # been asked for (tests.faults.plugins:cancel_gated_reward), so a fast machine cannot finish first.
+    run = queue(alice.team, steps=6, advanced_yaml="checkpoint: {every: 0}\ndata: {reward_fn: 'tests.faults.plugins:cancel_gated_reward'}\n")
+    until(run, "step 1", lambda r: r.step >= 1, fleet)
     alice.client.post(reverse("run_cancel", args=[run.pk]))
     asked_at = Run.objects.get(pk=run.pk).step
+    (fleet.data_dir.parent / "gate-open-cancel").touch()
     until(run, "the stop", lambda r: not r.is_active, fleet, timeout=120)
     assert run.status == Run.Status.CANCELLED and run.error_message == ""
-    assert asked_at <= run.step <= asked_at + 1 < 6
+    assert asked_at == 1 and run.step == 2
     checkpoint = Checkpoint.objects.get(run=run)
     assert checkpoint.step == run.step and Path(checkpoint.path).is_dir()
 
