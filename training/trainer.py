@@ -152,7 +152,7 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
     if rollouts is not None:
         resumed = bool(config.checkpoint.resume_from) and rollouts.load(Path(str(config.checkpoint.resume_from)), start_step)
         sink.log(f"generation.async: {mode}: a sampler {rollouts.kind} generates each next step's rollouts during the update "
-                 f"({rollouts.threads} torch threads each){'; the next rollouts come from the checkpoint' if resumed else ''}"
+                 f"({rollouts.threads} torch thread{'s' if rollouts.threads != 1 else ''} each){'; the next rollouts come from the checkpoint' if resumed else ''}"
                  f"{f'; a thread, not a process: {rollouts.note}' if rollouts.note else ''}")
     try:
         with reporting(config, out, sink, main=dist.main) as run_sink:  # + the trackers of `report_to`, on rank 0
