@@ -102,13 +102,12 @@ class AsyncRollouts:
         threads = max(1, torch.get_num_threads() // 2)
         self.threads = threads
         """Torch threads of each side: the sampler and the update split the run's budget."""
-        self.kind = "process" if process else "thread"
         self._threads_before = torch.get_num_threads()
         self.worker: SamplerProcess | None = None
         self.note = ""
         """Why a process was asked for and a thread serves, for the run's log."""
         if process and (why := _no_room_for_a_process(policies)):
-            process, self.kind, self.note = False, "thread", why
+            process, self.note = False, why
         if process:
             self.worker = SamplerProcess(sampler, policies, tasks, collect, threads=threads)
             self.closing: Any = self.worker.closing
@@ -124,6 +123,11 @@ class AsyncRollouts:
         self.pending: tuple[int, Future[StepRollouts]] | None = None
         self.push_seconds = 0.0
         """Time the last weight push took."""
+
+    @property
+    def kind(self) -> str:
+        """"process" or "thread": where the sampler runs."""
+        return "thread" if self.worker is None else "process"
 
     # -- the main thread's side ------------------------------------------------------------------
 
@@ -208,8 +212,11 @@ class AsyncRollouts:
         return got
 
 
-def _models(policies: PolicySet) -> list[torch.nn.Module]:
-    return list({id(p.model): p.model for p in policies.policies.values() if p.model is not None}.values())
+def _tensors(policies: PolicySet) -> list[torch.Tensor]:
+    """Every parameter and buffer of the policies' models (a shared model once): what a sampler
+    process maps."""
+    models = {id(p.model): p.model for p in policies.policies.values() if p.model is not None}
+    return [t for m in models.values() for t in [*m.parameters(), *m.buffers()]]
 
 
 def _no_room_for_a_process(policies: PolicySet) -> str:
@@ -217,7 +224,7 @@ def _no_room_for_a_process(policies: PolicySet) -> str:
     tensor in shared memory takes room in /dev/shm (a container's is 64 MB unless its `shm_size`
     says more) and keeps a file open in this process (torch's `file_descriptor` sharing): the soft
     limit of open files is raised toward the hard one where that makes the room."""
-    tensors = [t for m in _models(policies) for t in [*m.parameters(), *m.buffers()]]
+    tensors = _tensors(policies)
     need = sum(t.untyped_storage().nbytes() for t in tensors if not t.is_shared())
     try:
         shm = os.statvfs("/dev/shm")
@@ -243,9 +250,8 @@ class SamplerProcess:
     """The sampler's own process (`AsyncRollouts(process=True)`) and the pipe to it."""
 
     def __init__(self, sampler: Sampler, policies: PolicySet, tasks: list[Any], collect: Collect, *, threads: int) -> None:
-        for model in _models(policies):
-            for t in [*model.parameters(), *model.buffers()]:
-                t.share_memory_()  # the frozen ones are the trainer's tensors: moved, not copied
+        for t in _tensors(policies):
+            t.share_memory_()  # the frozen ones are the trainer's tensors: moved, not copied
         ctx = mp.get_context("spawn")
         self.closing = ctx.Event()
         self.conn, theirs = ctx.Pipe()

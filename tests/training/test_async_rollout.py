@@ -210,7 +210,7 @@ def test_a_process_needs_shared_memory_and_open_files_for_its_weights_and_a_run_
                                                                                                            monkeypatch):
     run = config(make_config, **{"generation.async": "one_step_off", "optim.steps": 1})
     policies = build_policies(run, device=torch.device("cpu"))
-    tensors = sum(1 for m in async_rollout._models(policies) for _ in [*m.parameters(), *m.buffers()])
+    tensors = len(async_rollout._tensors(policies))
     raised = []
     monkeypatch.setattr(async_rollout.resource, "getrlimit", lambda which: (64, 1_000_000))
     monkeypatch.setattr(async_rollout.resource, "setrlimit", lambda which, limits: raised.append(limits))
