@@ -15,10 +15,12 @@ policy (the adapter served as a LoRA request), alternating, `--steps` rounds aft
 Reports completion tokens / second for each and the ratio.
 
 Part `step`: the single-agent `lora` task of `bench/engine_vs_trl.py --part single` on the GPU,
-bf16, with vLLM generation in both: Troupe's `train_step` (`generation.backend: vllm`) and TRL's
-GRPOTrainer (`use_vllm=True, vllm_mode="colocate"`, the same share of GPU memory, sleep mode on),
-one after the other (each engine owns the GPU while it runs). Reports seconds per step (medians
-after `--warmup`) and the ratio Troupe/TRL.
+bf16, with vLLM generation in all three arms, one after the other (each engine owns the GPU while
+it runs): Troupe's `train_step` (`generation.backend: vllm`), synchronous (the engine sleeps
+during the update) and with `generation.async: one_step_off` (a sampler thread drives the engine
+during the update), and TRL's GRPOTrainer (`use_vllm=True, vllm_mode="colocate"`, the same share
+of GPU memory, sleep mode on). Reports seconds per step (medians after `--warmup`) and the ratios
+to TRL's.
 """
 
 from __future__ import annotations
@@ -106,24 +108,44 @@ def part_generation(args: argparse.Namespace) -> dict[str, Any]:
     return {"tokens_per_s": rate, "rounds": rows, "prompts": len(prompts), "k": args.k, "max_new_tokens": args.max_new_tokens}
 
 
+def troupe_steps(config: RunConfig) -> list[float]:
+    """Seconds of each of Troupe's steps generating with a vLLM engine, synchronous or with
+    `generation.async`'s sampler as `config` says; the engine is closed after."""
+    from engine_vs_trl import collect_fresh
+
+    from training.trainer import start_async_rollouts
+    from training.vllm_backend import VLLMGenerator
+
+    sampler, tasks = sampler_for(config)
+    sampler.vllm = VLLMGenerator(config, sampler.policies)
+    rollouts = start_async_rollouts(sampler, tasks, total_steps=config.optim.steps, collect=collect_fresh)
+    times: list[float] = []
+    try:
+        for step in range(1, config.optim.steps + 1):
+            run_cached.cache_clear()
+            t0 = time.perf_counter()
+            m = train_step(sampler, tasks, step, NullSink(), rollouts)
+            times.append(time.perf_counter() - t0)
+            print(f"troupe ({config.generation.async_}) step {step}: {times[-1]:.2f}s reward {m.values['reward/total']:+.3f} "
+                  f"{m.values['tokens_per_s']:.0f} tok/s", flush=True)
+    finally:
+        if rollouts is not None:
+            rollouts.close()
+        sampler.vllm.close()
+        sampler.pool.shutdown()
+    del sampler
+    gc.collect()
+    torch.cuda.empty_cache()
+    return times
+
+
 def part_step(args: argparse.Namespace) -> dict[str, Any]:
     from _trl import build_trainer
     from transformers import TrainerCallback
 
     config = config_for(args, backend="vllm")
-    sampler, tasks = sampler_for(config)
-    troupe: list[float] = []
-    for step in range(1, config.optim.steps + 1):
-        run_cached.cache_clear()
-        t0 = time.perf_counter()
-        m = train_step(sampler, tasks, step, NullSink())
-        troupe.append(time.perf_counter() - t0)
-        print(f"troupe step {step}: {troupe[-1]:.2f}s reward {m.values['reward/total']:+.3f} {m.values['tokens_per_s']:.0f} tok/s", flush=True)
-    if sampler.vllm is not None:
-        sampler.vllm.close()
-    del sampler
-    gc.collect()
-    torch.cuda.empty_cache()
+    troupe = troupe_steps(config)
+    troupe_async = troupe_steps(config.replace(**{"generation.async": "one_step_off"}))
 
     trl: list[float] = []
 
@@ -143,9 +165,11 @@ def part_step(args: argparse.Namespace) -> dict[str, Any]:
                                        callbacks=[Clock()], use_vllm=True)
     trainer.train()
     reward.pool.shutdown()
-    t, r = median(troupe[args.warmup:]), median(trl[args.warmup:])
-    print(table(["engine", "s/step", "x TRL"], [["TRL GRPOTrainer + vLLM colocate", f"{r:.2f}", "1"], ["Troupe + vLLM", f"{t:.2f}", f"{t / r:.2f}"]]))
-    return {"troupe_step_s": troupe, "trl_step_s": trl, "ratio": t / r}
+    t, a, r = median(troupe[args.warmup:]), median(troupe_async[args.warmup:]), median(trl[args.warmup:])
+    print(table(["engine", "s/step", "x TRL"], [["TRL GRPOTrainer + vLLM colocate", f"{r:.2f}", "1"], ["Troupe + vLLM", f"{t:.2f}", f"{t / r:.2f}"],
+                                                 ["Troupe + vLLM, generation.async", f"{a:.2f}", f"{a / r:.2f}"]]))
+    return {"troupe_step_s": troupe, "troupe_async_step_s": troupe_async, "trl_step_s": trl, "ratio": t / r, "async_ratio": a / r,
+            "async_over_sync": a / t}
 
 
 def main(argv: list[str] | None = None) -> int:

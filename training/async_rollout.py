@@ -13,7 +13,8 @@ adapters for `lora`, every weight of a trained model otherwise; frozen tensors a
 copied) and hands the sampler step t+1; then it updates. The sampler keeps the log-prob of each
 token it sampled, and the update weighs each token by min(pi_old / pi_sampler, C), the truncated
 importance sampling that already corrects vLLM's sampler (`training.grpo.truncated_importance_weights`).
-On-policy rollouts (staleness 0) drop those log-probs: their weight is exactly 1.
+On-policy rollouts (staleness 0) drop those log-probs: their weight is exactly 1 (not vLLM's,
+whose kernels differ from the trainer's: its log-probs stay, as in a synchronous vLLM run).
 
 The sampler runs in a process of its own where it can (`process=True`: a run of one process on
 CPU, the trainer's choice in `training.trainer.start_async_rollouts`), else in a thread:
@@ -29,7 +30,10 @@ CPU, the trainer's choice in `training.trainer.start_async_rollouts`), else in a
   in a thread. It is started with `spawn` (no fork of a process with threads and a torch pool).
 - A thread shares everything with the update: torch releases the interpreter lock inside its
   kernels, so the matmuls of both sides run at once. It serves the runs a process cannot: several
-  processes of a launch, a placement, sharded models and GPUs (whose memory a thread shares).
+  processes of a launch, a placement, sharded models, GPUs (whose memory a thread shares) and a
+  vLLM engine (`training.vllm_backend`), which the thread drives from the copies: the engine
+  notes which copy of a policy it serves, so the push above reaches it as a reload on its next
+  generation, and an evaluation on the trainer's own policies reloads those.
 
 Everything the run does besides generating stays on the main thread, in a synchronous run's
 order: events, evaluation, checkpoints and the stop request. Before an evaluation or a checkpoint
@@ -144,7 +148,7 @@ class AsyncRollouts:
         except Exception as exc:
             reason = str(exc) if isinstance(exc, SamplerFailed) else f"{type(exc).__name__}: {exc}"
             raise RuntimeError(f"the sampler {self.kind} failed making the rollouts of step {step}: {reason}") from exc
-        if self.staleness(got) == 0:  # the trainer's own weights sampled them: weight 1, exactly
+        if self.staleness(got) == 0 and self.trainer.vllm is None:  # the trainer's own weights and kernels: weight 1, exactly
             for ep in got.episodes:
                 for turn in ep.turns:
                     for c in turn.candidates:
@@ -197,6 +201,8 @@ class AsyncRollouts:
         """Push the trainer's weights (those of step `version`) and start step `step`'s rollouts."""
         t0 = time.perf_counter()
         push_weights(self.pairs)
+        if self.trainer.vllm is not None:  # the engine reloads the copies on its next generation
+            self.trainer.vllm.weights_changed()
         self.push_seconds = time.perf_counter() - t0
         if self.worker is not None:  # the generator's state now: the run's one stream goes on in the process
             state = self.trainer.generator.get_state()

@@ -414,12 +414,14 @@ class GenerationConfig:
     cache for at least one such sequence, so a small value lets a small cache start."""
     async_: str = field(default="off", metadata={"key": "async"})
     """`async` in YAML. `off`: each step generates its rollouts, then updates on them (on-policy).
-    `one_step_off`: a sampler (a process of its own on a CPU run, else a thread) generates step
-    t+1's rollouts with the weights of step t-1
+    `one_step_off`: a sampler (a process of its own on a CPU run with the HF backend, else a
+    thread) generates step t+1's rollouts with the weights of step t-1
     while step t's update runs, so generation and training overlap (one-step off-policy, as in
     verl's one-step-off and TRL's async GRPO); the update corrects the staleness with truncated
     importance sampling on the sampler's log-probs (`grpo.importance_sampling`), and the run
-    records `async/staleness` per agent (`training.async_rollout`). HF backend, one process."""
+    records `async/staleness` per agent (`training.async_rollout`). Either backend, one process;
+    with vLLM the sampler thread drives the run's engine, which stays awake through the update
+    (on a GPU, `vllm_gpu_memory_utilization` must leave the update its memory)."""
 
 
 @dataclass(frozen=True)
@@ -667,10 +669,7 @@ class RunConfig:
         p.choice("generation.backend", gen.backend, BACKENDS)
         p.choice("generation.async", gen.async_, ASYNC_MODES)
         if gen.async_ == "one_step_off" and not p.has("generation.async"):
-            if gen.backend == "vllm":
-                p.add("generation.async", "one_step_off runs its sampler on the HF backend: set generation.backend to hf (or auto "
-                                          "on a host without vLLM); vLLM's engine does not overlap with the update yet")
-            elif (r.gpus > 1 and r.parallel in ("data", "fsdp")) or r.hosts > 1:
+            if (r.gpus > 1 and r.parallel in ("data", "fsdp")) or r.hosts > 1:
                 p.add("generation.async", "one_step_off runs in one process: a launch of several processes (resources.gpus > 1 "
                                           "under parallel data or fsdp, or resources.hosts > 1) is not supported with it yet")
         p.choice("model.dtype", self.model.dtype, DTYPES)

@@ -143,8 +143,6 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
 
     backend = resolve_backend(config)
     mode = config.generation.async_
-    if backend == "vllm" and mode != "off":
-        raise ConfigError("generation.async", f"{mode} runs its sampler on the HF backend, and `auto` chose vLLM here: set generation.backend: hf")
     if backend == "vllm":
         sampler.vllm = VLLMGenerator(config, policies)
     sink.log(f"generation backend: {backend}")
@@ -154,6 +152,10 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist
         sink.log(f"generation.async: {mode}: a sampler {rollouts.kind} generates each next step's rollouts during the update "
                  f"({rollouts.threads} torch thread{'s' if rollouts.threads != 1 else ''} each){'; the next rollouts come from the checkpoint' if resumed else ''}"
                  f"{f'; a thread, not a process: {rollouts.note}' if rollouts.note else ''}")
+        if sampler.vllm is not None and not sampler.vllm.cuda:
+            sink.log("generation.async with vLLM on CPU: the engine, driven from the sampler thread, shares the cores with the update "
+                     "and was measured slower per step than a synchronous vLLM run (docs/benchmarks.md, \"vLLM and generation.async\"); "
+                     "on CPU the HF backend's sampler process is the fast async path", level="warning")
     try:
         with reporting(config, out, sink, main=dist.main) as run_sink:  # + the trackers of `report_to`, on rank 0
             return _loop(config, out, run_sink, sampler, train_tasks, eval_tasks, start_step, progress, rollouts)
@@ -265,8 +267,8 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink, 
     t1 = time.perf_counter()
     per_agent: dict[str, dict[str, float]] = defaultdict(dict)
     placed: dict[str, list[Sample]] = {}
-    if sampler.vllm is not None:
-        sampler.vllm.sleep()  # give the GPU memory to the update
+    if sampler.vllm is not None and rollouts is None:
+        sampler.vllm.sleep()  # give the GPU memory to the update (an async sampler is generating during it)
     for policy in sampler.policies.trainable():
         samples = [
             Sample(turn.agent, turn.prompt_ids, c.token_ids, c.advantage, sampler.train_temperature(turn.agent), c.sampler_logprobs,
@@ -329,10 +331,12 @@ def start_async_rollouts(sampler: Sampler, tasks: list[Task], *, total_steps: in
 
 def sampler_process(sampler: Sampler) -> bool:
     """Whether an async run's sampler gets its own process: a run of one process on CPU, with no
-    placement and no sharded model. A launch's ranks generate together (a sharded model is
-    gathered, a placement's ranks answer each other), and a GPU's memory is the thread's to share."""
+    placement, no sharded model and no vLLM engine. A launch's ranks generate together (a sharded
+    model is gathered, a placement's ranks answer each other), a GPU's memory is the thread's to
+    share, and the engine lives in this process (its sampler thread drives it: vLLM's kernels
+    release the interpreter lock as torch's do)."""
     cfg = sampler.config
-    return (not sampler.dist.enabled and sampler.placement is None and cfg.resources.parallel != "fsdp"
+    return (not sampler.dist.enabled and sampler.placement is None and cfg.resources.parallel != "fsdp" and sampler.vllm is None
             and all(p.model is None or p.model.device.type == "cpu" for p in sampler.policies.policies.values()))
 
 

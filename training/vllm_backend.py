@@ -27,7 +27,13 @@ How the trainer drives a `VLLMGenerator` (one per run, built after `build_polici
     (the worker's `reload_weights`, HF parameter names). `full` agents share one engine when
     they share a base model: the acting agent's weights are swapped in when the agent changes.
 - `sleep()` before the update phase: on CUDA, frees the KV cache and offloads vLLM's weights to
-  CPU memory (sleep level 1) so the optimizer has the GPU; the next `generate` wakes it up.
+  CPU memory (sleep level 1) so the optimizer has the GPU; the next `generate` wakes it up. Not
+  in an async run (`generation.async`), whose sampler thread generates during the update: there
+  the engine and the update share the GPU's memory, as `vllm_gpu_memory_utilization` divides it.
+- An async run's sampler thread generates from its own copies of the policies (the trainer's
+  weights of one update before) on the same engine, and the evaluations from the trainer's
+  policies: the engine notes which `Policy` object it serves under each name, and a switch
+  reloads (a new LoRA request, or the whole weights), so neither side is served the other's.
 - `close()` at the end of the run (also when it fails: use try/finally).
 
 vLLM version assumptions. Written for vLLM 0.30.0, the release the GPU image installs (its wheel
@@ -182,8 +188,6 @@ class VLLMGenerator:
                 f"the vLLM backend needs vllm, which cannot be imported ({exc}); "
                 "use generation.backend: hf or auto, or run on the GPU image"
             ) from exc
-        self.policies = policies
-        self.specialization = policies.specialization
         sources = {config.agent_model(config.agent(name)) for name in policies.agent_policy}
         if len(sources) != 1:
             raise ValueError(f"one vLLM engine serves one base model; this run uses {sorted(sources)}")
@@ -230,11 +234,14 @@ class VLLMGenerator:
         self._lora_requests: dict[str, Any] = {}
         """Policy name -> the LoRARequest serving its newest adapter (lora only)."""
         self._next_lora_id = 1
-        self._loaded: str | None = None
-        """The policy whose weights the engine holds (single/prompt/full); None: the base's."""
-        self._stale: set[str] = set(policies.policies)
-        """Policies whose weights changed since vLLM last saw them; all of them at the start,
-        since the policies may already have been loaded from a checkpoint."""
+        self._holds: dict[str, Policy] = {}
+        """Policy name -> the `Policy` object whose current weights the engine serves under that
+        name: one entry for single/prompt/full (the model holds one set of weights), one per
+        adapter for lora. Empty at the start, since the policies may already have been loaded
+        from a checkpoint. Keyed by the object, not only the name: an async run's sampler serves
+        its own copies of the trainer's policies (`training.async_rollout.shadow_policies`, the
+        same names) while an evaluation serves the trainer's, and each is reloaded when the other
+        was served last."""
 
     # -- the trainer's calls ------------------------------------------------------------------
 
@@ -301,9 +308,14 @@ class VLLMGenerator:
         return results
 
     def weights_changed(self, policy: Policy | None = None) -> None:
-        """Tell the engine a policy's weights changed (None: every policy). Call it after each
-        optimizer step and after loading a checkpoint; the weights are pushed on the next generate."""
-        self._stale.update([policy.name] if policy is not None else self.policies.policies)
+        """Tell the engine a policy's weights changed (None: every policy, and every copy of one).
+        Call it after each optimizer step and after loading a checkpoint; the weights are pushed
+        on the next generate. A policy whose weights the engine does not serve now needs nothing
+        (safe to call while another thread generates from a copy of it)."""
+        if policy is None:
+            self._holds = {}
+        elif self._holds.get(policy.name) is policy:
+            self._holds = {name: p for name, p in self._holds.items() if name != policy.name}
 
     def sleep(self) -> None:
         """Free the KV cache and move vLLM's weights to CPU memory until the next `generate`
@@ -346,13 +358,12 @@ class VLLMGenerator:
 
     def _sync(self, policy: Policy) -> Any:
         """Make the engine generate with `policy`'s current weights; returns its LoRARequest or None."""
-        if policy.adapter is not None:
-            if policy.name in self._stale or policy.name not in self._lora_requests:
+        if self._holds.get(policy.name) is not policy:
+            if policy.adapter is not None:
                 self._refresh_adapter(policy)
-            return self._lora_requests[policy.name]
-        if policy.name in self._stale or self._loaded != policy.name:
-            self._load_weights(policy)
-        return None
+            else:
+                self._load_weights(policy)
+        return self._lora_requests[policy.name] if policy.adapter is not None else None
 
     def _refresh_adapter(self, policy: Policy) -> None:
         """Save the agent's adapter to a fresh folder and serve it under a new LoRA id."""
@@ -368,7 +379,7 @@ class VLLMGenerator:
         if old is not None:
             self.llm.llm_engine.remove_lora(old.lora_int_id)
             shutil.rmtree(Path(old.lora_path), ignore_errors=True)
-        self._stale.discard(policy.name)
+        self._holds = {**self._holds, policy.name: policy}
 
     def _load_weights(self, policy: Policy) -> None:
         """Copy the policy's full weights into the vLLM model (no disk round trip)."""
@@ -378,8 +389,7 @@ class VLLMGenerator:
         # (the CPU backend repacks its linear layers, so a bare load_weights finds no loaders)
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
         self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
-        self._loaded = policy.name
-        self._stale.discard(policy.name)
+        self._holds = {policy.name: policy}  # the model holds one set of weights
 
 
 # -- small pure helpers (tested on CPU) -----------------------------------------------------------

@@ -88,7 +88,7 @@ def test_it_compares_hf_vllm_and_trl_on_the_gpu(tmp_path):
     run("gpu.py", "--steps", "1", "--warmup", "0", "--tasks", "2", "--k", "2", "--max-new-tokens", "16",
         "--work-dir", str(tmp_path), "--out", str(out))
     data = json.loads(out.read_text())
-    assert data["generation"]["tokens_per_s"]["vllm"] > 0 and data["step"]["ratio"] > 0
+    assert data["generation"]["tokens_per_s"]["vllm"] > 0 and data["step"]["ratio"] > 0 and data["step"]["async_ratio"] > 0
 
 
 @pytest.mark.slow

@@ -57,6 +57,7 @@ def test_it_names_every_refused_combination_at_once():
         {"resources__hosts": 2, "optim__tasks_per_step": 2, "generation__backend": "vllm"},
         {"model__quantization": "4bit", "resources__gpus": 2, "optim__tasks_per_step": 2},
         {"generation__async": "one_step_off", "generation__backend": "hf"},
+        {"generation__async": "one_step_off", "generation__backend": "vllm"},
     ],
 )
 def test_the_combinations_that_work_pass(settings):

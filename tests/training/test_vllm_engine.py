@@ -19,7 +19,7 @@ import psutil
 import pytest
 import torch
 
-from training import vllm_backend
+from training import async_rollout, vllm_backend
 from training.config import RunConfig
 from training.generation import Generation, generate
 from training.grpo import token_logprobs
@@ -196,6 +196,33 @@ def test_each_lora_agent_samples_from_its_own_adapter_and_updates_need_no_merge(
     assert [tuple(o.outputs[0].token_ids) for o in plain] == base
 
 
+def served_apart(gen, policies, trained: str, *, scale: float) -> None:
+    """An async run's sampler generates from copies of the trainer's policies (same names) on the
+    run's engine, and its evaluations from the trainer's own: after an update of `trained`, the
+    copy is still served the weights it was pushed, the trainer its new ones, switching back and
+    forth reloads each, and a push then serves the copy the trainer's weights."""
+    copies, pairs = async_rollout.shadow_policies(policies)
+    policy, copy = policies.policies[trained], copies.policies[trained]
+    ps = prompts(policies)
+    before = ids(vllm_greedy(gen, copy, ps))
+    nudge(policy, seed=11, scale=scale)  # the update of step t, while the sampler makes step t+1's rollouts
+    gen.weights_changed(policy)
+    assert ids(vllm_greedy(gen, copy, ps)) == before  # the sampler: the weights it was pushed
+    updated_groups = vllm_greedy(gen, policy, ps)  # an evaluation: the trainer's current weights
+    assert_same_greedy(policy, ps, updated_groups, hf_greedy(policy, ps))
+    updated = ids(updated_groups)
+    assert updated != before
+    assert ids(vllm_greedy(gen, copy, ps)) == before  # and back
+    async_rollout.push_weights(pairs)  # the next step's push (`AsyncRollouts._start`)
+    gen.weights_changed()
+    assert ids(vllm_greedy(gen, copy, ps)) == updated
+
+
+def test_an_async_samplers_adapter_copies_and_the_trainers_adapters_share_the_engine_each_served_its_own(engine) -> None:
+    gen, policies = engine("lora")
+    served_apart(gen, policies, "tool", scale=0.05)
+
+
 def test_stop_patterns_cut_where_the_hf_backend_cuts(engine) -> None:
     gen, policies = engine("lora")
     tool = policies.policies["tool"]
@@ -265,6 +292,11 @@ def test_prompt_weights_are_pushed_into_the_engine_after_an_update(engine) -> No
     after_groups = vllm_greedy(gen, shared, ps)
     assert ids(after_groups) != before
     assert_same_greedy(shared, ps, after_groups, hf_greedy(shared, ps))
+
+
+def test_an_async_samplers_copy_and_the_trainers_model_share_the_engine_each_served_its_own_weights(engine) -> None:
+    gen, policies = engine("prompt")
+    served_apart(gen, policies, "shared", scale=0.01)
 
 
 # -- sampling: greedy with n > 1, seeds, log-probs -----------------------------------------------

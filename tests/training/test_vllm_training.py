@@ -7,7 +7,7 @@ Each specialization trains once in the suite: `single` and `prompt` here (the wh
 into the engine), `lora` and `full` through a Celery worker in tests/webapp/runs/test_vllm_worker.py
 (adapters as LoRA requests; one engine serving two models), which also checks what only a worker
 shows: one run's engine shuts down cleanly for the next in the same process, and a run evaluates on
-vLLM. The command line runs in this process: `python -m training run` as a subprocess is
+vLLM (the `full` run there is the async one, `generation.async: one_step_off`). The command line runs in this process: `python -m training run` as a subprocess is
 tests/training/test_cli.py's (HF backend), and a fresh process starting vLLM is the worker's, so
 here the import of torch and vLLM is not paid again."""
 
