@@ -54,23 +54,14 @@ QUESTION = re.compile(r"What is (.+)\?")
 def measure(config: Any, checkpoint: str | None, tasks: list[Any], *, samples: int) -> dict[str, Any]:
     """Held-out success (greedy) and, over `samples` sampled candidates per task, the shares that
     call a tool, that call only validly, and that succeed; the same tasks for every model."""
-    import torch
-
     from agents.envs import load_environment
-    from training.policies import build_policies, load_policy_weights
-    from training.rollout import Sampler, rollout_independent
+    from training.rollout import checkpoint_sampler, rollout_independent
 
     t0, c0 = time.perf_counter(), cpu_seconds()
     env = load_environment(config.topology.environment, **config.topology.env_args)
-    policies = build_policies(config)
-    if checkpoint:
-        load_policy_weights(policies, Path(checkpoint))
-    sampler = Sampler(env, policies, config, torch.Generator().manual_seed(12_345))
-    try:
+    with checkpoint_sampler(config, env, checkpoint or None, seed=12_345) as sampler:
         greedy = rollout_independent(sampler, tasks, k=1, temperature=0.0)
         sampled = rollout_independent(sampler, tasks, k=samples, temperature=config.generation.temperature) if samples else []
-    finally:
-        sampler.pool.shutdown()
     out: dict[str, Any] = {"checkpoint": checkpoint, "tasks": len(tasks), "greedy_success": share([ep.success for ep in greedy])}
     for name, episodes in (("greedy", greedy), ("sampled", sampled)):
         cands = [t.candidates[0] for ep in episodes for t in ep.turns]

@@ -173,12 +173,10 @@ def checkpoint_step(checkpoint: str | Path | None) -> int:
 def ablated_sampler(config: RunConfig, checkpoint: str | Path | None, ablation: Ablation) -> Iterator[tuple[Sampler, list[Any]]]:
     """(a sampler acting as the ablation says, the run's held-out tasks). `checkpoint` is the
     trained weights (required but for `untrained`, which ignores it)."""
-    import torch
 
     from agents.envs import load_environment
     from training.data import load_tasks
-    from training.policies import build_policies, load_policy_weights
-    from training.rollout import Sampler
+    from training.rollout import checkpoint_sampler
 
     env = load_environment(config.topology.environment, **config.topology.env_args)
     check_ablation(config, ablation, env)
@@ -186,18 +184,12 @@ def ablated_sampler(config: RunConfig, checkpoint: str | Path | None, ablation: 
         raise AblationError(f"{ablation.label} evaluates trained weights: give the run's checkpoint")
     cfg = ablation_config(config, ablation)
     _, eval_tasks = load_tasks(config, env)  # the run's own held-out tasks, whatever acts on them
-    policies = build_policies(cfg)
-    if ablation.kind != "untrained":
-        load_policy_weights(policies, Path(str(checkpoint)))
-    sampler = Sampler(env, policies, cfg, torch.Generator().manual_seed(cfg.seed))
-    try:
+    with checkpoint_sampler(cfg, env, None if ablation.kind == "untrained" else checkpoint) as sampler:
         if ablation.kind == "role_swap":
             with roles_swapped(sampler):
                 yield sampler, eval_tasks
         else:
             yield sampler, eval_tasks
-    finally:
-        sampler.pool.shutdown()
 
 
 def evaluate_ablation(config: RunConfig, checkpoint: str | Path | None, ablation: Ablation, *,

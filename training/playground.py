@@ -12,6 +12,7 @@ Called by the web's playground job (`webapp.jobs.services.playground_execute`) a
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,11 +36,8 @@ def play(
     the others keep the base models. Every lane's turn is appended to its `turns` as it is played,
     then `on_turn(lanes)`; at the end every lane is `done` with the episode's `success`. A row
     without a field the environment requires is a ValueError naming it."""
-    import torch
-
     from agents.envs import load_environment
-    from training.policies import build_policies, load_policy_weights
-    from training.rollout import Sampler, start_episodes
+    from training.rollout import checkpoint_sampler, start_episodes
 
     if max_new_tokens:
         config = config.replace(**{"generation.max_new_tokens": int(max_new_tokens)})
@@ -48,12 +46,9 @@ def play(
     if missing:
         raise ValueError(f"{env.name} tasks need the field(s) {', '.join(missing)}")
     samplers, episodes = [], []
-    try:
+    with contextlib.ExitStack() as stack:
         for each in lanes:
-            policies = build_policies(config)
-            if each["trained"] and checkpoint is not None:
-                load_policy_weights(policies, checkpoint)
-            sampler = Sampler(env, policies, config, torch.Generator().manual_seed(config.seed))
+            sampler = stack.enter_context(checkpoint_sampler(config, env, checkpoint if each["trained"] else None))
             samplers.append(sampler)
             (episode,) = start_episodes(sampler, [("playground", row)])
             episodes.append(episode)
@@ -78,9 +73,6 @@ def play(
                 each["done"], each["success"] = episode.state.done, episode.state.success
                 if on_turn is not None:
                     on_turn(lanes)
-    finally:
-        for sampler in samplers:
-            sampler.pool.shutdown()
     for each, episode in zip(lanes, episodes):
         each["done"], each["success"] = True, episode.state.success
     return lanes

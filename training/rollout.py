@@ -17,9 +17,11 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -30,7 +32,7 @@ from training import tool_turns
 from training.config import RunConfig
 from training.distributed import Dist
 from training.generation import Generation, GenerationStats, generate
-from training.policies import PolicySet
+from training.policies import PolicySet, build_policies, load_policy_weights
 
 RewardFn = Callable[..., list[float]]
 
@@ -323,6 +325,22 @@ class Sampler:
             )
             for g, r, x, part in zip(generations, results, extra, parts)
         ]
+
+
+@contextmanager
+def checkpoint_sampler(config: RunConfig, env: Environment, checkpoint: str | Path | None, *, seed: int | None = None) -> Iterator[Sampler]:
+    """A sampler acting with the weights saved in `checkpoint` (None: the base models), drawing
+    from a generator of its own seeded with `seed` (the config's seed unless given); its pool is
+    shut down on the way out. Evaluations of a checkpoint, ablations, the playground's lanes and
+    the benchmarks act with saved weights through it."""
+    policies = build_policies(config)
+    if checkpoint is not None:
+        load_policy_weights(policies, Path(checkpoint))
+    sampler = Sampler(env, policies, config, torch.Generator().manual_seed(config.seed if seed is None else seed))
+    try:
+        yield sampler
+    finally:
+        sampler.pool.shutdown()
 
 
 def start_episodes(sampler: Sampler, tasks: Sequence[tuple[str, dict[str, Any]]]) -> list[Episode]:

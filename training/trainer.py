@@ -53,7 +53,7 @@ from training.models import needs_conversion, resolve_model_dir
 from training.placement import Placement, generating
 from training.policies import Policy, PolicySet, build_policies, load_policy_weights, save_policies
 from training.progress import RunProgress
-from training.rollout import Episode, Sampler, rollout_independent, rollout_tree
+from training.rollout import Episode, Sampler, checkpoint_sampler, rollout_independent, rollout_tree
 from training.trackers import reporting
 from training.vllm_backend import VLLMGenerator, resolve_backend
 from training.warmstart import init_from
@@ -859,18 +859,11 @@ def evaluate_checkpoint(config: RunConfig, checkpoint: str | Path | None, *, sin
     """Evaluate base models (checkpoint None) or a saved checkpoint on the run's held-out tasks."""
     env = load_environment(config.topology.environment, **config.topology.env_args)
     _, eval_tasks = load_tasks(config, env)
-    policies = build_policies(config)
     step = 0
-    if checkpoint is not None:
-        load_policy_weights(policies, Path(checkpoint))
-        state_file = Path(checkpoint) / STATE_FILE
-        if state_file.exists():
-            step = int(torch.load(state_file, weights_only=False)["step"])
-    sampler = Sampler(env, policies, config, torch.Generator().manual_seed(config.seed))
-    try:
+    if checkpoint is not None and (state_file := Path(checkpoint) / STATE_FILE).exists():
+        step = int(torch.load(state_file, weights_only=False)["step"])
+    with checkpoint_sampler(config, env, checkpoint) as sampler:
         return evaluate(sampler, eval_tasks, step=step, sink=sink)
-    finally:
-        sampler.pool.shutdown()
 
 
 # == checkpoints =====================================================================================
