@@ -76,7 +76,7 @@ def storage_report(*, team: Team) -> StorageReport:
     for run in Run.objects.filter(team=team).exclude(out_dir=""):
         total = folder_size(run.out_dir)
         checkpoints = folder_size(Path(run.out_dir) / "checkpoints")
-        count = sum(1 for c in run.checkpoints.filter(deleted__isnull=True) if Path(c.path).is_dir())
+        count = sum(1 for c in run.checkpoints.kept() if Path(c.path).is_dir())
         if total or exports.get(run.pk):
             report.runs.append(RunStorage(run, count, checkpoints, total - checkpoints, exports.get(run.pk, 0)))
     report.runs.sort(key=lambda r: -(r.checkpoint_bytes + r.other_bytes + r.export_bytes))
@@ -100,7 +100,7 @@ def run_artifacts_section(*, run: Run) -> dict[str, Any]:
     found = files.run_artifacts(run=run)
     return {
         "artifacts": found,
-        "deletable": {c.pk for c in run.checkpoints.filter(deleted__isnull=True) if checkpoint_delete_blocker(checkpoint=c) is None},
+        "deletable": {c.pk for c in run.checkpoints.kept() if checkpoint_delete_blocker(checkpoint=c) is None},
         "deleted_steps": sorted({c.step for c in run.checkpoints.filter(deleted__isnull=False)}
                                 | {a.checkpoint.step for a in found if not a.on_disk}),
         "merge_jobs": merge_jobs,
@@ -125,7 +125,7 @@ def checkpoint_delete_blocker(*, checkpoint: Checkpoint) -> str | None:
         return f"Checkpoint step {checkpoint.step} is already deleted."
     if run.is_active:
         return "The run is still going; it keeps its own latest checkpoints (checkpoint.keep)."
-    latest = run.checkpoints.filter(deleted__isnull=True).order_by("-step").first()
+    latest = run.checkpoints.kept().newest()
     if latest is not None and latest.pk == checkpoint.pk:
         return "This is the run's latest checkpoint: it resumes the run and serves the playground and exports. Delete older ones."
     if checkpoint.jobs.filter(status__in=(Job.Status.QUEUED, Job.Status.RUNNING)).exists():
@@ -136,7 +136,7 @@ def checkpoint_delete_blocker(*, checkpoint: Checkpoint) -> str | None:
 def checkpoint_delete_effects(*, checkpoint: Checkpoint) -> list[str]:
     """What deleting this checkpoint takes with it, for the confirmation page."""
     run = checkpoint.run
-    later = list(run.checkpoints.filter(deleted__isnull=True, step__gt=checkpoint.step).values_list("step", flat=True))
+    later = list(run.checkpoints.kept().filter(step__gt=checkpoint.step).values_list("step", flat=True))
     effects = [f"Its files go from disk: {filesizeformat(folder_size(checkpoint.path))} in {checkpoint.path}.",
                f"Run #{run.pk} can no longer be resumed, evaluated, played or exported from step {checkpoint.step}"
                + (f"; it keeps step{'s' if len(later) > 1 else ''} {', '.join(map(str, later))}." if later else ".")]

@@ -196,7 +196,7 @@ def experiment_resume(*, experiment: Experiment, user: User) -> int:
             run = latest.get(trial.index)
             if run is not None and run.status == Run.Status.SUCCEEDED:
                 continue
-            if run is not None and run.checkpoints.filter(deleted__isnull=True).exists():
+            if run is not None and run.checkpoints.kept().exists():
                 new = runs.run_resume(run=run, user=user)
                 Run.objects.filter(pk=new.pk).update(experiment=experiment, trial_index=trial.index)
             else:

@@ -43,7 +43,7 @@ def run_ablations(*, run: Run) -> list[Ablation]:
 
 
 def newest_checkpoint(*, run: Run) -> Checkpoint | None:
-    return run.checkpoints.filter(deleted__isnull=True).order_by("-step").first()
+    return run.checkpoints.kept().newest()
 
 
 def ablation_request(*, run: Run, user: User | None, key: str) -> Job:

@@ -26,7 +26,7 @@ class EvaluationForm(forms.Form):
 
     def __init__(self, *args: Any, run: Run, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        on_disk = [c.pk for c in run.checkpoints.filter(deleted__isnull=True) if Path(c.path).is_dir()]  # checkpoint.keep deletes old ones
+        on_disk = [c.pk for c in run.checkpoints.kept() if Path(c.path).is_dir()]  # checkpoint.keep deletes old ones
         checkpoints: QuerySet[Checkpoint] = run.checkpoints.filter(pk__in=on_disk).order_by("-step")
         self.fields["checkpoint"].queryset = checkpoints  # type: ignore[attr-defined]
         self.fields["dataset"].queryset = Dataset.objects.filter(  # type: ignore[attr-defined]
@@ -45,7 +45,7 @@ def playground_agent_choices(team: Team) -> list[tuple[str, list[tuple[str, str]
     """Grouped choices: each topology's base models, then the checkpoints of recent runs."""
     topologies = [(f"t:{t.pk}", f"{t.name} — base models ({t.environment}, {t.specialization})")
                   for t in Topology.objects.filter(team=team).order_by("name")]
-    checkpoints = Checkpoint.objects.filter(run__team=team, run__archived=False, deleted__isnull=True).select_related("run") \
+    checkpoints = Checkpoint.objects.kept().filter(run__team=team, run__archived=False).select_related("run") \
         .order_by("-run__created", "-step")
     recent: dict[int, list[Checkpoint]] = {}
     for c in checkpoints[:200]:

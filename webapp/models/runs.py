@@ -204,6 +204,16 @@ class Rollout(models.Model):
         return f"run {self.run_id} step {self.step} episode {self.episode}"
 
 
+class CheckpointQuerySet(models.QuerySet["Checkpoint"]):
+    def kept(self) -> CheckpointQuerySet:
+        """Those whose files are still there (`deleted` unset)."""
+        return self.filter(deleted__isnull=True)
+
+    def newest(self) -> Checkpoint | None:
+        """The one of the highest step, or None."""
+        return self.order_by("-step").first()
+
+
 class Checkpoint(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
     step = models.PositiveIntegerField()
@@ -212,6 +222,8 @@ class Checkpoint(models.Model):
     deleted = models.DateTimeField(
         null=True, blank=True, help_text="When its files went (checkpoint.keep, or a team admin); the row stays for the record.",
     )
+
+    objects = CheckpointQuerySet.as_manager()
 
     class Meta:
         ordering = ["step"]

@@ -46,7 +46,7 @@ def run_live_card(*, run: Run) -> dict[str, Any]:
     """The run page's live card as the page first draws it (the websocket keeps it current)."""
     return {
         "latest": run.metric_points.order_by("-step").first(),
-        "checkpoints": run.checkpoints.filter(deleted__isnull=True),
+        "checkpoints": run.checkpoints.kept(),
         "log_lines": list(run.log_lines.order_by("-time", "-id")[:50])[::-1],
         "waiting_for": queue.run_waiting_for(run=run),
     }
@@ -76,7 +76,7 @@ def conversations_at(*, team_id: int, path: str | None, valid_only: bool = False
 
 def startable_checkpoints(*, team: Team) -> QuerySet[Checkpoint]:
     """The checkpoints a new run may start from: those kept of the team's finished runs, newest first."""
-    return Checkpoint.objects.select_related("run").filter(run__team=team, deleted__isnull=True).exclude(
+    return Checkpoint.objects.kept().select_related("run").filter(run__team=team).exclude(
         run__status__in=Run.ACTIVE).order_by("-run_id", "-step")
 
 
@@ -91,7 +91,7 @@ def run_history_sections(*, run: Run) -> dict[str, Any]:
         "eval_chart": _eval_chart(evaluations),
         "eval_jobs": run.jobs.filter(kind=Job.Kind.EVALUATE).select_related("checkpoint")[:20],
         **run_artifacts_section(run=run),
-        "latest_checkpoint": run.checkpoints.filter(deleted__isnull=True).order_by("-step").first(),
+        "latest_checkpoint": run.checkpoints.kept().newest(),
     }
 
 

@@ -237,7 +237,7 @@ def run_resume(*, run: Run, user: User) -> Run:
     """A new run continuing a failed or cancelled run from its latest checkpoint, with the same
     config: the engine restores weights, optimizer and RNG state and replays the same data order,
     so the new run's first step is the checkpoint's step + 1 (its charts continue the old ones)."""
-    checkpoint = run.checkpoints.filter(deleted__isnull=True).order_by("-step").first()
+    checkpoint = run.checkpoints.kept().newest()
     if not run.can_resume or checkpoint is None:
         raise ValidationError("Only a failed or cancelled run with a checkpoint can be resumed.")
     config = run.to_config().replace(**{"checkpoint.resume_from": checkpoint.path})
@@ -442,7 +442,7 @@ def _clone_warm_start(run: Run, target: dict[str, Any], initial: dict[str, Any],
         target["sft"] = {**sft, "path": None}
     init = target["model"].get("init_from") or {}
     if init.get("run"):
-        checkpoint = Checkpoint.objects.filter(run__team_id=run.team_id, path=init["run"], deleted__isnull=True).first()
+        checkpoint = Checkpoint.objects.kept().filter(run__team_id=run.team_id, path=init["run"]).first()
         if checkpoint is None:
             notes.append("The checkpoint this run started from is gone: it starts from the base model unless you pick another.")
         else:
@@ -496,7 +496,7 @@ def run_checkpoint_pick(*, team: Team, run_id: int, step: int = 0) -> Checkpoint
         raise ValidationError({"start_from": f"No run #{run_id} in your team."})
     if run.is_active:
         raise ValidationError({"start_from": f"Run #{run_id} is still {run.status}: start from it once it has finished."})
-    kept = run.checkpoints.filter(deleted__isnull=True).order_by("-step")
+    kept = run.checkpoints.kept().order_by("-step")
     checkpoint = kept.filter(step=step).first() if step else kept.first()
     if checkpoint is None:
         steps = ", ".join(str(s) for s in kept.values_list("step", flat=True))

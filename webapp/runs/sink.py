@@ -82,7 +82,7 @@ class DatabaseSink:
 
         def write() -> None:
             Checkpoint.objects.update_or_create(run_id=self.run_id, step=step, defaults={"path": path, "deleted": None})
-            for old in Checkpoint.objects.filter(run_id=self.run_id, deleted__isnull=True).exclude(step=step):
+            for old in Checkpoint.objects.kept().filter(run_id=self.run_id).exclude(step=step):
                 if not Path(old.path).is_dir():
                     gone.append(old.step)
             Checkpoint.objects.filter(run_id=self.run_id, step__in=gone).update(deleted=timezone.now())

@@ -129,7 +129,7 @@ def _head(text: str) -> str:
 
 def warm_start_checkpoints(*, run: Run) -> list[Checkpoint]:
     """The run's checkpoints an SFT run may start from (their files still there)."""
-    return list(run.checkpoints.filter(deleted__isnull=True).order_by("-step"))
+    return list(run.checkpoints.kept().order_by("-step"))
 
 
 def warm_start_launch(
