@@ -141,11 +141,12 @@ def resources(run: Any) -> str:
 @register.filter
 def ray_nodes(cluster: Any) -> str:
     """The Ray nodes a run on several hosts was granted (`Run.cluster`, from the `placed` event):
-    `2 Ray nodes: alpha (1 rank), bravo (1 rank)`, with the wait when there was one; '' before."""
+    `2 Ray nodes: 1 rank on alpha, 1 rank on bravo`, with the wait when there was one; '' before. (A
+    node's name may carry its id in parentheses, "vm (96cbd277)": the rank count comes first.)"""
     nodes = cluster.get("nodes") if isinstance(cluster, dict) else None
     if not isinstance(nodes, dict) or not nodes:
         return ""
-    line = f"{_plural(len(nodes), 'Ray node')}: " + ", ".join(f"{name} ({_plural(int(n), 'rank')})" for name, n in nodes.items())
+    line = f"{_plural(len(nodes), 'Ray node')}: " + ", ".join(f"{_plural(int(n), 'rank')} on {name}" for name, n in nodes.items())
     waited = cluster.get("waited_s")
     if isinstance(waited, (int, float)) and waited >= 1:
         line += f", granted after {waited:.0f} s"

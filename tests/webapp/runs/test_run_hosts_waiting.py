@@ -107,7 +107,7 @@ def test_a_granted_run_shows_its_hosts_and_ray_nodes_on_both_pages(alice, alice_
     assert run.cluster["nodes"] == {"alpha": 1, "bravo": 1} and run.cluster["resource"] == "CPU"
     for page in (pages["run"], pages["workers"]):
         assert "2 hosts × 1 CPU: 2 ranks on the Ray cluster (data)" in page
-        assert "2 Ray nodes: alpha (1 rank), bravo (1 rank)" in page
+        assert "2 Ray nodes: 1 rank on alpha, 1 rank on bravo" in page
     assert "Hosts" in pages["run"] and "not granted yet" not in pages["run"]
     starting = "Starting 2 ranks on 2 Ray nodes (1 on alpha, 1 on bravo): Ray Train starts a process per rank and joins them over gloo"
     assert starting in pages["run"] and starting in pages["workers"], "no longer waiting: the ranks are starting"
