@@ -69,6 +69,7 @@
     started: root.dataset.started ? +root.dataset.started : null,
     eta: root.dataset.eta ? +root.dataset.eta : null,   // when the engine expects the run to end (epoch s)
     phase: null,             // the last {phase, detail, progress} the engine reported
+    placedHeard: false,      // a `placed` event (the Ray nodes granted) reached this page
     lastStep: null,          // the page holds every step up to here (what it asks for after on reconnect)
     seenStep: null,          // the newest step it has any number of (a backlog still coming in may lead lastStep)
     lastLog: null,
@@ -393,7 +394,8 @@
     state.phase = { phase: m.phase || "", detail: m.detail || "", progress: m.progress };
     // A run on several hosts starts its ranks once Ray granted its nodes: a page rendered before
     // that (or whose socket opened after the placed event) reads the summary's Hosts line again.
-    if (m.phase === "starting" && was !== "starting") refreshSummary(true);
+    // One refresh per grant: a page that heard the `placed` event already asked for it.
+    if (m.phase === "starting" && was !== "starting" && !state.placedHeard) refreshSummary(true);
     if (m.eta !== undefined) state.eta = m.eta;
     renderPhase();
     renderProgress();
@@ -622,7 +624,7 @@
       case "log": onLog(m); if (!state.loaded) markLoaded(); break;
       case "phase": onPhase(m); break;
       case "checkpoint": refreshSummary(false, ["actions", "artifacts"]); break;
-      case "placed": refreshSummary(true); break;  // the Ray nodes granted: the summary's Hosts line
+      case "placed": state.placedHeard = true; refreshSummary(true); break;  // the Ray nodes granted: the summary's Hosts line
       case "pong": break;
     }
   }
