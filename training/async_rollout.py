@@ -201,8 +201,9 @@ class AsyncRollouts:
         """Push the trainer's weights (those of step `version`) and start step `step`'s rollouts."""
         t0 = time.perf_counter()
         push_weights(self.pairs)
-        if self.trainer.vllm is not None:  # the engine reloads the copies on its next generation
-            self.trainer.vllm.weights_changed()
+        if self.trainer.vllm is not None:  # the engine reloads the pushed copies on its next generation
+            for policy in self.sampler.policies.trainable():
+                self.trainer.vllm.weights_changed(policy)
         self.push_seconds = time.perf_counter() - t0
         if self.worker is not None:  # the generator's state now: the run's one stream goes on in the process
             state = self.trainer.generator.get_state()

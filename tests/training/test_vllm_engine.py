@@ -214,7 +214,8 @@ def served_apart(gen, policies, trained: str, *, scale: float) -> None:
     assert updated != before
     assert ids(vllm_greedy(gen, copy, ps)) == before  # and back
     async_rollout.push_weights(pairs)  # the next step's push (`AsyncRollouts._start`)
-    gen.weights_changed()
+    for pushed in copies.trainable():
+        gen.weights_changed(pushed)
     assert ids(vllm_greedy(gen, copy, ps)) == updated
 
 
