@@ -96,4 +96,14 @@ def write_json(path: str | Path, payload: dict[str, Any]) -> Path:
 
 
 def command_line() -> str:
-    return " ".join([".venv/bin/python", *[a if " " not in a else repr(a) for a in sys.argv]])
+    """The command that ran this benchmark, with the interpreter of its venv (`.venv` or `.venv-vllm`)."""
+    python = f"{Path(sys.prefix).name}/bin/python" if sys.prefix != sys.base_prefix else "python"
+    return " ".join([python, *[a if " " not in a else repr(a) for a in sys.argv]])
+
+
+def require_vllm() -> None:
+    """Exit saying how to run it, unless vLLM can serve here (.venv-vllm, `make vllm-venv`)."""
+    from training import vllm_backend
+
+    if not vllm_backend.available():
+        sys.exit("needs vLLM: run with .venv-vllm/bin/python (make vllm-venv)")

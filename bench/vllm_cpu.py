@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
-from _common import RESULTS, command_line, cpu_seconds, machine, median, table, write_json  # noqa: E402
+from _common import RESULTS, command_line, cpu_seconds, machine, median, require_vllm, table, write_json  # noqa: E402
 
 from agents.envs import load_environment  # noqa: E402
 from training.config import RunConfig  # noqa: E402
@@ -54,10 +54,9 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS / "vllm_cpu.json"))
     args = ap.parse_args()
 
+    require_vllm()
     from training import vllm_backend
 
-    if not vllm_backend.available():
-        sys.exit("needs vLLM: run with .venv-vllm/bin/python (make vllm-venv)")
     cfg = RunConfig.load(
         Path(__file__).resolve().parent.parent / "configs" / "math-lora.yaml",
         [
@@ -137,7 +136,7 @@ def main() -> None:
 
     result = {
         "benchmark": "vllm_cpu",
-        "command": command_line().replace(".venv/bin/python", ".venv-vllm/bin/python"),
+        "command": command_line(),
         "machine": {**machine(), "omp_threads": os.environ.get("OMP_NUM_THREADS")},
         "setup": {"topology": "math-lora (tool, reasoner)", "tasks": args.tasks, "k": args.k, "max_new_tokens": args.max_new_tokens,
                   "rounds": args.rounds, "warmup": args.warmup, "dtype": "float32", "vllm": "vllm-cpu 0.30.0, eager, prefix cache",
