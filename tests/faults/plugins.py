@@ -64,13 +64,19 @@ def gated_reward(prompts: list[Any], completions: list[Any], **columns: Any) -> 
     first time this process scores a second task (a rank's second step; its first step's checkpoint
     is saved by then) it waits for the file named by $TROUPE_TEST_GATE. A test can so kill a host
     while the run is certainly mid-run, however fast the machine, then open the gate for the resume."""
-    gate = os.environ.get(GATE_VAR)
-    _questions_seen.update(str(q) for q in columns.get("question", []))
-    if gate and len(_questions_seen) >= 2:
-        deadline = time.monotonic() + GATE_WAIT_S
-        while not Path(gate).exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
+    _hold_at_the_second_task(_questions_seen, "", columns)
     return [None] * len(completions)
+
+
+def _hold_at_the_second_task(seen: set[str], suffix: str, columns: dict[str, Any]) -> None:
+    """Note the tasks' questions in `seen`; from the second one on, wait for the gate file
+    $TROUPE_TEST_GATE + `suffix` (at most GATE_WAIT_S)."""
+    gate = os.environ.get(GATE_VAR)
+    seen.update(str(q) for q in columns.get("question", []))
+    if gate and len(seen) >= 2:
+        deadline = time.monotonic() + GATE_WAIT_S
+        while not Path(gate + suffix).exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
 
 
 _cancel_questions_seen: set[str] = set()
@@ -80,12 +86,7 @@ def cancel_gated_reward(prompts: list[Any], completions: list[Any], **columns: A
     """`gated_reward` with a gate of its own, the file $TROUPE_TEST_GATE + "-cancel": it holds a
     run in its second step until a test has asked the run to stop, so the stop comes mid-run
     however fast the machine (the first gate, once opened, stays open for the module's runs)."""
-    gate = os.environ.get(GATE_VAR)
-    _cancel_questions_seen.update(str(q) for q in columns.get("question", []))
-    if gate and len(_cancel_questions_seen) >= 2:
-        deadline = time.monotonic() + GATE_WAIT_S
-        while not Path(gate + "-cancel").exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
+    _hold_at_the_second_task(_cancel_questions_seen, "-cancel", columns)
     return [None] * len(completions)
 
 
