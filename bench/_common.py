@@ -103,7 +103,7 @@ def command_line() -> str:
 
 def require_vllm() -> None:
     """Exit saying how to run it, unless vLLM can serve here (.venv-vllm, `make vllm-venv`)."""
-    from training import vllm_backend
+    from training.plan import vllm_available
 
-    if not vllm_backend.available():
+    if not vllm_available():
         sys.exit("needs vLLM: run with .venv-vllm/bin/python (make vllm-venv)")

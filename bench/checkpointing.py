@@ -40,7 +40,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
     from training.config import RunConfig
     from training.policies import build_policies
-    from training.trainer import Sample, update_policy
+    from training.update import Sample, update_policy
 
     torch.set_num_threads(args.threads or torch.get_num_threads())
     agents = [{"name": "solver", "role": "solver"}]

@@ -64,12 +64,14 @@ from _common import RESULTS, command_line, cpu_seconds, machine, median, table, 
 
 from agents.envs import load_environment  # noqa: E402
 from agents.envs._common import run_cached  # noqa: E402
+from training.collect import collect_rollouts, start_async_rollouts  # noqa: E402
 from training.config import RunConfig  # noqa: E402
 from training.data import load_tasks  # noqa: E402
 from training.events import NullSink  # noqa: E402
 from training.policies import build_policies  # noqa: E402
 from training.rollout import Sampler  # noqa: E402
-from training.trainer import collect_rollouts, seed_everything, start_async_rollouts, train_step  # noqa: E402
+from training.seeding import seed_everything  # noqa: E402
+from training.trainer import train_step  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 

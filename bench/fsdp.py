@@ -103,7 +103,7 @@ def rank_main(rank: int, world: int, port: int, args: argparse.Namespace, out: s
     from training.distributed import Dist
     from training.policies import build_policies
     from training.sharding import builds_on_meta, local_share, shard_policies
-    from training.trainer import Sample, update_policy
+    from training.update import Sample, update_policy
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

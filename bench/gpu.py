@@ -43,7 +43,8 @@ from training.data import load_tasks  # noqa: E402
 from training.events import NullSink  # noqa: E402
 from training.policies import build_policies  # noqa: E402
 from training.rollout import Sampler  # noqa: E402
-from training.trainer import seed_everything, train_step  # noqa: E402
+from training.seeding import seed_everything  # noqa: E402
+from training.trainer import train_step  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -113,7 +114,7 @@ def troupe_steps(config: RunConfig) -> list[float]:
     `generation.async`'s sampler as `config` says; the engine is closed after."""
     from engine_vs_trl import collect_fresh
 
-    from training.trainer import start_async_rollouts
+    from training.collect import start_async_rollouts
     from training.vllm_backend import VLLMGenerator
 
     sampler, tasks = sampler_for(config)
@@ -184,11 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", default="/tmp/troupe-bench")
     parser.add_argument("--out", default=str(RESULTS / "gpu.json"))
     args = parser.parse_args(argv)
-    from training import vllm_backend
+    from training.plan import vllm_installed
 
-    if not torch.cuda.is_available() or not vllm_backend.installed():
+    if not torch.cuda.is_available() or not vllm_installed():
         print("bench/gpu.py needs CUDA and vLLM (the GPU image, or pip install -r requirements-gpu.txt); "
-              f"here: CUDA {'yes' if torch.cuda.is_available() else 'no'}, vLLM {'yes' if vllm_backend.installed() else 'no'}", file=sys.stderr)
+              f"here: CUDA {'yes' if torch.cuda.is_available() else 'no'}, vLLM {'yes' if vllm_installed() else 'no'}", file=sys.stderr)
         return 2
     payload: dict[str, Any] = {"command": command_line(), "machine": machine(), "gpu": torch.cuda.get_device_name(0)}
     if args.part in ("generation", "all"):

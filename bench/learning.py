@@ -44,11 +44,14 @@ machine the times are only comparable between arms run at the same time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import statistics
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +68,6 @@ UNTRAINED_OF = {"single": "untrained-single", "single-async": "untrained-single"
 TEAM_ROLES = {"math_tool": ("tool", "reasoner"), "plan_path": ("tool", "plan")}
 """The two roles of each environment's team, in turn order."""
 SINGLE_ROLE = {"math_tool": "tool", "plan_path": "plan"}
-HELD_OUT_SEED = 7_919_123
-"""`training.data.load_tasks` generates a run's held-out tasks with seed + this."""
 
 
 def is_team(arm: str) -> bool:
@@ -138,8 +139,10 @@ def arm_config(arm: str, args: argparse.Namespace, *, roles: tuple[str, ...] | N
         "grpo.k": args.k,
         "generation.max_new_tokens": args.max_new_tokens,
         "data.eval_size": args.eval_size,
+        "data.eval_seed": args.eval_seed,  # every arm and seed judged on the same held-out tasks
         "eval.size": args.eval_size,
-        "eval.sampled": False,
+        "eval.every": args.eval_every or max(args.steps, 1),  # 0: at the end only
+        "eval.sampled": False,  # sampled at the end only (`evaluate_now`)
         "checkpoint.every": 0,
     }
     if args.lr is not None:
@@ -147,12 +150,6 @@ def arm_config(arm: str, args: argparse.Namespace, *, roles: tuple[str, ...] | N
     if arm == "single-async":
         overrides["generation.async"] = "one_step_off"
     return RunConfig.load(CONFIGS / f"math-{spec}.yaml").replace(**overrides)
-
-
-def held_out_tasks(env: Any, args: argparse.Namespace) -> list[Any]:
-    """The held-out tasks every arm and seed is judged on: the ones a run with seed `--eval-seed` holds out."""
-    rows = env.generate(args.eval_size, seed=args.eval_seed + HELD_OUT_SEED)
-    return [(f"eval-{i}", r) for i, r in enumerate(rows)]
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
@@ -172,7 +169,7 @@ def roles_swapped(sampler: Any) -> Any:
 
 
 def evaluate_now(sampler: Any, eval_tasks: list[Any], step: int, *, sampled: bool) -> list[dict[str, Any]]:
-    from training.trainer import evaluate
+    from training.evaluation import evaluate
 
     config = sampler.config
     sampler.config = config.replace(**{"eval.sampled": sampled})
@@ -233,85 +230,90 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     rec = Recorder(arm, config, out)
     if arm == "alone":
         run_alone(args, rec)
+    elif arm.startswith("untrained"):
+        with base_sampler(config) as (sampler, _, eval_tasks):
+            rec.evaluate(sampler, eval_tasks, 0, final=True, swap=is_team(arm))
+    elif arm == "trl":
+        with base_sampler(config) as (sampler, train_tasks, eval_tasks):
+            run_trl(config, sampler, train_tasks, args, rec, eval_tasks)
     else:
-        sampler, train_tasks, eval_tasks = build(config, args)
-        try:
-            if arm.startswith("untrained"):
-                rec.evaluate(sampler, eval_tasks, 0, final=True, swap=is_team(arm))
-            elif arm == "trl":
-                run_trl(config, sampler, train_tasks, args, rec, eval_tasks)
-            else:
-                train(sampler, train_tasks, args, rec, label=arm, on_eval=lambda step, final: rec.evaluate(
-                    sampler, eval_tasks, step, final=final, swap=is_team(arm)))
-        finally:
-            sampler.pool.shutdown()
+        with train(config, args, rec, label=arm, swap=is_team(arm)):
+            pass  # the run's evaluations were its hooks'; its policies are not needed after it
     rec.payload["machine_end"] = machine()
     write_json(out, rec.payload)
     print(f"wrote {out}")
     return rec.payload
 
 
-def build(config: Any, args: argparse.Namespace) -> tuple[Any, list[Any], list[Any]]:
-    import torch
-
+@contextlib.contextmanager
+def base_sampler(config: Any) -> Iterator[tuple[Any, list[Any], list[Any]]]:
+    """The base models acting on the config's tasks, as the product evaluates a run's base models
+    (`training.rollout.checkpoint_sampler`): (sampler, training tasks, held-out tasks)."""
     from agents.envs import load_environment
     from training.data import load_tasks
-    from training.policies import build_policies
-    from training.rollout import Sampler
-    from training.trainer import seed_everything
+    from training.rollout import checkpoint_sampler
+    from training.seeding import seed_everything
 
     seed_everything(config.seed)
     env = load_environment(config.topology.environment, **config.topology.env_args)
-    train_tasks, _ = load_tasks(config, env)
-    sampler = Sampler(env, build_policies(config), config, torch.Generator().manual_seed(config.seed))
-    return sampler, train_tasks, held_out_tasks(env, args)
+    train_tasks, eval_tasks = load_tasks(config, env)
+    with checkpoint_sampler(config, env, None) as sampler:
+        yield sampler, train_tasks, eval_tasks
 
 
-def train(sampler: Any, train_tasks: list[Any], args: argparse.Namespace, rec: Recorder, *, label: str, on_eval: Any = None,
-          **extra: Any) -> None:
+@contextlib.contextmanager
+def train(config: Any, args: argparse.Namespace, rec: Recorder, *, label: str, swap: bool = False, evaluate: bool = True,
+          **extra: Any) -> Iterator[Any]:
+    """Train `config` through the product's loop (`training.trainer.setup` + `loop`, as a run on the
+    worker does), recording each step and each held-out evaluation through the loop's hooks; yields
+    the run's parts (their trained policies) before they are closed. Each step rolls out from an
+    empty sandbox cache. Step 0 is not evaluated (the arm's untrained arm is its step 0), and
+    `evaluate=False` skips every evaluation (the `alone` arm evaluates the assembled team only)."""
     from agents.envs._common import run_cached
     from training.events import NullSink
-    from training.trainer import start_async_rollouts, train_step
+    from training.trainer import Hooks, loop, setup
 
-    rollouts = start_async_rollouts(sampler, train_tasks, total_steps=args.steps)  # None unless the arm is async
-    try:
-        for step in range(1, args.steps + 1):
-            run_cached.cache_clear()
-            t0, c0 = time.perf_counter(), cpu_seconds()
-            m = train_step(sampler, train_tasks, step, NullSink(), rollouts)
-            rec.step(step, time.perf_counter() - t0, m.values, m.agents, cpu=cpu_seconds() - c0, **extra,
-                     **({"staleness": m.values.get("async/staleness")} if rollouts else {}))
-            write_json(rec.out, rec.payload)
-            print(f"{label} step {step}: {rec.payload['curve'][-1]['step_time']:.1f}s reward {m.values['reward/total']:.3f} "
-                  f"success {m.values['success']:.3f} tokens {rec.payload['train_tokens']}", flush=True)
-            if on_eval is not None and (step == args.steps or (args.eval_every and step % args.eval_every == 0)):
-                if rollouts is not None:  # finish the next step's batch (the run's generator is then idle):
-                    t0, c0 = time.perf_counter(), cpu_seconds()  # training time, though the step has been recorded
-                    rollouts.settle()
-                    rec.add_train_time(time.perf_counter() - t0, cpu_seconds() - c0)
-                on_eval(step, step == args.steps)
-    finally:
-        if rollouts is not None:
-            rollouts.close()
+    mark = {"t": 0.0, "cpu": 0.0}
+
+    def before_step(step: int) -> None:
+        run_cached.cache_clear()
+        mark.update(t=time.perf_counter(), cpu=cpu_seconds())
+
+    def after_step(m: Any) -> None:
+        rec.step(m.step, time.perf_counter() - mark["t"], m.values, m.agents, cpu=cpu_seconds() - mark["cpu"], **extra,
+                 **({"staleness": m.values["async/staleness"]} if "async/staleness" in m.values else {}))
+        write_json(rec.out, rec.payload)
+        print(f"{label} step {m.step}: {rec.payload['curve'][-1]['step_time']:.1f}s reward {m.values['reward/total']:.3f} "
+              f"success {m.values['success']:.3f} tokens {rec.payload['train_tokens']}", flush=True)
+        mark.update(t=time.perf_counter(), cpu=cpu_seconds())
+
+    def held_out(parts: Any, step: int, final: bool) -> list[dict[str, Any]]:
+        if step == 0 or not evaluate:
+            return []
+        # an async run's sampler finished the next step's batch before this: training time
+        rec.add_train_time(time.perf_counter() - mark["t"], cpu_seconds() - mark["cpu"])
+        rec.evaluate(parts.sampler, parts.eval_tasks, step, final=final, swap=swap)
+        return []
+
+    Path(args.work_dir).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=args.work_dir, prefix=f"{label.replace('/', '-')}-") as out:
+        with setup(config, out_dir=out, sink=NullSink()) as parts:
+            loop(parts, Hooks(before_step=before_step, after_step=after_step, evaluate=held_out))
+            yield parts
 
 
 def run_alone(args: argparse.Namespace, rec: Recorder) -> None:
     """Train each role's adapter with that agent alone (a one-agent `lora` run per role, `--steps`
-    each, from the same seed), then load both adapters into a `lora` team and evaluate it. The
-    training time and tokens are the sum of the lone runs; only the assembled team is evaluated."""
-    team_sampler, _, eval_tasks = build(arm_config("alone", args), args)
-    try:
+    each, from the same seed, through the product's loop), then load both adapters into a `lora`
+    team and evaluate it. The training time and tokens are the sum of the lone runs; only the
+    assembled team is evaluated."""
+    with base_sampler(arm_config("alone", args)) as (team_sampler, _, eval_tasks):
         for role in TEAM_ROLES[args.env]:
-            sampler, train_tasks, _ = build(arm_config("alone", args, roles=(role,)), args)
-            try:
-                train(sampler, train_tasks, args, rec, label=f"alone/{role}", trained_alone=role)
-                put_together(team_sampler.policies, sampler.policies, role)
-            finally:
-                sampler.pool.shutdown()
+            with train(arm_config("alone", args, roles=(role,)), args, rec, label=f"alone/{role}", evaluate=False,
+                       trained_alone=role) as parts:
+                put_together(team_sampler.policies, parts.sampler.policies, role)
         rec.payload["steps"] = args.steps  # per agent; the curve holds both lone runs in turn
         rec.evaluate(team_sampler, eval_tasks, args.steps, final=True, swap=True)
-    finally:
-        team_sampler.pool.shutdown()
 
 
 def put_together(team: Any, lone: Any, role: str) -> None:

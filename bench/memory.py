@@ -52,7 +52,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     from training.events import NullSink
     from training.policies import build_policies
     from training.rollout import Sampler
-    from training.trainer import seed_everything, train_step
+    from training.seeding import seed_everything
+    from training.trainer import train_step
 
     if args.threads:
         torch.set_num_threads(args.threads)

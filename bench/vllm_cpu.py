@@ -41,7 +41,8 @@ from training.generation import GenerationStats, generate  # noqa: E402
 from training.grpo import sampler_mismatch, token_logprobs  # noqa: E402
 from training.policies import build_policies  # noqa: E402
 from training.rollout import Sampler  # noqa: E402
-from training.trainer import Sample, _collate, seed_everything  # noqa: E402
+from training.seeding import seed_everything  # noqa: E402
+from training.update import Sample, _collate  # noqa: E402
 
 
 def main() -> None:

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     from training.events import JsonlSink, MultiSink, ProgressSink
 
     if args.command == "eval":
-        from training.trainer import evaluate_checkpoint
+        from training.evaluation import evaluate_checkpoint
 
         if args.sampled:
             config = config.replace(**{"eval.sampled": True})

@@ -196,7 +196,7 @@ def evaluate_ablation(config: RunConfig, checkpoint: str | Path | None, ablation
                       sink: EventSink | None = None) -> list[dict[str, Any]]:
     """The ablation's greedy held-out evaluation (`training.trainer.evaluate`'s result, at the
     checkpoint's step), each result marked with `ablation` (its kind, agent, key and label)."""
-    from training.trainer import evaluate
+    from training.evaluation import evaluate
 
     step = 0 if ablation.kind == "untrained" else checkpoint_step(checkpoint)
     with ablated_sampler(config, checkpoint, ablation) as (sampler, tasks):

@@ -35,6 +35,7 @@ LOSS_TYPES = tuple(LOSS_AGGREGATION)
 RATIO_LEVELS = ("token", "sequence")
 BACKENDS = ("auto", "hf", "vllm")
 ASYNC_MODES = ("off", "one_step_off")
+ASYNC_SAMPLERS = ("auto", "process", "thread")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "4bit")
 PARALLEL_MODES = ("data", "agents", "fsdp")
@@ -241,6 +242,10 @@ class DataConfig:
     """Held-out tasks used for evaluation (generated with a different seed, or split off `path`)."""
     eval_fraction: float = 0.1
     """Share of a file's rows held out for evaluation."""
+    eval_seed: int | None = None
+    """The seed that picks the held-out tasks (the generator's seed for them, or the split of
+    `path`'s rows); none: the run's `seed`. Runs that differ in `seed` but share this are judged
+    on the same held-out tasks (an experiment's seeds, the learning harness's arms)."""
     reward_fn: str | None = None
     """Optional extra reward, a TRL-style function `pkg.mod:func(prompts, completions, **columns)`
     added to each candidate's local reward."""
@@ -422,6 +427,10 @@ class GenerationConfig:
     records `async/staleness` per agent (`training.async_rollout`). Either backend, one process;
     with vLLM the sampler thread drives the run's engine, which stays awake through the update
     (on a GPU, `vllm_gpu_memory_utilization` must leave the update its memory)."""
+    async_sampler: str = "auto"
+    """Where `one_step_off`'s sampler runs: `auto` (a process of its own where the run's plan
+    allows one, `training.plan`), `thread` (always a thread of the trainer's process) or `process`
+    (a process where the plan allows one; the run's log says why when it does not)."""
 
 
 @dataclass(frozen=True)
@@ -507,6 +516,22 @@ class ResourcesConfig:
     `gpus`). Each agent's model is then built, updated and checkpointed only on its own rank
     group; the other ranks send it their generation requests (`training.placement`). Empty:
     every rank holds every model."""
+
+    @property
+    def launcher(self) -> str:
+        """How the run's processes start (`training.plan.LAUNCHERS`): `ray` on several hosts,
+        `torchrun` for one process per GPU (`parallel` data or fsdp on several GPUs), else `one
+        process` (a CPU run, one GPU, or `agents` on several GPUs of one process)."""
+        if self.hosts > 1:
+            return "ray"
+        if self.gpus > 1 and self.parallel in ("data", "fsdp"):
+            return "torchrun"
+        return "one process"
+
+    @property
+    def ranks(self) -> int:
+        """The run's processes in all: `hosts * gpus` under a launch, else 1."""
+        return 1 if self.launcher == "one process" else self.hosts * self.gpus
 
 
 @dataclass(frozen=True)
@@ -668,8 +693,11 @@ class RunConfig:
         p.choice("grpo.loss_type", g.loss_type, LOSS_TYPES)
         p.choice("generation.backend", gen.backend, BACKENDS)
         p.choice("generation.async", gen.async_, ASYNC_MODES)
+        p.choice("generation.async_sampler", gen.async_sampler, ASYNC_SAMPLERS)
+        if self.data.eval_seed is not None:
+            p.int_range("data.eval_seed", self.data.eval_seed, 0, 2**31 - 1)
         if gen.async_ == "one_step_off" and not p.has("generation.async"):
-            if (r.gpus > 1 and r.parallel in ("data", "fsdp")) or r.hosts > 1:
+            if r.launcher != "one process":
                 p.add("generation.async", "one_step_off runs in one process: a launch of several processes (resources.gpus > 1 "
                                           "under parallel data or fsdp, or resources.hosts > 1) is not supported with it yet")
         p.choice("model.dtype", self.model.dtype, DTYPES)

@@ -523,14 +523,15 @@ def split_rows(rows: list[dict[str, Any]], *, eval_fraction: float, eval_size: i
 def load_tasks(config: RunConfig, env: Environment) -> tuple[list[Task], list[Task]]:
     """Train and held-out tasks for a run: from `data.path`, or generated with distinct seeds."""
     d = config.data
+    held_seed = config.seed if d.eval_seed is None else d.eval_seed
     if d.path:
         rows = read_rows(d.path, fields=fields_of(env))
-        train, held = split_rows(rows, eval_fraction=d.eval_fraction, eval_size=d.eval_size, seed=config.seed)
+        train, held = split_rows(rows, eval_fraction=d.eval_fraction, eval_size=d.eval_size, seed=held_seed)
         if not train:
             raise DataError("no training rows left after the held-out split")
         return train, held
     train_rows = env.generate(d.train_size, seed=config.seed)
-    held_rows = env.generate(d.eval_size, seed=config.seed + 7_919_123) if d.eval_size else []
+    held_rows = env.generate(d.eval_size, seed=held_seed + 7_919_123) if d.eval_size else []
     return [(f"train-{i}", r) for i, r in enumerate(train_rows)], [(f"eval-{i}", r) for i, r in enumerate(held_rows)]
 
 

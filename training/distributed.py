@@ -1,9 +1,9 @@
 """Several GPUs on one host: data-parallel training through torchrun.
 
-A run with `resources.gpus: N > 1` and `resources.parallel: data` calls `train` as usual; `train`
-sees that it is not inside a torchrun launch and calls `launch`, which starts
-`torchrun --nproc_per_node N -m training.rank CONFIG OUT` and relays what rank 0 reports
-to the caller's sink. Inside the launch every rank runs the same `train`:
+A run with `resources.gpus: N > 1` and `resources.parallel: data` (or `fsdp`) has the `torchrun`
+launcher in its plan (`training.plan`): the runner (`training.runner.train`) calls `launch`, which
+starts `torchrun --nproc_per_node N -m training.rank CONFIG OUT` and relays what rank 0 reports
+to the caller's sink. Inside the launch every rank runs the same loop (`training.rank.run_rank`):
 
 - each rank rolls out its share of the step's tasks (tasks i, i+N, ... of the step's batch),
   sampling with its own generator;
@@ -278,6 +278,8 @@ def replay(event: dict[str, Any], sink: EventSink) -> None:
         sink.evaluation(event["result"])
     elif kind == "status":
         sink.status(event["phase"], event["detail"], progress=event["progress"], eta=event["eta"])
+    elif kind == "plan":
+        sink.plan(event["plan"])
 
 
 # == inside the launch =============================================================================
@@ -313,6 +315,9 @@ class RelaySink(NullSink):
 
     def status(self, phase: str, detail: str, *, progress: float | None = None, eta: float | None = None) -> None:
         self._write({"type": "status", "phase": phase, "detail": detail, "progress": progress, "eta": eta})
+
+    def plan(self, plan: dict[str, Any]) -> None:
+        self._write({"type": "plan", "plan": plan})
 
     def should_stop(self) -> bool:
         return self.stop_file.exists()

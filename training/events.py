@@ -23,6 +23,9 @@ Payload shapes (the web and the CLI rely on them):
   of the phase done (0..1, None when unknown) and `eta` the seconds the whole run still needs by the engine's estimate (None before it can tell).
   Sent at each phase change and as a long phase advances (a few times per evaluation), never
   per token.
+- plan: `plan(plan)`, once, at the run's start: how it executes (`training.plan.Plan.to_dict`:
+  launcher, hosts, ranks, parallel, device, placement, backend and why, sampler and why, queue,
+  and a one-line `summary`).
 - placed: `placed(where)`, once, when a launcher knows where the run's ranks live. From the Ray
   launcher (`training.ray_launch.placed`): `{"launcher": "ray", "address", "hosts" (asked),
   "ranks", "resource" ("GPU" or "CPU", one per rank), "nodes": {Ray node name: ranks on it},
@@ -92,6 +95,8 @@ class EventSink(Protocol):
 
     def placed(self, where: dict[str, Any]) -> None: ...
 
+    def plan(self, plan: dict[str, Any]) -> None: ...
+
     def should_stop(self) -> bool: ...
 
 
@@ -120,6 +125,9 @@ class NullSink:
         pass
 
     def placed(self, where: dict[str, Any]) -> None:
+        pass
+
+    def plan(self, plan: dict[str, Any]) -> None:
         pass
 
     def should_stop(self) -> bool:
@@ -164,6 +172,10 @@ class MultiSink:
         for s in self.sinks:
             s.placed(where)
 
+    def plan(self, plan: dict[str, Any]) -> None:
+        for s in self.sinks:
+            s.plan(plan)
+
     def should_stop(self) -> bool:
         return any(s.should_stop() for s in self.sinks)
 
@@ -202,6 +214,9 @@ class JsonlSink(NullSink):
 
     def placed(self, where: dict[str, Any]) -> None:
         self._append("events.jsonl", {"type": "placed", **where, "time": time.time()})
+
+    def plan(self, plan: dict[str, Any]) -> None:
+        self._append("events.jsonl", {"type": "plan", **plan, "time": time.time()})
 
 
 class ProgressSink(NullSink):

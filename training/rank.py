@@ -1,10 +1,6 @@
-"""What every rank of a multi-process run executes: torchrun starts it on every rank of a
-multi-GPU run (`training.distributed.launch`), and Ray Train's workers call `run_rank` on every
-rank of a multi-host run (`training.ray_launch`).
-
-Kept apart from `training.distributed`, which the trainer imports: the launcher never imports
-the trainer that calls it.
-"""
+"""What every process of a run executes: the loop of the config's algorithm (`run_loop`), called
+by the runner in its own process, by torchrun on every rank of a multi-GPU run (`main`), and by
+Ray Train's workers on every rank of a multi-host run (`run_rank`, from `training.ray_launch`)."""
 
 from __future__ import annotations
 
@@ -14,9 +10,20 @@ from pathlib import Path
 import torch.distributed as torch_dist
 
 from training.config import RunConfig
-from training.distributed import RelaySink, from_env
-from training.events import NullSink
-from training.trainer import train
+from training.distributed import Dist, RelaySink, from_env
+from training.events import EventSink, NullSink, TrainResult
+from training.plan import Plan
+from training.sft import train_sft
+from training.trainer import Hooks
+from training.trainer import train as train_grpo
+
+
+def run_loop(config: RunConfig, out: Path, sink: EventSink, *, plan: Plan, dist: Dist | None = None,
+             hooks: Hooks | None = None) -> TrainResult:
+    """The loop of `config.algorithm` on this rank: `sft` supervised fine-tuning, `grpo` AT-GRPO."""
+    if config.algorithm == "sft":
+        return train_sft(config, out_dir=out, sink=sink, plan=plan)
+    return train_grpo(config, out_dir=out, sink=sink, plan=plan, dist=dist, hooks=hooks)
 
 
 def run_rank(config: RunConfig, out: Path, relay: RelaySink | None) -> None:
@@ -26,7 +33,7 @@ def run_rank(config: RunConfig, out: Path, relay: RelaySink | None) -> None:
     dist = from_env()
     relay = relay if dist.main else None
     try:
-        result = train(config, out_dir=out, sink=relay or NullSink(), dist=dist)
+        result = run_loop(config, out, relay or NullSink(), plan=Plan.resolve(config), dist=dist)
     except BaseException as exc:
         if relay is not None:
             relay.fail(exc)

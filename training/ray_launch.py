@@ -33,7 +33,6 @@ Nothing here knows about Django, and nothing imports Ray until a run asks for se
 from __future__ import annotations
 
 import contextlib
-import importlib
 import math
 import os
 import re
@@ -532,8 +531,8 @@ def _start_step(config: RunConfig) -> int:
 
 
 def _rank_loop(loop_config: dict[str, Any]) -> None:
-    """Ray Train's training function: the rank entry torchrun runs, with the mailbox as rank 0's sink.
-    `training.rank` is found by name, as torchrun's `-m training.rank` is: it imports the trainer,
-    which imports this module."""
-    run_rank = importlib.import_module("training.rank").run_rank
+    """Ray Train's training function: the rank entry torchrun runs, with the mailbox as rank 0's sink
+    (imported here, on the Ray worker: the launcher's side needs neither torch nor the engine)."""
+    from training.rank import run_rank
+
     run_rank(RunConfig.from_yaml(loop_config["config"]), Path(loop_config["out"]), ActorRelaySink(loop_config["relay"]))

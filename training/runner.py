@@ -1,22 +1,36 @@
-"""The one entry point that runs a config, whatever its `algorithm`: `grpo` goes to the AT-GRPO
-loop (`training.trainer.train`, which also launches data-parallel processes), `sft` to supervised
-fine-tuning (`training.sft.train_sft`). The CLI, the sweep and the web's worker call this."""
+"""The one entry point that runs a config. It resolves the run's plan (`training.plan`), then
+starts the processes the plan names: this one, torchrun's ranks on this host
+(`training.distributed.launch`), or Ray's ranks over several hosts (`training.ray_launch.launch`).
+Every rank then calls the loop of the config's algorithm (`training.rank.run_loop`: `grpo` the
+AT-GRPO loop, `sft` supervised fine-tuning). Nothing below this module launches anything.
+
+The CLI, the experiments' sweep and the web's worker call `train`.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from training.config import RunConfig
-from training.distributed import Dist
+from training.distributed import check_gpus, launch
 from training.events import EventSink, TrainResult
+from training.plan import Plan
+from training.rank import run_loop
+from training.trainer import Hooks
 
 
-def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, dist: Dist | None = None) -> TrainResult:
+def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, hooks: Hooks | None = None) -> TrainResult:
+    """Run `config` to its end (or until `sink` asks to stop), reporting to `sink`. `hooks` (a
+    benchmark's, a research harness's) reach the loop of a one-process run."""
     config.validate()
-    if config.algorithm == "sft":
-        from training.sft import train_sft
+    plan = Plan.resolve(config)
+    out = Path(out_dir)
+    if plan.launcher == "ray":
+        from training import ray_launch  # imports Ray: only a run on several hosts
 
-        return train_sft(config, out_dir=out_dir, sink=sink)
-    from training.trainer import train as train_grpo
-
-    return train_grpo(config, out_dir=out_dir, sink=sink, dist=dist)
+        return ray_launch.launch(config, out, sink)
+    if plan.launcher == "torchrun":
+        return launch(config, out, sink)  # type: ignore[no-any-return]
+    if config.resources.gpus > 1:  # one process on several GPUs (`parallel: agents`)
+        check_gpus(config)
+    return run_loop(config, out, sink, plan=plan, hooks=hooks)

@@ -304,6 +304,9 @@ class PruningSink:
     def placed(self, where: dict[str, Any]) -> None:
         self.inner.placed(where)
 
+    def plan(self, plan: dict[str, Any]) -> None:
+        self.inner.plan(plan)
+
     def evaluation(self, result: dict[str, Any]) -> None:
         self.inner.evaluation(result)
         step = int(result.get("step", 0))

@@ -24,7 +24,7 @@ assistant's content and its end-of-turn this gives TRL's masks (tested). A promp
 
 The rest is the GRPO trainer's machinery: policies per specialization (`training.policies`), the
 optimizer and learning-rate schedule, checkpoints in HF/PEFT format with optimizer and RNG state
-(`training.trainer.save_checkpoint`, so a run resumes), held-out evaluation of the topology's
+(`training.checkpoints.save_checkpoint`, so a run resumes), held-out evaluation of the topology's
 environment at step 0 and at the end, the event sink and the trackers.
 """
 
@@ -42,15 +42,21 @@ import torch
 from agents.envs import load_environment
 from agents.tools import ToolCall, load_tool
 from training import tool_turns
+from training.checkpoints import check_resume, restore, save_checkpoint
 from training.config import RunConfig
 from training.conversations import Conversation, by_agent, read_conversations
 from training.data import batch_indices, load_tasks
+from training.evaluation import evaluate
 from training.events import EventSink, StepMetrics, TrainResult
 from training.generation import Generation
+from training.plan import Plan
 from training.policies import Policy, build_policies
 from training.progress import RunProgress
 from training.rollout import Sampler
+from training.seeding import seed_everything
 from training.trackers import reporting
+from training.update import step_lr
+from training.warmstart import init_from
 
 # == tokenization with assistant masks =============================================================
 
@@ -217,10 +223,9 @@ def sft_loss(nll: torch.Tensor, counted: torch.Tensor, n_tokens: int) -> torch.T
 def update_policy(policy: Policy, batch: list[Example], cfg: RunConfig, step: int) -> dict[str, dict[str, float]]:
     """One optimizer step of SFT on `batch`; per agent: loss, token_accuracy, tokens, examples
     (and the policy's grad_norm and lr)."""
-    from training.trainer import _lr_at
 
     assert policy.optimizer is not None
-    lr = _lr_at(cfg, step)
+    lr = step_lr(cfg, step)
     for group in policy.optimizer.param_groups:
         group["lr"] = lr
     device = next(policy.model.parameters()).device
@@ -261,12 +266,10 @@ def update_policy(policy: Policy, batch: list[Example], cfg: RunConfig, step: in
 # == the run =======================================================================================
 
 
-def train_sft(config: RunConfig, *, out_dir: str | Path, sink: EventSink) -> TrainResult:
-    """A whole SFT run (`training.trainer.train` hands `algorithm: sft` configs here)."""
-    from training.trainer import check_resume, evaluate, restore, save_checkpoint, seed_everything
-    from training.warmstart import init_from
-
+def train_sft(config: RunConfig, *, out_dir: str | Path, sink: EventSink, plan: Plan | None = None) -> TrainResult:
+    """A whole SFT run, in one process (`training.rank.run_loop` hands `algorithm: sft` configs here)."""
     config.validate()
+    (plan or Plan.resolve(config)).report(sink)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")

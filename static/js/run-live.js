@@ -625,6 +625,7 @@
       case "phase": onPhase(m); break;
       case "checkpoint": refreshSummary(false, ["actions", "artifacts"]); break;
       case "placed": state.placedHeard = true; refreshSummary(true); break;  // the Ray nodes granted: the summary's Hosts line
+      case "plan": refreshSummary(true); break;  // how the run executes, resolved at its start: the summary's Execution line
       case "pong": break;
     }
   }

@@ -18,8 +18,14 @@ def args(*extra: str):
     return learning.parse_args(["--arm", "single", "--model", "tiny-random:llama", "--eval-size", "5", "--out-dir", "/unused", *extra])
 
 
+def build(config):
+    """(sampler, training tasks, held-out tasks) of the base models, as the harness builds them."""
+    with learning.base_sampler(config) as built:
+        return built
+
+
 def sampler_for(arm: str, *extra: str):
-    sampler, _, _ = learning.build(learning.arm_config(arm, args(*extra)), args(*extra))
+    sampler, _, _ = build(learning.arm_config(arm, args(*extra)))
     return sampler
 
 
@@ -29,12 +35,12 @@ def system_prompts(sampler) -> dict[str, str]:
 
 
 def test_every_seed_is_judged_on_the_same_held_out_tasks() -> None:
-    _, _, held0 = learning.build(learning.arm_config("single", args()), args())
-    _, train1, held1 = learning.build(learning.arm_config("prompt", args("--seed", "1")), args("--seed", "1"))
-    _, train0, _ = learning.build(learning.arm_config("prompt", args()), args())
+    _, _, held0 = build(learning.arm_config("single", args()))
+    _, train1, held1 = build(learning.arm_config("prompt", args("--seed", "1")))
+    _, train0, _ = build(learning.arm_config("prompt", args()))
     assert held0 == held1 and len(held0) == 5
     assert train0 != train1  # the seed still changes the training tasks
-    _, _, other = learning.build(learning.arm_config("single", args("--eval-seed", "3")), args("--eval-seed", "3"))
+    _, _, other = build(learning.arm_config("single", args("--eval-seed", "3")))
     assert other != held0
 
 
@@ -59,7 +65,7 @@ def test_a_lora_team_swapped_acts_with_each_others_adapters() -> None:
 
 def test_it_puts_adapters_trained_alone_into_the_team() -> None:
     team = sampler_for("alone").policies
-    lone = learning.build(learning.arm_config("alone", args(), roles=("reasoner",)), args())[0].policies
+    lone = build(learning.arm_config("alone", args(), roles=("reasoner",)))[0].policies
     with torch.no_grad():
         for name, p in lone.for_agent("reasoner").model.named_parameters():
             if ".reasoner." in name:
@@ -126,14 +132,14 @@ def test_a_level_mix_reaches_the_environment_and_its_own_results_folder() -> Non
     assert mixed.level == [2, 3] and Path(mixed.out_dir) == Path("/unused")
     assert learning.arm_config("single", mixed).topology.env_args == {"level": [2, 3]}
     assert learning.default_out_dir(mixed).name == "math_tool-level2+3"
-    _, _, held = learning.build(learning.arm_config("single", mixed), mixed)
+    _, _, held = build(learning.arm_config("single", mixed))
     assert {row["level"] for _, row in held} <= {2, 3}
     with pytest.raises(SystemExit):
         args("--level", "2,x")
 
 
 def test_it_records_cpu_time_and_the_time_table_names_a_run_that_did_not_finish(tmp_path: Path) -> None:
-    payload = learning.run_arm("single", args("--steps", "1", "--eval-every", "0", "--out-dir", str(tmp_path)))
+    payload = learning.run_arm("single", args("--steps", "1", "--eval-every", "0", "--out-dir", str(tmp_path), "--work-dir", str(tmp_path)))
     assert payload["train_cpu_seconds"] > 0 and payload["eval_cpu_seconds"] > 0
     text = learning.time_table({"single": payload, "single-seed1": {**payload, "machine_end": None}})
     assert text.count("not finished") == 1 and "train CPU min" in text
@@ -161,15 +167,13 @@ def test_the_async_arm_trains_one_step_off_and_counts_its_last_batch_as_training
     a = args("--arm", "single-async", "--steps", "2", "--eval-every", "1", "--tasks", "1", "--k", "2", "--max-new-tokens", "4")
     config = learning.arm_config("single-async", a)
     assert config.generation.async_ == "one_step_off" and learning.result_name("single-async", a) == "single-async"
-    sampler, train_tasks, _ = learning.build(config, a)
     rec = learning.Recorder("single-async", config, tmp_path / "single-async.json")
-    evaluated = []
-    try:
-        learning.train(sampler, train_tasks, a, rec, label="single-async", on_eval=lambda step, final: evaluated.append((step, final)))
-    finally:
-        sampler.pool.shutdown()
+    a.work_dir = str(tmp_path)
+    with learning.train(config, a, rec, label="single-async") as parts:
+        assert parts.plan.sampler == "process" and parts.rollouts is not None  # the product's loop, with its async sampler
     curve = rec.payload["curve"]
     assert [c["staleness"] for c in curve] == [0.0, 1.0], "step 1 on-policy, step 2 from the weights before step 1's update"
-    assert evaluated == [(1, False), (2, True)]
+    # greedy after each step (not at step 0: the untrained arm is step 0), sampled too at the end
+    assert [(e["step"], e["temperature"] > 0) for e in rec.payload["evals"]] == [(1, False), (2, False), (2, True)]
     assert rec.payload["train_seconds"] >= sum(c["step_time"] for c in curve), "the wait for the batch in flight is training time"
     assert curve[-1]["train_tokens"] > curve[0]["train_tokens"] > 0

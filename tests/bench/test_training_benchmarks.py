@@ -66,9 +66,9 @@ def test_it_writes_one_json_per_arm_and_a_report(tmp_path):
 def test_the_gpu_benchmark_says_what_it_needs_without_cuda_and_vllm(tmp_path, capsys):
     import torch
 
-    from training import vllm_backend
+    from training.plan import vllm_installed
 
-    if torch.cuda.is_available() and vllm_backend.installed():
+    if torch.cuda.is_available() and vllm_installed():
         pytest.skip("this machine has CUDA and vLLM: see test_it_compares_hf_vllm_and_trl_on_the_gpu")
     gpu = runpy.run_path(str(REPO / "bench" / "gpu.py"))  # its `main`, in this process (run_name is not __main__)
     assert gpu["main"](["--out", str(tmp_path / "gpu.json")]) == 2

@@ -66,12 +66,12 @@ def test_out_of_memory(alice, monkeypatch):
 
 
 def test_a_full_disk(alice, monkeypatch, data_dir):
-    from training import trainer
+    from training import checkpoints
 
     def no_space(policies, folder, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(folder))
 
-    monkeypatch.setattr(trainer, "save_policies", no_space)
+    monkeypatch.setattr(checkpoints, "save_policies", no_space)
     run = execute(queue_run(alice.team))
     assert_failed_on_the_page(alice, run, "Disk full (OSError: [Errno 28] No space left on device", str(data_dir))
 

@@ -11,12 +11,14 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimi
 from torch.distributed.tensor import DTensor
 
 from tests.training.conftest import toy_config
+from training.checkpoints import restore, save_checkpoint
 from training.distributed import Dist
 from training.events import NullSink
 from training.placement import Placement
 from training.policies import build_policies
 from training.sharding import builds_on_meta, local_share, shard_policies
-from training.trainer import Sample, restore, save_checkpoint, train, update_policy
+from training.trainer import train
+from training.update import Sample, update_policy
 
 
 def samples(policy, start: int, n: int) -> list[Sample]:

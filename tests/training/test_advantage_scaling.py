@@ -16,7 +16,7 @@ from agents.base import State
 from training.distributed import Dist
 from training.grpo import group_advantages
 from training.rollout import Candidate, Episode, Turn
-from training.trainer import step_advantages
+from training.shaping import step_advantages
 
 
 def cand(r: float) -> Candidate:

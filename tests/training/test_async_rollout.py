@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from agents import plugins
-from training import async_rollout, trainer
+from training import async_rollout, collect
 from training.config import ConfigError, RunConfig
 from training.events import NullSink
 from training.policies import build_policies, load_policy_weights
@@ -96,10 +96,11 @@ def test_at_staleness_0_it_makes_the_synchronous_runs_rollouts_and_weights(make_
     sync, sync_sink = config(make_config), Recorder()
     straight = train(sync, out_dir=tmp_path / "sync", sink=sync_sink)
     monkeypatch.setitem(async_rollout.LAGS, "one_step_off", 0)  # the sampler waits for each update
-    monkeypatch.setattr(trainer, "sampler_process", lambda sampler: kind == "process")
-    lagged, lagged_sink = sync.replace(**{"generation.async": "one_step_off"}), Recorder()
+    lagged, lagged_sink = sync.replace(**{"generation.async": "one_step_off", "generation.async_sampler": kind}), Recorder()
     result = train(lagged, out_dir=tmp_path / "async", sink=lagged_sink)
-    assert any(f"a sampler {kind} generates" in line for line in lagged_sink.lines)
+    want = "async sampler: a process of its own" if kind == "process" else "async sampler: a thread (generation.async_sampler: thread)"
+    (plan_line,) = [line for line in lagged_sink.lines if line.startswith("plan: ")]  # logged once
+    assert want in plan_line
 
     assert texts(lagged_sink) == texts(sync_sink) and len(texts(sync_sink)) == 3
     assert [m.values["async/staleness"] for m in lagged_sink.steps] == [0.0, 0.0, 0.0]
@@ -154,21 +155,21 @@ def test_a_resumed_run_takes_the_rollouts_the_checkpoint_kept(make_config, tmp_p
 
 
 def test_a_failing_sampler_thread_fails_the_run_with_its_reason_and_the_run_resumes(make_config, tmp_path, monkeypatch):
-    run = config(make_config, **{"generation.async": "one_step_off", "optim.steps": 4, "checkpoint.every": 1})
-    real = trainer._rollout
-    monkeypatch.setattr(trainer, "sampler_process", lambda sampler: False)
+    run = config(make_config, **{"generation.async": "one_step_off", "generation.async_sampler": "thread", "optim.steps": 4,
+                                 "checkpoint.every": 1})
+    real = collect._rollout
 
     def breaks_at_step_3(sampler, batch):
         if threading.current_thread().name.startswith("troupe-sampler") and batch[0][0].endswith("@3"):
             raise OSError("disk full in the sampler")
         return real(sampler, batch)
 
-    monkeypatch.setattr(trainer, "_rollout", breaks_at_step_3)
+    monkeypatch.setattr(collect, "_rollout", breaks_at_step_3)
     with pytest.raises(RuntimeError, match=r"sampler thread failed making the rollouts of step 3: OSError: disk full in the sampler"):
         train(run, out_dir=tmp_path / "a", sink=NullSink())
     assert not [t for t in threading.enumerate() if t.name.startswith("troupe-sampler")]
 
-    monkeypatch.setattr(trainer, "_rollout", real)
+    monkeypatch.setattr(collect, "_rollout", real)
     last = tmp_path / "a" / "checkpoints" / "step-000002"
     resumed = train(run.replace(**{"checkpoint.resume_from": str(last)}), out_dir=tmp_path / "b", sink=NullSink())
     assert resumed.status == "succeeded" and resumed.step == 4
@@ -219,7 +220,8 @@ def test_a_process_needs_shared_memory_and_open_files_for_its_weights_and_a_run_
     monkeypatch.setattr(async_rollout.resource, "getrlimit", lambda which: (64, 64))
     sink = Recorder()
     assert train(run, out_dir=tmp_path / "files", sink=sink).status == "succeeded"
-    assert any("a sampler thread generates" in line and "RLIMIT_NOFILE) is 64" in line for line in sink.lines), sink.lines
+    (plan_line,) = [line for line in sink.lines if line.startswith("plan: ")]
+    assert "async sampler: a thread (the open-files limit (RLIMIT_NOFILE) is 64" in plan_line, plan_line
 
     monkeypatch.undo()
     real = os.statvfs

@@ -10,14 +10,16 @@ import torch.multiprocessing as mp
 
 from tests.training import _dist_update
 from tests.training.conftest import toy_config
+from training.checkpoints import restore, save_checkpoint
 from training.config import ConfigError, RunConfig
 from training.distributed import Dist, DistributedRunError, replay
 from training.events import NullSink
 from training.models import ModelLoadError, load_model
 from training.placement import layout
 from training.policies import build_policies, load_policy_weights
+from training.runner import train
 from training.sharding import shard_policies
-from training.trainer import restore, save_checkpoint, train, update_policy
+from training.update import update_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -3,11 +3,12 @@
 import pytest
 import torch
 
-from training import trainer
+from training import shaping, update
+from training.collect import step_tasks
 from training.config import ConfigError, RunConfig
 from training.data import batch_indices
 from training.policies import build_policies
-from training.trainer import Sample, step_tasks, update_policy
+from training.update import Sample, update_policy
 
 
 def test_it_gives_every_episode_of_a_step_its_own_group_key(make_config):
@@ -29,8 +30,8 @@ def test_dr_grpo_divides_by_the_configured_completion_cap_not_the_longest_comple
                                   "agents": [{"name": "writer", "role": "writer", "max_new_tokens": 24}, {"name": "echo", "role": "echo"}]}})
     policy = build_policies(config, device=torch.device("cpu")).for_agent("writer")
     seen = []
-    real = trainer.policy_loss
-    monkeypatch.setattr(trainer, "policy_loss", lambda *a, **kw: seen.append(kw["max_completion_length"]) or real(*a, **kw))
+    real = update.policy_loss
+    monkeypatch.setattr(update, "policy_loss", lambda *a, **kw: seen.append(kw["max_completion_length"]) or real(*a, **kw))
     tok = policy.tokenizer
     prompt = tuple(tok("hello there", add_special_tokens=False)["input_ids"])
     samples = [Sample("writer", prompt, (5, 6, 7), advantage=1.0), Sample("writer", prompt, (5,), advantage=-1.0)]
@@ -74,13 +75,13 @@ def test_with_dropout_disabled_the_first_pass_ratio_is_exactly_one(make_config, 
             if "lora_B" in name:
                 p.normal_(0, 0.5)
     ratios = []
-    real = trainer.policy_loss
+    real = update.policy_loss
 
     def spy(logp, old_logp, *a, **kw):
         ratios.append(torch.exp(logp.detach() - old_logp.detach()))
         return real(logp, old_logp, *a, **kw)
 
-    monkeypatch.setattr(trainer, "policy_loss", spy)
+    monkeypatch.setattr(update, "policy_loss", spy)
     tok = policy.tokenizer
     prompt = tuple(tok("hello there, how are you", add_special_tokens=False)["input_ids"])
     samples = [Sample("writer", prompt, (5, 6, 7, 8), advantage=1.0), Sample("writer", prompt, (9, 10, 11), advantage=-1.0)]
@@ -95,5 +96,5 @@ def test_equal_reward_groups_keep_their_kl_term_when_beta_is_positive():
     from types import SimpleNamespace as NS
 
     cands = [(NS(group=("t@1", 0, "a")), NS(reward=r)) for r in (1.0, 1.0)] + [(NS(group=("u@1", 0, "a")), NS(reward=r)) for r in (0.0, 1.0)]
-    assert trainer.groups_to_update(cands, beta=0.0) == {("u@1", 0, "a")}
-    assert trainer.groups_to_update(cands, beta=0.04) == {("t@1", 0, "a"), ("u@1", 0, "a")}
+    assert shaping.groups_to_update(cands, beta=0.0) == {("u@1", 0, "a")}
+    assert shaping.groups_to_update(cands, beta=0.04) == {("t@1", 0, "a"), ("u@1", 0, "a")}

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from agents.base import State
 from tests.training.conftest import toy_config
-from training import trainer
+from training import collect, trainer
 from training.rollout import Candidate, Episode, Turn
 
 
@@ -29,10 +29,10 @@ def drawn_batches(config, n_rows: int, step: int, monkeypatch) -> list[list[str]
         batches.append([tid for tid, _ in batch])
         return [flat_episode(tid) for tid, _ in batch]
 
-    monkeypatch.setattr(trainer, "_rollout", rollout)
+    monkeypatch.setattr(collect, "_rollout", rollout)
     sampler = type("S", (), {"config": config, "dist": type("D", (), {"rank": 0, "world": 1})()})()
-    batch = trainer.step_tasks(tasks, config, step)
-    trainer._dynamic_sampling(sampler, tasks, step, batch, trainer._rollout(sampler, batch))
+    batch = collect.step_tasks(tasks, config, step)
+    collect._dynamic_sampling(sampler, tasks, step, batch, collect._rollout(sampler, batch))
     return batches
 
 
@@ -65,13 +65,13 @@ def test_no_two_episodes_of_a_step_share_an_id_whatever_the_draw(seed, n_rows, p
 
 def test_episode_ids_never_collide_across_tasks_whose_ids_look_like_episode_ids():
     tasks = [("x", {}), ("x@1#2", {}), ("x@1", {})]
-    ids = [tid for tid, _ in trainer.episode_ids(tasks, [0, 0, 1, 2, 2, 0], "1")]
+    ids = [tid for tid, _ in collect.episode_ids(tasks, [0, 0, 1, 2, 2, 0], "1")]
     assert len(set(ids)) == len(ids) == 6
 
 
 def test_a_rollout_batch_holding_one_episode_twice_is_refused():
     with pytest.raises(RuntimeError, match="appear twice"):
-        trainer.check_distinct_episodes([("a@1", {}), ("b@1", {}), ("a@1", {})])
+        collect.check_distinct_episodes([("a@1", {}), ("b@1", {}), ("a@1", {})])
 
 
 def test_a_run_of_the_reported_case_keeps_each_episodes_groups_apart(make_config, tmp_path):

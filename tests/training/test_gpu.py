@@ -11,7 +11,7 @@ from training.config import RunConfig
 from training.events import NullSink
 from training.models import load_model
 from training.policies import build_policies
-from training.trainer import train
+from training.runner import train
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,7 +66,7 @@ def test_a_two_gpu_data_parallel_run_trains_over_nccl(tmp_path):
 
 def _update_peak_mib(config: RunConfig) -> tuple[float, float]:
     """(peak CUDA memory of one update above what was allocated before it, the update's grad norm)."""
-    from training.trainer import Sample, update_policy
+    from training.update import Sample, update_policy
 
     policy = build_policies(config).for_agent("tool")
     gen = torch.Generator().manual_seed(0)

@@ -9,7 +9,7 @@ from tests.training.toy_env import LetterEnv
 from training import grpo, trainer
 from training.policies import build_policies
 from training.rollout import Sampler
-from training.trainer import Sample, update_policy
+from training.update import Sample, update_policy
 
 
 def _samples(policy, agent: str) -> list[Sample]:

@@ -126,14 +126,14 @@ def test_the_soft_overlong_penalty_follows_dapos_piecewise_formula(length):
 
 def test_a_masked_truncated_completion_leaves_the_loss_and_its_token_count(make_config, monkeypatch):
     """With one completion masked, the update equals the update without it (dapo: token mean)."""
-    from training import trainer
+    from training import update
     from training.policies import build_policies
-    from training.trainer import Sample, update_policy
+    from training.update import Sample, update_policy
 
     config = make_config("lora").replace(**{"grpo.mask_truncated": True})
     losses = []
-    real = trainer.policy_loss
-    monkeypatch.setattr(trainer, "policy_loss", lambda *a, **kw: losses.append(real(*a, **kw)) or losses[-1])
+    real = update.policy_loss
+    monkeypatch.setattr(update, "policy_loss", lambda *a, **kw: losses.append(real(*a, **kw)) or losses[-1])
 
     def loss_of(samples):
         torch.manual_seed(0)

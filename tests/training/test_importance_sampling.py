@@ -111,7 +111,7 @@ def test_the_update_reports_the_mismatch_and_weighs_by_it(make_config) -> None:
     """`update_policy` with vLLM-style sampler log-probs: the mismatch is reported; with the
     correction off the gradient is the uncorrected one, and with sampler = trainer it is too."""
     from training.policies import build_policies
-    from training.trainer import Sample, update_policy
+    from training.update import Sample, update_policy
 
     cfg = make_config("single", **{"optim.max_grad_norm": 1e6})
 

@@ -13,7 +13,7 @@ import torch
 
 from agents.base import State
 from agents.tools import ToolCall
-from training import trainer
+from training import collect, metrics, shaping, trainer, update
 from training.config import RunConfig
 from training.events import NullSink
 from training.generation import Generation
@@ -59,7 +59,7 @@ def test_the_overlong_penalty_judges_each_segment_against_the_cap(make_config):
     near = candidate(tool_generation(20, 95), 1.0)  # one segment within the cache: 95 -> -0.5
     cut = candidate(tool_generation(30, 100, truncated_last=True), 1.0)  # one segment hit the cap -> -1
     plain = candidate(segment(95), 1.0)  # the same rule without tools
-    trainer._shape_overlong(episodes_of([tools, near, cut, plain]), config)
+    shaping.shape_overlong(episodes_of([tools, near, cut, plain]), config)
     assert [c.reward for c in (tools, near, cut, plain)] == pytest.approx([1.0, 0.5, 0.0, 0.5])
 
 
@@ -68,16 +68,16 @@ def test_under_independent_sampling_a_trajectorys_penalties_add_up_and_every_tur
     first, second = candidate(segment(95), 2.0), candidate(tool_generation(40, 97), 2.0)  # -0.5 and -0.7
     ep = Episode("t", {}, [Turn(0, "writer", "writer", "p", (1,), [first], 0, ("t", "writer")),
                            Turn(1, "writer", "writer", "p", (1,), [second], 0, ("t", "writer"))], State(task_id="t", row={}))
-    trainer._shape_overlong([ep], config)
+    shaping.shape_overlong([ep], config)
     assert first.reward == second.reward == pytest.approx(2.0 - 0.5 - 0.7)
 
 
 def test_mask_truncated_masks_a_candidate_whose_segment_hit_the_cap_not_one_whose_turn_is_long(make_config, monkeypatch):
     config = make_config("single", **{"generation.max_new_tokens": 100, "grpo.mask_truncated": True})
     cands = [candidate(tool_generation(84, 53), 1.0), candidate(tool_generation(30, 100, truncated_last=True), 0.0), candidate(segment(10), 0.5)]
-    seen: list[list[trainer.Sample]] = []
+    seen: list[list[update.Sample]] = []
     monkeypatch.setattr(trainer, "update_policy", lambda policy, samples, *a, **kw: seen.append(samples) or {})
-    monkeypatch.setattr(trainer, "_rollout", lambda sampler, batch: episodes_of(cands))
+    monkeypatch.setattr(collect, "_rollout", lambda sampler, batch: episodes_of(cands))
     policy = type("P", (), {"agents": ("writer",)})()
     sampler = type("S", (), {
         "config": config, "dist": trainer.Dist(), "vllm": None, "stats": type("G", (), {"tokens": 0, "seconds": 0.0})(),
@@ -97,9 +97,9 @@ def tool_config(make_config, **overrides) -> RunConfig:
 
 def test_dr_grpos_constant_is_the_most_tokens_a_turn_can_hold(make_config):
     config = tool_config(make_config)
-    assert trainer.completion_budget(config, "writer") == 150  # 3 segments of at most 50 (2 calls)
-    assert trainer.completion_budget(config, "echo") == 50
-    assert trainer.completion_budget(config.replace(**{"generation.max_tool_calls": 0}), "writer") == 50
+    assert update.completion_budget(config, "writer") == 150  # 3 segments of at most 50 (2 calls)
+    assert update.completion_budget(config, "echo") == 50
+    assert update.completion_budget(config.replace(**{"generation.max_tool_calls": 0}), "writer") == 50
 
 
 def test_the_dr_grpo_update_of_a_tool_agent_divides_by_its_turn_budget(make_config, monkeypatch):
@@ -107,11 +107,11 @@ def test_the_dr_grpo_update_of_a_tool_agent_divides_by_its_turn_budget(make_conf
 
     config = tool_config(make_config, **{"grpo.loss_type": "dr_grpo"})
     lengths: list[int] = []
-    real = trainer.policy_loss
-    monkeypatch.setattr(trainer, "policy_loss", lambda *a, **kw: lengths.append(kw["max_completion_length"]) or real(*a, **kw))
+    real = update.policy_loss
+    monkeypatch.setattr(update, "policy_loss", lambda *a, **kw: lengths.append(kw["max_completion_length"]) or real(*a, **kw))
     policy = build_policies(config, device=torch.device("cpu")).for_agent("writer")
-    samples = [trainer.Sample("writer", (1, 2, 3), (5, 6, 7, 8), 1.0, token_mask=(1, 0, 0, 1)), trainer.Sample("writer", (1, 2, 3), (9, 10), -1.0)]
-    trainer.update_policy(policy, samples, config, step=1)
+    samples = [update.Sample("writer", (1, 2, 3), (5, 6, 7, 8), 1.0, token_mask=(1, 0, 0, 1)), update.Sample("writer", (1, 2, 3), (9, 10), -1.0)]
+    update.update_policy(policy, samples, config, step=1)
     assert lengths and set(lengths) == {150}
 
 
@@ -119,7 +119,7 @@ def test_the_length_metrics_count_the_models_tokens_and_the_longest_segment(make
     cands = [candidate(tool_generation(84, 53), 1.0), candidate(segment(40), 0.0)]
     eps = episodes_of(cands)
     pairs = [(t, c) for ep in eps for t in ep.turns for c in t.candidates]
-    values = trainer._rollout_metrics(eps, pairs, torch.tensor([1.0, 0.0]), [t.group for t, _ in pairs], defaultdict(dict))
+    values = metrics.rollout_metrics(eps, pairs, torch.tensor([1.0, 0.0]), [t.group for t, _ in pairs], defaultdict(dict))
     assert values["completion_len"] == pytest.approx((137 + 40) / 2)  # tool results left out
     assert values["segment_len"] == pytest.approx((84 + 40) / 2)
     assert values["truncated"] == 0.0 and values["ended"] == 1.0

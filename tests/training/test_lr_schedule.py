@@ -6,7 +6,7 @@ from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_
 
 from training.config import ConfigError, RunConfig
 from training.policies import build_policies
-from training.trainer import lr_at
+from training.update import lr_at
 
 REFERENCES = {"constant": get_constant_schedule_with_warmup, "linear": get_linear_schedule_with_warmup,
               "cosine": get_cosine_schedule_with_warmup}

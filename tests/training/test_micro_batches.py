@@ -1,6 +1,6 @@
 """How the update splits its samples into micro-batches."""
 
-from training.trainer import Sample, _micro_batches
+from training.update import Sample, _micro_batches
 
 
 def _group(prompt_len: int, completion_lens: list[int], *, start: int, temperature: float = 1.0) -> list[Sample]:

@@ -17,7 +17,7 @@ from training.config import ConfigError, RunConfig
 from training.distributed import DistributedRunError
 from training.events import NullSink, StepMetrics, TrainResult
 from training.ray_launch import ActorRelaySink, Outcome, RunRelay, plain_call, relay_events, result_of, scaling_kwargs
-from training.trainer import train
+from training.runner import train
 
 ROOT = Path(__file__).resolve().parents[2]
 

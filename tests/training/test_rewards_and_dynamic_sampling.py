@@ -110,7 +110,7 @@ def fake_episode(task_id: str, rewards: list[float]) -> Episode:
 
 
 def test_dynamic_sampling_refills_the_step_with_tasks_that_have_a_signal(make_config, monkeypatch):
-    from training import trainer
+    from training import collect
 
     config = make_config("single", **{"grpo.dynamic_sampling": 3, "optim.tasks_per_step": 4})
     tasks = [(str(i), {"question": str(i)}) for i in range(40)]
@@ -120,34 +120,34 @@ def test_dynamic_sampling_refills_the_step_with_tasks_that_have_a_signal(make_co
         rounds.append([tid for tid, _ in batch])
         return [fake_episode(tid, [0.0, 1.0] if int(tid.split("@")[0]) % 3 == 0 else [1.0, 1.0]) for tid, _ in batch]
 
-    monkeypatch.setattr(trainer, "_rollout", rollout)
+    monkeypatch.setattr(collect, "_rollout", rollout)
     sampler = type("S", (), {"config": config, "dist": type("D", (), {"rank": 0, "world": 1})()})()
-    batch = trainer.step_tasks(tasks, config, 5)
-    episodes, stats = trainer._dynamic_sampling(sampler, tasks, 5, batch, rollout(sampler, batch))
+    batch = collect.step_tasks(tasks, config, 5)
+    episodes, stats = collect._dynamic_sampling(sampler, tasks, 5, batch, rollout(sampler, batch))
     kept = [ep.task_id for ep in episodes]
     assert len(kept) == min(4, len([t for r in rounds for t in r if int(t.split("@")[0]) % 3 == 0]))
     assert all(int(t.split("@")[0]) % 3 == 0 for t in kept)
     assert stats["dynamic/extra_batches"] == len(rounds) - 1 <= 3
     assert all("+" in t for r in rounds[1:] for t in r)  # extra batches get their own episode ids
-    again, _ = trainer._dynamic_sampling(sampler, tasks, 5, batch, rollout(sampler, batch))
+    again, _ = collect._dynamic_sampling(sampler, tasks, 5, batch, rollout(sampler, batch))
     assert [ep.task_id for ep in again] == kept  # the same tasks on a resume
 
 
 def test_dynamic_sampling_keeps_the_step_when_no_task_has_a_signal(make_config, monkeypatch):
-    from training import trainer
+    from training import collect
 
     config = make_config("single", **{"grpo.dynamic_sampling": 2})
     tasks = [(str(i), {"question": str(i)}) for i in range(10)]
-    monkeypatch.setattr(trainer, "_rollout", lambda sampler, batch: [fake_episode(t, [1.0, 1.0]) for t, _ in batch])
+    monkeypatch.setattr(collect, "_rollout", lambda sampler, batch: [fake_episode(t, [1.0, 1.0]) for t, _ in batch])
     sampler = type("S", (), {"config": config, "dist": type("D", (), {"rank": 0, "world": 1})()})()
-    batch = trainer.step_tasks(tasks, config, 1)
-    first = trainer._rollout(sampler, batch)
-    episodes, stats = trainer._dynamic_sampling(sampler, tasks, 1, batch, first)
+    batch = collect.step_tasks(tasks, config, 1)
+    first = collect._rollout(sampler, batch)
+    episodes, stats = collect._dynamic_sampling(sampler, tasks, 1, batch, first)
     assert episodes == first and stats == {"dynamic/extra_batches": 2.0, "dynamic/signal_tasks": 0.0}
 
 
 def test_signal_is_judged_per_group_under_independent_sampling():
-    from training.trainer import signal_tasks
+    from training.collect import signal_tasks
 
     eps = [fake_episode("a", [1.0]), fake_episode("a", [0.0]), fake_episode("b", [1.0]), fake_episode("b", [1.0])]
     for ep in eps:  # independent sampling: a task's trajectories share one group per agent
@@ -170,7 +170,7 @@ def test_a_run_with_dynamic_sampling_trains(make_config, tmp_path):
 
 
 def test_a_reward_functions_metric_averages_the_completions_it_applied_to():
-    from training.trainer import _rollout_metrics
+    from training.metrics import rollout_metrics
 
     parts = [{"fmt": 1.0, "len": 0.0}, {"fmt": 0.0}, {}, {"fmt": 1.0}]  # None left no part (TRL's nanmean skips it)
     cands = [Candidate(text="x", token_ids=(1,), truncated=False, team=0.0, local=0.0, reward=float(i), reward_parts=p)
@@ -178,5 +178,5 @@ def test_a_reward_functions_metric_averages_the_completions_it_applied_to():
     turn = Turn(0, "writer", "writer", "p", (1,), cands, 0, ("t", 0, "writer"))
     episode = Episode("t", {}, [turn], State(task_id="t", row={}))
     pairs = [(turn, c) for c in cands]
-    values = _rollout_metrics([episode], pairs, torch.tensor([c.reward for c in cands]), [turn.group] * 4, defaultdict(dict))
+    values = rollout_metrics([episode], pairs, torch.tensor([c.reward for c in cands]), [turn.group] * 4, defaultdict(dict))
     assert values["reward/fn/fmt"] == pytest.approx(2 / 3) and values["reward/fn/len"] == 0.0

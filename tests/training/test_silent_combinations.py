@@ -9,7 +9,7 @@ import torch
 
 from agents.base import State
 from tests.training.toy_env import LetterEnv
-from training import trainer
+from training import collect, evaluation, metrics, trainer
 from training.config import config_warnings, resume_differences
 from training.data import load_tasks
 from training.events import NullSink
@@ -57,8 +57,8 @@ def drawn(config, steps: int = 4) -> list[list[str]]:
     tasks, _ = load_tasks(config, LetterEnv())
     out = []
     for step in range(1, steps + 1):
-        for batch in [trainer.step_tasks(tasks, config, step)] + [
-            trainer.extra_tasks(tasks, config, step, r) for r in range(1, config.grpo.dynamic_sampling + 1)
+        for batch in [collect.step_tasks(tasks, config, step)] + [
+            collect.extra_tasks(tasks, config, step, r) for r in range(1, config.grpo.dynamic_sampling + 1)
         ]:
             out.append([f"{tid}:{row['question']}" for tid, row in batch])
     return out
@@ -97,16 +97,16 @@ def test_a_positive_local_reward_is_no_success():
     # a format reward (+0.2) on a wrong answer, and a solved task where the tool's local reward was 0
     episodes = [episode("a", {"tool": 0.2, "reasoner": 0.2}, False), episode("b", {"tool": 0.0, "reasoner": 1.0}, True),
                 episode("c", {"tool": 0.5}, False)]
-    assert trainer.agent_success(episodes, "tool") == pytest.approx(1 / 3)
-    assert trainer.agent_success(episodes, "reasoner") == pytest.approx(1 / 2)
-    assert trainer.agent_success(episodes, "nobody") == 0.0
+    assert metrics.agent_success(episodes, "tool") == pytest.approx(1 / 3)
+    assert metrics.agent_success(episodes, "reasoner") == pytest.approx(1 / 2)
+    assert metrics.agent_success(episodes, "nobody") == 0.0
 
 
 def test_the_training_metrics_per_agent_use_the_environments_success():
     episodes = [episode("a", {"tool": 0.2, "reasoner": 0.2}, False), episode("b", {"tool": 0.0, "reasoner": 1.0}, True)]
     cands = [(t, c) for ep in episodes for t in ep.turns for c in t.candidates]
     per_agent: dict[str, dict[str, float]] = {"tool": {}, "reasoner": {}}
-    trainer._rollout_metrics(episodes, cands, torch.tensor([c.reward for _, c in cands]), [t.group for t, _ in cands], per_agent)
+    metrics.rollout_metrics(episodes, cands, torch.tensor([c.reward for _, c in cands]), [t.group for t, _ in cands], per_agent)
     assert per_agent["tool"]["success"] == 0.5 and per_agent["reasoner"]["success"] == 0.5
 
 
@@ -126,7 +126,7 @@ def test_held_out_success_per_agent_is_the_environments_outcome(make_config):
     env = FormatEnv()
     sampler = Sampler(env, build_policies(config, device=torch.device("cpu")), config, torch.Generator().manual_seed(0))
     try:
-        (result,) = trainer.evaluate(sampler, [(f"eval-{i}", r) for i, r in enumerate(env.generate(2, seed=1))], step=0)
+        (result,) = evaluation.evaluate(sampler, [(f"eval-{i}", r) for i, r in enumerate(env.generate(2, seed=1))], step=0)
     finally:
         sampler.pool.shutdown()
     assert result["team"]["success"] == 0.0

@@ -3,7 +3,7 @@
 import torch
 
 from training.policies import build_policies
-from training.trainer import Sample, update_policy
+from training.update import Sample, update_policy
 
 
 def _snapshot(module):

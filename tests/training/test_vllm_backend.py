@@ -11,7 +11,7 @@ from types import ModuleType, SimpleNamespace
 import pytest
 import torch
 
-from training import vllm_backend
+from training import plan, vllm_backend
 from training.config import RunConfig
 from training.generation import Generation
 
@@ -40,45 +40,45 @@ def data_dir(tmp_path, monkeypatch):
 
 
 def test_it_imports_without_vllm():
-    assert callable(vllm_backend.resolve_backend)
+    assert callable(plan.resolve_backend) and callable(vllm_backend.VLLMGenerator)
 
 
 def test_it_keeps_hf_when_hf_is_requested(monkeypatch):
-    monkeypatch.setattr(vllm_backend, "unavailable_reason", lambda cfg: None)
-    assert vllm_backend.resolve_backend(config(**{"generation.backend": "hf"})) == "hf"
+    monkeypatch.setattr(plan, "vllm_unavailable_reason", lambda cfg: None)
+    assert plan.resolve_backend(config(**{"generation.backend": "hf"}))[0] == "hf"
 
 
 def test_auto_picks_hf_without_vllm_or_cuda(monkeypatch, caplog):
-    monkeypatch.setattr(vllm_backend, "unavailable_reason", lambda cfg: "vLLM is not installed")
-    with caplog.at_level(logging.WARNING, logger="training.vllm_backend"):
-        assert vllm_backend.resolve_backend(config(**{"generation.backend": "auto"})) == "hf"
+    monkeypatch.setattr(plan, "vllm_unavailable_reason", lambda cfg: "vLLM is not installed")
+    with caplog.at_level(logging.WARNING, logger="training.plan"):
+        assert plan.resolve_backend(config(**{"generation.backend": "auto"}))[0] == "hf"
     assert not caplog.records  # auto falling back is expected, not a warning
 
 
 def test_auto_picks_vllm_when_it_can_serve_the_run(monkeypatch):
-    monkeypatch.setattr(vllm_backend, "unavailable_reason", lambda cfg: None)
-    assert vllm_backend.resolve_backend(config(**{"generation.backend": "auto"})) == "vllm"
+    monkeypatch.setattr(plan, "vllm_unavailable_reason", lambda cfg: None)
+    assert plan.resolve_backend(config(**{"generation.backend": "auto"}))[0] == "vllm"
 
 
 def test_requested_vllm_falls_back_to_hf_with_a_warning(monkeypatch, caplog):
-    monkeypatch.setattr(vllm_backend, "unavailable_reason", lambda cfg: "vLLM is not installed")
-    with caplog.at_level(logging.WARNING, logger="training.vllm_backend"):
-        assert vllm_backend.resolve_backend(config(**{"generation.backend": "vllm"})) == "hf"
+    monkeypatch.setattr(plan, "vllm_unavailable_reason", lambda cfg: "vLLM is not installed")
+    with caplog.at_level(logging.WARNING, logger="training.plan"):
+        assert plan.resolve_backend(config(**{"generation.backend": "vllm"}))[0] == "hf"
     assert "falling back to the HF backend" in caplog.text
     assert "vLLM is not installed" in caplog.text
 
 
-@pytest.mark.skipif(vllm_backend.available(), reason="this machine has vLLM and CUDA")
+@pytest.mark.skipif(plan.vllm_available(), reason="this machine has vLLM and CUDA")
 def test_this_machine_without_vllm_or_cuda_resolves_to_hf(caplog):
-    assert vllm_backend.available() is False
-    with caplog.at_level(logging.WARNING, logger="training.vllm_backend"):
-        assert vllm_backend.resolve_backend(config(**{"generation.backend": "vllm"})) == "hf"
+    assert plan.vllm_available() is False
+    with caplog.at_level(logging.WARNING, logger="training.plan"):
+        assert plan.resolve_backend(config(**{"generation.backend": "vllm"}))[0] == "hf"
     assert "falling back" in caplog.text
 
 
 def test_full_topology_with_different_base_models_cannot_use_one_engine(monkeypatch):
-    monkeypatch.setattr(vllm_backend, "available", lambda: True)
-    monkeypatch.setattr(vllm_backend, "installed", lambda: True)
+    monkeypatch.setattr(plan, "vllm_available", lambda: True)
+    monkeypatch.setattr(plan, "vllm_installed", lambda: True)
     cfg = config(
         **{
             "topology.specialization": "full",
@@ -88,11 +88,11 @@ def test_full_topology_with_different_base_models_cannot_use_one_engine(monkeypa
             ],
         }
     )
-    assert "different base models" in (vllm_backend.unavailable_reason(cfg) or "")
-    assert vllm_backend.unavailable_reason(config()) is None
+    assert "different base models" in (plan.vllm_unavailable_reason(cfg) or "")
+    assert plan.vllm_unavailable_reason(config()) is None
 
 
-@pytest.mark.skipif(vllm_backend.installed(), reason="vLLM is installed")
+@pytest.mark.skipif(plan.vllm_installed(), reason="vLLM is installed")
 def test_building_a_generator_without_vllm_says_what_to_do():
     with pytest.raises(RuntimeError, match="generation.backend: hf"):
         vllm_backend.VLLMGenerator(config(), policies=None)  # type: ignore[arg-type]

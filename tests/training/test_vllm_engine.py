@@ -24,7 +24,7 @@ from training.config import RunConfig
 from training.generation import Generation, generate
 from training.grpo import token_logprobs
 from training.policies import PolicySet, build_policies, load_policy_weights, save_policies
-from training.trainer import Sample, _collate
+from training.update import Sample, _collate
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -30,7 +30,7 @@ SMALL = [
 ]
 """Small enough for CI: 1 task x 2 candidates per turn, 16 tokens, no held-out evaluation (the
 worker's runs evaluate on vLLM). `grpo.beta > 0` keeps every group in the update even when its
-candidates tie (`training.trainer.groups_to_update`), so each step measures the mismatch."""
+candidates tie (`training.shaping.groups_to_update`), so each step measures the mismatch."""
 
 
 @pytest.mark.parametrize("specialization", ["single", "prompt"])
@@ -45,8 +45,8 @@ def test_a_two_step_vllm_run_from_the_command_line(
     assert code == 0, stderr[-4000:]
     print(stdout)  # the closing lines, for the record (pytest -s)
     assert "succeeded: 2 steps" in stdout
-    logged = [json.loads(line).get("message") for line in (out / "events.jsonl").read_text().splitlines()]
-    assert "generation backend: vllm" in logged
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    assert [e["backend"] for e in events if e["type"] == "plan"] == ["vllm"]  # the run's plan, once: no fallback to HF
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
     assert all(m["values"]["generated_tokens"] > 0 for m in metrics)

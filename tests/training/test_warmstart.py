@@ -4,10 +4,10 @@ checkpoint's weights after init, mapped per agent; the wrong kind of folder is r
 import pytest
 import torch
 
+from training.checkpoints import save_checkpoint
 from training.config import ConfigError
 from training.events import NullSink
 from training.policies import build_policies
-from training.trainer import save_checkpoint
 from training.warmstart import checkpoint_folder, init_from
 
 

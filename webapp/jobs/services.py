@@ -2,7 +2,7 @@
 claim -> call the engine -> record; the engine's functions do the model work:
 
 - `evaluation_*`: evaluate a checkpoint (or the base models) of a run on the held-out split of
-  any dataset of the same environment, through `training.trainer.evaluate_checkpoint`; or an
+  any dataset of the same environment, through `training.evaluation.evaluate_checkpoint`; or an
   ablation of a team run (`webapp.jobs.ablations`), through `training.ablation.evaluate_ablation`.
 - `merge_*`: merge one agent's LoRA adapter into its base and keep the result as a standalone
   Hugging Face model folder for download, through `training.export.merge_adapter`.
@@ -222,7 +222,7 @@ def evaluation_execute(*, job_id: int, evaluate: EvaluateFn | None = None, worke
 
 
 def _evaluate_checkpoint(config: RunConfig, checkpoint: str | None) -> list[dict[str, Any]]:
-    from training.trainer import evaluate_checkpoint  # imports torch: only in the worker
+    from training.evaluation import evaluate_checkpoint  # imports torch: only in the worker
 
     return evaluate_checkpoint(config, checkpoint)
 

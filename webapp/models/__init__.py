@@ -6,6 +6,7 @@ model (`Run.is_active`, `Run.to_config()`, `Dataset.split`); workflows that touc
 live in each package's `services.py` (docs/architecture.md).
 """
 
+from training.plan import RAY_QUEUE
 from webapp.models.catalog import (
     SPECIALIZATION_CHOICES,
     SPECIALIZATION_HELP,
@@ -22,7 +23,7 @@ from webapp.models.experiments import Experiment
 from webapp.models.history import Tag
 from webapp.models.jobs import Job
 from webapp.models.ops import Worker
-from webapp.models.runs import RAY_QUEUE, Checkpoint, Evaluation, LogLine, MetricPoint, Rollout, Run, gpu_queue, queue_clock
+from webapp.models.runs import Checkpoint, Evaluation, LogLine, MetricPoint, Rollout, Run, gpu_queue, queue_clock
 from webapp.models.teams import ApiToken, AuditEvent, Invitation, Membership, Team
 
 __all__ = [

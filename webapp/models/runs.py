@@ -12,6 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from training.config import RunConfig
+from training.plan import queue_for
 from webapp.models.catalog import Dataset, Topology
 from webapp.models.teams import Team
 
@@ -22,15 +23,9 @@ def queue_clock() -> int:
 
 
 def gpu_queue(gpus: int) -> str:
-    """The Celery queue of runs that need `gpus` GPUs: `gpu` for one, `gpu-x<N>` for N. A worker
-    serves the queues of the GPU counts it has (`-Q gpu` on a one-GPU worker, `-Q gpu-x2` on a
-    worker with two)."""
-    return "gpu" if gpus <= 1 else f"gpu-x{gpus}"
-
-
-RAY_QUEUE = "ray"
-"""The Celery queue of runs on several hosts (`resources.hosts > 1`): the worker beside the Ray
-cluster's head serves it (`-Q ray`) and submits each run to the cluster (docs/deploy.md)."""
+    """The Celery queue of runs that need `gpus` GPUs on one host (`training.plan.queue_for`): `gpu`
+    for one, `gpu-x<N>` for N. A worker serves the queues of the GPU counts it has."""
+    return queue_for(hosts=1, gpus=gpus)
 
 
 class Run(models.Model):
@@ -94,6 +89,11 @@ class Run(models.Model):
         help_text="Where a run on several hosts runs, once its Ray cluster granted it (training.events `placed`): hosts asked, "
                   "ranks, resource, Ray nodes -> ranks on each.",
     )
+    plan = models.JSONField(
+        default=dict, blank=True,
+        help_text="How the run executes, as its worker resolved it at the start (training.events `plan`, training.plan.Plan): "
+                  "launcher, ranks, parallel mode, device, generation backend, async sampler and why, queue.",
+    )
     experiment = models.ForeignKey(
         "Experiment", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs",
         help_text="The experiment this run is a trial of (its arm and seed: `trial_index` in the experiment's spec).",
@@ -126,7 +126,7 @@ class Run(models.Model):
 
     @property
     def queue_name(self) -> str:
-        return RAY_QUEUE if self.hosts > 1 else gpu_queue(self.gpus)
+        return queue_for(hosts=self.hosts, gpus=self.gpus)
 
     @property
     def is_active(self) -> bool:

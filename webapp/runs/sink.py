@@ -118,6 +118,10 @@ class DatabaseSink:
         and the workers page, and published."""
         self._write("placed", storable(where), run_fields={"cluster": storable(where)})
 
+    def plan(self, plan: dict[str, Any]) -> None:
+        """How the run executes (`training.plan.Plan.to_dict`): kept on the run for its page, and published."""
+        self._write("plan", {"summary": storable(plan.get("summary", ""))}, run_fields={"plan": storable(plan)})
+
     def should_stop(self) -> bool:
         """Polled once per step: the user's cancel flag, this worker shutting down, or the run no
         longer running (a sweep marked it lost while this process was frozen or cut off)."""

@@ -139,6 +139,8 @@ async def stream_event(*, cursor: StreamCursor, event: str, payload: Mapping[str
         return [{"t": "checkpoint", "step": payload.get("step"), "path": payload.get("path")}]
     if event == "placed":  # the Ray nodes a run on several hosts was granted: the page's Hosts line
         return [{"t": "placed"}]
+    if event == "plan":  # how the run executes, resolved at its start: the page's Execution line
+        return [{"t": "plan"}]
     if event == "phase" and "phase" in payload:
         cursor.phase = (str(payload.get("phase") or ""), str(payload.get("detail") or ""))
         return [{"t": "phase", "phase": cursor.phase[0], "detail": cursor.phase[1], "progress": finite(payload.get("progress")),

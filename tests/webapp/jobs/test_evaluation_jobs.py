@@ -1,6 +1,6 @@
 """Held-out evaluation on the run page: the engine's evaluations (step 0 and later) as a table and
 a chart per agent, and "evaluate this checkpoint on dataset X": a job on the `gpu` queue that
-calls `training.trainer.evaluate_checkpoint` with the run's config pointed at X; its result
+calls `training.evaluation.evaluate_checkpoint` with the run's config pointed at X; its result
 appears on the run page."""
 
 from __future__ import annotations

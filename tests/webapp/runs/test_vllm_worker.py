@@ -8,7 +8,7 @@ the engine during the update. `single` and `prompt` train with vLLM from the com
 
 Generation on 2 CPU cores is what these runs spend their time on, so they generate little: one task
 of 2 candidates per step, 16 tokens, one held-out task. `beta > 0` keeps every group in the update
-even when its candidates tie (`training.trainer.groups_to_update`), so every step's update
+even when its candidates tie (`training.shaping.groups_to_update`), so every step's update
 measures the sampler/trainer mismatch."""
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def test_lora_and_full_runs_train_two_steps_with_vllm_one_after_another_on_a_wor
         assert run.status == Run.Status.SUCCEEDED, (
             f"{config.topology.specialization}: {run.status}: {run.error_message}\n{run.traceback}\n--- worker log ---\n{log[-4000:]}"
         )
-        assert LogLine.objects.filter(run=run, message="generation backend: vllm").exists()  # no fallback to HF
+        assert run.plan["backend"] == "vllm" and "vLLM" in run.plan["summary"]  # the run's plan: no fallback to HF
         assert list(run.metric_points.values_list("step", flat=True)) == [1, 2]
         assert run.evaluations.exists() and run.checkpoints.exists()
         stale = [point.values.get("async/staleness", 0.0) for point in run.metric_points.order_by("step")]
