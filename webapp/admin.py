@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin
@@ -14,7 +15,9 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 
+from webapp.artifacts.selectors import checkpoint_readers_blocker
 from webapp.catalog import services as catalog
+from webapp.catalog.selectors import dataset_delete_blocker
 from webapp.experiments import services as experiment_services
 from webapp.models import (
     Agent,
@@ -45,6 +48,29 @@ from webapp.teams.services import api_token_revoke, invitation_revoke
 admin.site.site_header = admin.site.site_title = "Troupe administration"
 # The app list is one click away (Home); the 300 px it took left the run list no room on a 1280 px screen.
 admin.site.enable_nav_sidebar = False
+
+
+class TeamFixedAdmin(admin.ModelAdmin):
+    """An object's team is chosen when it is added and never changed here: moving a model source,
+    agent, topology, dataset or tag to another team would leave the first team's objects linked to
+    it (an agent's model, a run's dataset, a run's tags) and give the second team the first one's
+    files. Links between objects are checked on the models (`clean`): one team each."""
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        fields = list(super().get_readonly_fields(request, obj))
+        return fields + ["team"] if obj is not None and "team" not in fields else fields
+
+
+class RecordAdmin(admin.ModelAdmin):
+    """Rows the engine, the workers or the services write (metric points, rollouts, checkpoints,
+    evaluations, log lines, jobs): shown, never added or edited here, so no run, checkpoint, dataset
+    or topology of one team can be linked to another team's."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 class MembershipInline(admin.TabularInline):
@@ -78,16 +104,20 @@ class MembershipAdmin(admin.ModelAdmin):
     search_fields = ["user__username", "team__name"]
     autocomplete_fields = ["user", "team"]
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Membership | None = None) -> list[str]:
+        """A membership is one user in one team: its role changes; moving it is a removal and an addition."""
+        return ["user", "team"] if obj is not None else []
+
 
 @admin.register(ModelSource)
-class ModelSourceAdmin(admin.ModelAdmin):
+class ModelSourceAdmin(TeamFixedAdmin):
     list_display = ["name", "source", "team", "created"]
     list_filter = ["team"]
     search_fields = ["name", "source", "notes"]
 
 
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
+class AgentAdmin(TeamFixedAdmin):
     list_display = ["name", "role", "model_source", "trainable", "temperature", "max_new_tokens", "team", "updated"]
     list_filter = ["team", "role", "trainable", "model_source"]
     search_fields = ["name", "role", "instructions"]
@@ -108,7 +138,7 @@ class TopologyAgentInline(admin.TabularInline):
 
 
 @admin.register(Topology)
-class TopologyAdmin(admin.ModelAdmin):
+class TopologyAdmin(TeamFixedAdmin):
     list_display = ["name", "environment", "specialization", "max_turns", "agent_list", "team", "updated"]
     list_filter = ["team", "environment", "specialization"]
     search_fields = ["name", "environment", "members__agent__name"]
@@ -137,12 +167,25 @@ class TopologyAgentAdmin(admin.ModelAdmin):
 
 
 @admin.register(Dataset)
-class DatasetAdmin(admin.ModelAdmin):
+class DatasetAdmin(TeamFixedAdmin):
     list_display = ["name", "kind", "environment", "format", "row_count", "eval_fraction", "status", "team", "created"]
     list_filter = ["team", "kind", "environment", "format", "status"]
     search_fields = ["name", "original_filename", "environment"]
     readonly_fields = ["file", "original_filename", "format", "size_bytes", "row_count", "schema", "preview", "status", "status_message"]
     actions = ["revalidate"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Dataset | None = None) -> list[str]:
+        """What a stored dataset is (its kind; an uploaded file's environment, which its rows were
+        checked against) stays: a task file made a conversations dataset would be accepted as
+        `sft.path` and fail when the run starts."""
+        fields = super().get_readonly_fields(request, obj)
+        if obj is None:
+            return fields
+        return fields + ["kind"] + (["environment"] if obj.kind != Dataset.Kind.GENERATOR else [])
+
+    def has_delete_permission(self, request: HttpRequest, obj: Dataset | None = None) -> bool:
+        """Not while a queued or running run or job needs it (`dataset_delete_blocker`, as on its page)."""
+        return super().has_delete_permission(request, obj) and (obj is None or dataset_delete_blocker(dataset=obj) is None)
 
     @admin.action(description="Re-validate selected datasets")
     def revalidate(self, request: HttpRequest, queryset: QuerySet[Dataset]) -> None:
@@ -154,8 +197,14 @@ class DatasetAdmin(admin.ModelAdmin):
 class CheckpointInline(admin.TabularInline):
     model = Checkpoint
     extra = 0
-    readonly_fields = ["step", "path", "created"]
+    fields = readonly_fields = ["step", "path", "created", "deleted"]
     can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(Run)
@@ -167,16 +216,25 @@ class RunAdmin(admin.ModelAdmin):
     search_fields = ["name", "owner__username", "topology__name", "dataset__name", "error_message", "celery_task_id"]
     list_select_related = ["owner", "topology", "dataset", "team"]
     date_hierarchy = "created"
-    # What the run executed and what happened to it are records, not settings: only the name, the
-    # labels, the priority and the links to its topology and dataset can be edited.
+    # The admin's run form is for site staff ordering the shared queue (README: "site staff also set
+    # a priority in the admin"), and naming, noting and archiving a run. Whose run it is (team,
+    # owner), what it ran on (topology, dataset, experiment, its config) and what happened to it are
+    # records: moving a run to another team would hand that team its agents' instructions and weights.
+    # An allow-list: a field added to Run later is not editable here until someone decides it should be.
     readonly_fields = [
-        "config", "environment", "specialization", "algorithm", "gpus", "hosts", "cluster", "status", "step", "total_steps", "metrics", "created", "started",
-        "finished", "heartbeat", "phase", "phase_detail", "phase_progress", "eta", "error_message", "error_traceback",
-        "resumed_from", "out_dir", "cancel_requested", "celery_task_id", "worker", "resumed_at_step", "queue_order",
+        "team", "owner", "topology", "dataset", "experiment", "trial_index", "pruned_at_step", "tag_list", "resumed_from",
+        "resumed_at_step", "config", "environment", "specialization", "algorithm", "gpus", "hosts", "cluster", "status", "step",
+        "total_steps", "metrics", "created", "started", "finished", "heartbeat", "phase", "phase_detail", "phase_progress", "eta",
+        "error_message", "error_traceback", "out_dir", "cancel_requested", "celery_task_id", "worker", "queue_order",
     ]
-    exclude = ["config_yaml", "final_metrics", "traceback"]  # shown preformatted instead (config, metrics, error_traceback)
+    fields = ["name", "priority", "archived", "notes", *readonly_fields]  # config_yaml, final_metrics, traceback and tags are
+    # shown preformatted instead (config, metrics, error_traceback, tag_list)
     inlines = [CheckpointInline]
     actions = ["cancel"]
+
+    @admin.display(description="Tags")
+    def tag_list(self, run: Run) -> str:
+        return ", ".join(t.name for t in run.tags.all()) or "—"
 
     @admin.display(description="Progress")
     def progress(self, run: Run) -> str:
@@ -197,6 +255,13 @@ class RunAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # runs start from the run form, which builds and validates the RunConfig
+
+    def has_delete_permission(self, request: HttpRequest, obj: Run | None = None) -> bool:
+        """Not a queued or running run, nor one whose checkpoints a queued or running run starts from."""
+        if not super().has_delete_permission(request, obj):
+            return False
+        return obj is None or not obj.is_active and checkpoint_readers_blocker(
+            team_id=obj.team_id, paths=list(obj.checkpoints.values_list("path", flat=True))) is None
 
     @admin.action(description="Cancel selected runs")
     def cancel(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
@@ -264,27 +329,29 @@ class WorkerAdmin(admin.ModelAdmin):
 
 
 @admin.register(MetricPoint)
-class MetricPointAdmin(admin.ModelAdmin):
+class MetricPointAdmin(RecordAdmin):
     list_display = ["run", "step", "time"]
     list_filter = ["run__team"]
     search_fields = ["run__name"]
-    raw_id_fields = ["run"]
 
 
 @admin.register(Rollout)
-class RolloutAdmin(admin.ModelAdmin):
+class RolloutAdmin(RecordAdmin):
     list_display = ["run", "step", "episode", "success", "team_reward", "agent_names"]
     list_filter = ["success", "run__team"]
     search_fields = ["run__name"]
-    raw_id_fields = ["run"]
 
 
 @admin.register(Checkpoint)
-class CheckpointAdmin(admin.ModelAdmin):
+class CheckpointAdmin(RecordAdmin):
     list_display = ["run", "step", "path", "created", "files"]
     list_filter = [("deleted", admin.EmptyFieldListFilter), "run__team"]
     search_fields = ["run__name", "path"]
-    raw_id_fields = ["run"]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Checkpoint | None = None) -> bool:
+        """Not one a queued or running run resumes or starts from (its row is what the launch checks)."""
+        return super().has_delete_permission(request, obj) and (
+            obj is None or checkpoint_readers_blocker(team_id=obj.run.team_id, paths=[obj.path]) is None)
 
     @admin.display(description="files", ordering="deleted")
     def files(self, obj: Checkpoint) -> str:
@@ -293,19 +360,17 @@ class CheckpointAdmin(admin.ModelAdmin):
 
 
 @admin.register(Evaluation)
-class EvaluationAdmin(admin.ModelAdmin):
+class EvaluationAdmin(RecordAdmin):
     list_display = ["run", "step", "temperature", "team_success", "created"]
     list_filter = ["temperature", "run__team"]
     search_fields = ["run__name"]
-    raw_id_fields = ["run"]
 
 
 @admin.register(LogLine)
-class LogLineAdmin(admin.ModelAdmin):
+class LogLineAdmin(RecordAdmin):
     list_display = ["run", "time", "level", "message"]
     list_filter = ["level", "run__team"]
     search_fields = ["message", "run__name"]
-    raw_id_fields = ["run"]
 
 
 
@@ -313,18 +378,18 @@ class LogLineAdmin(admin.ModelAdmin):
 
 
 @admin.register(Tag)
-class TagAdmin(admin.ModelAdmin):
+class TagAdmin(TeamFixedAdmin):
     list_display = ["name", "team"]
     list_filter = ["team"]
     search_fields = ["name"]
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(RecordAdmin):
     list_display = ["id", "kind", "status", "run", "owner", "team", "created", "finished", "output_files"]
     list_filter = ["kind", "status", "team"]
     search_fields = ["run__name", "error"]
-    raw_id_fields = ["run", "checkpoint", "dataset", "topology", "owner"]
+    list_select_related = ["run", "owner", "team"]
 
     @admin.display(description="output")
     def output_files(self, obj: Job) -> str:

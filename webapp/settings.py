@@ -309,7 +309,9 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"line": {"format": "%(asctime)s %(message)s", "datefmt": "%H:%M:%S"}},
+    # One printable line per record: member text in a message (a run's name, an error quoting a config) is escaped, not
+    # written raw to the operator's terminal (webapp/core/console.py).
+    "formatters": {"line": {"class": "webapp.core.console.ConsoleFormatter", "format": "%(asctime)s %(message)s", "datefmt": "%H:%M:%S"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"}},
     "root": {"handlers": ["console"], "level": "INFO" if DEBUG else "WARNING"},
     "loggers": {

@@ -33,6 +33,7 @@ from webapp.api.http import PER_PAGE_MAX, ApiError, ApiRequest, Field, absolute,
 from webapp.artifacts import files as artifacts
 from webapp.artifacts.downloads import checkpoint_download, merged_download, run_file_download
 from webapp.core import trust
+from webapp.core.console import printable
 from webapp.core.values import ID_MAX
 from webapp.history import selectors as history
 from webapp.models import Dataset, Job, MetricPoint, Rollout, Run, Topology
@@ -59,6 +60,9 @@ LAUNCH_FIELDS = {
     "tags": Field(("array", "string"), "Tags: a list, or one comma-separated string."),
     "notes": Field("string", "Free text shown on the run page."),
 }
+
+START_FROM_KEYS = frozenset({"run", "step", "agents"})
+
 
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain")
 
@@ -211,6 +215,11 @@ def _source_overrides(request: ApiRequest, options: dict[str, Any]) -> dict[str,
     start = options.get("start_from")
     if start is None:
         return run_services.run_source_overrides(team=request.team, conversations=conversations)
+    if not isinstance(start, dict):
+        raise ValidationError({"start_from": "give {\"run\": a run id, \"step\": a checkpoint step (optional), \"agents\": a mapping (optional)}"})
+    unknown = sorted(set(start) - START_FROM_KEYS)
+    if unknown:  # a misspelt `step` would otherwise start from the last checkpoint, silently
+        raise ValidationError({"start_from": f"unknown key '{printable(unknown[0], limit=60)}'; allowed: {', '.join(sorted(START_FROM_KEYS))}"})
     run_id, step, agents = start.get("run"), start.get("step") or 0, start.get("agents") or {}
     if not isinstance(run_id, int) or isinstance(run_id, bool) or not 1 <= run_id <= ID_MAX or not isinstance(step, int) or step < 0:
         raise ValidationError({"start_from": "give {\"run\": a run id, \"step\": a checkpoint step (optional)}"})

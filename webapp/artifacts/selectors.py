@@ -130,7 +130,21 @@ def checkpoint_delete_blocker(*, checkpoint: Checkpoint) -> str | None:
         return "This is the run's latest checkpoint: it resumes the run and serves the playground and exports. Delete older ones."
     if checkpoint.jobs.filter(status__in=(Job.Status.QUEUED, Job.Status.RUNNING)).exists():
         return "An evaluation, export or playground job is using this checkpoint; wait for it to finish."
-    return None
+    return checkpoint_readers_blocker(team_id=run.team_id, paths=[checkpoint.path])
+
+
+def checkpoint_readers_blocker(*, team_id: int, paths: list[str]) -> str | None:
+    """Why checkpoints at `paths` must stay: the queued or running runs of the team that resume or
+    start from one of them (`Run.reads`); None when none does."""
+    wanted = set(paths)
+    needing = [r.pk for r in Run.objects.filter(team_id=team_id, status__in=Run.ACTIVE).only("pk", "config_yaml")
+               if wanted & set(r.reads().values())]
+    if not needing:
+        return None
+    runs, many = ", ".join(f"#{pk}" for pk in needing), len(needing) > 1
+    them = "them" if many else "it"
+    return (f"{'Runs' if many else 'Run'} {runs} (queued or running) start{'' if many else 's'} from this checkpoint; "
+            f"cancel {them} first, or wait for {them} to end.")
 
 
 def checkpoint_delete_effects(*, checkpoint: Checkpoint) -> list[str]:

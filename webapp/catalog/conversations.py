@@ -7,6 +7,7 @@ its number, and nothing is kept of a file that fails: neither the file nor the r
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 
 from django.conf import settings
@@ -19,10 +20,14 @@ from training.data import DataError, DataErrors
 from webapp.catalog.environments import environment_load
 from webapp.catalog.services.datasets import dataset_store_upload, upload_size_check
 from webapp.catalog.services.names import check_name_free
+from webapp.core.console import UNPRINTABLE, printable
 from webapp.models import Dataset, Team
 
 PREVIEW_CONVERSATIONS = 3
 PREVIEW_CHARS = 300
+MAX_AGENT_CHARS = 60
+"""The longest `agent` a conversation may give: an agent's role is at most 60 characters, its name 40."""
+MAX_AGENT_PROBLEMS = 20
 
 
 def conversations_upload(*, team: Team, name: str, environment: str, upload: UploadedFile, actor: User | None = None) -> Dataset:
@@ -65,12 +70,28 @@ def conversations_revalidate(*, dataset: Dataset) -> Dataset:
 
 def _read(path: Path) -> list[Conversation]:
     try:
-        return read_conversations(path, max_rows=settings.TROUPE_UPLOAD_MAX_ROWS, max_bytes=settings.TROUPE_UPLOAD_MAX_BYTES)
+        conversations = read_conversations(path, max_rows=settings.TROUPE_UPLOAD_MAX_ROWS, max_bytes=settings.TROUPE_UPLOAD_MAX_BYTES)
     except DataError as exc:
         problems = [str(p) for p in exc.problems]
         if isinstance(exc, DataErrors) and exc.stopped:
             problems.append(f"Stopped looking after {len(exc.problems)} problems; lines after line {exc.problems[-1].line} were not checked.")
         raise ValidationError({"file": problems}) from None
+    bad = [c for c in conversations if c.agent is not None and not agent_label_ok(c.agent)]
+    if bad:
+        problems = [f"line {c.line}: `agent` must be an agent's name or role (at most {MAX_AGENT_CHARS} characters, no control or "
+                    f"invisible characters), not '{printable(c.agent, limit=60)}'" for c in bad[:MAX_AGENT_PROBLEMS]]
+        if len(bad) > MAX_AGENT_PROBLEMS:
+            problems.append(f"Stopped looking after {MAX_AGENT_PROBLEMS} problems; lines after line {bad[MAX_AGENT_PROBLEMS - 1].line} "
+                            "were not checked.")
+        raise ValidationError({"file": problems})
+    return conversations
+
+
+def agent_label_ok(agent: str) -> bool:
+    """Whether a conversation's `agent` can name an agent or a role: an agent's name (40 characters
+    at most) or role (60) is never longer, and holds no character a page or a log would have to
+    escape (the dataset's status names the agents it found)."""
+    return len(agent) <= MAX_AGENT_CHARS and not any(unicodedata.category(ch) in UNPRINTABLE for ch in agent)
 
 
 def preview(conversation: Conversation) -> dict[str, str]:

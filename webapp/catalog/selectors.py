@@ -4,10 +4,11 @@ topology or dataset the run form starts from, and notes on agents' tools."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from training.config import ConfigError
-from webapp.models import Agent, Dataset, ModelSource, Run, Team, Topology
+from webapp.models import Agent, Dataset, Job, ModelSource, Run, Team, Topology
 
 
 def model_source_delete_blocker(*, source: ModelSource) -> str | None:
@@ -40,8 +41,18 @@ def topology_delete_effects(*, topology: Topology) -> list[str]:
 
 
 def dataset_delete_blocker(*, dataset: Dataset) -> str | None:
+    """Why this dataset cannot be deleted now, or None: a queued or running run trains on it (its
+    `dataset`), or learns from or reads its file (an SFT run's `sft.path`, any run's `data.path`),
+    or a queued or running job evaluates on it."""
     if dataset.runs.filter(status__in=Run.ACTIVE).exists():
         return "A queued or running run uses this dataset; cancel it first."
+    if dataset.path is not None:
+        file = dataset.path.resolve()
+        for run in Run.objects.filter(team_id=dataset.team_id, status__in=Run.ACTIVE).only("pk", "config_yaml"):
+            if any(Path(path).resolve() == file for field, path in run.reads().items() if field in ("data.path", "sft.path")):
+                return f"Run #{run.pk} (queued or running) learns from this dataset's file; cancel it first, or wait for it to end."
+    if dataset.jobs.filter(status__in=Job.ACTIVE).exists():
+        return "A queued or running evaluation uses this dataset; wait for it to end."
     return None
 
 

@@ -41,6 +41,7 @@ from agents.plugins import ENVIRONMENT, REWARD_FUNCTION, PluginError, lookup
 from agents.verifiers import BUILTIN_REWARDS
 from training.config import ConfigError, RunConfig, raise_problems, related_fields
 from training.config import check_model_source as engine_check_model_source
+from webapp.core.console import UNPRINTABLE, printable
 
 MAX_CONFIG_BYTES = 64 * 1024
 """The largest config text (advanced YAML, an API body's config) accepted."""
@@ -193,6 +194,9 @@ def check_tree(tree: Any, *, field: str, max_depth: int = MAX_DEPTH) -> None:
                     raise ConfigError(where, f"has a key of {len(key):,} characters; the limit is 200")
                 if "\x00" in key:
                     raise ConfigError(where, "has a key with a NUL character")
+                if any(unicodedata.category(ch) in UNPRINTABLE for ch in key):
+                    # A key is a field or an agent's name, never free text; an error names it (and a log may print it).
+                    raise ConfigError(where, f"has a key with a control or invisible character: '{printable(key, limit=60)}'")
                 stack.append((value, f"{where}.{key}", depth + 1))
         elif isinstance(node, list):
             if len(node) > MAX_ITEMS:
@@ -305,12 +309,12 @@ class TeamFiles(Protocol):
         """Folders of the team's runs and merged exports, resolved."""
         ...
 
-    def dataset_files(self) -> set[Path]:
-        """The team's uploaded dataset files, resolved."""
+    def dataset_files(self, *, conversations: bool = False) -> set[Path]:
+        """The team's uploaded task dataset files (or its conversations files), resolved."""
         ...
 
-    def owns_checkpoint(self, path: str) -> bool:
-        """Whether `path` is a checkpoint of one of the team's runs."""
+    def checkpoint_step(self, path: str) -> int | None:
+        """The step of `path` if it is a kept checkpoint of one of the team's finished runs, else None."""
         ...
 
 
@@ -390,8 +394,10 @@ def config_problems(*, team: TeamFiles, config: RunConfig, skip: list[str] | Non
       arguments (only for an environment that passed, so nothing unregistered is ever loaded);
     - tracker destinations the operator allows (`check_report_to`);
     - model sources the team may use (`check_model_source`);
-    - `data.path` and `sft.path` one of the team's uploaded datasets; `checkpoint.resume_from` and
-      `model.init_from.run` (a warm start) a checkpoint of one of the team's runs;
+    - `data.path` one of the team's uploaded task datasets, `sft.path` one of its conversations
+      datasets; `checkpoint.resume_from` and `model.init_from.run` (a warm start) a kept checkpoint
+      of one of the team's finished runs, with a folder for each policy and an agent mapping of this
+      run's policies only (`_init_from_problems`);
     - `resources.hosts > 1` only where the operator named a Ray cluster (TROUPE_RAY_ADDRESS).
 
     Fields in `skip` (and fields inside them) already have a problem, found by the caller: they
@@ -436,19 +442,60 @@ def config_problems(*, team: TeamFiles, config: RunConfig, skip: list[str] | Non
             check_model_source(team=team, source=source, field=where)
     if config.data.path is not None and not at_fault("data.path"):
         if Path(config.data.path).resolve() not in team.dataset_files():
-            found.append(ConfigError("data.path", "must be one of your team's uploaded datasets; pass its id as `dataset` instead of a path"))
+            found.append(ConfigError("data.path", "must be one of your team's uploaded task datasets; pass its id as `dataset` instead "
+                                                  "of a path"))
     if config.resources.hosts > 1 and not settings.TROUPE_RAY_ADDRESS and not at_fault("resources.hosts"):
         found.append(ConfigError("resources.hosts", f"the run asks for {config.resources.hosts} hosts, and this installation names no "
                                                     "Ray cluster (the operator sets TROUPE_RAY_ADDRESS on the web and the worker); "
                                                     "use resources.hosts: 1"))
     if config.checkpoint.resume_from is not None and not at_fault("checkpoint.resume_from"):
-        if not team.owns_checkpoint(config.checkpoint.resume_from):
-            found.append(ConfigError("checkpoint.resume_from", "must be the path of a checkpoint of one of your team's runs"))
+        if team.checkpoint_step(config.checkpoint.resume_from) is None:
+            found.append(ConfigError("checkpoint.resume_from", "must be the path of a kept checkpoint of one of your team's finished runs"))
     if config.sft.path is not None and not at_fault("sft.path"):
-        if Path(config.sft.path).resolve() not in team.dataset_files():
-            found.append(ConfigError("sft.path", "must be one of your team's uploaded conversations datasets"))
-    if config.model.init_from.run and not at_fault("model.init_from.run"):
-        if not team.owns_checkpoint(config.model.init_from.run):
-            found.append(ConfigError("model.init_from.run", "must be the path of a checkpoint of one of your team's runs "
-                                                            "(the run form's \"Start from the weights of\" fills it in)"))
+        if Path(config.sft.path).resolve() not in team.dataset_files(conversations=True):
+            found.append(ConfigError("sft.path", "must be one of your team's uploaded conversations datasets (a task dataset holds no "
+                                                 "conversations to learn from)"))
+    if not at_fault("model.init_from"):
+        found += _init_from_problems(team=team, config=config)
+    return found
+
+
+def policy_names(config: RunConfig) -> list[str]:
+    """The policies a run of `config` trains or acts with, as the engine names them
+    (`training.policies.build_policies`): `shared` for `single` and `prompt`, else one per acting agent."""
+    if config.topology.specialization in ("single", "prompt"):
+        return ["shared"]
+    return list(dict.fromkeys(config.topology.order()))
+
+
+def _init_from_problems(*, team: TeamFiles, config: RunConfig) -> list[ConfigError]:
+    """A warm start (`model.init_from`) a run can begin with: a kept checkpoint of one of the team's
+    finished runs, at the step asked, whose folders hold one for each of this run's policies; its
+    agent mapping maps only this run's policies. Everything the engine would refuse when the run
+    starts is refused at launch instead."""
+    init = config.model.init_from
+    found: list[ConfigError] = []
+    policies = policy_names(config)
+    for mine in init.agents:
+        if mine not in policies:
+            found.append(ConfigError("model.init_from.agents", f"this run has no policy '{printable(mine, limit=60)}'; its policies: "
+                                                               f"{', '.join(policies)}"))
+    if not init.run:
+        return found
+    step = team.checkpoint_step(init.run)
+    if step is None:
+        found.append(ConfigError("model.init_from.run", "must be the path of a kept checkpoint of one of your team's finished runs "
+                                                        "(the run form's \"Start from the weights of\" fills it in)"))
+        return found
+    if init.step and init.step != step:
+        found.append(ConfigError("model.init_from.step", f"the checkpoint at model.init_from.run is step {step}, not {init.step}"))
+    folder = Path(init.run)
+    if not found and folder.is_dir():  # (a folder missing on this host is the worker's to find: the data dir may be its own)
+        have = sorted(p.name for p in folder.iterdir() if p.is_dir())
+        for name in policies:
+            theirs = init.agents.get(name, name)
+            if theirs not in have:
+                where = "model.init_from.agents" if name in init.agents else "model.init_from.run"
+                found.append(ConfigError(where, f"the checkpoint has no folder '{printable(theirs, limit=60)}' for policy {name!r} (it has: "
+                                                f"{', '.join(have) or 'none'}); map it in model.init_from.agents"))
     return found

@@ -166,6 +166,10 @@ class TopologyAgent(models.Model):
     def __str__(self) -> str:
         return f"{self.position}. {self.agent}"
 
+    def clean(self) -> None:
+        if self.topology_id and self.agent_id and self.agent.team_id != self.topology.team_id:
+            raise ValidationError({"agent": "Pick one of the topology's team's agents."})
+
 
 class Dataset(models.Model):
     """Task rows for an environment: an uploaded JSONL/CSV file or the environment's generator."""

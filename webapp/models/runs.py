@@ -171,6 +171,19 @@ class Run(models.Model):
         """The RunConfig this run executes, rebuilt and re-validated from its snapshot."""
         return RunConfig.from_yaml(self.config_yaml)
 
+    def reads(self) -> dict[str, str]:
+        """The files this run's config reads when it starts (field -> path): the checkpoint it
+        resumes (`checkpoint.resume_from`) or starts from (`model.init_from.run`), and the dataset
+        files it learns from (`data.path`, `sft.path`). What a deletion must not take from a queued
+        or running run. Empty for a snapshot that no longer loads."""
+        try:
+            config = self.to_config()
+        except ValueError:
+            return {}
+        found = {"checkpoint.resume_from": config.checkpoint.resume_from, "model.init_from.run": config.model.init_from.run,
+                 "data.path": config.data.path, "sft.path": config.sft.path}
+        return {field: str(path) for field, path in found.items() if path}
+
 
 class MetricPoint(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_points")

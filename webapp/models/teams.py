@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from django.apps import apps
 from django.conf import settings
 from django.db import models
 from django.template.defaultfilters import filesizeformat
@@ -34,15 +35,24 @@ class Team(models.Model):
         runs = [paths.run_dir(pk).resolve() for pk in self.runs.values_list("pk", flat=True)]
         return [*runs, paths.exports_dir(self.pk).resolve()]
 
-    def dataset_files(self) -> set[Path]:
-        """The files of the team's uploaded datasets, resolved."""
+    def dataset_files(self, *, conversations: bool = False) -> set[Path]:
+        """The files of the team's uploaded datasets, resolved: task datasets (a run's `data.path`),
+        or with `conversations` the conversations datasets (an SFT run's `sft.path`)."""
         if self.pk is None:
             return set()
-        return {(paths.data_dir() / f).resolve() for f in self.datasets.exclude(file="").values_list("file", flat=True)}
+        kinds = self.datasets.exclude(file="")
+        kinds = kinds.filter(kind="chats") if conversations else kinds.exclude(kind="chats")
+        return {(paths.data_dir() / f).resolve() for f in kinds.values_list("file", flat=True)}
 
-    def owns_checkpoint(self, path: str) -> bool:
-        """Whether `path` is a checkpoint of one of the team's runs."""
-        return self.pk is not None and self.runs.filter(checkpoints__path=path).exists()
+    def checkpoint_step(self, path: str) -> int | None:
+        """The step of `path` if it is a checkpoint a new run may start or resume from: one still on
+        disk (not deleted) of one of the team's finished runs (a running run's checkpoints may be
+        rotated away before the new run starts). None otherwise."""
+        if self.pk is None:
+            return None
+        checkpoints, runs = apps.get_model("webapp", "Checkpoint"), apps.get_model("webapp", "Run")  # (they import this module)
+        return (checkpoints.objects.filter(run__team_id=self.pk, path=path, deleted__isnull=True)
+                .exclude(run__status__in=runs.ACTIVE).values_list("step", flat=True).first())
 
 
 class Membership(models.Model):

@@ -187,6 +187,7 @@ def test_another_team_s_run_is_not_found(bob, finished):
 
 def test_without_a_checkpoint_it_starts_from_what_the_run_started_from(alice, finished, tmp_path):
     grand = run_services.run_create(team=alice.team, user=alice.user, name="grand", config=finished.to_config())
+    Run.objects.filter(pk=grand.pk).update(status=Run.Status.SUCCEEDED)
     origin = Checkpoint.objects.create(run=grand, step=4, path=str(tmp_path / "grand" / "step-000004"))
     warm = finished.to_config().replace(**{"model.init_from.run": origin.path, "model.init_from.step": 4})
     Run.objects.filter(pk=finished.pk).update(config_yaml=warm.to_yaml())

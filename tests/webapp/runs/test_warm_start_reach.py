@@ -4,7 +4,7 @@ team's runs, `sft.path` one of its uploaded datasets."""
 import pytest
 
 from training.config import ConfigError
-from webapp.models import Checkpoint
+from webapp.models import Checkpoint, Run
 from webapp.runs import services as run_services
 
 
@@ -21,6 +21,7 @@ def test_it_refuses_another_teams_checkpoint_and_a_file_elsewhere(alice_world, b
 
 
 def test_it_accepts_a_checkpoint_of_the_teams_own_run(alice_world, tmp_path):
+    Run.objects.filter(pk=alice_world.run.pk).update(status=Run.Status.SUCCEEDED)  # a finished run's (a running one rotates them)
     mine = Checkpoint.objects.create(run=alice_world.run, step=3, path=str(tmp_path / "alice" / "step-000003"))
     config = run_services.run_config_build(topology=alice_world.topology, dataset=alice_world.dataset,
                                            advanced_yaml=f"model: {{init_from: {{run: '{mine.path}', step: 3}}}}")
