@@ -107,3 +107,91 @@ def require_vllm() -> None:
 
     if not vllm_available():
         sys.exit("needs vLLM: run with .venv-vllm/bin/python (make vllm-venv)")
+
+
+def collect_fresh(sampler: Any, tasks: list[Any], step: int) -> Any:
+    """`training.collect.collect_rollouts` with the sandbox's result cache cleared first, in whichever
+    process collects (a sampler process has a cache of its own): every arm's step starts with it
+    empty, as TRL's does. Passed to the loop's `setup(collect=...)`; a sampler process imports it by name."""
+    from agents.envs._common import run_cached
+    from training.collect import collect_rollouts
+
+    run_cached.cache_clear()
+    return collect_rollouts(sampler, tasks, step)
+
+
+class SteppedRun:
+    """A run of the product's loop (`training.trainer.setup` + `loop`) that advances one step each
+    time `step()` is called, so the benchmarks can interleave arms step by step while every arm runs
+    the code a user's run runs. The loop runs in a thread of its own, held in its `before_step` hook
+    until asked for the next step; `step()` returns the step's metrics, its wall time (from the
+    hook's release to the end of the step's report, plus the wait for an async run's next batch, so
+    nothing runs beside the other arms) and its CPU time. Each step rolls out from an empty sandbox
+    cache (`collect_fresh`). `close()` lets the loop finish (its final checkpoint) and joins it."""
+
+    def __init__(self, config: Any, work_dir: str | Path, *, settle: bool = True) -> None:
+        import queue
+        import tempfile
+        import threading
+
+        Path(work_dir).mkdir(parents=True, exist_ok=True)
+        self.config, self.settle = config, settle
+        self.out = tempfile.mkdtemp(dir=work_dir, prefix="run-")
+        self.parts: Any = None
+        self._go: queue.Queue[bool] = queue.Queue()
+        self._done: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._mark = (0.0, 0.0)
+        self._thread = threading.Thread(target=self._run, name=f"bench-{config.name}", daemon=True)
+        self._thread.start()
+        self._expect("ready")
+
+    def _run(self) -> None:
+        from training.events import NullSink
+        from training.trainer import Hooks, loop, setup
+
+        try:
+            with setup(self.config, out_dir=self.out, sink=NullSink(), collect=collect_fresh) as parts:
+                self.parts = parts
+                loop(parts, Hooks(before_step=self._before, after_step=self._after))
+        except BaseException as exc:  # the caller's `step()` raises it
+            self._done.put(("error", exc))
+        else:
+            self._done.put(("finished", None))
+
+    def _before(self, step: int) -> None:
+        from agents.envs._common import run_cached
+
+        self._done.put(("ready", step))
+        if not self._go.get():
+            raise SystemExit("the benchmark ended the run")  # close() before the last step
+        run_cached.cache_clear()
+        self._mark = (time.perf_counter(), cpu_seconds())
+
+    def _after(self, metrics: Any) -> None:
+        if self.settle and self.parts.rollouts is not None:  # the next step's rollouts done too
+            self.parts.rollouts.settle()
+        self._done.put(("step", (metrics, time.perf_counter() - self._mark[0], cpu_seconds() - self._mark[1])))
+
+    def _expect(self, kind: str) -> Any:
+        got, value = self._done.get()
+        if got == "error":
+            raise value
+        if got != kind:
+            raise RuntimeError(f"the run's loop said {got!r}, expected {kind!r}")
+        return value
+
+    def step(self) -> tuple[Any, float, float]:
+        """Run the next step: (its `StepMetrics`, wall seconds, CPU seconds)."""
+        self._go.put(True)
+        result = self._expect("step")
+        if self.parts.config.optim.steps > result[0].step:
+            self._expect("ready")
+        return result  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        import shutil
+
+        if self._thread.is_alive():
+            self._go.put(False)
+        self._thread.join()
+        shutil.rmtree(self.out, ignore_errors=True)

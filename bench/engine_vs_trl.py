@@ -60,18 +60,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
-from _common import RESULTS, command_line, cpu_seconds, machine, median, table, write_json  # noqa: E402
+from _common import RESULTS, SteppedRun, command_line, cpu_seconds, machine, median, table, write_json  # noqa: E402
 
-from agents.envs import load_environment  # noqa: E402
 from agents.envs._common import run_cached  # noqa: E402
-from training.collect import collect_rollouts, start_async_rollouts  # noqa: E402
 from training.config import RunConfig  # noqa: E402
-from training.data import load_tasks  # noqa: E402
-from training.events import NullSink  # noqa: E402
-from training.policies import build_policies  # noqa: E402
-from training.rollout import Sampler  # noqa: E402
-from training.seeding import seed_everything  # noqa: E402
-from training.trainer import train_step  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -97,37 +89,19 @@ def troupe_config(name: str, args: argparse.Namespace, **overrides: Any) -> RunC
     return RunConfig.load(CONFIGS / f"math-{name}.yaml").replace(**base)
 
 
-def make_sampler(config: RunConfig) -> Sampler:
-    seed_everything(config.seed)
-    env = load_environment(config.topology.environment, **config.topology.env_args)
-    return Sampler(env, build_policies(config), config, torch.Generator().manual_seed(config.seed))
-
-
-def collect_fresh(sampler: Sampler, tasks: list[Any], step: int) -> Any:
-    """`collect_rollouts` with the sandbox's result cache cleared first, in whichever process
-    collects: a sampler process has a cache of its own, and every arm's step starts with it empty."""
-    run_cached.cache_clear()
-    return collect_rollouts(sampler, tasks, step)
-
-
 class TroupeArm:
-    """One Troupe configuration stepped on demand; records wall time and generation stats per step."""
+    """One Troupe configuration, run through the product's loop one step at a time (`SteppedRun`);
+    records wall time, CPU time and generation stats per step."""
 
-    def __init__(self, name: str, config: RunConfig, *, sampler_process: bool | None = None):
+    def __init__(self, name: str, config: RunConfig, args: argparse.Namespace):
         self.name, self.config = name, config
-        self.sampler = make_sampler(config)
-        self.tasks, _ = load_tasks(config, self.sampler.env)
+        self.run = SteppedRun(config, Path(args.work_dir) / "troupe")
+        self.sampler, self.tasks = self.run.parts.sampler, self.run.parts.train_tasks
         self.steps: list[dict[str, float]] = []
-        self.rollouts = start_async_rollouts(self.sampler, self.tasks, total_steps=config.optim.steps, process=sampler_process,
-                                             collect=collect_fresh)
 
     def step(self) -> float:
-        run_cached.cache_clear()
-        t0, c0 = time.perf_counter(), cpu_seconds()
-        m = train_step(self.sampler, self.tasks, len(self.steps) + 1, NullSink(), self.rollouts).values
-        if self.rollouts is not None:  # the next step's rollouts done too: nothing runs beside the other arms
-            self.rollouts.settle()
-        wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+        metrics, wall, cpu = self.run.step()
+        m = metrics.values
         secs = m["generated_tokens"] / m["tokens_per_s"] if m["tokens_per_s"] else 0.0
         self.steps.append(
             {
@@ -145,9 +119,7 @@ class TroupeArm:
         return wall
 
     def close(self) -> None:
-        if self.rollouts is not None:
-            self.rollouts.close()
-        self.sampler.pool.shutdown()
+        self.run.close()
 
 
 def summarize(steps: list[dict[str, float]], warmup: int, trl: list[dict[str, float]] | None = None) -> dict[str, float]:
@@ -182,13 +154,13 @@ def run_single(args: argparse.Namespace) -> dict[str, Any]:
     one_agent = {"specialization": "lora", "agents": [{"name": "tool", "role": "tool"}], "turn_order": ["tool"], "max_turns": 1}
     topo = {f"topology.{k}": v for k, v in one_agent.items()}
     arms = [
-        TroupeArm("troupe (stop patterns)", troupe_config("single", args, **topo)),
-        TroupeArm("troupe (no stop patterns)", troupe_config("single", args, **topo, **{"generation.stop_patterns": False})),
+        TroupeArm("troupe (stop patterns)", troupe_config("single", args, **topo), args),
+        TroupeArm("troupe (no stop patterns)", troupe_config("single", args, **topo, **{"generation.stop_patterns": False}), args),
     ]
     if not args.no_async:
         async_cfg = troupe_config("single", args, **topo, **{"generation.async": "one_step_off"})
-        arms.append(TroupeArm("troupe async (stop patterns)", async_cfg))  # a sampler process: what a CPU run gets
-        arms.append(TroupeArm("troupe async thread (stop patterns)", async_cfg, sampler_process=False))
+        arms.append(TroupeArm("troupe async (stop patterns)", async_cfg, args))  # a sampler process: what a CPU run gets
+        arms.append(TroupeArm("troupe async thread (stop patterns)", async_cfg.replace(**{"generation.async_sampler": "thread"}), args))
     cfg = arms[0].config
     trl_steps: list[dict[str, float]] = []
 
@@ -259,7 +231,7 @@ def run_single(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_multi(args: argparse.Namespace) -> dict[str, Any]:
-    arms = [TroupeArm(spec, troupe_config(spec, args)) for spec in ("prompt", "lora", "full")]
+    arms = [TroupeArm(spec, troupe_config(spec, args), args) for spec in ("prompt", "lora", "full")]
     for step in range(1, args.warmup + args.steps + 1):
         times = [arm.step() for arm in arms]
         print(f"step {step}: " + " | ".join(f"{a.name} {t:.1f}s" for a, t in zip(arms, times)), flush=True)

@@ -16,7 +16,7 @@ Reports completion tokens / second for each and the ratio.
 
 Part `step`: the single-agent `lora` task of `bench/engine_vs_trl.py --part single` on the GPU,
 bf16, with vLLM generation in all three arms, one after the other (each engine owns the GPU while
-it runs): Troupe's `train_step` (`generation.backend: vllm`), synchronous (the engine sleeps
+it runs): Troupe's loop (`generation.backend: vllm`), synchronous (the engine sleeps
 during the update) and with `generation.async: one_step_off` (a sampler thread drives the engine
 during the update), and TRL's GRPOTrainer (`use_vllm=True, vllm_mode="colocate"`, the same share
 of GPU memory, sleep mode on). Reports seconds per step (medians after `--warmup`) and the ratios
@@ -34,17 +34,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
-from _common import RESULTS, command_line, machine, median, table, write_json  # noqa: E402
+from _common import RESULTS, SteppedRun, command_line, machine, median, table, write_json  # noqa: E402
 
 from agents.envs import load_environment  # noqa: E402
 from agents.envs._common import run_cached  # noqa: E402
 from training.config import RunConfig  # noqa: E402
 from training.data import load_tasks  # noqa: E402
-from training.events import NullSink  # noqa: E402
 from training.policies import build_policies  # noqa: E402
 from training.rollout import Sampler  # noqa: E402
 from training.seeding import seed_everything  # noqa: E402
-from training.trainer import train_step  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -109,32 +107,21 @@ def part_generation(args: argparse.Namespace) -> dict[str, Any]:
     return {"tokens_per_s": rate, "rounds": rows, "prompts": len(prompts), "k": args.k, "max_new_tokens": args.max_new_tokens}
 
 
-def troupe_steps(config: RunConfig) -> list[float]:
-    """Seconds of each of Troupe's steps generating with a vLLM engine, synchronous or with
-    `generation.async`'s sampler as `config` says; the engine is closed after."""
-    from engine_vs_trl import collect_fresh
-
-    from training.collect import start_async_rollouts
-    from training.vllm_backend import VLLMGenerator
-
-    sampler, tasks = sampler_for(config)
-    sampler.vllm = VLLMGenerator(config, sampler.policies)
-    rollouts = start_async_rollouts(sampler, tasks, total_steps=config.optim.steps, collect=collect_fresh)
+def troupe_steps(config: RunConfig, work_dir: str) -> list[float]:
+    """Seconds of each of Troupe's steps generating with a vLLM engine (the plan's backend for
+    `generation.backend: vllm` here), synchronous or with `generation.async`'s sampler as `config`
+    says, through the product's loop (`SteppedRun`); the engine is closed after."""
+    run = SteppedRun(config, work_dir, settle=False)  # a step's time: take its rollouts and update, as a run's loop does
     times: list[float] = []
     try:
-        for step in range(1, config.optim.steps + 1):
-            run_cached.cache_clear()
-            t0 = time.perf_counter()
-            m = train_step(sampler, tasks, step, NullSink(), rollouts)
-            times.append(time.perf_counter() - t0)
-            print(f"troupe ({config.generation.async_}) step {step}: {times[-1]:.2f}s reward {m.values['reward/total']:+.3f} "
+        for _ in range(config.optim.steps):
+            m, wall, _ = run.step()
+            times.append(wall)
+            print(f"troupe ({config.generation.async_}) step {m.step}: {wall:.2f}s reward {m.values['reward/total']:+.3f} "
                   f"{m.values['tokens_per_s']:.0f} tok/s", flush=True)
     finally:
-        if rollouts is not None:
-            rollouts.close()
-        sampler.vllm.close()
-        sampler.pool.shutdown()
-    del sampler
+        run.close()
+    del run
     gc.collect()
     torch.cuda.empty_cache()
     return times
@@ -145,8 +132,8 @@ def part_step(args: argparse.Namespace) -> dict[str, Any]:
     from transformers import TrainerCallback
 
     config = config_for(args, backend="vllm")
-    troupe = troupe_steps(config)
-    troupe_async = troupe_steps(config.replace(**{"generation.async": "one_step_off"}))
+    troupe = troupe_steps(config, args.work_dir)
+    troupe_async = troupe_steps(config.replace(**{"generation.async": "one_step_off"}), args.work_dir)
 
     trl: list[float] = []
 

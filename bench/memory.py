@@ -5,7 +5,8 @@
 Each specialization runs in a fresh Python process (so one's peak never hides another's): it
 builds the policies for the two-agent math_tool topology (tool -> reasoner, configs/math-*.yaml)
 with the bundled SmolLM2-135M-Instruct, then runs `--steps` training steps (tree sampling, then
-the update with AdamW). Reported per process: resident memory after the imports, after the
+the update with AdamW) through the product's loop (`training.trainer.setup` + `loop`, which also
+saves the run's final checkpoint). Reported per process: resident memory after the imports, after the
 models and optimizers are built (safetensors are memory-mapped, so weights count once touched),
 and the peak (`ru_maxrss`, the kernel's high-water mark of the
 process itself; sandbox children are not counted). "x prompt" divides peaks by `prompt`'s.
@@ -22,6 +23,7 @@ import json
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -46,14 +48,9 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     """Runs inside the fresh process: build, step, report."""
     import torch
 
-    from agents.envs import load_environment
     from training.config import RunConfig
-    from training.data import load_tasks
     from training.events import NullSink
-    from training.policies import build_policies
-    from training.rollout import Sampler
-    from training.seeding import seed_everything
-    from training.trainer import train_step
+    from training.trainer import Hooks, loop, setup
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -70,20 +67,15 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
             "checkpoint.every": 0,
         }
     )
-    seed_everything(config.seed)
-    env = load_environment(config.topology.environment, **config.topology.env_args)
-    tasks, _ = load_tasks(config, env)
-    policies = build_policies(config)
-    after_build = rss_mib()
-    params = sum(p.numel() for p in _unique_params([pol.model for pol in policies.policies.values()]))
-    trainable = sum(p.numel() for pol in policies.policies.values() for p in pol.params)
-    sampler = Sampler(env, policies, config, torch.Generator().manual_seed(config.seed))
-    t0 = time.perf_counter()
-    samples = 0.0
-    for step in range(1, args.steps + 1):
-        values = train_step(sampler, tasks, step, NullSink()).values
-        samples += values["generated_tokens"]
-    sampler.pool.shutdown()
+    tokens: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="troupe-memory-") as out, setup(config, out_dir=out, sink=NullSink()) as parts:
+        after_build = rss_mib()  # the run's parts built, as the product's loop builds them
+        policies = parts.sampler.policies
+        params = sum(p.numel() for p in _unique_params([pol.model for pol in policies.policies.values()]))
+        trainable = sum(p.numel() for pol in policies.policies.values() for p in pol.params)
+        t0 = time.perf_counter()
+        loop(parts, Hooks(after_step=lambda m: tokens.append(m.values["generated_tokens"])))
+        seconds = time.perf_counter() - t0  # the steps, and the final checkpoint a run saves
     return {
         "specialization": args.child,
         "rss_after_imports_mib": after_imports,
@@ -92,8 +84,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         "parameters": params,
         "trainable_parameters": trainable,
         "steps": args.steps,
-        "generated_tokens": samples,
-        "seconds": time.perf_counter() - t0,
+        "generated_tokens": sum(tokens),
+        "seconds": seconds,
     }
 
 

@@ -41,7 +41,7 @@ import torch
 from agents.envs import load_environment
 from agents.verifiers import load_reward_fn
 from training import sharding
-from training.async_rollout import AsyncRollouts
+from training.async_rollout import AsyncRollouts, Collect
 from training.checkpoints import check_resume, restore, save_checkpoint
 from training.collect import collect_rollouts, start_async_rollouts
 from training.config import RunConfig, config_warnings
@@ -94,6 +94,8 @@ class Parts:
     progress: RunProgress
     start_step: int = 0
     rollouts: AsyncRollouts | None = None
+    collect: Collect = collect_rollouts
+    """How a step's rollouts are made, here or in the async sampler (`setup`'s `collect`)."""
 
 
 def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, plan: Plan | None = None, dist: Dist | None = None,
@@ -107,8 +109,10 @@ def train(config: RunConfig, *, out_dir: str | Path, sink: EventSink, plan: Plan
 
 @contextlib.contextmanager
 def setup(config: RunConfig, *, out_dir: str | Path, sink: EventSink, plan: Plan | None = None,
-          dist: Dist | None = None) -> Iterator[Parts]:
-    """Build a GRPO run's parts on this rank; on the way out, stop its sampler and its engine."""
+          dist: Dist | None = None, collect: Collect = collect_rollouts) -> Iterator[Parts]:
+    """Build a GRPO run's parts on this rank; on the way out, stop its sampler and its engine.
+    `collect` replaces `training.collect.collect_rollouts` (a module-level function, which a
+    sampler process imports by name): the benchmarks roll out each step from an empty sandbox cache."""
     config.validate()
     if config.algorithm != "grpo":
         raise ValueError(f"training.trainer runs GRPO; an `algorithm: {config.algorithm}` run goes through training.runner.train")
@@ -159,7 +163,7 @@ def setup(config: RunConfig, *, out_dir: str | Path, sink: EventSink, plan: Plan
 
     if plan.backend == "vllm":
         sampler.vllm = VLLMGenerator(config, policies)
-    rollouts = start_async_rollouts(sampler, train_tasks, plan=plan, total_steps=config.optim.steps)
+    rollouts = start_async_rollouts(sampler, train_tasks, plan=plan, total_steps=config.optim.steps, collect=collect)
     try:
         if rollouts is not None:
             if rollouts.note:  # the host cannot hold the sampler process's shared weights
@@ -174,7 +178,7 @@ def setup(config: RunConfig, *, out_dir: str | Path, sink: EventSink, plan: Plan
                          "on CPU the HF backend's sampler process is the fast async path", level="warning")
         plan.report(sink)
         with reporting(config, out, sink, main=dist.main) as run_sink:  # + the trackers of `report_to`, on rank 0
-            yield Parts(config, out, run_sink, plan, sampler, train_tasks, eval_tasks, progress, start_step, rollouts)
+            yield Parts(config, out, run_sink, plan, sampler, train_tasks, eval_tasks, progress, start_step, rollouts, collect)
     finally:
         if rollouts is not None:
             rollouts.close()
@@ -228,7 +232,7 @@ def loop(parts: Parts, hooks: Hooks) -> TrainResult:
         if hooks.before_step is not None and dist.main:
             hooks.before_step(step)
         progress.training(step)
-        metrics = train_step(sampler, parts.train_tasks, step, sink, rollouts)
+        metrics = train_step(sampler, parts.train_tasks, step, sink, rollouts, collect=parts.collect)
         progress.trained()
         if hooks.after_step is not None and dist.main:
             hooks.after_step(metrics)
@@ -249,14 +253,15 @@ def loop(parts: Parts, hooks: Hooks) -> TrainResult:
 # == one training step =============================================================================
 
 
-def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink, rollouts: AsyncRollouts | None = None) -> StepMetrics:
+def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink, rollouts: AsyncRollouts | None = None, *,
+               collect: Collect = collect_rollouts) -> StepMetrics:
     """One step: rollout -> advantages -> update each trainable policy -> report."""
     cfg = sampler.config
     t0 = time.perf_counter()
     dist = sampler.dist
 
     # -- 1. rollout: here, or taken from the async sampler that made them during the last update ---
-    got = collect_rollouts(sampler, tasks, step) if rollouts is None else rollouts.take(step)
+    got = collect(sampler, tasks, step) if rollouts is None else rollouts.take(step)
     episodes, dynamic, t_rollout = got.episodes, got.dynamic, got.seconds
     t_wait = time.perf_counter() - t0
 
