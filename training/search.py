@@ -37,6 +37,10 @@ if TYPE_CHECKING:
     import optuna
 
 MAX_BUDGET = 256
+MAX_PARAMS = 16
+"""Most fields one search varies."""
+MAX_VALUES = 256
+"""Most range ends and choices one search lists in all (each is checked as a run's config would be)."""
 PRUNERS = ("median", "none")
 SEARCH_KEYS = ("trials", "params", "pruner", "startup_trials", "warmup_steps")
 TRIAL_STATES = ("complete", "pruned", "failed", "running")
@@ -112,6 +116,14 @@ def parse_search(raw: Any, base: RunConfig, add: Callable[[str, str], None]) -> 
     params_raw = raw.get("params")
     if not isinstance(params_raw, dict) or not params_raw:
         add("search.params", "name at least one config field with its range, like {optim.lr: {low: 1.0e-5, high: 1.0e-3, log: true}}")
+        return None
+    # The limits first, from the counts alone: each end and choice is checked by building a config.
+    if len(params_raw) > MAX_PARAMS:
+        add("search.params", f"names {len(params_raw)} fields; a search varies at most {MAX_PARAMS}")
+        return None
+    values = sum(len(r["choices"]) if isinstance(r, dict) and isinstance(r.get("choices"), list) else 2 for r in params_raw.values())
+    if values > MAX_VALUES:
+        add("search.params", f"lists {values} ends and choices in all; a search takes at most {MAX_VALUES}")
         return None
     params = []
     for dotted, rng in params_raw.items():
@@ -232,11 +244,35 @@ def build_study(*, search: SearchSpec, direction: str, seed: int, records: list[
     return study
 
 
-def search_ask(*, search: SearchSpec, direction: str, seed: int, records: list[TrialRecord]) -> dict[str, Any]:
-    """The next trial's parameters (field -> value), by TPE over the records so far."""
+MAX_REFUSED_POINTS = 100
+"""Sampled points in a row whose config is refused before `search_ask` gives up: ranges whose
+combinations are (almost) all invalid runs."""
+
+
+def search_ask(
+    *, search: SearchSpec, direction: str, seed: int, records: list[TrialRecord], build: Callable[[dict[str, Any]], RunConfig],
+) -> tuple[dict[str, Any], RunConfig]:
+    """The next trial's parameters (field -> value), by TPE over the records so far, and its config
+    as `build(params)` makes it. Each range was checked at its ends alone; a combination may still
+    be no valid run (`grpo.delta` must exceed 1 + `grpo.eps_high`, each inside its range). Such a
+    point is told to the study as failed and the study asked again, so the search goes on with a
+    valid one; the study is rebuilt from the same records each time, so the same records always
+    give the same next point. ConfigError on `search` after MAX_REFUSED_POINTS refusals in a row."""
+    import optuna
+
     study = build_study(search=search, direction=direction, seed=seed, records=records)
-    trial = study.ask({p.field: p.distribution() for p in search.params})
-    return {p.field: _plain(trial.params[p.field]) for p in search.params}
+    distributions = {p.field: p.distribution() for p in search.params}
+    refusal: ConfigError | None = None
+    for _ in range(MAX_REFUSED_POINTS):
+        trial = study.ask(distributions)
+        params = {p.field: _plain(trial.params[p.field]) for p in search.params}
+        try:
+            return params, build(params)
+        except ConfigError as exc:
+            refusal = exc
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    raise ConfigError("search", f"{MAX_REFUSED_POINTS} sampled points in a row make no valid run (the last: {refusal}); "
+                                "narrow the ranges so that their combinations are valid")
 
 
 def search_should_prune(

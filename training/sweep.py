@@ -19,6 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
+from training.config import RunConfig
 from training.events import EventSink, JsonlSink, MultiSink, ProgressSink, TrainResult
 from training.experiment import (
     ArmSummary,
@@ -106,6 +107,12 @@ def run_sweep(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None, 
     return summarize(spec.arms(), [(t.arm, t.seed, r["metrics"]) for t, r in zip(trials, records) if r["status"] == "succeeded"])
 
 
+def _trial_config(spec: ExperimentSpec, seed: int, params: dict[str, Any]) -> RunConfig:
+    """A search trial's config: the base with the sampled parameters, at the experiment's seed
+    (refused with a ConfigError when the combination is no valid run: the study is told it failed)."""
+    return with_fields(spec.base, **params, seed=seed, name=trial_name(spec.name, tuple(params.items()), seed)[:200])
+
+
 def run_search(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None, stream: TextIO | None = None) -> list[TrialRecord]:
     """An Optuna search: trial after trial until the budget, each asked from the records so far
     (`training.search`), the pruner stopping a trial whose held-out evaluations trail. Trials
@@ -122,9 +129,8 @@ def run_search(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None,
             records.append(_search_record(saved))
             print(f"[{number + 1}/{search.trials}] done before, kept", file=stream, flush=True)
             continue
-        params = search_ask(search=search, direction=spec.direction, seed=seed, records=records)
+        params, config = search_ask(search=search, direction=spec.direction, seed=seed, records=records, build=partial(_trial_config, spec, seed))
         arm = tuple(params.items())
-        config = with_fields(spec.base, **params, seed=seed, name=trial_name(spec.name, arm, seed)[:200])
         print(f"[{number + 1}/{search.trials}] {arm_label(arm)}", file=stream, flush=True)
         before = list(records)
         if folder.exists():

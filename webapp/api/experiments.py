@@ -130,7 +130,10 @@ def experiments(request: Any) -> HttpResponse:
         for problem in exc.problems:
             fields.setdefault(problem.field, []).append(problem.message)
         raise ApiError(400, str(exc), fields=fields) from None
-    experiment = services.experiment_create(team=request.team, user=request.user, spec=spec, topology=topology, dataset=dataset)
+    try:
+        experiment = services.experiment_create(team=request.team, user=request.user, spec=spec, topology=topology, dataset=dataset)
+    except ExperimentError as exc:  # a search whose ranges give no valid run to start with
+        raise ApiError(400, str(exc), fields={p.field: [p.message] for p in exc.problems}) from None
     response = JsonResponse(experiment_detail_json(request, experiment), status=201)
     response["Location"] = absolute(request, reverse("api_experiment", args=[experiment.pk]))
     return response

@@ -28,6 +28,7 @@ from webapp.catalog.forms import (
     ModelSourceForm,
     TopologyForm,
 )
+from webapp.core.values import id_or_none
 from webapp.models import Agent, Dataset, ModelSource, Topology
 from webapp.teams.access import TeamRequest, team_object_or_404
 
@@ -140,7 +141,7 @@ def agent_delete(request: TeamRequest, pk: int) -> HttpResponse:
 def topology_list(request: TeamRequest) -> HttpResponse:
     topologies = Topology.objects.filter(team=request.team).prefetch_related("members__agent").annotate(n_runs=Count("runs"))
     saved = request.GET.get("saved", "")
-    checking = Topology.objects.filter(team=request.team, pk=int(saved)).first() if saved.isdigit() else None
+    checking = Topology.objects.filter(team=request.team, pk=saved_id).first() if (saved_id := id_or_none(saved)) else None
     return render(request, "catalog/topologies/list.html", {"topologies": topologies, "checking": checking})
 
 

@@ -3,19 +3,25 @@ axes (YAML), the seeds, the metric that ranks the arms and its direction."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django import forms
 
 from training.config import ConfigError
-from training.experiment import DIRECTIONS, MAX_TRIALS
+from training.experiment import DIRECTIONS, MAX_SEEDS, MAX_TRIALS
 from webapp.core import trust
+from webapp.core.console import printable
 from webapp.models import Dataset, Team, Topology
 from webapp.runs.forms import DatasetChoiceField, TopologyChoiceField
 
 PROBLEM_FIELDS = {"axes": "axes_yaml", "search": "search_yaml", "seeds": "seeds", "metric": "metric", "direction": "direction",
                   "name": "name"}
 """Where the spec's problems are shown: a problem's place (`axes.optim.lr`, `seeds[1]`) by its first part."""
+
+SEED_MAX = 2**32 - 1
+SEED = re.compile(r"[0-9]{1,10}")
+"""A seed as the form takes it: ASCII digits, at most ten (the engine refuses one above SEED_MAX, naming it)."""
 
 
 class ExperimentForm(forms.Form):
@@ -45,7 +51,7 @@ class ExperimentForm(forms.Form):
         help_text="An Optuna search instead of a grid: a budget of trials over ranges (log: true for log-uniform, choices "
                   "for a list), each at the first seed; the median pruner stops trials whose held-out evaluations trail.",
     )
-    seeds = forms.CharField(initial="0, 1, 2", help_text="Each arm runs once per seed (the run's seed: data order, sampling, held-out draw).")
+    seeds = forms.CharField(initial="0, 1, 2", max_length=1000, help_text="Each arm runs once per seed (the run's seed: data order, sampling, held-out draw).")
     metric = forms.CharField(initial="team.success", max_length=100,
                              help_text="Ranks the arms: team.success, or <agent>.success / <agent>.reward (held-out, greedy).")
     direction = forms.ChoiceField(choices=[(d, d) for d in DIRECTIONS], initial="maximize")
@@ -72,12 +78,17 @@ class ExperimentForm(forms.Form):
         except ConfigError as exc:
             raise forms.ValidationError(exc.message) from None
 
-    def clean_seeds(self) -> list[Any]:
+    def clean_seeds(self) -> list[int]:
+        """Whole numbers written in ASCII digits: `str.isdigit` also passes `²` (which `int` refuses)
+        and a 5,000-digit number (past `int`'s limit); the engine checks the range and repeats."""
         text = (self.cleaned_data.get("seeds") or "").strip().strip("[]")
-        seeds: list[Any] = []
-        for part in [p.strip() for p in text.replace(",", " ").split()]:
-            seeds.append(int(part) if part.lstrip("-").isdigit() else part)
-        return seeds
+        parts = [p.strip() for p in text.replace(",", " ").split()]
+        if len(parts) > MAX_SEEDS:
+            raise forms.ValidationError(f"At most {MAX_SEEDS} seeds (this lists {len(parts)}).")
+        bad = [p for p in parts if not SEED.fullmatch(p)]
+        if bad:
+            raise forms.ValidationError(f"Seeds are whole numbers from 0 to {SEED_MAX}, like 0, 1, 2; not '{printable(bad[0], limit=40)}'.")
+        return [int(p) for p in parts]
 
     def add_problem(self, problem: ConfigError) -> None:
         """An ExperimentError's problem, next to the field it concerns."""

@@ -135,7 +135,8 @@ def experiment_create(
 ) -> Experiment:
     """Save the experiment and queue every trial as a run (arm by arm, each arm's seeds together),
     or for a search its first trials (as many as the team's cap on running trials; each one that
-    ends asks for the next); the runs are enqueued when the transaction commits, like any run."""
+    ends asks for the next); the runs are enqueued when the transaction commits, like any run.
+    ExperimentError (nothing saved) when a search's ranges give no valid run to start with."""
     trials = spec.trials()
     count = spec.search.trials if spec.search is not None else len(trials)
     with transaction.atomic():
@@ -146,7 +147,10 @@ def experiment_create(
         for trial in trials:
             _trial_run(experiment=experiment, trial=trial, user=user)
         if spec.search is not None:
-            runs.experiment_trials_start(experiment=experiment)
+            try:
+                runs.experiment_trials_start(experiment=experiment)
+            except ConfigError as exc:  # its ranges gave no valid run in MAX_REFUSED_POINTS samples: nothing is saved
+                raise ExperimentError([exc]) from None
         audit_record(team=team, actor=user, verb=Verb.LAUNCH, obj=experiment, trials=count,
                      arms=len(spec.arms()), seeds=len(spec.seeds), search=spec.search is not None)
     log.info("experiment #%s queued by %s: %s trials", experiment.pk, user or "the API", count)
@@ -187,7 +191,10 @@ def experiment_resume(*, experiment: Experiment, user: User) -> int:
         with transaction.atomic():
             Experiment.objects.filter(pk=experiment.pk).update(cancelled=None)
             experiment.refresh_from_db()
-            started = len(runs.experiment_trials_start(experiment=experiment))
+            try:
+                started = len(runs.experiment_trials_start(experiment=experiment))
+            except ConfigError as exc:  # (a point that makes no valid run is skipped: only ranges that give none end here)
+                raise ValidationError(f"The search cannot ask its next trial: {exc}") from None
             audit_record(team=experiment.team_id, actor=user, verb=Verb.RESUME, obj=experiment, trials=started)
         return started
     with transaction.atomic():

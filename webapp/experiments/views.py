@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from training.experiment import ExperimentError, ExperimentSpec
 from webapp.artifacts.downloads import streamed
-from webapp.core.values import csv_cell
+from webapp.core.values import csv_cell, id_or_none
 from webapp.experiments import selectors, services
 from webapp.experiments.forms import ExperimentForm
 from webapp.history.selectors import METRIC_KEY
@@ -51,15 +51,20 @@ def _form_spec(request: TeamRequest, form: ExperimentForm) -> ExperimentSpec | N
 
 
 def experiment_new(request: TeamRequest) -> HttpResponse:
-    initial = {key: request.GET[key] for key in ("topology", "dataset") if request.GET.get(key, "").isdigit()}
+    initial = {key: value for key in ("topology", "dataset") if (value := id_or_none(request.GET.get(key))) is not None}
     form = ExperimentForm(request.POST or None, team=request.team, initial=initial)
     if request.method == "POST":
         spec = _form_spec(request, form)
         if spec is not None:
-            experiment = services.experiment_create(team=request.team, user=request.user, spec=spec,
-                                                    topology=form.cleaned_data["topology"], dataset=form.cleaned_data["dataset"])
-            messages.success(request, f"Queued experiment #{experiment.pk}: {experiment.trial_count} runs.")
-            return redirect(experiment)
+            try:
+                experiment = services.experiment_create(team=request.team, user=request.user, spec=spec,
+                                                        topology=form.cleaned_data["topology"], dataset=form.cleaned_data["dataset"])
+            except ExperimentError as exc:
+                for problem in exc.problems:
+                    form.add_problem(problem)
+            else:
+                messages.success(request, f"Queued experiment #{experiment.pk}: {experiment.trial_count} runs.")
+                return redirect(experiment)
     return render(request, "experiments/new.html", {"form": form})
 
 

@@ -189,7 +189,7 @@ def _yaml_sets(tree: Any, dotted: str) -> bool:
             return False
         node = node[key]
         for index in indices:
-            if not (isinstance(node, list) and index.isdigit() and int(index) < len(node)):
+            if not (isinstance(node, list) and index.isascii() and index.isdigit() and int(index) < len(node)):
                 return False
             node = node[int(index)]
     return True

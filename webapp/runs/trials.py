@@ -11,6 +11,7 @@ from training.config import RunConfig
 from training.events import EventSink
 from training.experiment import ExperimentSpec, field_value, trial_metrics, trial_name, with_fields
 from training.search import PruningSink, TrialRecord, search_ask, search_should_prune
+from webapp.core import trust
 from webapp.models import Evaluation, Experiment, Run
 
 
@@ -56,7 +57,10 @@ def search_records(*, experiment: Experiment, spec: ExperimentSpec, exclude: Run
 
 def search_next(*, experiment: Experiment, running_cap: int) -> list[tuple[int, RunConfig]]:
     """(trial index, config) of the search trials to queue now: while the budget lasts, until the
-    experiment has `running_cap` trials queued or running; none once it was cancelled."""
+    experiment has `running_cap` trials queued or running; none once it was cancelled. A sampled
+    point that makes no valid run (the engine's or the trust boundary's checks) is told to the
+    study as failed and another asked (`training.search.search_ask`); ConfigError on `search` when
+    the ranges give none."""
     spec = experiment.to_spec()
     if spec.search is None or experiment.cancelled is not None:
         return []
@@ -66,10 +70,15 @@ def search_next(*, experiment: Experiment, running_cap: int) -> list[tuple[int, 
     seed = spec.seeds[0]
     out: list[tuple[int, RunConfig]] = []
     index = max(started, default=-1) + 1
+
+    def build(params: dict[str, Any]) -> RunConfig:  # a combination of the ranges the run could not start with is refused here
+        config = with_fields(spec.base, **params, seed=seed, name=trial_name(spec.name, tuple(params.items()), seed)[:200])
+        trust.check_config(team=experiment.team, config=config)
+        return config
+
     while index < spec.search.trials and active + len(out) < running_cap:
-        params = search_ask(search=spec.search, direction=spec.direction, seed=seed, records=records)
-        arm = tuple(params.items())
-        out.append((index, with_fields(spec.base, **params, seed=seed, name=trial_name(spec.name, arm, seed)[:200])))
+        params, config = search_ask(search=spec.search, direction=spec.direction, seed=seed, records=records, build=build)
+        out.append((index, config))
         records.append(TrialRecord(number=index, params=params, state="running"))
         index += 1
     return out

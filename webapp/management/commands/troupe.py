@@ -168,7 +168,7 @@ def child_env(environ: Mapping[str, str], *, host: str, port: int | None = None)
 
 def _port_from_env() -> int:
     raw = os.environ.get("PORT", "8000")
-    if not raw.isdigit() or not 0 < int(raw) < 65536:
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 5) or not 0 < int(raw) < 65536:
         raise CommandError(f"PORT={raw!r} is not a TCP port number")
     return int(raw)
 
