@@ -68,10 +68,10 @@ def measure(config: Any, checkpoint: str | None, tasks: list[Any], *, samples: i
         out[name] = {
             "candidates": len(cands),
             "success": share([ep.success for ep in episodes]),
-            "called": share([bool(c.calls) for c in cands]),
-            "valid_calls": share([bool(c.calls) and not any(call.get("error") for call in c.calls) for c in cands]),
-            "errors": [call["error"][:80] for c in cands for call in c.calls if call.get("error")][:5],
-            "example": cands[0].text[:300] if cands else "",
+            "called": share([bool(c.generation.calls) for c in cands]),
+            "valid_calls": share([bool(c.generation.calls) and not any(call.get("error") for call in c.generation.calls) for c in cands]),
+            "errors": [call["error"][:80] for c in cands for call in c.generation.calls if call.get("error")][:5],
+            "example": cands[0].generation.text[:300] if cands else "",
         }
     out["seconds"], out["cpu_seconds"] = time.perf_counter() - t0, cpu_seconds() - c0
     print(f"  measured {checkpoint or 'base'}: greedy success {out['greedy_success']:.3f}; sampled: called "

@@ -152,7 +152,7 @@ class AsyncRollouts:
             for ep in got.episodes:
                 for turn in ep.turns:
                     for c in turn.candidates:
-                        c.sampler_logprobs = None
+                        c.generation = replace(c.generation, logprobs=None)
         if self.lag and step < self.total:
             self._start(step + 1, version=step - 1)  # the weights of step - 1: step's update has not run
         return got

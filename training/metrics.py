@@ -22,16 +22,16 @@ def rollout_metrics(
         "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
         "success": float(np.mean([ep.success for ep in episodes])),
         "zero_std_frac": zero_std_fraction(rewards, keys),
-        "completion_len": float(np.mean([c.model_tokens for _, c in cands])),
-        "truncated": float(np.mean([c.truncated for _, c in cands])),
-        "ended": float(np.mean([not c.truncated for _, c in cands])),
+        "completion_len": float(np.mean([c.generation.model_tokens for _, c in cands])),
+        "truncated": float(np.mean([c.generation.truncated for _, c in cands])),
+        "ended": float(np.mean([not c.generation.truncated for _, c in cands])),
         "turns": float(np.mean([len(ep.turns) for ep in episodes])),
     }
     for name in dict.fromkeys(name for _, c in cands for name in c.reward_parts):  # each reward function, before its weight,
         values[f"reward/fn/{name}"] = float(np.mean([c.reward_parts[name] for _, c in cands if name in c.reward_parts]))  # where it applied
-    if any(c.calls for _, c in cands):  # agents with tools: calls per candidate, and the share that failed
-        values["segment_len"] = float(np.mean([c.longest_segment for _, c in cands]))  # what max_new_tokens caps
-        calls = [call for _, c in cands for call in c.calls]
+    if any(c.generation.calls for _, c in cands):  # agents with tools: calls per candidate, and the share that failed
+        values["segment_len"] = float(np.mean([c.generation.longest_segment for _, c in cands]))  # what max_new_tokens caps
+        calls = [call for _, c in cands for call in c.generation.calls]
         values["tool_calls"] = len(calls) / len(cands)
         values["tool_errors"] = float(np.mean([bool(call["error"]) for call in calls]))
     by_agent: dict[str, list[tuple[Any, Any]]] = defaultdict(list)
@@ -46,9 +46,9 @@ def rollout_metrics(
                 "reward/local": float(np.mean([c.local for _, c in items])),
                 "reward/std": float(r.std()) if len(r) > 1 else 0.0,
                 "success": agent_success(episodes, agent),
-                "completion_len": float(np.mean([c.model_tokens for _, c in items])),
-                "truncated": float(np.mean([c.truncated for _, c in items])),
-                "ended": float(np.mean([not c.truncated for _, c in items])),
+                "completion_len": float(np.mean([c.generation.model_tokens for _, c in items])),
+                "truncated": float(np.mean([c.generation.truncated for _, c in items])),
+                "ended": float(np.mean([not c.generation.truncated for _, c in items])),
                 "zero_std_frac": zero_std_fraction(r, [t.group for t, _ in items]),
                 "adv/mean": float(np.mean([c.advantage for _, c in items])),
                 "adv/std": float(np.std([c.advantage for _, c in items])),

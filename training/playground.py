@@ -65,9 +65,9 @@ def play(
                 episode.state = candidate.next_state
                 each["turns"].append({
                     "index": turn, "agent": agent, "role": config.agent(agent).role, "prompt": text,
-                    "text": candidate.text, "tool_output": candidate.tool_output, "local": candidate.local,
-                    "team": candidate.team, "tokens": candidate.model_tokens, "truncated": candidate.truncated,
-                    "calls": list(candidate.calls), "segments": list(candidate.segments),
+                    "text": candidate.generation.text, "tool_output": candidate.tool_output, "local": candidate.local,
+                    "team": candidate.team, "tokens": candidate.generation.model_tokens, "truncated": candidate.generation.truncated,
+                    "calls": list(candidate.generation.calls), "segments": list(candidate.generation.segments),
                     "policy": sampler.served.get(agent, "") if each["trained"] else base_label(config, agent),
                 })
                 each["done"], each["success"] = episode.state.done, episode.state.success

@@ -45,39 +45,20 @@ GroupKey = tuple[Any, ...]
 
 @dataclass
 class Candidate:
-    text: str
-    token_ids: tuple[int, ...]
-    truncated: bool
-    """One of its segments hit max_new_tokens (`Generation.truncated`)."""
+    """One completion scored in its state: the `generation` (tokens, text, the sampler's log-probs,
+    tool calls and segments, as the backend returned it) and what the environment and the reward
+    functions made of it."""
+
+    generation: Generation
     team: float
     local: float
     reward: float
     tool_output: str | None = None
     advantage: float = 0.0
-    sampler_logprobs: tuple[float, ...] | None = None
-    """vLLM's log-prob of each token in `token_ids` (see `Generation.logprobs`); None from the HF backend."""
-    mask: tuple[int, ...] | None = None
-    """Which of `token_ids` the model wrote (1) and which are tool results (0); None: all the model's."""
-    calls: tuple[dict[str, Any], ...] = ()
-    """The tool calls made during this candidate's turn (name, arguments, result, error)."""
-    segments: tuple[str, ...] = ()
-    """With tool calls: the model's text of each segment (call i came after segment i)."""
-    segment_tokens: tuple[int, ...] = ()
-    """With tool calls: the model's tokens in each segment (`Generation.segment_tokens`)."""
     reward_parts: dict[str, float] = field(default_factory=dict)
     """What each reward function (`Sampler.rewards`) gave it, before its weight; a function that
     returned None or NaN for it (TRL: "does not apply") has no entry (and added 0 to its reward)."""
     next_state: State | None = field(default=None, repr=False)
-
-    @property
-    def model_tokens(self) -> int:
-        """The model's tokens in the turn, every segment, tool results left out (what the loss counts)."""
-        return len(self.token_ids) if self.mask is None else sum(self.mask)
-
-    @property
-    def longest_segment(self) -> int:
-        """The model's tokens in its longest segment: what max_new_tokens and the overlong penalty judge."""
-        return max(self.segment_tokens, default=self.model_tokens)
 
 
 @dataclass
@@ -130,15 +111,15 @@ class Episode:
                     "chosen": t.chosen,
                     "candidates": [
                         {
-                            "text": c.text,
+                            "text": c.generation.text,
                             "reward": c.reward,
                             "team": c.team,
                             "local": c.local,
                             "advantage": c.advantage,
                             "tool_output": c.tool_output,
-                            "tokens": c.model_tokens,
-                            "truncated": c.truncated,
-                            **({"calls": list(c.calls), "segments": list(c.segments)} if c.calls else {}),
+                            "tokens": c.generation.model_tokens,
+                            "truncated": c.generation.truncated,
+                            **({"calls": list(c.generation.calls), "segments": list(c.generation.segments)} if c.generation.calls else {}),
                         }
                         for c in t.candidates
                     ],
@@ -308,18 +289,11 @@ class Sampler:
         alpha = self.config.grpo.alpha
         return [
             Candidate(
-                text=g.text,
-                token_ids=g.token_ids,
-                truncated=g.truncated,
+                g,
                 team=r.team_reward,
                 local=r.local_reward + x,
                 reward=alpha * r.team_reward + r.local_reward + x,
                 tool_output=r.tool_output,
-                sampler_logprobs=g.logprobs,
-                mask=g.mask,
-                calls=g.calls,
-                segments=g.segments,
-                segment_tokens=g.segment_tokens,
                 reward_parts=part,
                 next_state=r.state,
             )

@@ -69,7 +69,7 @@ def shape_overlong(episodes: list[Episode], cfg: RunConfig) -> None:
         for turn in ep.turns:
             cap = cfg.agent(turn.agent).max_new_tokens or cfg.generation.max_new_tokens
             for c in turn.candidates:
-                penalty = soft_overlong_penalty(c.longest_segment, max_len=cap, cache=cfg.grpo.overlong_cache)
+                penalty = soft_overlong_penalty(c.generation.longest_segment, max_len=cap, cache=cfg.grpo.overlong_cache)
                 if per_trajectory:
                     total[turn.agent] += penalty
                 else:

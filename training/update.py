@@ -34,11 +34,11 @@ class Sample:
     advantage: float
     temperature: float = 1.0
     """The temperature the completion was sampled at; log-probs are scored at the same one."""
-    sampler_logprobs: tuple[float, ...] | None = None
+    logprobs: tuple[float, ...] | None = None
     """The sampler's log-probs of `completion_ids` when vLLM sampled them (for the importance weights)."""
     masked: bool = False
     """Left out of the loss but kept in the batch (`grpo.mask_truncated`: it hit the length cap)."""
-    token_mask: tuple[int, ...] | None = None
+    mask: tuple[int, ...] | None = None
     """Per completion token: 1 the model wrote it, 0 a tool result spliced in (no loss on it, but
     the model saw it); None: every token is the model's."""
 
@@ -52,7 +52,7 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
     lr = step_lr(cfg, step)
     for group in policy.optimizer.param_groups:
         group["lr"] = lr
-    n_samples, total_tokens = dist.sum([len(samples), sum(len(s.completion_ids) if s.token_mask is None else sum(s.token_mask)
+    n_samples, total_tokens = dist.sum([len(samples), sum(len(s.completion_ids) if s.mask is None else sum(s.mask)
                                                           for s in samples if not s.masked)])
     if not n_samples:
         return {"lr": lr, "samples": 0.0}
@@ -190,12 +190,12 @@ def _collate(samples: list[Sample], pad: int) -> dict[str, torch.Tensor]:
         ids[i, p_width : p_width + c] = torch.tensor(s.completion_ids)
         attn[i, p_width - p : p_width + c] = 1
         comp[i, :c] = 1
-        if s.token_mask is not None:
-            tokens[i, :c] = torch.tensor(s.token_mask, dtype=torch.float32)
+        if s.mask is not None:
+            tokens[i, :c] = torch.tensor(s.mask, dtype=torch.float32)
         if s.masked:
             loss[i] = 0.0
-        if s.sampler_logprobs is not None:
-            sampler_logp[i, :c] = torch.tensor(s.sampler_logprobs, dtype=torch.float32)
+        if s.logprobs is not None:
+            sampler_logp[i, :c] = torch.tensor(s.logprobs, dtype=torch.float32)
     batch = {
         "input_ids": ids,
         "attention_mask": attn,
@@ -203,7 +203,7 @@ def _collate(samples: list[Sample], pad: int) -> dict[str, torch.Tensor]:
         "loss_mask": comp.float() * tokens * loss,  # (B, Tc)
         "advantages": torch.tensor([s.advantage for s in samples], dtype=torch.float32),  # (B,)
     }
-    if all(s.sampler_logprobs is not None for s in samples):  # vLLM sampled them
+    if all(s.logprobs is not None for s in samples):  # vLLM sampled them
         batch["sampler_logp"] = sampler_logp  # (B, Tc)
     return batch
 

@@ -14,13 +14,14 @@ import torch
 
 from agents.base import State
 from training.distributed import Dist
+from training.generation import Generation
 from training.grpo import group_advantages
 from training.rollout import Candidate, Episode, Turn
 from training.shaping import step_advantages
 
 
 def cand(r: float) -> Candidate:
-    return Candidate(text="x", token_ids=(1,), truncated=False, team=0.0, local=r, reward=r)
+    return Candidate(Generation((1,), "x", False), team=0.0, local=r, reward=r)
 
 
 def tree_episode(task: str, turns: list[tuple[str, list[float]]]) -> Episode:

@@ -11,12 +11,13 @@ from hypothesis import strategies as st
 from agents.base import State
 from tests.training.conftest import toy_config
 from training import collect, trainer
+from training.generation import Generation
 from training.rollout import Candidate, Episode, Turn
 
 
 def flat_episode(task_id: str) -> Episode:
     """An episode whose K candidates all got the same reward: no signal, so dynamic sampling goes on."""
-    cands = [Candidate(text="x", token_ids=(1,), truncated=False, team=0.0, local=0.0, reward=0.0) for _ in range(4)]
+    cands = [Candidate(Generation((1,), "x", False), team=0.0, local=0.0, reward=0.0) for _ in range(4)]
     return Episode(task_id, {}, [Turn(0, "writer", "writer", "p", (1,), cands, 0, (task_id, 0, "writer"))], State(task_id=task_id, row={}))
 
 

@@ -35,8 +35,7 @@ def tool_generation(*lengths: int, truncated_last: bool = False) -> Generation:
 
 
 def candidate(g: Generation, reward: float = 0.0) -> Candidate:
-    return Candidate(text=g.text, token_ids=g.token_ids, truncated=g.truncated, team=0.0, local=reward, reward=reward, mask=g.mask, calls=g.calls,
-                     segment_tokens=g.segment_tokens)
+    return Candidate(g, team=0.0, local=reward, reward=reward)
 
 
 def episodes_of(*groups: list[Candidate], agent: str = "writer") -> list[Episode]:
@@ -110,7 +109,7 @@ def test_the_dr_grpo_update_of_a_tool_agent_divides_by_its_turn_budget(make_conf
     real = update.policy_loss
     monkeypatch.setattr(update, "policy_loss", lambda *a, **kw: lengths.append(kw["max_completion_length"]) or real(*a, **kw))
     policy = build_policies(config, device=torch.device("cpu")).for_agent("writer")
-    samples = [update.Sample("writer", (1, 2, 3), (5, 6, 7, 8), 1.0, token_mask=(1, 0, 0, 1)), update.Sample("writer", (1, 2, 3), (9, 10), -1.0)]
+    samples = [update.Sample("writer", (1, 2, 3), (5, 6, 7, 8), 1.0, mask=(1, 0, 0, 1)), update.Sample("writer", (1, 2, 3), (9, 10), -1.0)]
     update.update_policy(policy, samples, config, step=1)
     assert lengths and set(lengths) == {150}
 

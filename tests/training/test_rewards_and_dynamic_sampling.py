@@ -104,7 +104,7 @@ def test_a_run_charts_each_reward_function(make_config, registered, tmp_path):
 
 
 def fake_episode(task_id: str, rewards: list[float]) -> Episode:
-    cands = [Candidate(text="x", token_ids=(1,), truncated=False, team=r, local=0.0, reward=r) for r in rewards]
+    cands = [Candidate(Generation((1,), "x", False), team=r, local=0.0, reward=r) for r in rewards]
     turn = Turn(0, "writer", "writer", "p", (1,), cands, 0, (task_id, 0, "writer"))
     return Episode(task_id, {}, [turn], State(task_id=task_id, row={}))
 
@@ -173,7 +173,7 @@ def test_a_reward_functions_metric_averages_the_completions_it_applied_to():
     from training.metrics import rollout_metrics
 
     parts = [{"fmt": 1.0, "len": 0.0}, {"fmt": 0.0}, {}, {"fmt": 1.0}]  # None left no part (TRL's nanmean skips it)
-    cands = [Candidate(text="x", token_ids=(1,), truncated=False, team=0.0, local=0.0, reward=float(i), reward_parts=p)
+    cands = [Candidate(Generation((1,), "x", False), team=0.0, local=0.0, reward=float(i), reward_parts=p)
              for i, p in enumerate(parts)]
     turn = Turn(0, "writer", "writer", "p", (1,), cands, 0, ("t", 0, "writer"))
     episode = Episode("t", {}, [turn], State(task_id="t", row={}))

@@ -13,6 +13,7 @@ from training import collect, evaluation, metrics, trainer
 from training.config import config_warnings, resume_differences
 from training.data import load_tasks
 from training.events import NullSink
+from training.generation import Generation
 from training.rollout import Candidate, Episode, Turn
 
 
@@ -86,7 +87,7 @@ def test_resume_names_a_changed_dynamic_sampling(make_config):
 
 def episode(task: str, locals_: dict[str, float], success: bool) -> Episode:
     turns = [
-        Turn(i, agent, agent, "p", (1,), [Candidate(text="x", token_ids=(1,), truncated=False, team=0.0, local=r, reward=r)], 0,
+        Turn(i, agent, agent, "p", (1,), [Candidate(Generation((1,), "x", False), team=0.0, local=r, reward=r)], 0,
              (task, i, agent))
         for i, (agent, r) in enumerate(locals_.items())
     ]

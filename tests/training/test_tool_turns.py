@@ -118,7 +118,7 @@ def test_a_template_with_tool_support_gets_the_schemas_and_tool_messages(tokeniz
 def test_the_update_leaves_tool_results_out_of_the_loss():
     from training.update import Sample, _collate
 
-    samples = [Sample("a", (5, 6), (1, 2, 3, 4), 1.0, token_mask=(1, 0, 0, 1)), Sample("a", (5,), (7, 8), -1.0)]
+    samples = [Sample("a", (5, 6), (1, 2, 3, 4), 1.0, mask=(1, 0, 0, 1)), Sample("a", (5,), (7, 8), -1.0)]
     batch = _collate(samples, pad=0)
     assert batch["loss_mask"].tolist() == [[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 0.0, 0.0]]
     assert batch["completion_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]  # the results stay in the context
