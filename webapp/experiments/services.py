@@ -181,14 +181,19 @@ def experiment_cancel(*, experiment: Experiment, actor: User | None = None) -> i
 def experiment_resume(*, experiment: Experiment, user: User) -> int:
     """Start the trials that did not succeed: a failed or cancelled trial with a checkpoint
     continues from it (`run_resume`), one without starts over, one never started starts. The
-    number of trials started; ValidationError while trials are still queued or running."""
-    if experiment.runs.filter(status__in=Run.ACTIVE).exists():
-        raise ValidationError("Some trials are still queued or running; cancel them first, or wait for them to end.")
+    number of trials started; ValidationError while trials are still queued or running.
+
+    Idempotent under concurrency: the experiment's row is locked (on SQLite the transaction's write
+    lock, taken at BEGIN) before the check for active trials, so of two clicks on "Resume
+    unfinished" the second finds the first's trials queued and starts none."""
     spec = experiment.to_spec()
-    latest = experiment_latest_runs(experiment=experiment)
     started = 0
-    if spec.search is not None:  # a search goes on asking until its budget is spent
-        with transaction.atomic():
+    with transaction.atomic():
+        Experiment.objects.select_for_update().filter(pk=experiment.pk).first()  # one resume at a time
+        if experiment.runs.filter(status__in=Run.ACTIVE).exists():
+            raise ValidationError("Some trials are still queued or running; cancel them first, or wait for them to end.")
+        latest = experiment_latest_runs(experiment=experiment)
+        if spec.search is not None:  # a search goes on asking until its budget is spent
             Experiment.objects.filter(pk=experiment.pk).update(cancelled=None)
             experiment.refresh_from_db()
             try:
@@ -196,8 +201,7 @@ def experiment_resume(*, experiment: Experiment, user: User) -> int:
             except ConfigError as exc:  # (a point that makes no valid run is skipped: only ranges that give none end here)
                 raise ValidationError(f"The search cannot ask its next trial: {exc}") from None
             audit_record(team=experiment.team_id, actor=user, verb=Verb.RESUME, obj=experiment, trials=started)
-        return started
-    with transaction.atomic():
+            return started
         Experiment.objects.filter(pk=experiment.pk).update(cancelled=None)
         for trial in spec.trials():
             run = latest.get(trial.index)

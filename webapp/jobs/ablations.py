@@ -13,6 +13,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
+from django.db import transaction
 
 from training.ablation import Ablation, AblationError, ablations_for, check_ablation
 from training.config import ConfigError, RunConfig
@@ -48,7 +49,9 @@ def newest_checkpoint(*, run: Run) -> Checkpoint | None:
 
 def ablation_request(*, run: Run, user: User | None, key: str) -> Job:
     """Queue the ablation `key` of a finished team run (a ValidationError on `ablation` saying why
-    not). An ablation already queued, running or done at the same checkpoint is returned instead."""
+    not). An ablation already queued, running or done at the same checkpoint is returned instead,
+    also to a request at the same moment: the lookup and the insert hold the run's row lock, so
+    concurrent requests make one job."""
     if run.is_active:
         raise ValidationError({"ablation": "The run is still going: ablate it once it has finished."})
     try:
@@ -69,16 +72,18 @@ def ablation_request(*, run: Run, user: User | None, key: str) -> Job:
             artifacts.checkpoint_folder(run=run, checkpoint=checkpoint)
         except artifacts.ArtifactMissing as exc:
             raise ValidationError({"ablation": str(exc)}) from None
-    existing = (Job.objects.filter(run=run, kind=Job.Kind.EVALUATE, params__ablation=ablation.key, checkpoint=checkpoint)
-                .exclude(status=Job.Status.FAILED).order_by("-created").first())
-    if existing is not None:
-        return existing
-    return job_create(
-        team=run.team, user=user, kind=Job.Kind.EVALUATE, run=run, checkpoint=checkpoint, dataset=run.dataset,
-        params={"config_yaml": config.to_yaml(), "checkpoint_step": checkpoint.step if checkpoint else None,
-                "dataset_name": run.dataset.name if run.dataset else "the run's held-out tasks",
-                "ablation": ablation.key, "ablation_label": ablation.label},
-    )
+    with transaction.atomic():  # the check and the insert under the run's lock (SQLite: the write lock taken at BEGIN)
+        Run.objects.select_for_update().filter(pk=run.pk).first()
+        existing = (Job.objects.filter(run=run, kind=Job.Kind.EVALUATE, params__ablation=ablation.key, checkpoint=checkpoint)
+                    .exclude(status=Job.Status.FAILED).order_by("-created").first())
+        if existing is not None:
+            return existing
+        return job_create(
+            team=run.team, user=user, kind=Job.Kind.EVALUATE, run=run, checkpoint=checkpoint, dataset=run.dataset,
+            params={"config_yaml": config.to_yaml(), "checkpoint_step": checkpoint.step if checkpoint else None,
+                    "dataset_name": run.dataset.name if run.dataset else "the run's held-out tasks",
+                    "ablation": ablation.key, "ablation_label": ablation.label},
+        )
 
 
 def ablation_results(*, runs: list[Run]) -> dict[int, dict[str, list[dict[str, Any]]]]:

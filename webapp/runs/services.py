@@ -236,12 +236,20 @@ def run_cancel(*, run: Run, actor: User | None = None) -> Run:
 def run_resume(*, run: Run, user: User) -> Run:
     """A new run continuing a failed or cancelled run from its latest checkpoint, with the same
     config: the engine restores weights, optimizer and RNG state and replays the same data order,
-    so the new run's first step is the checkpoint's step + 1 (its charts continue the old ones)."""
-    checkpoint = run.checkpoints.kept().newest()
-    if not run.can_resume or checkpoint is None:
-        raise ValidationError("Only a failed or cancelled run with a checkpoint can be resumed.")
-    config = run.to_config().replace(**{"checkpoint.resume_from": checkpoint.path})
+    so the new run's first step is the checkpoint's step + 1 (its charts continue the old ones).
+
+    Idempotent under concurrency: the run's row is locked (on SQLite the transaction's write lock,
+    taken at BEGIN) before anything is checked, so while a resume of it is queued or running, a
+    second click, tab or API call gets that same resume instead of a second run from the checkpoint."""
     with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run.pk)  # its status now, under the lock
+        pending = run.resumes.filter(status__in=Run.ACTIVE).order_by("created", "id").first()
+        if pending is not None:
+            return pending
+        checkpoint = run.checkpoints.kept().newest()
+        if not run.can_resume or checkpoint is None:
+            raise ValidationError("Only a failed or cancelled run with a checkpoint can be resumed.")
+        config = run.to_config().replace(**{"checkpoint.resume_from": checkpoint.path})
         new = run_create(
             team=run.team, user=user, name=f"{run.name} (resumed @{checkpoint.step})", config=config,
             topology=run.topology, dataset=run.dataset, resumed_from=run,
