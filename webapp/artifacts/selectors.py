@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Q
 from django.template.defaultfilters import filesizeformat
 
 from training.config import ConfigError
@@ -137,8 +138,13 @@ def checkpoint_readers_blocker(*, team_id: int, paths: list[str]) -> str | None:
     """Why checkpoints at `paths` must stay: the queued or running runs of the team that resume or
     start from one of them (`Run.reads`); None when none does."""
     wanted = set(paths)
-    needing = [r.pk for r in Run.objects.filter(team_id=team_id, status__in=Run.ACTIVE).only("pk", "config_yaml")
-               if wanted & set(r.reads().values())]
+    if not wanted:
+        return None
+    mention = Q()
+    for path in wanted:  # only configs that mention the folder's name are read (a path has no space to fold at in the YAML)
+        mention |= Q(config_yaml__contains=Path(path).name)
+    active = Run.objects.filter(mention, team_id=team_id, status__in=Run.ACTIVE).only("pk", "config_yaml")
+    needing = [r.pk for r in active if wanted & set(r.reads().values())]
     if not needing:
         return None
     runs, many = ", ".join(f"#{pk}" for pk in needing), len(needing) > 1

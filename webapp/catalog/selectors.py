@@ -48,7 +48,8 @@ def dataset_delete_blocker(*, dataset: Dataset) -> str | None:
         return "A queued or running run uses this dataset; cancel it first."
     if dataset.path is not None:
         file = dataset.path.resolve()
-        for run in Run.objects.filter(team_id=dataset.team_id, status__in=Run.ACTIVE).only("pk", "config_yaml"):
+        mentioning = Run.objects.filter(team_id=dataset.team_id, status__in=Run.ACTIVE, config_yaml__contains=file.name)
+        for run in mentioning.only("pk", "config_yaml"):  # (a stored file's name is random, without spaces: never folded in the YAML)
             if any(Path(path).resolve() == file for field, path in run.reads().items() if field in ("data.path", "sft.path")):
                 return f"Run #{run.pk} (queued or running) learns from this dataset's file; cancel it first, or wait for it to end."
     if dataset.jobs.filter(status__in=Job.ACTIVE).exists():

@@ -9,6 +9,7 @@ from webapp.runs import services as run_services
 
 def test_both_run_pages_show_the_warm_start(alice, alice_world, tmp_path):
     source = alice_world.run
+    Run.objects.filter(pk=source.pk).update(status=Run.Status.SUCCEEDED)  # a finished run's checkpoint (a running one rotates them)
     checkpoint = Checkpoint.objects.create(run=source, step=3, path=str(tmp_path / "src" / "step-000003"))
     config = run_services.run_config_build(topology=alice_world.topology, dataset=alice_world.dataset, name="warm",
                                            advanced_yaml=f"model: {{init_from: {{run: '{checkpoint.path}', step: 3}}}}")
