@@ -223,7 +223,7 @@ class RunAdmin(admin.ModelAdmin):
     # An allow-list: a field added to Run later is not editable here until someone decides it should be.
     readonly_fields = [
         "team", "owner", "topology", "dataset", "experiment", "trial_index", "pruned_at_step", "tag_list", "resumed_from",
-        "resumed_at_step", "config", "environment", "specialization", "algorithm", "gpus", "hosts", "cluster", "status", "step",
+        "resumed_at_step", "config", "environment", "specialization", "algorithm", "gpus", "hosts", "cluster", "plan", "status", "step",
         "total_steps", "metrics", "created", "started", "finished", "heartbeat", "phase", "phase_detail", "phase_progress", "eta",
         "error_message", "error_traceback", "out_dir", "cancel_requested", "celery_task_id", "worker", "queue_order",
     ]
