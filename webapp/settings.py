@@ -13,6 +13,7 @@ from pathlib import Path
 from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
+from webapp.core import enqueue
 from webapp.core.env import (
     celery_broker_url,
     data_dir_secret_key,
@@ -296,13 +297,7 @@ CELERY_TASK_IGNORE_RESULT = True  # the database holds every run's outcome
 # A broker blip (Redis restarting) must not cancel a running run: training goes on, the claim in
 # the database keeps it from running twice (Celery 6 turns this on by default).
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
-CELERY_TASK_ROUTES = {
-    "webapp.tasks.run_execute": {"queue": "gpu"},
-    # Jobs load models too (webapp/jobs/services.py): evaluation, merged export, playground.
-    "webapp.tasks.evaluation_execute": {"queue": "gpu"},
-    "webapp.tasks.merge_execute": {"queue": "gpu"},
-    "webapp.tasks.playground_execute": {"queue": "gpu"},
-}
+CELERY_TASK_ROUTES = enqueue.task_routes()  # runs and jobs on the GPU workers; the tasks are declared once there
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 

@@ -1,19 +1,65 @@
-"""Sending work to the Celery workers by task name.
+"""Sending work to the Celery workers by task name, and the one declaration of that work.
 
 Services enqueue through here instead of importing their task modules, whose tasks import those
 services back: the names below are the contract between the two (each task is declared with
-`@shared_task(name=...)` in `webapp/runs/tasks.py` and `webapp/jobs/tasks.py`, and the routes in
-settings' `CELERY_TASK_ROUTES` pick their queues by these names).
+`@shared_task(name=...)` in `webapp/runs/tasks.py` and `webapp/jobs/tasks.py`).
+
+`JOB_KINDS` is the one list of job kinds. `Job.Kind` (the database's choices), the kind -> task
+dispatch (`job_task`) and settings' `CELERY_TASK_ROUTES` (`task_routes`) are all read from it, so
+a kind added here has its choice, its task name and its queue at once
+(tests/webapp/jobs/test_job_kinds.py fails when a task is not registered or not routed).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from celery import current_app
+
+from training.plan import queue_for
 
 RUN_EXECUTE = "webapp.tasks.run_execute"
 EVALUATION_EXECUTE = "webapp.tasks.evaluation_execute"
 MERGE_EXECUTE = "webapp.tasks.merge_execute"
 PLAYGROUND_EXECUTE = "webapp.tasks.playground_execute"
+
+GPU_QUEUE = queue_for(hosts=1, gpus=1)
+"""Where every task goes unless its sender names a queue (`gpu`): runs and jobs load models, so they
+run on the GPU workers (`celery -A webapp worker -Q gpu`). A run's own message names the queue of
+its GPU count and hosts (`Run.queue_name`)."""
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """One kind of job: work a GPU worker does besides training (`webapp.jobs.services`)."""
+
+    value: str
+    """What `Job.kind` holds."""
+    label: str
+    """How pages name it."""
+    task: str
+    """The Celery task that executes it."""
+
+
+JOB_KINDS = (
+    JobKind("evaluate", "Evaluation", EVALUATION_EXECUTE),
+    JobKind("merge", "Merged export", MERGE_EXECUTE),
+    JobKind("playground", "Playground", PLAYGROUND_EXECUTE),
+)
+"""Every job kind, in the order pages list them."""
+
+TASKS = (RUN_EXECUTE, *(kind.task for kind in JOB_KINDS))
+"""Every task a service sends."""
+
+
+def task_routes() -> dict[str, dict[str, str]]:
+    """settings' CELERY_TASK_ROUTES: every task on the GPU queue."""
+    return {task: {"queue": GPU_QUEUE} for task in TASKS}
+
+
+def job_task(kind: str) -> str:
+    """The task that executes a job of `kind` (a `Job.kind` value)."""
+    return next(k.task for k in JOB_KINDS if k.value == kind)
 
 
 def enqueue(task: str, *, object_id: int, task_id: str | None = None, queue: str | None = None) -> None:

@@ -41,7 +41,7 @@ from webapp.artifacts import files as artifacts
 from webapp.catalog import environments
 from webapp.catalog import selectors as catalog_selectors
 from webapp.core import paths, trust
-from webapp.core.enqueue import EVALUATION_EXECUTE, MERGE_EXECUTE, PLAYGROUND_EXECUTE, enqueue
+from webapp.core.enqueue import enqueue, job_task
 from webapp.core.values import storable
 from webapp.models import Checkpoint, Dataset, Job, Run, Team, Topology, Worker
 from webapp.teams.audit import Verb, audit_record
@@ -104,10 +104,8 @@ def job_create(*, team: Team, user: User | None, kind: str, **fields: Any) -> Jo
 
 def job_enqueue(*, job: Job) -> None:
     """Send the job to its task on the `gpu` queue; a broker that is down leaves it queued."""
-    task = {Job.Kind.EVALUATE: EVALUATION_EXECUTE, Job.Kind.MERGE: MERGE_EXECUTE,
-            Job.Kind.PLAYGROUND: PLAYGROUND_EXECUTE}[Job.Kind(job.kind)]
     try:
-        enqueue(task, object_id=job.pk, task_id=job.celery_task_id or None)
+        enqueue(job_task(job.kind), object_id=job.pk, task_id=job.celery_task_id or None)
     except OperationalError as exc:
         log.warning("job %s: could not reach the broker: %s", job.pk, exc)
         Job.objects.filter(pk=job.pk).update(error=f"could not reach the task queue ({exc}); the job stays queued")

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from webapp.core.enqueue import JOB_KINDS
 from webapp.models.catalog import Dataset, Topology
 from webapp.models.runs import Checkpoint, Run
 from webapp.models.teams import Team
@@ -16,10 +17,8 @@ class Job(models.Model):
     LoRA adapter into its base for export, or play one task in the playground. The row is the
     job's state (claimed atomically like a run); `result` grows while it runs (playground turns)."""
 
-    class Kind(models.TextChoices):
-        EVALUATE = "evaluate", "Evaluation"
-        MERGE = "merge", "Merged export"
-        PLAYGROUND = "playground", "Playground"
+    # EVALUATE, MERGE, PLAYGROUND: the kinds are declared once, with their tasks, in `webapp.core.enqueue.JOB_KINDS`.
+    Kind = models.TextChoices("Kind", [(kind.value.upper(), (kind.value, kind.label)) for kind in JOB_KINDS])
 
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"
