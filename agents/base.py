@@ -155,3 +155,17 @@ class Environment(Protocol):
     def step(self, state: State, *, agent: str, role: str, action: str) -> StepResult:
         """Apply `action` by `agent` playing `role`; pure, returns a new state and rewards."""
         ...
+
+
+ENVIRONMENT_MEMBERS: tuple[str, ...] = (
+    *Environment.__annotations__,
+    *(name for name, value in vars(Environment).items() if callable(value) and not name.startswith("_")),
+)
+"""The members of the `Environment` protocol, in declaration order (`name`, `roles`, ...,
+`step`), read from the class above: the plugin loader and the trust boundary check a plugin
+against this one list."""
+
+
+def missing_members(env: Any) -> list[str]:
+    """The protocol members an environment (an instance, or a plugin's class) lacks, in order."""
+    return [name for name in ENVIRONMENT_MEMBERS if not hasattr(env, name)]

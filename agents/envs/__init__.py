@@ -37,7 +37,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from agents.base import Environment, RowField, fields_of
+from agents.base import Environment, RowField, fields_of, missing_members
 from agents.envs.arithmetic import Arithmetic
 from agents.envs.code_tests import CodeTests
 from agents.envs.math_tool import MathTool
@@ -50,8 +50,6 @@ BUILTIN: dict[str, type[Any]] = {
     "plan_path": PlanPath,
     "code_tests": CodeTests,
 }
-
-_PROTOCOL_MEMBERS = ("name", "roles", "required_fields", "generate", "reset", "observe", "step")
 
 
 @dataclass(frozen=True)
@@ -84,7 +82,7 @@ def load_environment(name_or_dotted: str, **env_args: Any) -> Environment:
         )
     _check_args(name_or_dotted, factory, env_args)
     env = factory(**env_args)
-    missing = [m for m in _PROTOCOL_MEMBERS if not hasattr(env, m)]
+    missing = missing_members(env)
     if missing:
         raise PluginError(f"environment {name_or_dotted!r} lacks {', '.join(missing)} (see agents.base.Environment)")
     result: Environment = env
