@@ -36,6 +36,7 @@ from typing import Any, Protocol
 import yaml
 from django.conf import settings
 
+from agents.base import missing_members
 from agents.envs import BUILTIN, load_environment
 from agents.plugins import ENVIRONMENT, REWARD_FUNCTION, PluginError, lookup
 from agents.verifiers import BUILTIN_REWARDS
@@ -240,8 +241,7 @@ def check_environment(name: str, *, field: str) -> None:
         env = lookup(name, kind=ENVIRONMENT)
     except PluginError as exc:
         raise ConfigError(field, f"{exc}; built-ins are {', '.join(BUILTIN)}") from None
-    members = ("name", "roles", "required_fields", "generate", "reset", "observe", "step")
-    if not all(hasattr(env, m) for m in members):
+    if missing_members(env):
         raise ConfigError(field, f"{name!r} is not an environment class (see agents.base.Environment)")
 
 
@@ -275,8 +275,15 @@ TRACKER_DESTINATIONS = {
     "trackio_space_id": "trackio",
     "wandb_entity": "wandb",
 }
-"""`report_to` fields that send a run's data somewhere with the worker's credentials -> the prefix
-the operator lists allowed values under in TROUPE_TRACKER_DESTINATIONS (`mlflow:https://host`)."""
+"""`report_to` fields that send a run's data somewhere with the worker's credentials -> the tracker
+(`training.config.TRACKERS`) whose name prefixes the allowed values the operator lists in
+TROUPE_TRACKER_DESTINATIONS (`mlflow:https://host`)."""
+
+REPORT_TO_KEPT = ("trackers", "project", "run_name", "samples", "tensorboard_dir", "wandb_mode")
+"""The other `report_to` fields: they name which trackers, labels, how much, a folder inside the run's
+output folder or a mode; none sends the data anywhere the operator has not chosen. Every `report_to`
+field is in one of these two, so a new field must be classed here before a team can set it
+(tests/webapp/core/test_tracker_lists.py)."""
 
 
 def check_report_to(config: RunConfig) -> None:
