@@ -33,34 +33,11 @@
   var PALETTE = ["#4b50d6", "#e07b00", "#18a058", "#d03050", "#8a5cf6", "#0ea5b7", "#b45309", "#db2777"];
   var RUN_COLOR = "#1d2330";
 
-  var CHARTS = [
-    { id: "reward", title: "Reward (total)", run: ["reward/total"], agent: "reward/total" },
-    { id: "reward-team", title: "Team reward", run: ["reward/team"], agent: "reward/team" },
-    { id: "reward-local", title: "Local reward", run: ["reward/local"], agent: "reward/local" },
-    { id: "reward-fns", title: "Reward functions (mean, before weights)", runPrefix: "reward/fn/" },
-    { id: "success", title: "Success rate", run: ["success"], agent: "success", range: [0, 1] },
-    { id: "eval", title: "Held-out evaluation (success)", evals: true, range: [0, 1] },
-    { id: "loss", title: "Loss", run: ["loss"], agent: "loss" },
-    { id: "token-accuracy", title: "Token accuracy (SFT: assistant tokens the model ranks first)", run: ["token_accuracy"], agent: "token_accuracy", range: [0, 1] },
-    { id: "kl", title: "KL to the reference", agent: "kl" },
-    { id: "entropy", title: "Entropy", agent: "entropy" },
-    { id: "clip", title: "Clip ratio", agent: "clip_region" },
-    { id: "clip-low", title: "Clipped below (ratio < 1 − ε low, negative advantage)", agent: "clip_low" },
-    { id: "clip-high", title: "Clipped above (ratio > 1 + ε high, positive advantage)", agent: "clip_high" },
-    { id: "zero-signal", title: "Groups without signal (equal rewards)", run: ["zero_std_frac"], agent: "zero_std_frac", range: [0, 1] },
-    { id: "adv-std", title: "Advantage spread (std)", agent: "adv/std" },
-    { id: "ended", title: "Completions that ended on their own", agent: "ended", range: [0, 1] },
-    { id: "mismatch", title: "Sampler/trainer mismatch, mean |Δ log p| (vLLM)", agent: "mismatch/logp_diff" },
-    { id: "mismatch-capped", title: "Tokens whose importance weight was capped (vLLM)", agent: "mismatch/capped", range: [0, 1] },
-    { id: "tool-calls", title: "Tool calls per candidate", run: ["tool_calls"] },
-    { id: "tool-errors", title: "Tool calls that failed", run: ["tool_errors"], range: [0, 1] },
-    { id: "dynamic", title: "Dynamic sampling: extra batches per step", run: ["dynamic/extra_batches"] },
-    { id: "dynamic-kept", title: "Dynamic sampling: share of the step's tasks with a signal", run: ["dynamic/signal_tasks"], range: [0, 1] },
-    { id: "len", title: "Completion length (tokens)", run: ["completion_len"], agent: "completion_len" },
-    { id: "step-time", title: "Step time (s)", run: ["step_time", "rollout_time", "update_time"] },
-    { id: "tps", title: "Generated tokens / s", run: ["tokens_per_s"] },
-  ];
-  var RUN_LABELS = { step_time: "step", rollout_time: "rollout", update_time: "update" };
+  // The charts to draw, in order: the server's one list (webapp/runs/series.py CHARTS), which also
+  // decides which series the socket streams. Each: {id, title, run: [keys], agent: key,
+  // runPrefix, evals, range: [min, max], labels: {key: legend name}}.
+  var chartsEl = document.getElementById("run-charts");
+  var CHARTS = chartsEl ? JSON.parse(chartsEl.textContent) : [];
 
   var state = {
     status: root.dataset.status,
@@ -147,7 +124,7 @@
     }
     (spec.run || []).forEach(function (key, i) {
       if (!state.run[key]) return;
-      var label = RUN_LABELS[key] || (spec.agent ? "all agents" : key);
+      var label = (spec.labels && spec.labels[key]) || (spec.agent ? "all agents" : key);
       out.push({ label: label, color: i ? PALETTE[(i + 3) % PALETTE.length] : RUN_COLOR, width: spec.agent ? 2.2 : 1.6, store: state.run[key] });
     });
     if (spec.agent) {

@@ -15,6 +15,7 @@ from webapp.artifacts.selectors import run_artifacts_section
 from webapp.history.selectors import run_held_out
 from webapp.models import Agent, Checkpoint, Dataset, Job, Run, Team, Topology
 from webapp.runs import queue
+from webapp.runs.series import chart_specs
 
 
 def dashboard_runs(*, team: Team) -> dict[str, Any]:
@@ -49,6 +50,7 @@ def run_live_card(*, run: Run) -> dict[str, Any]:
         "checkpoints": run.checkpoints.kept(),
         "log_lines": list(run.log_lines.order_by("-time", "-id")[:50])[::-1],
         "waiting_for": queue.run_waiting_for(run=run),
+        "charts": chart_specs(),
     }
 
 

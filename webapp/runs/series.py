@@ -2,10 +2,11 @@
 split into websocket-sized parts by `split_metrics`) and one live step (`metrics_delta`).
 
 `metrics`: `{last, total, downsampled, run: {key: [[steps], [values]]}, agents: {agent: {key:
-[[steps], [values]]}}, times: [[steps], [epoch]]}`. Only the charted series (`RUN_SERIES`,
-`REWARD_FN_PREFIX`, `AGENT_SERIES`) travel; values are null when not finite. Long series are
-downsampled on the server (min-max per bucket, first and last point kept) to at most `MAX_POINTS`
-points each, so a 10,000-step run loads about as fast as a 2,000-step one.
+[[steps], [values]]}}, times: [[steps], [epoch]]}`. Only the charted series travel: those of
+`CHARTS`, the run page's one list of charts, which the page's script reads from the page
+(`chart_specs`). Values are null when not finite. Long series are downsampled on the server
+(min-max per bucket, first and last point kept) to at most `MAX_POINTS` points each, so a
+10,000-step run loads about as fast as a 2,000-step one.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,22 +35,124 @@ TIMES_TAIL = 50
 CHUNK_POINTS = 20_000
 """Most points in one websocket message (~0.4 MB of JSON; Daphne refuses messages over 1 MiB)."""
 
-RUN_SERIES = ("reward/total", "reward/team", "reward/local", "success", "completion_len", "step_time", "rollout_time",
-              "update_time", "tokens_per_s", "zero_std_frac", "tool_calls", "tool_errors", "dynamic/extra_batches",
-              "dynamic/signal_tasks", "async/wait_time", "loss", "token_accuracy")
-"""Run-wide metrics the page charts (and so streams; `tool_*` only runs whose agents call tools have,
-`dynamic/*` only runs with `grpo.dynamic_sampling`, `loss` and `token_accuracy` only SFT runs); the summary card's table shows them all."""
-
 REWARD_FN_PREFIX = "reward/fn/"
 """Run-wide series for each of the run's reward functions (`data.reward_fn`, `data.reward_fns`;
 their means before the weights), charted together; which there are comes from the run's points."""
 
-AGENT_SERIES = ("reward/total", "reward/team", "reward/local", "success", "loss", "kl", "entropy", "clip_region",
-                "clip_low", "clip_high", "completion_len", "ended", "zero_std_frac", "adv/mean", "adv/std",
-                "mismatch/logp_diff", "mismatch/capped", "mismatch/is_weight", "async/staleness", "token_accuracy")
-"""Per-agent metrics the page charts (`mismatch/*`: the sampler's log-probs against the trainer's, see
-`training.grpo.sampler_mismatch`; only runs that sample with vLLM or `generation.async` have them;
-`async/staleness`: how many updates old the agent's rollouts were)."""
+
+@dataclass(frozen=True)
+class Chart:
+    """One chart of the run page. The page's script (static/js/run-live.js) draws exactly these, in
+    this order, from the JSON the page carries (`chart_specs`); the socket streams only their series."""
+
+    id: str
+    title: str
+    run: tuple[str, ...] = ()
+    """Run-wide series, one line each (named by `labels`, else "all agents" beside per-agent lines)."""
+    agent: str | None = None
+    """The per-agent series: one line per agent."""
+    run_prefix: str | None = None
+    """One line per run-wide series under this prefix (named by the rest of its key)."""
+    evals: bool = False
+    """The held-out evaluations (from the run's evaluation rows, not its step metrics)."""
+    range: tuple[float, float] | None = None
+    """A fixed y range (shares)."""
+    labels: tuple[tuple[str, str], ...] = ()
+    """(series, legend name) for run-wide series whose key reads badly in a legend."""
+
+    def spec(self) -> dict[str, Any]:
+        """The chart as run-live.js reads it."""
+        out: dict[str, Any] = {"id": self.id, "title": self.title}
+        if self.run:
+            out["run"] = list(self.run)
+        if self.agent:
+            out["agent"] = self.agent
+        if self.run_prefix:
+            out["runPrefix"] = self.run_prefix
+        if self.evals:
+            out["evals"] = True
+        if self.range:
+            out["range"] = list(self.range)
+        if self.labels:
+            out["labels"] = dict(self.labels)
+        return out
+
+
+CHARTS = (
+    Chart("reward", "Reward (total)", run=("reward/total",), agent="reward/total"),
+    Chart("reward-team", "Team reward", run=("reward/team",), agent="reward/team"),
+    Chart("reward-local", "Local reward", run=("reward/local",), agent="reward/local"),
+    Chart("reward-fns", "Reward functions (mean, before weights)", run_prefix=REWARD_FN_PREFIX),
+    Chart("success", "Success rate", run=("success",), agent="success", range=(0, 1)),
+    Chart("eval", "Held-out evaluation (success)", evals=True, range=(0, 1)),
+    Chart("loss", "Loss", run=("loss",), agent="loss"),
+    Chart("token-accuracy", "Token accuracy (SFT: assistant tokens the model ranks first)", run=("token_accuracy",),
+          agent="token_accuracy", range=(0, 1)),
+    Chart("kl", "KL to the reference", agent="kl"),
+    Chart("entropy", "Entropy", agent="entropy"),
+    Chart("grad-norm", "Gradient norm (before clipping to optim.max_grad_norm)", agent="grad_norm"),
+    Chart("clip", "Clip ratio", agent="clip_region"),
+    Chart("clip-low", "Clipped below (ratio < 1 − ε low, negative advantage)", agent="clip_low"),
+    Chart("clip-high", "Clipped above (ratio > 1 + ε high, positive advantage)", agent="clip_high"),
+    Chart("zero-signal", "Groups without signal (equal rewards)", run=("zero_std_frac",), agent="zero_std_frac", range=(0, 1)),
+    Chart("adv-mean", "Advantage mean (0 unless shaping or masking moved it)", agent="adv/mean"),
+    Chart("adv-std", "Advantage spread (std)", agent="adv/std"),
+    Chart("ended", "Completions that ended on their own", agent="ended", range=(0, 1)),
+    Chart("mismatch", "Sampler/trainer mismatch, mean |Δ log p| (vLLM, async)", agent="mismatch/logp_diff"),
+    Chart("mismatch-capped", "Tokens whose importance weight was capped (vLLM, async)", agent="mismatch/capped", range=(0, 1)),
+    Chart("mismatch-weight", "Mean importance weight min(π trainer / π sampler, cap) (vLLM, async)", agent="mismatch/is_weight"),
+    Chart("async-staleness", "Rollout staleness: updates between sampling and training (async)", agent="async/staleness"),
+    Chart("async-wait", "Async: what each step waited for (s)", run=("async/wait_time", "async/push_time"),
+          labels=(("async/wait_time", "rollouts"), ("async/push_time", "weights to the sampler"))),
+    Chart("tool-calls", "Tool calls per candidate", run=("tool_calls",)),
+    Chart("tool-errors", "Tool calls that failed", run=("tool_errors",), range=(0, 1)),
+    Chart("dynamic", "Dynamic sampling: extra batches per step", run=("dynamic/extra_batches",)),
+    Chart("dynamic-kept", "Dynamic sampling: share of the step's tasks with a signal", run=("dynamic/signal_tasks",), range=(0, 1)),
+    Chart("len", "Completion length (tokens)", run=("completion_len",), agent="completion_len"),
+    Chart("step-time", "Step time (s)", run=("step_time", "rollout_time", "update_time"),
+          labels=(("step_time", "step"), ("rollout_time", "rollout"), ("update_time", "update"))),
+    Chart("tps", "Generated tokens / s", run=("tokens_per_s",)),
+)
+"""Every chart of the run page: the one list the page's script and the socket read. `tool_*` only
+runs whose agents call tools have, `dynamic/*` only runs with `grpo.dynamic_sampling`, `mismatch/*`
+only runs that sample with vLLM or `generation.async` (`training.grpo.sampler_mismatch`), `async/*`
+only runs with `generation.async`, `loss` run-wide and `token_accuracy` only SFT runs; a chart
+without points stays hidden. The summary card's table shows every metric of the latest step."""
+
+RUN_SERIES = tuple(dict.fromkeys(key for chart in CHARTS for key in chart.run))
+"""Run-wide metrics the page charts, and so streams (besides `REWARD_FN_PREFIX`'s)."""
+
+AGENT_SERIES = tuple(dict.fromkeys(chart.agent for chart in CHARTS if chart.agent))
+"""Per-agent metrics the page charts, and so streams."""
+
+RUN_NOT_CHARTED = {
+    "reward/std": "the spread of the step's rewards; whether groups carry a signal is charted (zero_std_frac, adv/std)",
+    "truncated": "1 − ended, which is charted per agent",
+    "ended": "charted per agent",
+    "turns": "turns per episode; the rollout viewer shows each episode's",
+    "segment_len": "tool runs: the longest segment between two calls (what max_new_tokens caps); completion_len is charted",
+    "generated_tokens": "a count; the rate (tokens_per_s) is charted",
+    "async/staleness": "the same for every agent: charted per agent",
+    "tokens": "SFT: assistant tokens in the step's batch, fixed by the data and sft.batch_size",
+}
+"""Run-wide metrics the engine reports that the page does not chart, and why (the summary card's
+table and the trackers still show them). tests/webapp/runs/test_charted_metrics.py fails when the
+engine reports a metric that is neither charted nor here."""
+
+AGENT_NOT_CHARTED = {
+    "reward/std": RUN_NOT_CHARTED["reward/std"],
+    "truncated": RUN_NOT_CHARTED["truncated"],
+    "lr": "the learning-rate schedule, which the config fixes (optim.lr, warmup, decay)",
+    "samples": "samples in the update, fixed by grpo.k and optim.tasks_per_step (less the groups without signal, charted)",
+    "tokens": RUN_NOT_CHARTED["tokens"],
+    "examples": "SFT: conversations in the step's batch, fixed by sft.batch_size",
+}
+"""Per-agent metrics the engine reports that the page does not chart, and why."""
+
+
+def chart_specs() -> list[dict[str, Any]]:
+    """The run page's charts as its script reads them (rendered into the page as JSON)."""
+    return [chart.spec() for chart in CHARTS]
 
 
 def metrics_message(*, run_id: int, since: int | None = None, until: int | None = None, total: int = 0,

@@ -66,7 +66,7 @@ def test_it_downsamples_a_long_run_in_the_backlog(alice, alice_world):
 def test_it_sends_nan_as_null_and_only_the_charted_series():
     message = run_series.metrics_delta({"step": 3, "total_steps": 4, "time": 1.0,
                                         "values": {"success": float("nan"), "reward/total": 1, "lr_unused": 2.0},
-                                        "agents": {"tool": {"kl": float("inf"), "grad_norm": 1.0}}})
+                                        "agents": {"tool": {"kl": float("inf"), "lr": 1e-4}}})
     assert message["run"] == {"success": [[3], [None]], "reward/total": [[3], [1.0]]}
     assert message["agents"]["tool"] == {"kl": [[3], [None]]}
 
