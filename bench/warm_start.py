@@ -211,6 +211,7 @@ def part_episodes(args: argparse.Namespace) -> dict[str, Any]:
 
     from agents.envs import load_environment
     from training.conversations import episode_rows
+    from training.data import load_tasks
     from training.warmstart import checkpoint_folder
 
     work = Path(args.work_dir) / "episodes"
@@ -219,7 +220,7 @@ def part_episodes(args: argparse.Namespace) -> dict[str, Any]:
                                  "--threads", str(args.threads), "--steps", str(args.source_steps), "--tasks", str(args.source_tasks)])
     config = learning.arm_config("prompt", largs).replace(**{"eval.every": 0, "checkpoint.every": 0})
     env = load_environment(config.topology.environment, **config.topology.env_args)
-    held_out = learning.held_out_tasks(env, largs)
+    _, held_out = load_tasks(config, env)  # the learning evidence's held-out tasks (`data.eval_seed`)
     payload: dict[str, Any] = {"part": "episodes", "command": command_line(), "machine_start": machine(), "held_out": len(held_out)}
     out = Path(args.out_dir) / "episodes.json"
 
@@ -235,13 +236,15 @@ def part_episodes(args: argparse.Namespace) -> dict[str, Any]:
         payload["source"] = train_run(config, source)
     stored = [json.loads(line) for line in (source / "rollouts.jsonl").read_text().splitlines()]
     best = [ep for ep in stored if ep.get("success")]
-    rows = {json.dumps(r, sort_keys=True): r for ep in best for r in episode_rows(ep)}  # identical rows once, as the web does
+    turns = [episode_rows(ep) for ep in best]
+    rows = {json.dumps(r, sort_keys=True): r for t in turns for r in t.rows}  # identical rows once, as the web does
     path = work / "best-episodes.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows.values()), encoding="utf-8")
     per_agent: dict[str, int] = {}
     for r in rows.values():
         per_agent[r["agent"]] = per_agent.get(r["agent"], 0) + 1
-    payload["episodes"] = {"stored": len(stored), "succeeded": len(best), "rows": len(rows), "per_agent": per_agent}
+    payload["episodes"] = {"stored": len(stored), "succeeded": len(best), "rows": len(rows), "per_agent": per_agent,
+                           "truncated_left_out": sum(t.truncated for t in turns)}
     print(f"  {len(best)} of {len(stored)} stored episodes succeeded: {per_agent}", flush=True)
     write_json(out, payload)
     if not rows:

@@ -26,16 +26,19 @@ SPECIALIZATIONS = ("single", "prompt", "lora", "full")
 SAMPLING_MODES = ("tree", "independent")
 SCALE_REWARDS = ("group", "batch", "none")
 LR_SCHEDULES = ("constant", "linear", "cosine")
-LOSS_AGGREGATION = {"grpo": "sequence", "bnpo": "token", "dr_grpo": "constant", "dapo": "token", "cispo": "token"}
-"""How each `grpo.loss_type` averages its per-token terms: `sequence` (each sequence's mean, then the
-mean over sequences), `token` (the mean over every token of the batch) or `constant` (the sum over
-(B * L)). The one table both the loss (`training.grpo.policy_loss`) and the trainer's micro-batch
-weights (`training.grpo.micro_batch_weight`) read."""
+LOSS_AGGREGATION = {"grpo": "sequence", "bnpo": "micro", "dr_grpo": "constant", "dapo": "token", "cispo": "token"}
+"""How each `grpo.loss_type` averages its per-token terms, the names meaning what TRL's mean:
+`sequence` (each sequence's mean, then the mean over sequences), `token` (the mean over every token
+of the whole accumulated batch, every rank's: TRL's `dapo`), `micro` (the mean over each
+micro-batch's tokens, then the mean over the step's micro-batches on every rank: TRL's `bnpo`) or
+`constant` (the sum over (B * L)). The one table both the loss (`training.grpo.policy_loss`) and the
+trainer's micro-batch weights (`training.grpo.micro_batch_weight`) read."""
 LOSS_TYPES = tuple(LOSS_AGGREGATION)
 RATIO_LEVELS = ("token", "sequence")
 BACKENDS = ("auto", "hf", "vllm")
 ASYNC_MODES = ("off", "one_step_off")
 ASYNC_SAMPLERS = ("auto", "process", "thread")
+ZERO_SIGNAL = ("drop", "count")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "4bit")
 PARALLEL_MODES = ("data", "agents", "fsdp")
@@ -283,7 +286,8 @@ class GRPOConfig:
     got the same reward (no signal), roll out up to this many more batches of other tasks and keep
     the tasks with a signal until the step has `optim.tasks_per_step` of them (0: off)."""
     loss_type: str = "dapo"
-    """Loss aggregation: `grpo` (per-sequence mean), `bnpo`/`dapo` (token mean over the batch),
+    """Loss aggregation, as TRL names them: `grpo` (per-sequence mean), `dapo` (token mean over the
+    whole accumulated batch), `bnpo` (token mean over each micro-batch, averaged over micro-batches),
     `dr_grpo` (sum / (B * L), L the most tokens a turn can hold: max_new_tokens, times
     1 + `generation.max_tool_calls` for an agent with tools), or `cispo` (CISPO's truncated, detached
     importance weight times the log-prob, token mean; MiniMax-M1). docs/grpo.md compares them."""
@@ -296,6 +300,13 @@ class GRPOConfig:
     leaves it uncapped."""
     cispo_cap: float = 5.0
     """Upper bound of CISPO's truncated importance weight (`loss_type: cispo`)."""
+    zero_signal: str = "drop"
+    """Groups whose candidates all got the same reward (zero advantages, no gradient) when
+    `beta` is 0: `drop` leaves them out of the update (no forward or backward for them, and out of
+    the loss's sample and token counts, as after DAPO's dynamic-sampling filter: the step's
+    gradient is larger by the share of samples without a signal, 2-2.2x in a step where half had
+    none, and `dr_grpo`'s B changes from step to step); `count` keeps them out of the forward but
+    in the counts, as TRL does (its gradient exactly). With `beta > 0` every group stays in."""
     mask_truncated: bool = False
     """Leave completions that hit their length cap out of the loss (TRL's
     `mask_truncated_completions`; DAPO's overlong filtering): a cut-off answer is not judged. With
@@ -321,13 +332,15 @@ class GRPOConfig:
     dropout off). False keeps dropout (e.g. `lora.dropout`) in the update's forward passes, old
     log-probs included."""
     importance_sampling: bool = True
-    """Correct for the sampler/trainer mismatch when vLLM samples: vLLM's kernels (and maybe its
-    dtype) give the sampled tokens other log-probs than the trainer computes, so each token's
-    policy-gradient term is weighted by min(pi_trainer / pi_vLLM, `importance_sampling_cap`):
-    truncated importance sampling (TIS, Yao et al. 2025, "Your Efficient RL Framework Secretly
-    Brings You Off-Policy RL Training"; TRL's `vllm_importance_sampling_correction`). The HF
-    backend samples with the trainer's own weights and needs none. The mismatch is reported per
-    agent as `mismatch/logp_diff` and `mismatch/capped` either way."""
+    """Correct for the sampler/trainer mismatch whenever another sampler than the trainer's current
+    weights drew the tokens: vLLM (its kernels, maybe its dtype, give the sampled tokens other
+    log-probs than the trainer computes) and `generation.async`'s sampler (the weights of one update
+    before). Each token's policy-gradient term is weighted by min(pi_trainer / pi_sampler,
+    `importance_sampling_cap`): truncated importance sampling (TIS, Yao et al. 2025, "Your Efficient
+    RL Framework Secretly Brings You Off-Policy RL Training"; TRL's
+    `vllm_importance_sampling_correction`). The synchronous HF backend samples with the trainer's own
+    weights and needs none. The mismatch is reported per agent as `mismatch/logp_diff` and
+    `mismatch/capped` either way; turning it off with `generation.async` logs a warning."""
     importance_sampling_cap: float = 2.0
     """The truncation C of the importance ratio (TIS's value; TRL 1.16's default is 3.0 with
     sequence-level masking). Higher: less bias, more variance."""
@@ -476,6 +489,10 @@ def config_warnings(config: RunConfig) -> list[str]:
         )
     if g.loss_type == "cispo" and g.delta is not None:
         out.append("grpo.delta has no effect with grpo.loss_type: cispo (CISPO truncates its weight at grpo.cispo_cap instead)")
+    if config.generation.async_ != "off" and not g.importance_sampling:
+        out.append(f"generation.async: {config.generation.async_} with grpo.importance_sampling: false trains on rollouts sampled by "
+                   "the weights of one update before with no correction for it (truncated importance sampling corrects the "
+                   "staleness, as it does vLLM's mismatch)")
     return out
 
 
@@ -691,6 +708,7 @@ class RunConfig:
         p.choice("grpo.sampling", g.sampling, SAMPLING_MODES)
         p.choice("grpo.scale_rewards", g.scale_rewards, SCALE_REWARDS)
         p.choice("grpo.loss_type", g.loss_type, LOSS_TYPES)
+        p.choice("grpo.zero_signal", g.zero_signal, ZERO_SIGNAL)
         p.choice("generation.backend", gen.backend, BACKENDS)
         p.choice("generation.async", gen.async_, ASYNC_MODES)
         p.choice("generation.async_sampler", gen.async_sampler, ASYNC_SAMPLERS)

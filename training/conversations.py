@@ -31,8 +31,8 @@ and the engine read a file the same way.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -201,17 +201,34 @@ def by_agent(conversations: Sequence[Conversation], config: RunConfig) -> dict[s
 # == a run's own episodes as examples =============================================================
 
 
-def episode_rows(data: Any) -> Iterator[dict[str, Any]]:
+@dataclass
+class EpisodeRows:
+    """An episode's turns as prompt-completion rows (`episode_rows`)."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    truncated: int = 0
+    """Chosen candidates left out because they hit the length cap (`truncated`): a row of one would
+    teach the agent to end its turn where the cap cut it, as `grpo.mask_truncated` keeps them out
+    of GRPO's loss."""
+
+
+def episode_rows(data: Any) -> EpisodeRows:
     """Each turn's chosen candidate of a stored episode (`training.rollout.Episode.to_dict`) as a
-    prompt-completion row for the agent that wrote it (none for a turn without text): the turn's
-    prompt, and the candidate's text, or its segments with each tool call's result between them."""
+    prompt-completion row for the agent that wrote it (none for a turn without text, none for a
+    candidate cut off at the length cap): the turn's prompt, and the candidate's text, or its
+    segments with each tool call's result between them."""
+    out = EpisodeRows()
     for turn in data.get("turns", []) if isinstance(data, dict) else []:
         candidates, chosen = turn.get("candidates") or [], turn.get("chosen", 0)
         if not (isinstance(chosen, int) and 0 <= chosen < len(candidates)) or not turn.get("prompt") or not turn.get("agent"):
             continue
-        completion = completion_of(candidates[chosen])
-        if completion:
-            yield {"agent": turn["agent"], "prompt": turn["prompt"], "completion": completion}
+        candidate = candidates[chosen]
+        completion = completion_of(candidate)
+        if completion and candidate.get("truncated"):
+            out.truncated += 1
+        elif completion:
+            out.rows.append({"agent": turn["agent"], "prompt": turn["prompt"], "completion": completion})
+    return out
 
 
 def completion_of(candidate: dict[str, Any]) -> str | list[dict[str, str]]:

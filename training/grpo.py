@@ -135,8 +135,9 @@ def policy_loss(
     (`truncated_importance_weights`); None means w_t = 1 (the trainer's own weights sampled).
     They weight the policy-gradient term only, not the KL penalty. Aggregation by `loss_type`:
       grpo     mean over each sequence's tokens, then over sequences (the GRPO paper)
-      bnpo     sum over tokens / number of tokens in the batch
-      dapo     the same here; DAPO divides by the tokens of the whole accumulated batch, so a
+      bnpo     sum over tokens / number of tokens in this call's batch; a trainer accumulating
+               micro-batches averages the calls (TRL's bnpo, `micro_batch_weight`)
+      dapo     the same per call; DAPO divides by the tokens of the whole accumulated batch, so a
                trainer accumulating micro-batches must weight each call by its token share
       dr_grpo  sum over tokens / (B * max_completion_length)  (max_completion_length defaults to T)
       cispo    the CISPO term (`cispo_term`), token mean like dapo
@@ -164,7 +165,7 @@ def policy_loss(
     aggregation = _aggregation(loss_type)
     if aggregation == "sequence":
         return sequence_mean_loss(per_token, mask)
-    if aggregation == "token":
+    if aggregation in ("token", "micro"):  # `micro`: this call's token mean; the step averages the calls
         return token_mean_loss(per_token, mask)
     return constant_length_loss(per_token, mask, max_completion_length or mask.shape[1])
 
@@ -175,12 +176,17 @@ def _aggregation(loss_type: str) -> str:
     return LOSS_AGGREGATION[loss_type]
 
 
-def micro_batch_weight(loss_type: str, mask: Tensor, *, n_samples: int, n_tokens: int) -> float:
+def micro_batch_weight(loss_type: str, mask: Tensor, *, n_samples: int, n_tokens: int, n_micro: int = 1) -> float:
     """The weight of one micro-batch's `policy_loss` when a step accumulates several, so that the
-    weighted sum equals the loss of the whole batch: its share of the batch's tokens for a token
-    mean, its share of the sequences otherwise. mask: (B, T) of this micro-batch; `n_samples` and
-    `n_tokens`: the whole batch's sequences and loss tokens."""
-    if _aggregation(loss_type) == "token":
+    weighted sum is the step's loss: its share of the batch's tokens for a token mean (`dapo`, the
+    loss of the whole batch), its share of the sequences for a sequence mean or a constant, and
+    1 / `n_micro` for `bnpo` (TRL's: the mean of the micro-batches' token means). mask: (B, T) of
+    this micro-batch; `n_samples`, `n_tokens` and `n_micro`: the whole step's sequences, loss
+    tokens and micro-batches, every rank's."""
+    aggregation = _aggregation(loss_type)
+    if aggregation == "micro":
+        return 1.0 / max(n_micro, 1)
+    if aggregation == "token":
         return float(mask.sum()) / max(n_tokens, 1)
     return mask.shape[0] / max(n_samples, 1)
 

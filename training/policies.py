@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 from peft import LoraConfig as PeftLoraConfig
-from peft import PeftModel, get_peft_model, prepare_model_for_kbit_training, set_peft_model_state_dict
+from peft import PeftModel, get_peft_model, get_peft_model_state_dict, prepare_model_for_kbit_training, set_peft_model_state_dict
 from safetensors.torch import load_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -52,6 +52,10 @@ class Policy:
     params: list[torch.nn.Parameter] = field(default_factory=list)
     ref_model: PreTrainedModel | None = None
     """Frozen reference copy for the KL term (single/prompt/full with beta > 0)."""
+    ref_adapter: str | None = None
+    """lora: a frozen adapter holding the weights the run started from (`pin_reference`), the
+    reference for the KL term; None: the base with the adapters disabled (a fresh adapter is the
+    identity, so that is the starting policy)."""
 
     @contextlib.contextmanager
     def active(self) -> Iterator[PreTrainedModel]:
@@ -66,14 +70,38 @@ class Policy:
 
     @contextlib.contextmanager
     def reference(self) -> Iterator[PreTrainedModel]:
-        """The frozen reference policy for the KL penalty."""
-        if self.adapter is not None:
+        """The frozen reference policy for the KL penalty: the policy the run started from."""
+        if self.adapter is not None and self.ref_adapter is not None:
+            assert isinstance(self.model, PeftModel)
+            self.model.set_adapter(self.ref_adapter)
+            try:
+                yield self.model
+            finally:
+                with self.active():  # back to this policy's adapter, trainable as before
+                    pass
+                self.model.set_requires_grad(self.ref_adapter, requires_grad=False)
+        elif self.adapter is not None:
             assert isinstance(self.model, PeftModel)
             with self.model.disable_adapter():
                 yield self.model
         else:
             assert self.ref_model is not None, "reference model is only built when grpo.beta > 0"
             yield self.ref_model
+
+    def pin_reference(self) -> None:
+        """Make the weights this policy holds now (a warm start's, `model.init_from`) its KL
+        reference, as GRPO and TRL measure the KL to the policy a run starts from: copied into the
+        reference model, or (lora) into a frozen adapter of its own beside the policy's."""
+        if self.ref_model is not None:
+            self.ref_model.load_state_dict(self.model.state_dict())
+        elif self.adapter is not None:
+            assert isinstance(self.model, PeftModel)
+            name = self.ref_adapter or f"{self.adapter}@reference"  # `@` is in no agent's name: no adapter has it
+            if self.ref_adapter is None:
+                self.model.add_adapter(name, self.model.peft_config[self.adapter])
+            set_peft_model_state_dict(self.model, get_peft_model_state_dict(self.model, adapter_name=self.adapter), adapter_name=name)
+            self.model.set_requires_grad(name, requires_grad=False)
+            self.ref_adapter = name
 
 
 @dataclass

@@ -14,13 +14,16 @@ Micro-batches accumulate gradients, each weighted by its share of the batch's as
 the step equals one pass over the whole batch (TRL's `num_items_in_batch`). Tested against TRL on
 the same batch (tests/training/test_sft_exactness.py).
 
-Where the masks come from: TRL reads them from `{% generation %}` blocks in the chat template, which
-few templates have. Here each assistant message's span is the text that rendering the conversation
-up to it adds after rendering the messages before it with a generation prompt; the tokens inside
-those spans are the ones learned. For a template with `{% generation %}` blocks around the
-assistant's content and its end-of-turn this gives TRL's masks (tested). A prompt-completion line
-(a run's own episode, `encode_completion`) learns its completion and the end of turn, as TRL's
-`completion_only_loss` does.
+Where the masks come from: TRL reads them from `{% generation %}` blocks in the chat template, and
+for a template without them it swaps in the training twin it ships (Qwen, Llama 3, Gemma, Phi,
+DeepSeek, ...). `encode` does the same (`masking_template`), so those templates get TRL's masks
+exactly (tested against each twin). For a template TRL does not know (the bundled SmolLM2's), each
+assistant message's learned span is its content and its end-of-turn token, found in the rendered
+text: from where the conversation before it, rendered with a generation prompt, ends (for an
+opening message, after the assistant header: an injected system prompt stays context), to its end
+of turn. A prompt-completion line (a run's own episode, `encode_completion`) learns its completion
+and each end of turn (after a tool call too, as GRPO learns the model's own end-of-turn token), as
+TRL's `completion_only_loss` does.
 
 The rest is the GRPO trainer's machinery: policies per specialization (`training.policies`), the
 optimizer and learning-rate schedule, checkpoints in HF/PEFT format with optimizer and RNG state
@@ -72,14 +75,48 @@ class Example:
     line: int = 0
 
 
-def encode(tokenizer: Any, messages: Sequence[dict[str, Any]], *, tools: Any = None, max_length: int | None = None) -> tuple[list[int], list[int]]:
+UNSET: Any = object()
+
+
+def masking_template(tokenizer: Any) -> str | None:
+    """The chat template whose `{% generation %}` blocks mark the assistant's tokens, as TRL's
+    SFTTrainer masks them (`assistant_only_loss`): the tokenizer's own when it has the blocks, else
+    the training twin TRL ships for it (the same text, with the blocks: Qwen, Llama 3, Gemma, Phi,
+    DeepSeek, ...); None for a template TRL does not know (the bundled SmolLM2's), which `encode`
+    then masks itself."""
+    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+
+    template = tokenizer.chat_template
+    if not template:
+        return None
+    try:
+        return get_training_chat_template(tokenizer) or template  # None: the template has the blocks and needs no patch
+    except ValueError:  # not one TRL ships a training twin of
+        return template if has_generation_markers(template) else None
+
+
+def encode(tokenizer: Any, messages: Sequence[dict[str, Any]], *, tools: Any = None, max_length: int | None = None,
+           template: str | None = UNSET) -> tuple[list[int], list[int]]:
     """(input ids, assistant mask) of a conversation rendered with the tokenizer's chat template.
 
-    Message i's span is `render(messages[:i+1])` minus `render(messages[:i], generation prompt)`;
-    a template that renders a conversation's beginning differently once more follows cannot be
-    masked this way, and raises ValueError."""
+    With a `masking_template` (pass it to skip looking it up for each conversation) the mask is
+    its `{% generation %}` blocks', as TRL's. Otherwise the learned tokens of assistant message i
+    are its content (with the tool calls it renders) and its end of turn, nothing the template puts
+    around them: its span starts where `render(messages[:i], generation prompt)` ends (for an
+    opening message: after the assistant header, past any system prompt the template injects) and
+    ends with the first end-of-turn token (`end_of_turn`) after its content (the whole rest of
+    `render(messages[:i+1])` when it writes none). A template that renders a conversation's
+    beginning differently once more follows cannot be masked this way, and raises ValueError."""
     msgs = list(messages)
+    template = masking_template(tokenizer) if template is UNSET else template
+    if template is not None:
+        out = tokenizer.apply_chat_template(msgs, tools=tools, chat_template=template, tokenize=True, return_dict=True,
+                                            return_assistant_tokens_mask=True)
+        ids, mask = list(out["input_ids"]), [int(m) for m in out["assistant_masks"]]
+        return (ids[:max_length], mask[:max_length]) if max_length is not None else (ids, mask)
     full = tokenizer.apply_chat_template(msgs, tools=tools, tokenize=False)
+    end = end_of_turn(tokenizer)
+    end_text = tokenizer.decode([end], skip_special_tokens=False) if end is not None else ""
     spans = []
     for i, m in enumerate(msgs):
         if m["role"] != "assistant":
@@ -89,11 +126,11 @@ def encode(tokenizer: Any, messages: Sequence[dict[str, Any]], *, tools: Any = N
         if not (upto.startswith(before) and full.startswith(upto)):
             raise ValueError(f"the chat template renders the conversation before message {i} differently once more follows, "
                              "so its assistant tokens cannot be told apart")
-        if i == 0:  # an opening assistant message: its header is what a generation prompt alone renders
-            before = _generation_prompt(tokenizer, tools)
-            if not upto.startswith(before):
-                before = ""
-        spans.append((len(before), len(upto)))
+        start = len(before) if i else _opening_start(tokenizer, tools, upto, str(m.get("content") or ""))
+        content = str(m.get("content") or "")
+        after = start + len(content) if content and upto.startswith(content, start) else start
+        stop = upto.find(end_text, after) if end_text else -1
+        spans.append((start, stop + len(end_text) if stop >= 0 else len(upto)))
     enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
     ids = list(enc["input_ids"])
     mask = [int(any(s <= start < e for s, e in spans)) for start, _ in enc["offset_mapping"]]
@@ -102,12 +139,22 @@ def encode(tokenizer: Any, messages: Sequence[dict[str, Any]], *, tools: Any = N
     return ids, mask
 
 
-def _generation_prompt(tokenizer: Any, tools: Any) -> str:
+def _opening_start(tokenizer: Any, tools: Any, upto: str, content: str) -> int:
+    """Where an opening assistant message's own text starts in `upto` (the conversation rendered up
+    to it): after the assistant header, which is what a generation prompt adds after a user
+    message; a system prompt the template injects before it stays context. Falls back to where its
+    content starts, then to 0."""
+    probe = [{"role": "user", "content": "\x00"}]
     try:
-        text = tokenizer.apply_chat_template([], tools=tools, tokenize=False, add_generation_prompt=True)
-    except Exception:  # a template that cannot render an empty conversation may raise anything jinja raises
-        return ""
-    return text if isinstance(text, str) else ""
+        bare = tokenizer.apply_chat_template(probe, tools=tools, tokenize=False)
+        prompted = tokenizer.apply_chat_template(probe, tools=tools, tokenize=False, add_generation_prompt=True)
+    except Exception:  # a template may raise anything jinja raises
+        bare = prompted = ""
+    header = prompted[len(bare):] if isinstance(prompted, str) and isinstance(bare, str) and prompted.startswith(bare) else ""
+    if header and (at := upto.find(header)) >= 0:
+        return at + len(header)
+    at = upto.find(content) if content else -1
+    return max(at, 0)
 
 
 def agent_tools(config: RunConfig, agent: str, tokenizer: Any) -> Any:
@@ -132,10 +179,11 @@ def end_of_turn(tokenizer: Any) -> int | None:
 def encode_completion(tokenizer: Any, prompt: str, completion: Sequence[dict[str, Any]], *, tools: Sequence[Any] = (),
                       max_length: int | None = None) -> tuple[list[int], list[int]]:
     """(input ids, mask) of a prompt-completion example: the prompt's tokens (context), then each
-    assistant message's tokens (learned) with, between them, each tool result framed as the turn
-    framed it when the agent called the tool (`training.tool_turns.result_ids`: context), and the
-    end of turn after the last assistant message (learned, as TRL appends the end-of-sequence token
-    to a completion).
+    assistant message's tokens and its end of turn (learned: after a tool call too, as a rollout's
+    segment that ends with the model's end-of-turn token is learned in GRPO; after the last message
+    as TRL appends the end-of-sequence token to a completion) with, between them, each tool result
+    framed as the turn framed it when the agent called the tool (`training.tool_turns.result_ids`:
+    context).
 
     The prompt and each piece are tokenized on their own, as the rollout tokenized the prompt and
     the model generated after it; so the tokens are the rollout's, up to how the model's decoded text
@@ -143,24 +191,25 @@ def encode_completion(tokenizer: Any, prompt: str, completion: Sequence[dict[str
     ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
     mask = [0] * len(ids)
     supported = tool_turns.tool_support(tokenizer)
+    end = end_of_turn(tokenizer)
+    ended: tuple[int, ...] = () if end is None else (int(end),)
     last_text = ""
-    for m in completion:
+    for i, m in enumerate(completion):
         if m["role"] == "assistant":
             last_text = m["content"]
             piece = list(tokenizer(last_text, add_special_tokens=False)["input_ids"])
+            if i == len(completion) - 1 or completion[i + 1]["role"] != "assistant":
+                piece += ended  # the message's end of turn, learned
             ids += piece
             mask += [1] * len(piece)
         else:
             call = ToolCall(m.get("name") or "tool", {}, result=m["content"])
-            segment = Generation(token_ids=tuple(tokenizer(last_text, add_special_tokens=False)["input_ids"]), text=last_text, truncated=False)
+            written = tuple(tokenizer(last_text, add_special_tokens=False)["input_ids"]) + ended
+            segment = Generation(token_ids=written, text=last_text, truncated=False)
             frame = tool_turns.result_ids(tokenizer, [{"role": "user", "content": "."}], list(tools), segment, call,
-                                          supported=supported, end_ids=())
+                                          supported=supported, end_ids=ended)  # the end of turn written above is not repeated
             ids += frame
             mask += [0] * len(frame)
-    end = end_of_turn(tokenizer)
-    if completion and completion[-1]["role"] == "assistant" and end is not None:
-        ids.append(int(end))
-        mask.append(1)
     if max_length is not None:
         ids, mask = ids[:max_length], mask[:max_length]
     return ids, mask
@@ -169,6 +218,7 @@ def encode_completion(tokenizer: Any, prompt: str, completion: Sequence[dict[str
 def examples_for(config: RunConfig, conversations: dict[str, list[Conversation]], policy: Policy) -> list[Example]:
     """The policy's agents' examples, agent by agent, in file order."""
     out = []
+    template = masking_template(policy.tokenizer)
     for agent in policy.agents:
         tools = agent_tools(config, agent, policy.tokenizer)
         for conv in conversations.get(agent, []):
@@ -177,7 +227,7 @@ def examples_for(config: RunConfig, conversations: dict[str, list[Conversation]]
                     ids, mask = encode_completion(policy.tokenizer, conv.prompt, conv.messages,
                                                   tools=[load_tool(n) for n in config.agent(agent).tools], max_length=config.sft.max_length)
                 else:
-                    ids, mask = encode(policy.tokenizer, conv.messages, tools=tools, max_length=config.sft.max_length)
+                    ids, mask = encode(policy.tokenizer, conv.messages, tools=tools, max_length=config.sft.max_length, template=template)
             except ValueError as exc:
                 raise ValueError(f"{config.sft.path} line {conv.line}: {exc}") from None
             if sum(mask):
@@ -208,7 +258,10 @@ def token_nll(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[t
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits  # (B, T, V)
     logits = logits[:, :-1].float()  # (B, T-1, V) position t predicts token t+1
     target = batch["input_ids"][:, 1:]  # (B, T-1)
-    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")  # (B, T-1)
+    # over flat (N, V) rows, as TRL's loss does: the (B, V, T) form reduces over a strided vocabulary
+    # and lost about 15x the precision on a real one
+    nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none")  # (B*(T-1),)
+    nll = nll.view(target.shape)  # (B, T-1)
     hit = logits.argmax(-1) == target  # (B, T-1)
     counted = batch["loss_mask"][:, 1:].bool() & batch["attention_mask"][:, 1:].bool()  # (B, T-1)
     return nll, hit, counted

@@ -279,12 +279,15 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink, 
     placed: dict[str, list[Sample]] = {}
     if sampler.vllm is not None and rollouts is None:
         sampler.vllm.sleep()  # give the GPU memory to the update (an async sampler is generating during it)
+    counted = cfg.grpo.zero_signal == "count"  # groups without a signal stay in the loss's counts, as in TRL
     for policy in sampler.policies.trainable():
         samples = [
             Sample(turn.agent, turn.prompt_ids, c.generation.token_ids, c.advantage, sampler.train_temperature(turn.agent),
-                   c.generation.logprobs, masked=cfg.grpo.mask_truncated and c.generation.truncated, mask=c.generation.mask)
+                   c.generation.logprobs, masked=cfg.grpo.mask_truncated and c.generation.truncated, signal=turn.group in updated,
+                   mask=c.generation.mask)
             for turn, c in cands
-            if turn.agent in policy.agents and cfg.agent(turn.agent).trainable and turn.group in updated and c.generation.token_ids
+            if turn.agent in policy.agents and cfg.agent(turn.agent).trainable and (counted or turn.group in updated)
+            and c.generation.token_ids
         ]
         if sampler.placement is not None:
             placed[policy.name] = samples  # updated below, each on its own rank group

@@ -35,9 +35,13 @@ class Sample:
     temperature: float = 1.0
     """The temperature the completion was sampled at; log-probs are scored at the same one."""
     logprobs: tuple[float, ...] | None = None
-    """The sampler's log-probs of `completion_ids` when vLLM sampled them (for the importance weights)."""
+    """The sampler's log-probs of `completion_ids` when another sampler than the trainer's weights drew
+    them (vLLM, or `generation.async`'s sampler): the importance weights' denominator."""
     masked: bool = False
     """Left out of the loss but kept in the batch (`grpo.mask_truncated`: it hit the length cap)."""
+    signal: bool = True
+    """False: its group's rewards were all equal (zero advantage, no gradient); it is counted in the
+    loss's normaliser but not forwarded (`grpo.zero_signal: count`)."""
     mask: tuple[int, ...] | None = None
     """Per completion token: 1 the model wrote it, 0 a tool result spliced in (no loss on it, but
     the model saw it); None: every token is the model's."""
@@ -53,8 +57,11 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
     for group in policy.optimizer.param_groups:
         group["lr"] = lr
     n_samples, total_tokens = dist.sum([len(samples), sum(len(s.completion_ids) if s.mask is None else sum(s.mask)
-                                                          for s in samples if not s.masked)])
-    if not n_samples:
+                                                          for s in samples if not s.masked)])  # the loss's normaliser
+    samples = [s for s in samples if s.signal]  # the ones forwarded
+    micro = _micro_batches(samples, cfg.optim.micro_batch_size, cfg.optim.micro_batch_tokens)
+    n_forwarded, n_micro = dist.sum([len(samples), len(micro)])
+    if not n_forwarded:
         return {"lr": lr, "samples": 0.0}
     # dr_grpo's constant: the most tokens the policy's agents can write in a turn (Dr. GRPO; TRL's
     # max_completion_length), not the longest completion of this step
@@ -62,7 +69,6 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
     g = cfg.grpo
     pad = policy.tokenizer.pad_token_id or 0
     device = next(policy.model.parameters()).device
-    micro = _micro_batches(samples, cfg.optim.micro_batch_size, cfg.optim.micro_batch_tokens)
     batches = [{k: v.to(device) for k, v in _collate(mb, pad).items()} for mb in micro]
     temps = [mb[0].temperature for mb in micro]
     real = len(batches)  # FSDP: every rank runs as many passes; the extra ones add zero gradients
@@ -100,7 +106,7 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
                 old_i = old[i]
                 old_logp = old_i if old_i is not None else logp.detach()  # (B, T)
                 mask = b["loss_mask"]  # (B, T)
-                if "sampler_logp" in b and not mismatch[i]:  # vLLM sampled: weigh by pi_old / pi_vLLM, once per batch
+                if "sampler_logp" in b and not mismatch[i]:  # another sampler drew them: weigh by pi_old / pi_sampler, once per batch
                     mismatch[i] = sampler_mismatch(old_logp, b["sampler_logp"], mask, cap=g.importance_sampling_cap)
                     if g.importance_sampling:
                         is_w[i] = truncated_importance_weights(old_logp, b["sampler_logp"], mask, cap=g.importance_sampling_cap)
@@ -120,7 +126,7 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
                     delta=g.delta,
                     cispo_cap=g.cispo_cap,
                 )
-                weight = micro_batch_weight(g.loss_type, mask, n_samples=int(n_samples), n_tokens=int(total_tokens))
+                weight = micro_batch_weight(g.loss_type, mask, n_samples=int(n_samples), n_tokens=int(total_tokens), n_micro=int(n_micro))
                 (loss * weight).backward()
                 n_tok = float(mask.sum())
                 sums["loss"] += float(loss.detach()) * weight
@@ -145,7 +151,7 @@ def update_policy(policy: Policy, samples: list[Sample], cfg: RunConfig, step: i
         sums = merged
     tok = max(sums.pop("_tokens", 0.0), 1.0)
     out = {k: v / (tok if k != "loss" else g.num_iterations) for k, v in sums.items()}
-    out.update(grad_norm=grad_norm, lr=lr, samples=float(n_samples))
+    out.update(grad_norm=grad_norm, lr=lr, samples=float(n_forwarded))
     return out
 
 def _micro_batches(samples: list[Sample], size: int, budget: int) -> list[list[Sample]]:
@@ -203,7 +209,7 @@ def _collate(samples: list[Sample], pad: int) -> dict[str, torch.Tensor]:
         "loss_mask": comp.float() * tokens * loss,  # (B, Tc)
         "advantages": torch.tensor([s.advantage for s in samples], dtype=torch.float32),  # (B,)
     }
-    if all(s.logprobs is not None for s in samples):  # vLLM sampled them
+    if all(s.logprobs is not None for s in samples):  # vLLM or the async sampler drew them
         batch["sampler_logp"] = sampler_logp  # (B, Tc)
     return batch
 

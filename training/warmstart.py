@@ -94,5 +94,7 @@ def init_from(config: RunConfig, policies: PolicySet) -> WarmStart | None:
         if adapter and source is not None and source.model.source != config.model.source:
             raise ConfigError(where, f"the adapter {src} was trained on {source.model.source}, this run's base is {config.model.source}")
         load_policy_folder(pol, src)
+        if config.grpo.beta > 0 and pol.trainable:
+            pol.pin_reference()  # the KL is to the policy the run starts from, not the base before the warm start
         loaded[name] = theirs
     return WarmStart(folder, _step_of(folder), loaded)

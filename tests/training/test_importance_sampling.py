@@ -148,3 +148,25 @@ def test_the_update_reports_the_mismatch_and_weighs_by_it(make_config) -> None:
     uncorrected, d_uncorrected = run((1.0, 0.0, -0.5), False)
     assert uncorrected["mismatch/capped"] == pytest.approx(1 / 3)  # reported either way
     assert same_step(d_uncorrected, d_off)  # off: the sampler's numbers do not enter the loss
+
+
+def test_groups_without_a_signal_count_in_the_normaliser_as_in_trl_when_asked(make_config) -> None:
+    """`grpo.zero_signal: count` gives TRL's step exactly: zero-advantage samples forwarded (adding
+    nothing but their tokens to the denominator) or only counted are the same update; `drop` (the
+    default, DAPO's filtering) leaves them out of the counts too, so its step is larger."""
+    from training.policies import build_policies
+    from training.update import Sample, update_policy
+
+    def step(mode: str, *, forward_silent: bool) -> torch.Tensor:
+        cfg = make_config("single", **{"optim.max_grad_norm": 1e6, "grpo.zero_signal": mode})
+        policy = build_policies(cfg, device=torch.device("cpu")).policies["shared"]
+        policy.optimizer = torch.optim.SGD(policy.params, lr=1.0)  # the step is the gradient
+        live = [Sample("writer", (1, 2, 3), (5 + i, 6, 7), adv) for i, adv in enumerate([1.0, -1.0])]
+        silent = [Sample("writer", (1, 2, 4), (9, 8, 7, 6), 0.0, signal=forward_silent) for _ in range(2)]
+        before = [p.detach().clone() for p in policy.params]
+        update_policy(policy, live + (silent if mode == "count" or forward_silent else []), cfg, step=1)
+        return torch.cat([(p.detach() - b).flatten() for p, b in zip(policy.params, before)])
+
+    counted, forwarded, dropped = step("count", forward_silent=False), step("count", forward_silent=True), step("drop", forward_silent=False)
+    torch.testing.assert_close(counted, forwarded, rtol=1e-5, atol=1e-8)
+    assert float(dropped.norm()) > 1.5 * float(counted.norm())  # 7 of 14 tokens had a signal: about twice the step

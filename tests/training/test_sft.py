@@ -100,7 +100,7 @@ def test_only_the_assistant_tokens_are_learned_not_prompts_or_tool_results():
     ids, mask = encode(tok, CONVERSATIONS[1]["messages"])
     learned = tok.decode([i for i, m in zip(ids, mask) if m])
     context = tok.decode([i for i, m in zip(ids, mask) if not m])
-    assert learned == "calc<|im_end|>\naa<|im_end|>\n"
+    assert learned == "calc<|im_end|>aa<|im_end|>"  # each message's content and its end of turn, not the newline after it
     assert "RESULT" in context and "Repeat aa" in context and "<|im_start|>assistant\n" in context
     assert encode(tok, CONVERSATIONS[1]["messages"], max_length=5) == (ids[:5], mask[:5])
 

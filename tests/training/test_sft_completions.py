@@ -56,8 +56,8 @@ def test_only_the_completion_and_its_end_of_turn_are_learned_not_the_prompt_or_t
     ids, mask = encode_completion(tok, PROMPT, turn, tools=[load_tool("calculator")])
     learned = tok.decode([i for i, m in zip(ids, mask) if m])
     context = tok.decode([i for i, m in zip(ids, mask) if not m])
-    assert learned == "<tool_call>x</tool_call>bb<|im_end|>"
-    assert "RESULT" in context and context.endswith("<|im_start|>assistant\n")
+    assert learned == "<tool_call>x</tool_call><|im_end|>bb<|im_end|>"  # the end of turn after the call is the model's, as in GRPO
+    assert "RESULT" in context and context.endswith("<|im_start|>assistant\n") and "<|im_end|>\n<|im_start|>tool" not in context
 
 
 def test_an_sft_run_learns_from_prompt_completion_lines(make_config, tmp_path):

@@ -133,3 +133,12 @@ def test_held_out_success_per_agent_is_the_environments_outcome(make_config):
     assert result["team"]["success"] == 0.0
     assert {name: a["success"] for name, a in result["agents"].items()} == {"writer": 0.0, "echo": 0.0}
     assert result["agents"]["writer"]["reward"] == pytest.approx(0.1)
+
+
+def test_async_rollouts_without_importance_sampling_are_warned_about(make_config):
+    from training.config import config_warnings
+
+    config = make_config("lora", **{"generation.async": "one_step_off", "grpo.importance_sampling": False})
+    (warning,) = [w for w in config_warnings(config) if "generation.async" in w]
+    assert "no correction" in warning
+    assert not [w for w in config_warnings(config.replace(**{"grpo.importance_sampling": True})) if "generation.async" in w]

@@ -39,7 +39,7 @@ def test_it_samples_k_candidates_from_the_identical_prompt(make_config, monkeypa
             assert turn.candidates[turn.chosen].reward == best
     # the episode continued from the chosen candidate: the echo agent saw the writer's chosen text
     first = episodes[0]
-    chosen_text = first.turns[0].candidates[first.turns[0].chosen].text
+    chosen_text = first.turns[0].candidates[first.turns[0].chosen].generation.text
     assert chosen_text in first.turns[1].prompt
 
 

@@ -82,3 +82,31 @@ def test_a_grpo_run_starts_from_the_warm_start(make_config, tmp_path):
 
     train(config.replace(**{"model.init_from.run": str(tmp_path / "src"), "optim.steps": 1}), out_dir=tmp_path / "out", sink=Sink())
     assert any(m.startswith(f"started from {tmp_path / 'src' / 'checkpoints' / 'step-000003'} (step 3)") for m in logs)
+
+
+@pytest.mark.parametrize("specialization", ["single", "prompt", "lora", "full"])
+def test_after_a_warm_start_the_kl_reference_is_the_policy_the_run_starts_from(make_config, tmp_path, specialization):
+    """GRPO and TRL measure the KL to the policy a run starts from: after `model.init_from`, not the
+    base from before the warm start (whose KL at the first update was 0.115 in the report)."""
+    config = make_config(specialization).replace(**{"grpo.beta": 0.1})
+    _trained_run(config, tmp_path / "src")
+    config = config.replace(**{"model.init_from.run": str(tmp_path / "src")})
+    policies = build_policies(config, device=torch.device("cpu"))
+    init_from(config, policies)
+    ids = torch.tensor([[1, 5, 9, 2, 7, 3]])
+    for policy in policies.trainable():
+        with torch.no_grad():
+            with policy.active() as model:
+                mine = model(input_ids=ids).logits  # (1, T, V)
+            with policy.reference() as ref:
+                theirs = ref(input_ids=ids).logits  # (1, T, V)
+        assert torch.equal(mine, theirs), policy.name
+        with policy.active():  # the policy trains on after its reference was read; the reference does not
+            assert policy.params and all(p.requires_grad for p in policy.params)
+            with torch.no_grad():
+                for p in policy.params:
+                    p.add_(0.1)
+            with torch.no_grad():
+                moved = policy.model(input_ids=ids).logits
+        with torch.no_grad(), policy.reference() as ref:
+            assert torch.equal(ref(input_ids=ids).logits, theirs) and not torch.equal(moved, theirs), policy.name

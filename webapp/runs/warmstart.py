@@ -56,6 +56,8 @@ class EpisodeSet:
     """Chosen candidates left out because an identical (agent, prompt, completion) came before."""
     left_out: int = 0
     """Rows past the upload limits (TROUPE_UPLOAD_MAX_ROWS, TROUPE_UPLOAD_MAX_BYTES): the oldest episodes'."""
+    truncated: int = 0
+    """Chosen candidates left out because the length cap cut them (`training.conversations.EpisodeRows`)."""
 
     @property
     def rule(self) -> str:
@@ -97,7 +99,9 @@ def warm_start_set(*, run: Run, threshold: float | None = None) -> EpisodeSet:
     size = 0
     for data in chosen.order_by("-step", "episode").values_list("data", flat=True).iterator():
         out.episodes += 1
-        for row in episode_rows(data):
+        turns = episode_rows(data)
+        out.truncated += turns.truncated
+        for row in turns.rows:
             key = json.dumps(row, sort_keys=True)
             if key in seen:
                 out.duplicates += 1

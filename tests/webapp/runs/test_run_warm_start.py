@@ -58,6 +58,19 @@ def test_it_keeps_the_continued_candidates_of_the_episodes_that_succeeded_per_ag
         {"role": "assistant", "content": "It is 42."}]}
     assert reasoner == {"agent": "reasoner", "prompt": REASONER_PROMPT, "completion": "#### 42"}
     assert episodes.samples()["reasoner"] == [{"prompt": REASONER_PROMPT, "completion": "#### 42"}]
+    assert episodes.truncated == 0
+
+
+def test_a_candidate_cut_off_at_the_length_cap_is_left_out_and_counted(alice, finished):
+    """A row of a cut-off candidate would teach its agent to stop where the cap cut it."""
+    rollout = finished.rollouts.get(step=1)
+    rollout.data["turns"][1]["candidates"][0]["truncated"] = True
+    rollout.save()
+    episodes = warm_start_set(run=finished)
+    assert episodes.truncated == 1  # the step-1 reasoner's; step 2's copy of the same turn is kept
+    assert episodes.counts == {"tool": 1, "reasoner": 1} and episodes.duplicates == 1
+    page = alice.client.get(f"/runs/{finished.pk}/warm-start/")
+    assert "1 turn cut off at the length cap is left out" in page.content.decode()
 
 
 def test_it_keeps_the_newest_examples_within_the_upload_limits(finished, settings):
