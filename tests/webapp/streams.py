@@ -37,21 +37,50 @@ def orm(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:
     return database_sync_to_async(fn)(*args, **kwargs)
 
 
-def socket(run_id: int, client: Client | None, query: str = "") -> WebsocketCommunicator:
+class Socket(WebsocketCommunicator):
+    """A websocket to the app whose handshake and close wait for the consumer (its checks read the
+    database in a thread, on its own schedule) up to 30 s, a safety net for a hang; Channels'
+    default of 1 s is a guess that a busy machine can miss."""
+
+    async def connect(self, timeout: float = 30.0) -> Any:
+        return await super().connect(timeout)
+
+    async def disconnect(self, code: int = 1000, timeout: float = 30.0) -> None:
+        await super().disconnect(code, timeout)
+
+
+def socket(run_id: int, client: Client | None, query: str = "") -> Socket:
     headers = [(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1")]
     if client is not None:
         headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}".encode()))
-    return WebsocketCommunicator(application, f"/ws/runs/{run_id}/" + (f"?{query}" if query else ""), headers=headers)
+    return Socket(application, f"/ws/runs/{run_id}/" + (f"?{query}" if query else ""), headers=headers)
 
 
-async def receive_all(ws: WebsocketCommunicator, timeout: float = 1.0, *, first: float | None = None) -> list[dict[str, Any]]:
-    """Every message the socket sends until it has been quiet for `timeout` seconds, after waiting
-    up to `first` seconds (default 15) for the first one: a busy machine may take its time to send
-    what the test waits for, and the long first wait ends as soon as it comes. A call that expects
-    nothing passes `first` as short as `timeout`."""
+async def receive_all(ws: WebsocketCommunicator, timeout: float = 0.2, *, first: float = 0.2) -> list[dict[str, Any]]:
+    """Every message the socket sends until it has been quiet for `timeout` seconds: only for a
+    check that expects nothing (`== []`), which a slow machine cannot fail. A check that expects
+    messages waits for the one it needs (`receive_until`): the consumer sends on its own schedule,
+    and a quiet period on a busy machine would cut its messages in two."""
     out = []
-    while not await ws.receive_nothing(timeout=(15.0 if first is None else first) if not out else timeout):
+    while not await ws.receive_nothing(timeout=first if not out else timeout):
         out.append(await ws.receive_json_from())
+    return out
+
+
+def final_metrics(message: dict[str, Any]) -> bool:
+    """The last part of a metrics message (a live step, or a backlog's or a catch-up's last part)."""
+    return message["t"] == "metrics" and bool(message.get("final"))
+
+
+async def receive_until(ws: WebsocketCommunicator, last: str | Callable[[dict[str, Any]], bool],
+                        first: float = 30.0) -> list[dict[str, Any]]:
+    """The messages the socket sends up to and including the first that is `last` (a message type,
+    or a test of the message): the event the test waits for. Each wait is bounded by `first`
+    seconds, a safety net for a hang, never a guess at how long the consumer takes."""
+    done = (lambda m: m["t"] == last) if isinstance(last, str) else last
+    out: list[dict[str, Any]] = []
+    while not out or not done(out[-1]):
+        out.append(await ws.receive_json_from(timeout=first))
     return out
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 from channels.layers import get_channel_layer
 from django.urls import reverse
 
-from tests.webapp.streams import TRANSACTIONAL, Worker, by_type, metric_steps, orm, receive_all, receive_backlog, run, socket
+from tests.webapp.streams import (
+    TRANSACTIONAL, Worker, by_type, final_metrics, metric_steps, orm, receive_all, receive_backlog, receive_until, run, socket,
+)
 from webapp.models import Rollout
 
 pytestmark = TRANSACTIONAL
@@ -38,13 +40,13 @@ def test_it_sends_the_backlog_then_live_deltas(alice, alice_world):
             "loaded policies", "step 1/5", "step 2/5", "held-out at step 2 (greedy, 8 tasks)"]
 
         await worker.metrics(3, total=5)
-        delta = await receive_all(ws)
+        delta = await receive_until(ws, "log")  # the step, then the sink's line for it
         assert [m["t"] for m in delta] == ["metrics", "log"]
         assert delta[0]["last"] == 3 and delta[0]["total"] == 5 and delta[0]["run"]["reward/total"][0] == [3]
         assert delta[0]["agents"]["reasoner"]["loss"] == [[3], [0.4]] and delta[0]["final"]
 
         await worker.rollouts(3, n=3, success=True)
-        announced = await receive_all(ws)
+        announced = await receive_until(ws, "rollouts")
         newest = await orm(lambda: Rollout.objects.latest("id").pk)
         assert announced == [{"t": "rollouts", "last_id": newest}]  # an id; the page fetches the episodes
         html = (await orm(alice.client.get, reverse("run_rollouts", args=[alice_world.run.pk]), {"after": backlog[4]["last_id"]})).content.decode()
@@ -53,7 +55,8 @@ def test_it_sends_the_backlog_then_live_deltas(alice, alice_world):
         await worker.log("checkpoint saved")
         await worker.evaluation(3)
         await worker.finish("succeeded", step=3)
-        tail = await receive_all(ws)
+        tail = await receive_until(ws, lambda m: m["t"] == "status" and m["status"] == "succeeded")
+        tail += await receive_all(ws)  # and nothing after the end
         assert [line["message"].split(":")[0] for m in by_type(tail, "log") for line in m["lines"]] == [
             "checkpoint saved", "held-out at step 3 (greedy, 8 tasks)"]
         assert [r["step"] for m in by_type(tail, "evals") for r in m["rows"]] == [3]
@@ -75,7 +78,7 @@ def test_it_sends_each_viewer_the_same_live_step(alice, alice_world):
             await receive_backlog(ws)
         await worker.metrics(1, total=3)
         for ws in sockets:
-            assert metric_steps(await receive_all(ws, timeout=0.2)) == [1]
+            assert metric_steps(await receive_until(ws, final_metrics)) == [1]
             await ws.disconnect()
 
     run(scenario)
@@ -87,7 +90,7 @@ def test_it_answers_a_ping(alice, alice_world):
         assert (await ws.connect())[0]
         await receive_backlog(ws)
         await ws.send_json_to({"t": "ping"})
-        assert await ws.receive_json_from() == {"t": "pong"}
+        assert await receive_until(ws, "pong") == [{"t": "pong"}]
         await ws.disconnect()
 
     run(scenario)
@@ -111,14 +114,14 @@ def test_it_catches_up_at_a_ping_after_losing_its_group(alice, alice_world):
         assert await receive_all(ws, timeout=0.2, first=0.2) == []
 
         await ws.send_json_to({"t": "ping"})
-        caught_up = await receive_all(ws)
+        caught_up = await receive_until(ws, "pong")  # what the database has, then the answer
         assert metric_steps(caught_up) == [1]
         assert by_type(caught_up, "rollouts")[0]["last_id"] is not None
         assert [line["message"].split(":")[0] for line in by_type(caught_up, "log")[0]["lines"]] == ["step 1/5", "after the restart"]
         assert caught_up[-1] == {"t": "pong"}
 
         await worker.metrics(2, total=5)  # and it is back in the group
-        assert metric_steps(await receive_all(ws)) == [2]
+        assert metric_steps(await receive_until(ws, final_metrics)) == [2]
         await ws.disconnect()
 
     run(scenario)

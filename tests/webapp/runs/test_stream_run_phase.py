@@ -9,7 +9,7 @@ from pathlib import Path
 
 from django.urls import reverse
 
-from tests.webapp.streams import TRANSACTIONAL, Worker, by_type, orm, receive_all, receive_backlog, run, socket
+from tests.webapp.streams import TRANSACTIONAL, Worker, by_type, orm, receive_backlog, receive_until, run, socket
 from webapp.models import Checkpoint, Evaluation, LogLine, Run
 from webapp.runs.sink import DatabaseSink
 
@@ -44,12 +44,12 @@ def test_an_open_page_hears_the_phase_and_a_late_one_reads_it(alice, alice_world
         assert (await ws.connect())[0]
         await receive_backlog(ws)
         await orm(worker.sink.status, "evaluating", "Evaluating at step 0: 25/100 held-out tasks", progress=0.25, eta=None)
-        live = await receive_all(ws)
+        live = await receive_until(ws, "phase")
         phase = by_type(live, "phase")
         assert phase == [{"t": "phase", "phase": "evaluating", "detail": "Evaluating at step 0: 25/100 held-out tasks",
                           "progress": 0.25, "eta": None}]
         await orm(worker.sink.status, "training", "Training step 1 of 3", eta=90.0)
-        eta = by_type(await receive_all(ws), "phase")[0]["eta"]
+        eta = by_type(await receive_until(ws, "phase"), "phase")[0]["eta"]
         assert 80 < eta - time.time() <= 90  # when the run should end, for the page to count down
         await ws.disconnect()
 
@@ -73,7 +73,7 @@ def test_an_open_page_hears_where_a_run_on_several_hosts_was_placed(alice, alice
         assert (await ws.connect())[0]
         await receive_backlog(ws)
         await orm(worker.sink.placed, {"launcher": "ray", "hosts": 2, "ranks": 2, "resource": "CPU", "nodes": {"alpha": 1, "bravo": 1}})
-        assert by_type(await receive_all(ws), "placed") == [{"t": "placed"}]
+        assert by_type(await receive_until(ws, "placed"), "placed") == [{"t": "placed"}]
         await ws.disconnect()
 
     run(scenario)  # what an open page does with it (one summary read per grant): tests/browser/test_run_page_grant.py

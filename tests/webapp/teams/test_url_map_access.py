@@ -240,9 +240,9 @@ def _connect(user, path: str) -> bool:
         communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), path)
         if user is not None:
             communicator.scope["user"] = user
-        connected, _ = await communicator.connect()
+        connected, _ = await communicator.connect(timeout=30)  # the consumer's checks read the database: a hang's bound, not 1 s
         if connected:
-            await communicator.disconnect()
+            await communicator.disconnect(timeout=30)
         return connected
 
     return async_to_sync(go)()
