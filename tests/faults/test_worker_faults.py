@@ -122,7 +122,8 @@ def test_a_killed_workers_run_is_marked_lost_and_resumes_on_another_worker(alice
     assert noticed_after >= LOST_SECONDS - 1, noticed_after
     heard = int(run.error_message.split("last heard ")[1].split(" s ago")[0])
     assert heard >= LOST_SECONDS, run.error_message
-    assert run.log_lines.filter(level="error", message__startswith="worker lost").exists()
+    # The sweeper writes the run's log line after its status, in a commit of its own.
+    until(run, "the sweep's log line", lambda r: r.log_lines.filter(level="error", message__startswith="worker lost").exists(), fleet)
 
     resumed_at = run.checkpoints.order_by("-step").first().step
     response = alice.client.post(reverse("run_resume", args=[run.pk]))
@@ -177,13 +178,29 @@ def test_a_failed_run_leaves_the_worker_for_the_next_and_no_run_executes_twice(a
     good = queue(alice.team, steps=1, name="good", world=world)
     run_services.run_enqueue(run=good)  # duplicate messages, as a broker redelivery would send
     run_services.run_enqueue(run=good)
+    # The two workers take the two runs side by side: either may end first.
     until(good, "the good run", lambda r: not r.is_active, fleet)
-    bad.refresh_from_db()
+    until(bad, "the bad run", lambda r: not r.is_active, fleet)
     assert bad.status == Run.Status.FAILED and "reward plugin exploded" in bad.error_message and bad.traceback
     assert good.status == Run.Status.SUCCEEDED, good.error_message
     assert good.worker in survivors and bad.worker in survivors
+    # Every message, the spare ones included, has been taken and its task has returned (each finds
+    # nothing queued); only then can the test say that none ran a run twice.
+    wait_for(lambda: broker_drained(fleet), "the workers to take and acknowledge every message", 120)
     assert all(fleet.workers[h].poll() is None for h in survivors)  # the worker process survived the failure
     assert good.log_lines.filter(message__contains="training tasks").count() == 1  # executed once
-    time.sleep(2)  # the spare messages are consumed and find nothing queued
     assert Run.objects.filter(status__in=Run.ACTIVE).count() == 0
-    assert Worker.objects.filter(hostname__in=survivors, run__isnull=False).count() == 0
+    assert Worker.objects.filter(hostname__in=survivors, run__isnull=False).count() == 0  # let go as each task returned
+
+
+def broker_drained(fleet: Processes) -> bool:
+    """No message waits in the `gpu` queue and none is out with a worker: kombu keeps a queue's
+    messages in a Redis list named after it, and a delivered one in the `unacked` hash until its
+    task acknowledges it, which these tasks do when they return (`acks_late`)."""
+    import redis
+
+    client = redis.Redis.from_url(fleet.redis_url)
+    try:
+        return client.llen("gpu") == 0 and client.hlen("unacked") == 0
+    finally:
+        client.close()
