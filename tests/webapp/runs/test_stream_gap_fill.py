@@ -7,7 +7,17 @@ from __future__ import annotations
 from channels.layers import get_channel_layer
 
 from tests.webapp.streams import (
-    TRANSACTIONAL, Worker, by_type, final_metrics, metric_steps, orm, receive_all, receive_backlog, receive_until, run, socket,
+    TRANSACTIONAL,
+    Worker,
+    by_type,
+    final_metrics,
+    metric_steps,
+    orm,
+    receive_all,
+    receive_backlog,
+    receive_until,
+    run,
+    socket,
 )
 from webapp.models import LogLine, Rollout
 
