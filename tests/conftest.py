@@ -24,6 +24,7 @@ TEST_PLUGINS = {
         "tests.faults.plugins:BrokenEnv",
         "tests.faults.plugins:ExitingEnv",
         "tests.faults.plugins:ExitOnInit",
+        "tests.faults.plugins:HeldMathTool",
     ],
     plugins.REWARD_FUNCTION: [
         "tests.agents.example_plugin:length_reward",

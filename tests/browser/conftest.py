@@ -16,12 +16,14 @@ import pytest
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.contrib.auth.models import User
 
+from tests.faults.plugins import GATE_VAR, HOLD_STEP_VAR
 from tests.processes import Processes
 from webapp.models import Agent, Dataset, Membership, ModelSource, Team, Topology, TopologyAgent
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 PASSWORD = "correct horse battery"
+HELD_ENV = "tests.faults.plugins:HeldMathTool"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -67,17 +69,27 @@ def alice(transactional_db: None) -> Member:
 @pytest.fixture
 def tiny_world(alice: Member) -> TinyWorld:
     """A two-agent math_tool topology on the tiny random model (seconds per step on a CPU)."""
-    team = alice.team
+    return make_tiny_world(alice.team, "math_tool")
+
+
+@pytest.fixture
+def held_world(alice: Member) -> TinyWorld:
+    """`tiny_world` whose runs hold at the start of their step 2 until the test opens the gate
+    (`held_stack`'s `open_gate`): `tests.faults.plugins:HeldMathTool`, math_tool otherwise."""
+    return make_tiny_world(alice.team, HELD_ENV)
+
+
+def make_tiny_world(team: Team, environment: str) -> TinyWorld:
     model = ModelSource.objects.create(team=team, name="Tiny random Llama", source="tiny-random:llama")
     tool = Agent.objects.create(team=team, name="tool", role="tool", model_source=model, tools=["python"],
                                 instructions="Write one ```python block that prints the answer.")
     reasoner = Agent.objects.create(team=team, name="reasoner", role="reasoner", model_source=model,
                                     instructions="Answer with the number only.")
-    topology = Topology.objects.create(team=team, name="math duo (tiny)", environment="math_tool", env_args={"level": 1},
+    topology = Topology.objects.create(team=team, name="math duo (tiny)", environment=environment, env_args={"level": 1},
                                        specialization="lora", max_turns=2)
     TopologyAgent.objects.create(topology=topology, agent=tool, position=1)
     TopologyAgent.objects.create(topology=topology, agent=reasoner, position=2)
-    dataset = Dataset.objects.create(team=team, name="math L1", kind=Dataset.Kind.GENERATOR, environment="math_tool",
+    dataset = Dataset.objects.create(team=team, name="math L1", kind=Dataset.Kind.GENERATOR, environment=environment,
                                      env_args={"level": 1}, size=32, eval_size=8, row_count=40, schema=["question", "answer"])
     return TinyWorld(team=team, topology=topology, dataset=dataset)
 
@@ -89,6 +101,21 @@ def stack(data_dir: Path, tmp_path: Path, transactional_db: None) -> Iterator[Pr
     try:
         yield s
     finally:
+        s.stop()
+
+
+@pytest.fixture
+def held_stack(data_dir: Path, tmp_path: Path, transactional_db: None) -> Iterator[Processes]:
+    """`stack` whose worker holds a `held_world` run at the start of its step 2 until the test calls
+    `held_stack.open_gate()`: the page is then certainly watching a run mid-way, however fast the
+    machine (its step 1 written, the rest to come)."""
+    gate = tmp_path / "gate"
+    s = Processes(data_dir=data_dir, log_dir=tmp_path, env={GATE_VAR: str(gate), HOLD_STEP_VAR: "2"}).start()
+    s.open_gate = lambda: Path(f"{gate}-step").touch()  # type: ignore[attr-defined]
+    try:
+        yield s
+    finally:
+        s.open_gate()  # type: ignore[attr-defined]  # a run still held ends now, not after GATE_WAIT_S
         s.stop()
 
 

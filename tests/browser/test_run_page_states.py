@@ -34,13 +34,16 @@ AXES = """() => Object.entries(window.runLive.charts).concat([["held-out", { u: 
 }))"""
 
 
-def test_an_open_page_follows_the_run_from_queued_to_succeeded(stack: Processes, alice: Member, tiny_world: TinyWorld,
+def test_an_open_page_follows_the_run_from_queued_to_succeeded(web: Processes, alice: Member, tiny_world: TinyWorld,
                                                                 browser_page: Any, shots: Path):
-    page = browser_page
+    page, stack = browser_page, web
     steps = 3
     log_in(page, stack, alice)
     run_id = launch(page, stack, tiny_world, steps=steps, eval_every=2)
-    page.evaluate(WATCH)  # (the "Queued run #N." note may already be gone: the worker can be that quick)
+    page.evaluate(WATCH)
+    # The page watches before the run can start: no worker takes it until now.
+    page.wait_for_selector("#run-live[data-conn=live][data-status=queued]", state="attached")
+    stack.start_worker("browser")
     try:
         wait_for_status(page, "running", 180)
         page.wait_for_selector("#run-phase:not([hidden])", timeout=180_000)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.base import State, StepResult
+from agents.envs.math_tool import MathTool
 
 
 def exploding_reward(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float]:
@@ -97,3 +98,29 @@ class ExitOnInit(BrokenEnv):
 
     def __init__(self, level: int = 1) -> None:
         raise SystemExit(3)
+
+
+HOLD_STEP_VAR = "TROUPE_TEST_HOLD_STEP"
+"""The training step at whose start `HeldMathTool` holds a run (default 2)."""
+
+
+class HeldMathTool(MathTool):
+    """`math_tool`, except that a run holds at the start of its training step $TROUPE_TEST_HOLD_STEP
+    (each episode's `reset` of that step or a later one waits) until the file $TROUPE_TEST_GATE +
+    "-step" exists (at most GATE_WAIT_S). The steps before it are written by then: a test sees the
+    run certainly mid-way, its first steps on the page and the rest to come, however fast the
+    machine, and opens the gate to let it finish."""
+
+    def reset(self, row: dict[str, Any], *, task_id: str, roles: tuple[str, ...]) -> State:
+        gate, hold_at = os.environ.get(GATE_VAR), int(os.environ.get(HOLD_STEP_VAR) or 2)
+        if gate and "@" in task_id and _draw_step(task_id) >= hold_at:  # a training episode (`3@7`, `3@7+1`, `3@7#2`)
+            deadline = time.monotonic() + GATE_WAIT_S
+            while not Path(gate + "-step").exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        return super().reset(row, task_id=task_id, roles=roles)
+
+
+def _draw_step(task_id: str) -> int:
+    """The step of a training episode's id (`training.collect.episode_ids`: the draw after the last `@`)."""
+    draw = task_id.rsplit("@", 1)[1]
+    return int(draw.split("+", 1)[0].split("#", 1)[0])
