@@ -556,31 +556,43 @@ class ReportToConfig:
     """Where else the run's metrics go, besides Troupe's own history (see `training.trackers`).
     Credentials never go here: the config is stored with the run and shown to the team. Each
     tracker reads its own from the worker's environment (WANDB_API_KEY, MLFLOW_TRACKING_TOKEN or
-    MLFLOW_TRACKING_USERNAME/PASSWORD, HF_TOKEN for a Trackio Space)."""
+    MLFLOW_TRACKING_USERNAME/PASSWORD, HF_TOKEN for a Trackio Space).
 
-    trackers: tuple[str, ...] = ()
+    Each field says in its metadata whether it is a `destination`: the tracker (`TRACKERS`) whose
+    data it sends somewhere with the worker's credentials, which the trust boundary lets a team set
+    only to values the operator allows (`webapp.core.trust.check_report_to`), or None (it stays with
+    the run: which trackers, labels, how much, a folder inside the run's output, a mode). A new field
+    must say which (tests/webapp/core/test_tracker_lists.py)."""
+
+    trackers: tuple[str, ...] = field(default=(), metadata={"destination": None})
     """Trackers that receive the run's metrics: any of `tensorboard`, `trackio`, `mlflow`, `wandb`.
     Empty: none. A tracker that fails to start or to log costs a warning, never the run."""
-    project: str = "troupe"
+    project: str = field(default="troupe", metadata={"destination": None})
     """The W&B and Trackio project and the MLflow experiment the run is filed under."""
-    run_name: str = ""
+    run_name: str = field(default="", metadata={"destination": None})
     """The run's name in the trackers; empty uses the run's `name`."""
-    samples: int = 8
+    samples: int = field(default=8, metadata={"destination": None})
     """Candidates per step sent as a table (prompt, completion, reward, advantage) to the trackers
     that have tables (W&B, Trackio, MLflow); whole GRPO groups, first turns first. 0 sends none."""
-    tensorboard_dir: str = "tensorboard"
+    tensorboard_dir: str = field(default="tensorboard", metadata={"destination": None})
     """Folder for TensorBoard's event files, relative to the run's output folder."""
-    trackio_space_id: str = ""
+    trackio_space_id: str = field(default="", metadata={"destination": "trackio"})
     """A Hugging Face Space (`org/name`) that Trackio syncs to; empty keeps Trackio's local store
     (TRACKIO_DIR on the worker, by default under the Hugging Face cache)."""
-    mlflow_tracking_uri: str = ""
+    mlflow_tracking_uri: str = field(default="", metadata={"destination": "mlflow"})
     """An MLflow tracking server, `http(s)://host[:port][/path]`. Empty: MLFLOW_TRACKING_URI from
     the worker's environment, else a file store `mlruns/` inside the run's output folder."""
-    wandb_entity: str = ""
+    wandb_entity: str = field(default="", metadata={"destination": "wandb"})
     """The W&B team or user that owns the run; empty: WANDB_ENTITY, else the API key's default."""
-    wandb_mode: str = ""
+    wandb_mode: str = field(default="", metadata={"destination": None})
     """`online`, `offline` (written under the run's output folder or WANDB_DIR, uploaded later with
     `wandb sync`) or `disabled`; empty: WANDB_MODE from the worker's environment, else online."""
+
+
+def tracker_destinations() -> dict[str, str]:
+    """`report_to` field -> the tracker it sends a run's data to, for the fields that are
+    destinations (each field's metadata says, `ReportToConfig`)."""
+    return {f.name: str(f.metadata["destination"]) for f in fields(ReportToConfig) if f.metadata["destination"]}
 
 
 @dataclass(frozen=True)

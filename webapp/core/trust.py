@@ -40,7 +40,7 @@ from agents.base import missing_members
 from agents.envs import BUILTIN, load_environment
 from agents.plugins import ENVIRONMENT, REWARD_FUNCTION, PluginError, lookup
 from agents.verifiers import BUILTIN_REWARDS
-from training.config import ConfigError, RunConfig, raise_problems, related_fields
+from training.config import ConfigError, RunConfig, raise_problems, related_fields, tracker_destinations
 from training.config import check_model_source as engine_check_model_source
 from webapp.core.console import UNPRINTABLE, printable
 
@@ -270,20 +270,11 @@ def _reward_functions(config: RunConfig) -> list[tuple[str, str]]:
 
 # == where a run's data goes ==========================================================================
 
-TRACKER_DESTINATIONS = {
-    "mlflow_tracking_uri": "mlflow",
-    "trackio_space_id": "trackio",
-    "wandb_entity": "wandb",
-}
+TRACKER_DESTINATIONS = tracker_destinations()
 """`report_to` fields that send a run's data somewhere with the worker's credentials -> the tracker
 (`training.config.TRACKERS`) whose name prefixes the allowed values the operator lists in
-TROUPE_TRACKER_DESTINATIONS (`mlflow:https://host`)."""
-
-REPORT_TO_KEPT = ("trackers", "project", "run_name", "samples", "tensorboard_dir", "wandb_mode")
-"""The other `report_to` fields: they name which trackers, labels, how much, a folder inside the run's
-output folder or a mode; none sends the data anywhere the operator has not chosen. Every `report_to`
-field is in one of these two, so a new field must be classed here before a team can set it
-(tests/webapp/core/test_tracker_lists.py)."""
+TROUPE_TRACKER_DESTINATIONS (`mlflow:https://host`). Declared once, on each field of
+`training.config.ReportToConfig` (its `destination` metadata); every other field stays with the run."""
 
 
 def check_report_to(config: RunConfig) -> None:

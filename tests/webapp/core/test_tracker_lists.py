@@ -1,9 +1,9 @@
 """A tracker is named in the engine (`training.config.TRACKERS`, the names `report_to.trackers`
 accepts, and `training.trackers.TRACKERS`, the class behind each) and at the trust boundary
 (`webapp.core.trust.TRACKER_DESTINATIONS`, the `report_to` fields that send a run's data elsewhere
-with the worker's credentials). These fail when the lists part: a tracker without a class, a
-destination field of no tracker, or a new `report_to` field nobody classed as a destination or not,
-which a team could otherwise point anywhere."""
+with the worker's credentials, read from each field's `destination` metadata). These fail when the
+lists part: a tracker without a class, a destination field of no tracker, or a new `report_to` field
+that does not say whether it is a destination, which a team could otherwise point anywhere."""
 
 from __future__ import annotations
 
@@ -15,17 +15,17 @@ from django.conf import settings
 
 from training import trackers
 from training.config import TRACKERS, ConfigError, ReportToConfig
-from webapp.core.trust import REPORT_TO_KEPT, TRACKER_DESTINATIONS, check_report_to
+from webapp.core.trust import TRACKER_DESTINATIONS, check_report_to
 
 
 def test_every_tracker_name_has_its_class():
     assert tuple(trackers.TRACKERS) == TRACKERS
 
 
-def test_every_report_to_field_is_a_destination_or_kept_with_the_run():
-    names = [f.name for f in fields(ReportToConfig)]
-    assert sorted(names) == sorted([*TRACKER_DESTINATIONS, *REPORT_TO_KEPT])
-    assert not set(TRACKER_DESTINATIONS) & set(REPORT_TO_KEPT)
+def test_every_report_to_field_says_whether_it_is_a_destination():
+    for f in fields(ReportToConfig):
+        assert "destination" in f.metadata, f"report_to.{f.name} must say whether it sends the run's data somewhere"
+    assert TRACKER_DESTINATIONS == {"mlflow_tracking_uri": "mlflow", "trackio_space_id": "trackio", "wandb_entity": "wandb"}
 
 
 def test_every_destination_belongs_to_a_tracker():
