@@ -50,6 +50,9 @@ def test_an_open_page_follows_the_run_from_queued_to_succeeded(web: Processes, a
         wait_for_status(page, "succeeded", 300)
         page.wait_for_selector("#run-actions a:has-text('Try in playground')", timeout=60_000)
         page.wait_for_function("() => !document.getElementById('held-out-note').dataset.empty", timeout=60_000)
+        # the run's plan reached the open page when the engine reported it (no reload): the Execution line
+        page.wait_for_selector("dd.plan:has-text('one process on cpu; HF generate; synchronous rollouts; queue gpu')",
+                               state="attached", timeout=60_000)
     except Exception:
         page.screenshot(path=str(shots / "run-states-failure.png"), full_page=True)
         print(stack.logs())
