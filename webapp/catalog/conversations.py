@@ -8,7 +8,9 @@ its number, and nothing is kept of a file that fails: neither the file nor the r
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -20,6 +22,7 @@ from training.data import DataError, DataErrors
 from webapp.catalog.environments import environment_load
 from webapp.catalog.services.datasets import dataset_store_upload, upload_size_check
 from webapp.catalog.services.names import check_name_free
+from webapp.core import trust
 from webapp.core.console import UNPRINTABLE, printable
 from webapp.models import Dataset, Team
 
@@ -76,6 +79,11 @@ def _read(path: Path) -> list[Conversation]:
         if isinstance(exc, DataErrors) and exc.stopped:
             problems.append(f"Stopped looking after {len(exc.problems)} problems; lines after line {exc.problems[-1].line} were not checked.")
         raise ValidationError({"file": problems}) from None
+    unstorable = [f"line {c.line}: {where} {problem}" for c in conversations for where, problem in _unstorable(c)]
+    if unstorable:
+        if len(unstorable) > MAX_AGENT_PROBLEMS:
+            unstorable = [*unstorable[:MAX_AGENT_PROBLEMS], f"Stopped looking after {MAX_AGENT_PROBLEMS} problems."]
+        raise ValidationError({"file": unstorable})
     bad = [c for c in conversations if c.agent is not None and not agent_label_ok(c.agent)]
     if bad:
         problems = [f"line {c.line}: `agent` must be an agent's name or role (at most {MAX_AGENT_CHARS} characters, no control or "
@@ -85,6 +93,26 @@ def _read(path: Path) -> list[Conversation]:
                             "were not checked.")
         raise ValidationError({"file": problems})
     return conversations
+
+
+def _unstorable(conversation: Conversation) -> list[tuple[str, str]]:
+    """(where, what is wrong) for each text of a conversation that no database stores: a NUL
+    character or a lone surrogate (a JSON `\\ud800` escape) in a message, its role, the prompt or the
+    agent (`trust.storable_problem`; the preview and the run's snapshot keep this text)."""
+    def texts(value: Any, where: str) -> Iterator[tuple[str, str]]:
+        if isinstance(value, str):
+            yield where, value
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                yield from texts(str(key), f"{where} (a key)")
+                yield from texts(item, f"{where}.{key}")
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                yield from texts(item, f"{where}[{i}]")
+
+    found = [*texts(list(conversation.messages), "`messages`"), *texts(conversation.prompt, "`prompt`"),
+             *texts(conversation.agent, "`agent`")]
+    return [(where, problem) for where, text in found if (problem := trust.storable_problem(text))]
 
 
 def agent_label_ok(agent: str) -> bool:

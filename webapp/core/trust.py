@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -70,6 +71,23 @@ MAX_ENV_ARGS_DEPTH = 4
 
 MAX_ENV_ARGS_BYTES = 16 * 1024
 """The largest `env_args` mapping, as JSON."""
+
+
+NOT_STORABLE = re.compile("[\x00\ud800-\udfff]")
+"""What no text column holds: a NUL character (PostgreSQL refuses it in text and jsonb) or a lone
+surrogate (U+D800-U+DFFF: half of a UTF-16 pair, not a character; UTF-8 cannot encode it, so
+SQLite and PostgreSQL both fail on it). JSON's `\\ud800` escapes and YAML's `"\\ud800"` make them."""
+
+
+def storable_problem(text: str) -> str | None:
+    """Why `text` cannot be stored as it is, or None: 'contains a NUL character' or 'contains a
+    lone surrogate (U+D800), which is not text'."""
+    bad = NOT_STORABLE.search(text)
+    if bad is None:
+        return None
+    if bad.group() == "\x00":
+        return "contains a NUL character"
+    return f"contains a lone surrogate (U+{ord(bad.group()):04X}), which is not text"
 
 
 BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
@@ -168,7 +186,8 @@ def check_tree(tree: Any, *, field: str, max_depth: int = MAX_DEPTH) -> None:
     """Refuse a parsed tree that nests deeper than `max_depth`, holds more than MAX_VALUES values,
     a string over MAX_STRING characters, a list or mapping over MAX_ITEMS entries, or a value that
     is not plain data (str, int, float, bool, None, list, mapping with string keys), a NUL character
-    in a string or key (PostgreSQL stores none), or a number that is not finite (NaN, infinity)."""
+    or a lone surrogate in a string or key (no database stores them: `NOT_STORABLE`), or a number
+    that is not finite (NaN, infinity)."""
     count = 0
     stack: list[tuple[Any, str, int]] = [(tree, field, 1)]
     while stack:
@@ -181,8 +200,9 @@ def check_tree(tree: Any, *, field: str, max_depth: int = MAX_DEPTH) -> None:
         if isinstance(node, str):
             if len(node) > MAX_STRING:
                 raise ConfigError(where, f"is {len(node):,} characters; the limit is {MAX_STRING:,}")
-            if "\x00" in node:
-                raise ConfigError(where, "contains a NUL character")
+            problem = storable_problem(node)
+            if problem:
+                raise ConfigError(where, problem)
         elif isinstance(node, float) and not math.isfinite(node):
             raise ConfigError(where, f"must be a finite number, not {node}")
         elif isinstance(node, dict):
@@ -193,8 +213,9 @@ def check_tree(tree: Any, *, field: str, max_depth: int = MAX_DEPTH) -> None:
                     raise ConfigError(where, f"keys must be text, not {type(key).__name__} ({str(key)[:40]!r})")
                 if len(key) > 200:
                     raise ConfigError(where, f"has a key of {len(key):,} characters; the limit is 200")
-                if "\x00" in key:
-                    raise ConfigError(where, "has a key with a NUL character")
+                problem = storable_problem(key)
+                if problem:
+                    raise ConfigError(where, f"has a key that {problem}")
                 if any(unicodedata.category(ch) in UNPRINTABLE for ch in key):
                     # A key is a field or an agent's name, never free text; an error names it (and a log may print it).
                     raise ConfigError(where, f"has a key with a control or invisible character: '{printable(key, limit=60)}'")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from datetime import datetime
 from typing import Any
 
@@ -41,11 +42,15 @@ def csv_cell(value: Any) -> Any:
     return "'" + text if text.startswith(FORMULA_START) else text
 
 
+_NOT_STORABLE = re.compile("[\\x00\\ud800-\\udfff]")
+
+
 def storable(value: Any) -> Any:
     """Model output as JSON every database accepts: no NUL characters (PostgreSQL text and jsonb
-    reject them) and no NaN/infinity (not JSON); those numbers become null."""
+    reject them) and no lone surrogates (UTF-8 cannot encode them): each becomes U+FFFD; no
+    NaN/infinity (not JSON): those numbers become null."""
     if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
+        return _NOT_STORABLE.sub("\ufffd", value)
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
