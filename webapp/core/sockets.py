@@ -21,9 +21,18 @@ from django.db import transaction
 GONE = 4401
 """Close code: this user may no longer watch (removed, logged out). Pages do not reconnect."""
 
-RECONNECT = 1012
-"""Close code ("service restart"): connect again and be authorized afresh. htmx's websocket
-extension reconnects on it by itself."""
+RECONNECT = 4012
+"""Close code: connect again and be authorized afresh (the run page reconnects on any code but
+GONE). Not 1012 ("service restart"): an application may close only with 1000 or 3000-4999, and
+the websocket library refuses any other code with an exception (a traceback per socket)."""
+
+
+def close_code(code: object) -> int:
+    """`code` if an application may close a websocket with it (1000, or 3000-4999 per RFC 6455 and
+    IANA's registry), else RECONNECT: a group message from an older process, or a typo, must not
+    make the close itself fail."""
+    return code if isinstance(code, int) and (code == 1000 or 3000 <= code <= 4999) else RECONNECT
+
 
 log = logging.getLogger(__name__)
 

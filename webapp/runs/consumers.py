@@ -14,6 +14,7 @@ still stands and the user is still in the run's team.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -27,6 +28,9 @@ from webapp.runs.publish import run_group
 
 REFUSED = 4403
 """Close code for a refused socket (the browser sees 1006: the handshake never completed)."""
+
+MAX_PING_CHARS = 1024
+"""A page's frames are pings (`{"t": "ping"}`); a longer frame is not read."""
 
 
 class RunConsumer(AsyncJsonWebsocketConsumer):
@@ -74,7 +78,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         if self.cursor is not None:
             await self.channel_layer.group_discard(run_group(self.cursor.run_id), self.channel_name)
         self.cursor = None  # nothing more is sent, whatever is still queued
-        await self.close(code=message.get("code", sockets.GONE))
+        await self.close(code=sockets.close_code(message.get("code", sockets.GONE)))
 
     async def run_event(self, message: dict[str, Any]) -> None:
         """A group message from the worker's sink (`webapp.runs.publish`)."""
@@ -83,6 +87,18 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         assert self.cursor is not None
         for out in await streaming.stream_event(cursor=self.cursor, event=message["event"], payload=message["payload"]):
             await self.send_json(out)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        """A frame from the page: it only ever sends a small JSON ping. Anything else — a binary
+        frame, an empty one, text that is not JSON, JSON nested past the parser's limits — is
+        ignored, not an exception (a traceback in the log for each frame a client sends)."""
+        if not text_data or len(text_data) > MAX_PING_CHARS:
+            return
+        try:
+            content = json.loads(text_data)
+        except (ValueError, RecursionError):
+            return
+        await self.receive_json(content, **kwargs)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         """The page states its cursor in the URL when it connects; after that it only pings (every
