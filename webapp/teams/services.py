@@ -68,8 +68,9 @@ def api_token_revoke(*, token: ApiToken, actor: User | None = None) -> ApiToken:
     return token
 
 
-def api_token_authenticate(*, text: str) -> ApiToken | None:
-    """The live token for `text`, or None. Touches `last_used` at most once a minute."""
+def api_token_authenticate(*, text: str, touch: bool = True) -> ApiToken | None:
+    """The live token for `text`, or None. Touches `last_used` at most once a minute (unless
+    `touch` is False: a check that is not a use, such as the body-size limit's)."""
     if not text.startswith(PREFIX) or len(text) > 200:
         return None
     token = ApiToken.objects.select_related("user", "team").filter(digest=_digest(text), revoked=None).first()
@@ -78,7 +79,7 @@ def api_token_authenticate(*, text: str) -> ApiToken | None:
     if not Membership.objects.filter(user_id=token.user_id, team_id=token.team_id).exists():
         return None
     now = timezone.now()
-    if token.last_used is None or (now - token.last_used).total_seconds() > 60:
+    if touch and (token.last_used is None or (now - token.last_used).total_seconds() > 60):
         ApiToken.objects.filter(pk=token.pk).update(last_used=now)
     return token
 
@@ -151,28 +152,42 @@ def site_link(path: str) -> str:
     return settings.TROUPE_SITE_URL + path
 
 
-def password_reset_throttle(*, client: str, email: str) -> str | None:
-    """Count one password-reset request from `client` (an IP address) for `email`, and say why it
-    must not send anything (None: it may). Each client and each address gets
-    `TROUPE_PASSWORD_RESET_LIMIT` requests a `TROUPE_PASSWORD_RESET_WINDOW_MINUTES` window, whether
-    or not the address has an account (so the answer reveals nothing about it). Counted in Django's
-    cache: one web process shares its counts, several need a shared cache (`CACHES`)."""
+RESET_SEND, RESET_CLIENT_OVER, RESET_ADDRESS_OVER = "send", "client over its limit", "address over its limit"
+
+
+def password_reset_throttle(*, client: str, email: str) -> str:
+    """Count one password-reset request from `client` (an IP address) for `email`, and say what to
+    do with it. Each client and each address gets `TROUPE_PASSWORD_RESET_LIMIT` requests a
+    `TROUPE_PASSWORD_RESET_WINDOW_MINUTES` window, whether or not the address has an account (so
+    the answer reveals nothing about it):
+
+    - RESET_SEND: send the email;
+    - RESET_CLIENT_OVER: this client has made too many requests: refuse it (and count nothing
+      against the address: a client over its limit uses up no one else's);
+    - RESET_ADDRESS_OVER: the address has had its emails for this window: send no more, but do not
+      refuse. Every link sent in the window still works (`PASSWORD_RESET_TIMEOUT` is at least the
+      window), so requests anyone makes for someone's address cannot keep its owner from resetting
+      their password: the newest email they have works.
+
+    Counted in Django's cache: one web process shares its counts, several need a shared cache."""
     from django.core.cache import cache
 
     window = settings.TROUPE_PASSWORD_RESET_WINDOW_MINUTES * 60
     address = hashlib.sha256(email.strip().lower().encode("utf-8", "surrogatepass")).hexdigest()
-    over = None
-    for key, who in ((f"troupe:reset:client:{client}", "from your address"), (f"troupe:reset:email:{address}", "for this email address")):
+
+    def count(key: str) -> int:
         cache.add(key, 0, timeout=window)
         try:
-            count = cache.incr(key)
+            return int(cache.incr(key))
         except ValueError:  # expired between add and incr: a fresh window
             cache.add(key, 1, timeout=window)
-            count = 1
-        if count > settings.TROUPE_PASSWORD_RESET_LIMIT and over is None:
-            over = (f"Too many password-reset requests {who}: try again in {settings.TROUPE_PASSWORD_RESET_WINDOW_MINUTES} "
-                    "minutes, or ask a team admin.")
-    return over
+            return 1
+
+    if count(f"troupe:reset:client:{client}") > settings.TROUPE_PASSWORD_RESET_LIMIT:
+        return RESET_CLIENT_OVER
+    if count(f"troupe:reset:email:{address}") > settings.TROUPE_PASSWORD_RESET_LIMIT:
+        return RESET_ADDRESS_OVER
+    return RESET_SEND
 
 
 # == invitations =======================================================================================

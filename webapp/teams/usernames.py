@@ -5,33 +5,67 @@ A new username is refused when it mixes writing systems (`alіce`: Latin letters
 folding, dropping accents and mapping letters of other scripts and digits to the Latin letters they
 look like — equals an existing user's (`аlice` in Cyrillic, `ALICE`, `alice`, `a1ice`).
 
-This follows the approach of Unicode's security mechanisms (UTS #39: skeletons and mixed-script
-detection) with the standard library's `unicodedata` and a table of the look-alikes that matter
-for names; it is not the full confusables data. `shown` is how a name is displayed where a
+This follows Unicode's security mechanisms (UTS #39: skeletons and mixed-script detection) with
+Unicode's own confusables data (the confusable-homoglyphs package), Latin letters that are another
+letter drawn differently (small capitals, letters with a hook or a stroke: `bᴏb`, `ƀob`), and a
+few additions for names (digits, `i` and `l`). `shown` is how a name is displayed where a
 look-alike could deceive (the audit trail, the members page).
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
+from functools import lru_cache
 
+from confusable_homoglyphs import confusables
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
-LOOK_ALIKES = str.maketrans({
-    # Cyrillic
-    "а": "a", "в": "b", "г": "r", "д": "d", "е": "e", "ё": "e", "з": "3", "и": "u", "і": "i", "ї": "i", "ј": "j",
-    "к": "k", "л": "n", "м": "m", "н": "h", "о": "o", "п": "n", "р": "p", "с": "c", "т": "t", "у": "y", "х": "x",
-    "ѕ": "s", "ԁ": "d", "ԛ": "q", "ԝ": "w", "ӏ": "l", "ь": "b", "ъ": "b", "ы": "bi", "һ": "h", "ɡ": "g", "ү": "y",
-    # Greek
-    "α": "a", "β": "b", "γ": "y", "δ": "d", "ε": "e", "ζ": "z", "η": "n", "ι": "i", "κ": "k", "ν": "v", "ο": "o",
-    "ρ": "p", "σ": "o", "ς": "c", "τ": "t", "υ": "u", "χ": "x", "ω": "w",
-    # Latin letters that look like others, and digits
-    "ı": "i", "ł": "l", "ø": "o", "ß": "ss", "ɑ": "a", "ʟ": "l",
-    "0": "o", "1": "l", "i": "l", "|": "l", "5": "s", "$": "s",
-})
-"""Characters (after NFKC and case folding) and the plain Latin letter each looks like. `i` and
-`1` and `l` share a skeleton: `al1ce`, `aiice` and `alice` are one name to a reader."""
+
+def _prototypes() -> dict[str, str]:
+    """Each character of Unicode's confusables data (UTS #39 `confusables.txt`, as the
+    confusable-homoglyphs package ships it) and the prototype it maps to: `ᴏ` to `o`, `Ƅ` to `b`,
+    Cyrillic `а` to `a`, `m` to `rn`. The package keeps the mapping both ways: a character with one
+    entry is mapped to it, a prototype lists all its look-alikes; of two characters that name only
+    each other, the later is mapped to the earlier."""
+    data = confusables.confusables_data
+    out: dict[str, str] = {}
+    for raw, entries in data.items():
+        char = raw.replace("\u200e", "")  # the data wraps right-to-left characters in marks
+        if len(char) != 1 or len(entries) != 1:
+            continue
+        target = entries[0]["c"].replace("\u200e", "")
+        back = data.get(entries[0]["c"], [])
+        if len(back) == 1 and back[0]["c"] == raw and target < char:
+            continue  # each names only the other: keep one direction
+        out[char] = target
+    return out
+
+
+PROTOTYPES = _prototypes()
+
+_LATIN_VARIANT = re.compile(r"LATIN (?:(?:SMALL|CAPITAL) )?LETTER (?:SMALL CAPITAL )?([A-Z])(?: WITH .+)?")
+"""Latin letters that are a plain letter drawn differently: small capitals (`ᴏ`, `ʙ`), letters with a
+hook, stroke or bar (`ɓ`, `ƀ`, `ł`) that Unicode does not decompose into the letter and a mark."""
+
+
+@lru_cache(maxsize=4096)
+def _letter(ch: str) -> str:
+    """`ch` as the skeleton writes it: its prototype in Unicode's confusables data, else the plain
+    letter a Latin variant is drawn from, else itself."""
+    if ch in PROTOTYPES:
+        return PROTOTYPES[ch]
+    if not ch.isascii():
+        variant = _LATIN_VARIANT.fullmatch(unicodedata.name(ch, ""))
+        if variant:
+            return variant.group(1).lower()
+    return ch
+
+
+LOOK_ALIKES = str.maketrans({"0": "o", "1": "l", "i": "l", "|": "l", "5": "s", "$": "s"})
+"""Troupe's own additions to Unicode's data, for names: digits that read as letters, and `i`, which
+shares a skeleton with `l` and `1` (`al1ce`, `aiice` and `alice` are one name to a reader)."""
 
 MULTI = (("rn", "m"), ("vv", "w"), ("cl", "d"))
 """Letter pairs that read as one letter in many fonts."""
@@ -41,10 +75,14 @@ COMPATIBLE_SCRIPTS = ({"CJK", "HIRAGANA", "KATAKANA"}, {"CJK", "HANGUL"})
 
 
 def skeleton(name: str) -> str:
-    """What `name` looks like: two names with one skeleton are confusable."""
-    folded = unicodedata.normalize("NFKC", name).casefold()
-    bare = "".join(ch for ch in unicodedata.normalize("NFD", folded) if not unicodedata.combining(ch))
-    out = bare.translate(LOOK_ALIKES).translate(LOOK_ALIKES)  # twice: Cyrillic і is i, which is l
+    """What `name` looks like: two names with one skeleton are confusable. Unicode compatibility
+    folding (NFKC), then each character to its prototype (`_letter`), case folded, accents dropped,
+    twice (a character's lower case may have a prototype of its own), then Troupe's additions."""
+    out = unicodedata.normalize("NFKC", name)
+    for _ in range(2):
+        mapped = "".join(_letter(ch) for ch in unicodedata.normalize("NFD", out)).casefold()
+        out = "".join(ch for ch in unicodedata.normalize("NFD", mapped) if not unicodedata.combining(ch))
+    out = out.translate(LOOK_ALIKES)
     for pair, single in MULTI:
         out = out.replace(pair, single)
     return out

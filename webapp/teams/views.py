@@ -233,13 +233,20 @@ class PasswordResetView(auth_views.PasswordResetView):
     """Django's reset page, with two differences: the emailed link is built from TROUPE_SITE_URL
     (Django's uses the request's Host, which a client chooses: ALLOWED_HOSTS checks the host, not
     the port), and requests are limited per client address and per email address
-    (`services.password_reset_throttle`): past the limit the page says so (429) and sends nothing."""
+    (`services.password_reset_throttle`): a client past its limit is refused (429); an address past
+    its limit gets no more emails, but its owner is not refused: the page says the links already
+    sent to it still work."""
 
     def form_valid(self, form: PasswordResetForm) -> HttpResponse:
-        refused = services.password_reset_throttle(client=self.request.META.get("REMOTE_ADDR", ""), email=form.cleaned_data["email"])
-        if refused:
-            form.add_error(None, refused)
+        decision = services.password_reset_throttle(client=self.request.META.get("REMOTE_ADDR", ""), email=form.cleaned_data["email"])
+        minutes = settings.TROUPE_PASSWORD_RESET_WINDOW_MINUTES
+        if decision == services.RESET_CLIENT_OVER:
+            form.add_error(None, f"Too many password-reset requests from your address: try again in {minutes} minutes, or ask a team admin.")
             return self.render_to_response(self.get_context_data(form=form), status=429)
+        if decision == services.RESET_ADDRESS_OVER:
+            messages.info(self.request, f"If an account has that address, {settings.TROUPE_PASSWORD_RESET_LIMIT} reset links were sent to "
+                          f"it in the last {minutes} minutes and no new one was sent: the newest email's link works.")
+            return HttpResponseRedirect(self.get_success_url())
         scheme, _, rest = settings.TROUPE_SITE_URL.partition("://")
         form.save(
             domain_override=rest, use_https=scheme == "https", token_generator=self.token_generator,
