@@ -62,6 +62,10 @@ DATABASE_DEPENDENT = frozenset({
     # the API: queries, filters, JSON bodies stored as rows, NUL characters PostgreSQL refuses
     "webapp/api/test_api.py", "webapp/api/test_catalog_api.py", "webapp/api/test_openapi.py",
     "webapp/core/test_trust_properties.py", "webapp/core/test_hostile_input.py", "webapp/api/test_api_experiments.py",
+    # text no database stores (lone surrogates, NUL), refused in every body, config and upload
+    "webapp/core/test_text_the_database_cannot_store.py",
+    # who is signed in, read before a body (sessions and tokens), and limits keyed on rows and the cache
+    "webapp/core/test_body_limit_before_parsing.py", "webapp/teams/test_limits_that_block_honest_use.py",
     # rows written in bulk, protected foreign keys, unique names, ordered many-to-many
     "webapp/artifacts/test_artifacts.py",
     "webapp/catalog/test_bad_input_forms.py", "webapp/catalog/test_bad_input_uploads.py",

@@ -1,5 +1,6 @@
-"""ASGI entry point (Daphne): HTTP through Django behind a body-size limit that refuses oversized
-bodies as they stream (webapp/core/bodylimit.py), websockets through Channels with the session
+"""ASGI entry point (Daphne): HTTP through Django behind a body-size limit decided from each
+request's headers (smallest for a request that is not signed in) that refuses oversized bodies as
+they stream (webapp/core/bodylimit.py), websockets through Channels with the session
 user attached. `webapp.runs.routing` holds the websocket URLs."""
 
 import os
@@ -16,6 +17,7 @@ from django.conf import settings  # noqa: E402
 
 from webapp.core.bodylimit import BodyLimit, install_daphne_limit  # noqa: E402
 from webapp.runs.routing import websocket_urlpatterns  # noqa: E402
+from webapp.teams.access import credentials_signed_in  # noqa: E402
 
 if not settings.TESTING:
     from webapp.core.private import umask_private  # noqa: E402
@@ -25,11 +27,13 @@ if not settings.TESTING:
 
     Sweeper().start()  # runs lost by a dead worker are failed even when no worker is left to sweep
 
-install_daphne_limit()  # Daphne reads a whole body before the app starts: refuse it while it streams
+# Daphne reads a whole body before the app starts: decide its limit from the headers (a request that
+# is not signed in gets the smallest), refuse it while it streams, and leave parsing it to Django.
+install_daphne_limit(signed_in=credentials_signed_in)
 
 application = ProtocolTypeRouter(
     {
-        "http": BodyLimit(django_asgi_app),  # and in front of Django, for any ASGI server
+        "http": BodyLimit(django_asgi_app, signed_in=credentials_signed_in),  # and in front of Django, for any ASGI server
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

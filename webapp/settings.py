@@ -66,8 +66,12 @@ _redis = REDIS_URL or f"unix://{EMBEDDED_REDIS_SOCKET}"
 TROUPE_UPLOAD_MAX_BYTES = env_int("TROUPE_UPLOAD_MAX_BYTES", 50 * 1024 * 1024, minimum=1)
 """Largest dataset file accepted for upload."""
 TROUPE_REQUEST_MAX_BYTES = env_int("TROUPE_REQUEST_MAX_BYTES", 2_621_440, minimum=1024)
-"""Largest request body anywhere but a dataset upload (2.5 MiB): refused with a 413 as it streams,
-before login or CSRF are checked (webapp/core/bodylimit.py)."""
+"""Largest request body from a signed-in client anywhere but a file upload (2.5 MiB): refused with a
+413 as it streams, before login or CSRF are checked (webapp/core/bodylimit.py)."""
+TROUPE_ANONYMOUS_REQUEST_MAX_BYTES = min(env_int("TROUPE_ANONYMOUS_REQUEST_MAX_BYTES", 65_536, minimum=1024), TROUPE_REQUEST_MAX_BYTES)
+"""Largest request body from a client that is not signed in (64 KiB; the login, password-reset and
+invitation forms send a few hundred bytes). Decided from the headers before the body is read: a
+request with a session cookie or an API token whose body may be larger waits while they are checked."""
 DATA_UPLOAD_MAX_MEMORY_SIZE = TROUPE_REQUEST_MAX_BYTES
 TROUPE_UPLOAD_MAX_ROWS = env_int("TROUPE_UPLOAD_MAX_ROWS", 200_000, minimum=1)
 """Most rows accepted in an uploaded dataset."""
@@ -228,9 +232,13 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
 EMAIL_FILE_PATH = TROUPE_DATA_DIR / "emails"
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "troupe@localhost")
 TROUPE_PASSWORD_RESET_LIMIT = env_int("TROUPE_PASSWORD_RESET_LIMIT", 5, minimum=1)
-"""Password-reset requests each client address, and each email address, may make in a window."""
+"""Password-reset requests each client address may make, and emails each email address may get, in a
+window; a client past it is refused, an address past it gets no new email (its recent links still work)."""
 TROUPE_PASSWORD_RESET_WINDOW_MINUTES = env_int("TROUPE_PASSWORD_RESET_WINDOW_MINUTES", 60, minimum=1)
 PASSWORD_RESET_TIMEOUT = env_int("PASSWORD_RESET_TIMEOUT", 3 * 24 * 3600, minimum=60)
+if PASSWORD_RESET_TIMEOUT < TROUPE_PASSWORD_RESET_WINDOW_MINUTES * 60:
+    # An address past its reset limit gets no new email: the links sent in the window must still work.
+    raise ImproperlyConfigured("PASSWORD_RESET_TIMEOUT (seconds) must be at least TROUPE_PASSWORD_RESET_WINDOW_MINUTES")
 # How long a team invitation link works.
 TROUPE_INVITATION_DAYS = env_int("TROUPE_INVITATION_DAYS", 7, minimum=1)
 

@@ -26,6 +26,7 @@ from webapp.api.http import ApiError, ApiRequest, Field, absolute, endpoint, id_
 from webapp.catalog import selectors as catalog_selectors
 from webapp.catalog import services
 from webapp.catalog.forms import AgentForm, DatasetGeneratorForm, DatasetUploadForm, ModelSourceForm, TopologyForm
+from webapp.core.bodylimit import upload_view
 from webapp.core.values import ID_MAX
 from webapp.models import Agent, Dataset, ModelSource, Topology
 
@@ -254,6 +255,7 @@ def topology_detail(request: ApiRequest, pk: int) -> HttpResponse:
 # == datasets =========================================================================================
 
 
+@upload_view
 @endpoint("GET", "POST")
 def datasets(request: ApiRequest) -> HttpResponse:
     if request.method == "GET":

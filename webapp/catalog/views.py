@@ -28,6 +28,7 @@ from webapp.catalog.forms import (
     ModelSourceForm,
     TopologyForm,
 )
+from webapp.core.bodylimit import upload_view
 from webapp.core.values import id_or_none
 from webapp.models import Agent, Dataset, ModelSource, Topology
 from webapp.teams.access import TeamRequest, team_object_or_404
@@ -194,6 +195,7 @@ def dataset_list(request: TeamRequest) -> HttpResponse:
     return render(request, "catalog/datasets/list.html", {"datasets": Dataset.objects.filter(team=request.team)})
 
 
+@upload_view
 def dataset_upload(request: TeamRequest) -> HttpResponse:
     form = DatasetUploadForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
@@ -212,6 +214,7 @@ def dataset_upload(request: TeamRequest) -> HttpResponse:
     })
 
 
+@upload_view
 def dataset_upload_conversations(request: TeamRequest) -> HttpResponse:
     form = ConversationsUploadForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():

@@ -8,15 +8,21 @@ also in that team, until they switch. Login itself is enforced by Django's Login
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib import import_module
 from typing import Any, TypeVar
 
+from django.conf import settings
+from django.contrib.auth import SESSION_KEY as AUTH_SESSION_KEY
 from django.contrib.auth.models import User
 from django.db.models import Model
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django_htmx.middleware import HtmxDetails
 
+from webapp.core import sockets
+from webapp.core.bodylimit import Credentials
 from webapp.models import Membership, Team
+from webapp.teams.services import api_token_authenticate
 
 SESSION_KEY = "troupe_team_id"
 
@@ -88,3 +94,19 @@ def is_team_admin(request: HttpRequest) -> bool:
     user = getattr(request, "user", None)
     membership = getattr(request, "membership", None)
     return bool(user is not None and user.is_authenticated and (user.is_staff or (membership is not None and membership.role == "admin")))
+
+
+def credentials_signed_in(found: Credentials) -> bool:
+    """Whether a request's credentials, read from its headers before its body, name a signed-in
+    user: a live API token (`Authorization: Bearer`, as the API checks it), or a session of an
+    active user whose password has not changed since (as a websocket checks it). What the body-size
+    limits ask (webapp/core/bodylimit.py): a request that is not signed in gets the smallest limit.
+    Reads only; runs in a worker thread, never on the event loop."""
+    scheme, _, text = found.authorization.partition(" ")
+    if scheme.lower() == "bearer" and api_token_authenticate(text=text.strip(), touch=False) is not None:
+        return True
+    if not found.session_key:
+        return False
+    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key=found.session_key).load()
+    user_id = session.get(AUTH_SESSION_KEY)
+    return user_id is not None and sockets.socket_allowed(session_key=found.session_key, user_id=user_id, auth_hash=None) is not None

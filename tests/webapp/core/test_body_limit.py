@@ -4,7 +4,9 @@ was walked line by line in the web process.
 
 Bodies are refused at the size limit as they stream, before login or CSRF are checked: by the ASGI
 wrapper in front of Django, and by Daphne's request class (Daphne reads a whole body before the
-application starts). A dataset's reader stops at its blank-line and line-length caps."""
+application starts). A dataset's reader stops at its blank-line and line-length caps.
+
+Issue 45, class 1 (bodies parsed before any limit) is in test_body_limit_before_parsing.py."""
 
 from __future__ import annotations
 
@@ -26,8 +28,12 @@ LIMIT = 256 * 1024
 
 @pytest.fixture
 def small_limit(settings: Any) -> int:
-    settings.TROUPE_REQUEST_MAX_BYTES = LIMIT
+    settings.TROUPE_REQUEST_MAX_BYTES = settings.TROUPE_ANONYMOUS_REQUEST_MAX_BYTES = LIMIT
     return LIMIT
+
+
+def _never_signed_in(found: Any) -> bool:
+    return False
 
 
 def _scope(path: str, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
@@ -75,7 +81,8 @@ def test_a_declared_length_over_the_limit_is_refused_without_reading_or_calling_
         called.append(scope)
 
     receive, pulled = _endless_body()
-    sent = _call(BodyLimit(app), _scope("/login/", [(b"content-length", str(2_000 * 1024 * 1024).encode())]), receive)
+    sent = _call(BodyLimit(app, signed_in=_never_signed_in), _scope("/login/", [(b"content-length", str(2_000 * 1024 * 1024).encode())]),
+                 receive)
     assert sent[0]["status"] == 413 and pulled["chunks"] == 0 and called == []
 
 
@@ -97,14 +104,15 @@ def test_a_body_within_the_limit_reaches_the_app_whole(small_limit):
         body = chunks.pop()
         return {"type": "http.request", "body": body, "more_body": bool(chunks)}
 
-    sent = _call(BodyLimit(app), _scope("/runs/new/", []), receive)
+    sent = _call(BodyLimit(app, signed_in=_never_signed_in), _scope("/runs/new/", []), receive)
     assert sent[0]["status"] == 200 and sum(map(len, got)) == LIMIT
 
 
 def test_uploads_have_their_own_larger_limit(settings, small_limit):
     settings.TROUPE_UPLOAD_MAX_BYTES = 5 * 1024 * 1024
-    assert limit_for("/datasets/upload/") == limit_for("/api/v1/datasets/") == 5 * 1024 * 1024 + MULTIPART_ENVELOPE
-    assert limit_for("/healthz") == limit_for("/api/v1/runs/") == LIMIT
+    for path in ("/datasets/upload/", "/api/v1/datasets/", "/datasets/upload-conversations/"):
+        assert limit_for(path, signed_in=True) == 5 * 1024 * 1024 + MULTIPART_ENVELOPE, path
+    assert limit_for("/healthz", signed_in=True) == limit_for("/api/v1/runs/", signed_in=True) == LIMIT
 
 
 # == Daphne: the body is counted as the socket delivers it ==========================================
@@ -142,7 +150,8 @@ def _daphne_connection() -> tuple[HTTPChannel, StringTransport, _Server]:
     server = _Server()
     channel = HTTPChannel()
     channel.factory = type("Factory", (), {"server": server})()
-    channel.requestFactory = daphne_request_class(_Recording, limit=lambda path: LIMIT if path == "/healthz" else 10 * LIMIT)
+    channel.requestFactory = daphne_request_class(_Recording, signed_in=lambda found: False,
+                                                  limit=lambda path, signed_in: LIMIT if path == "/healthz" else 10 * LIMIT)
     transport = StringTransport()
     channel.makeConnection(transport)
     return channel, transport, server
@@ -180,9 +189,9 @@ def test_install_replaces_daphnes_request_class_once(monkeypatch):
     from webapp.core import bodylimit
 
     monkeypatch.setattr(http_protocol, "WebRequest", http_protocol.WebRequest)
-    bodylimit.install_daphne_limit()
+    bodylimit.install_daphne_limit(signed_in=_never_signed_in)
     first = http_protocol.WebRequest
-    bodylimit.install_daphne_limit()
+    bodylimit.install_daphne_limit(signed_in=_never_signed_in)
     assert first.troupe_body_limit and http_protocol.WebRequest is first
 
 
