@@ -7,6 +7,8 @@ Built-ins (each with a seeded procedural task generator, so no download is neede
   `reasoner` checks it and states `Answer: <number>`.
 - `plan_path`: grid path planning; a `plan` agent states moves, a `tool` agent writes a search program.
 - `code_tests`: a `coder` writes a function, a `tester` writes unit tests for it.
+- `referential`: a `speaker` sees a target and sends one code word, a `listener` picks the target
+  from shuffled candidates by it (a game only a co-adapted pair beats chance, 1/k, at).
 
 A plugin environment is any class (or factory) named `package.module:Name`, registered by the
 operator (see `agents.plugins`: a config can only name registered plugins), whose instances
@@ -29,6 +31,8 @@ The built-ins' rows (`row_fields` of each class; all text unless said otherwise)
   `question`, `shortest` (a whole number).
 - `code_tests`: `prompt`, `reference`, `hidden_tests`; `mutants`, a list of code texts (in a CSV
   cell, a JSON list); optional `entry_point`, `template`.
+- `referential`: `target`; `candidates`, a list of texts (in a CSV cell, a JSON list), the target
+  among them; optional `question`.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from agents.envs.arithmetic import Arithmetic
 from agents.envs.code_tests import CodeTests
 from agents.envs.math_tool import MathTool
 from agents.envs.plan_path import PlanPath
+from agents.envs.referential import Referential
 from agents.plugins import ENVIRONMENT, PluginError, lookup
 
 BUILTIN: dict[str, type[Any]] = {
@@ -49,6 +54,7 @@ BUILTIN: dict[str, type[Any]] = {
     "math_tool": MathTool,
     "plan_path": PlanPath,
     "code_tests": CodeTests,
+    "referential": Referential,
 }
 
 

@@ -1,0 +1,199 @@
+"""`referential`: a speaker sees a target, a listener picks it from shuffled candidates by the
+speaker's one-word message.
+
+Split information: the `speaker` sees only the target (one of the `pool` objects); the `listener`
+sees the task's `k` candidates, shuffled per task and labelled A, B, C, ..., and the speaker's
+message, never the target. The message must be exactly one word of a small code vocabulary that
+says nothing about the objects (by default the digits 1 to `pool`), so only a protocol both agents
+have learned (this target -> that code -> that candidate) does better than chance, 1/k.
+
+Parsing is strict. The speaker's action is valid when its first line, less surrounding spaces,
+quotes, asterisks and a final full stop, is one code word (case-insensitive); anything else
+("Code: 3", "3 because...", a target's name) is no message, and the listener is told so. The
+listener's action is valid when its first line, cleaned the same way, is one candidate letter,
+optionally after "Answer:".
+
+Rewards: team reward 1.0 when the listener picks the target, else 0.0 (both agents share it);
+local reward -1 for an action that does not parse, else 0. The episode ends after the listener's
+turn (or the speaker's, when the team has no listener: the speaker alone then names a letter at
+random, so a lone speaker is at chance by construction). Use `grpo.sampling: independent`: the
+speaker's reward is then the team's reward at the end of its trajectory (under tree sampling a
+speaker's candidates are scored before the listener acts and see no team reward).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any
+
+from agents.base import Message, RowField, State, StepResult, required_of
+from agents.envs._common import advance, check_roles, check_turn
+
+OBJECTS: tuple[str, ...] = ("red", "blue", "green", "yellow", "purple", "orange", "black", "white", "pink")
+"""The targets' pool (the first `pool` of them), one short word each."""
+LETTERS = "ABCDEFGHI"
+MAX_K = len(LETTERS)
+_FIRST_LINE = re.compile(r"^[^\n]*")
+_STRIP = " \t\"'`*"
+NO_MESSAGE = "(no message: the speaker did not send one code word)"
+
+
+def clean_first_line(text: str) -> str:
+    """The action's first non-empty line, less surrounding spaces, quotes, asterisks and one final
+    full stop (`' "3". '` -> `3`)."""
+    for line in str(text).splitlines():
+        line = line.strip(_STRIP)
+        if line:
+            line = line[:-1] if line.endswith(".") else line
+            return line.strip(_STRIP)
+    return ""
+
+
+def parse_code(text: str, codes: tuple[str, ...]) -> str | None:
+    """The code word the speaker sent (in `codes`' spelling), or None when the first line is not
+    exactly one of them."""
+    line = clean_first_line(text).lower()
+    for code in codes:
+        if line == code.lower():
+            return code
+    return None
+
+
+def parse_choice(text: str, k: int) -> int | None:
+    """The index (0-based) of the candidate the listener picked: its first line is one letter of
+    the first `k`, optionally after `Answer:`; None otherwise."""
+    line = clean_first_line(text)
+    line = re.sub(r"^answer\s*:\s*", "", line, flags=re.IGNORECASE).strip(_STRIP)
+    line = line[:-1] if line.endswith(")") else line
+    if len(line) == 1 and line.upper() in LETTERS[:k]:
+        return LETTERS.index(line.upper())
+    return None
+
+
+class Referential:
+    """Referential game: a speaker codes the target in one word, a listener picks it from candidates."""
+
+    name = "referential"
+    roles: tuple[str, ...] = ("speaker", "listener")
+    solo_roles: tuple[str, ...] = ()
+    """Neither role can succeed alone: the speaker never sees the candidates, the listener never
+    sees the target (the `alone` ablation is refused)."""
+    row_fields: dict[str, RowField] = {
+        "target": RowField("text", max_length=40, help="the object the speaker sees; one of the candidates"),
+        "candidates": RowField("text_list", max_length=40,
+                               help="the objects the listener sees, in the order shown (A, B, ...); 2 to 9, distinct"),
+        "question": RowField("text", required=False, help="not shown to the agents (kept as metadata)"),
+    }
+    """What a dataset row holds (checked on upload; see `agents.base.RowField`)."""
+    required_fields: tuple[str, ...] = required_of(row_fields)
+    default_instructions: dict[str, str] = {
+        "speaker": (
+            "You are the speaker in a guessing game. You see a target; your partner sees several "
+            "candidates and only your message. Reply with exactly one code word from the list, nothing else."
+        ),
+        "listener": (
+            "You are the listener in a guessing game. Your partner saw the target and sent you one code "
+            "word. Pick the candidate it means. Reply with exactly one letter, nothing else."
+        ),
+    }
+    stop_patterns: dict[str, str] = {"speaker": r"\S[^\n]*\n", "listener": r"\S[^\n]*\n"}
+    """End an action at the end of its first non-empty line (only that line is read)."""
+
+    def __init__(self, k: int = 4, pool: int | None = None, codes: list[str] | None = None) -> None:
+        """`k`: candidates per task (2 to 9; chance is 1/k). `pool`: how many objects targets and
+        candidates are drawn from (k to 9; default k, so every task shows the same objects, shuffled).
+        `codes`: the code vocabulary (default the digits 1 to `pool`): at least `pool` distinct words
+        of letters or digits, none of them an object's name."""
+        if isinstance(k, bool) or not isinstance(k, int) or not 2 <= k <= MAX_K:
+            raise ValueError(f"referential: k must be a whole number from 2 to {MAX_K}, not {k!r}")
+        pool = k if pool is None else pool
+        if isinstance(pool, bool) or not isinstance(pool, int) or not k <= pool <= len(OBJECTS):
+            raise ValueError(f"referential: pool must be a whole number from k ({k}) to {len(OBJECTS)}, not {pool!r}")
+        if codes is None:
+            codes = [str(i + 1) for i in range(pool)]
+        if not isinstance(codes, (list, tuple)) or not all(isinstance(c, str) and re.fullmatch(r"[A-Za-z0-9]{1,12}", c) for c in codes):
+            raise ValueError("referential: codes must be a list of words of 1 to 12 letters or digits")
+        lowered = [c.lower() for c in codes]
+        if len(set(lowered)) != len(codes) or len(codes) < pool:
+            raise ValueError(f"referential: codes must hold at least pool ({pool}) distinct words, got {list(codes)!r}")
+        clash = sorted(set(lowered) & set(OBJECTS))
+        if clash:
+            raise ValueError(f"referential: a code word may not name an object: {', '.join(clash)}")
+        self.k, self.pool, self.codes = k, pool, tuple(codes)
+
+    @property
+    def chance(self) -> float:
+        """The success of a listener that ignores the message: 1/k."""
+        return 1.0 / self.k
+
+    # ------------------------------------------------------------ tasks
+
+    def generate(self, n: int, *, seed: int) -> list[dict[str, Any]]:
+        rng = random.Random(seed)
+        objects = OBJECTS[: self.pool]
+        rows = []
+        for _ in range(n):
+            candidates = rng.sample(objects, self.k)  # a uniformly random order: the target's letter is uniform
+            target = rng.choice(candidates)
+            rows.append({"target": target, "candidates": candidates, "question": f"target: {target}"})
+        return rows
+
+    # ------------------------------------------------------------ episode
+
+    def reset(self, row: dict[str, Any], *, task_id: str, roles: tuple[str, ...]) -> State:
+        roles = check_roles(self.name, self.roles, roles)
+        target, candidates = str(row["target"]).strip(), row["candidates"]
+        if not isinstance(candidates, (list, tuple)) or not all(isinstance(c, str) for c in candidates):
+            raise ValueError(f"referential: task {task_id}: candidates must be a list of text")
+        candidates = [c.strip() for c in candidates]
+        if len(candidates) != self.k:
+            raise ValueError(f"referential: task {task_id} has {len(candidates)} candidates; this game shows k={self.k}")
+        if len({c.lower() for c in candidates}) != len(candidates):
+            raise ValueError(f"referential: task {task_id}: the candidates must be distinct")
+        lowered = [c.lower() for c in candidates]
+        if target.lower() not in lowered:
+            raise ValueError(f"referential: task {task_id}: the target {target!r} is not among the candidates")
+        return State(task_id=task_id, row=dict(row), data={
+            "roles": roles, "target": target, "candidates": tuple(candidates), "answer": lowered.index(target.lower()),
+            "code": None, "choice": None,
+        })
+
+    def observe(self, state: State, role: str) -> str:
+        codes = " ".join(self.codes)
+        if role == "speaker":
+            return f"Target: {state.data['target']}\nCode words: {codes}\nReply with one code word."
+        shown = "\n".join(f"{LETTERS[i]}. {c}" for i, c in enumerate(state.data["candidates"]))
+        said = state.data["code"]
+        if "speaker" not in state.data["roles"]:
+            message = "(there is no speaker)"
+        elif said is None:
+            message = NO_MESSAGE
+        else:
+            message = said
+        return f"Candidates:\n{shown}\nSpeaker's message: {message}\nReply with one letter ({', '.join(LETTERS[: self.k])})."
+
+    def step(self, state: State, *, agent: str, role: str, action: str) -> StepResult:
+        check_turn(self.name, self.roles, state, role)
+        roles: tuple[str, ...] = state.data["roles"]
+        if role == "speaker":
+            code = parse_code(action, self.codes)
+            done = "listener" not in roles
+            success = done and _lone_guess(state.task_id, self.k) == state.data["answer"]
+            next_state = advance(state, Message(agent, role, action), done=done, success=success, code=code)
+            info: dict[str, Any] = {"code": code, "valid": code is not None, "target": state.data["target"]}
+            return StepResult(next_state, local_reward=0.0 if code is not None else -1.0,
+                              team_reward=1.0 if success else 0.0, info=info)
+        choice = parse_choice(action, self.k)
+        success = choice is not None and choice == state.data["answer"]
+        next_state = advance(state, Message(agent, role, action), done=True, success=success, choice=choice)
+        info = {"choice": None if choice is None else LETTERS[choice], "valid": choice is not None,
+                "correct": success, "message": state.data["code"]}
+        return StepResult(next_state, local_reward=0.0 if choice is not None else -1.0,
+                          team_reward=1.0 if success else 0.0, info=info)
+
+
+def _lone_guess(task_id: str, k: int) -> int:
+    """The letter a team without a listener picks: fixed per task, independent of everything the
+    speaker did (a seeded draw from the task id), so `step` stays pure."""
+    return random.Random(f"referential:{task_id}").randrange(k)

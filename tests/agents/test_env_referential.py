@@ -1,0 +1,108 @@
+"""`referential`: strict parsing of the code word and the letter, the shared team reward, the split
+information, and a chance level of 1/k for any listener that ignores the message."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.envs import load_environment
+from agents.envs.referential import LETTERS, NO_MESSAGE, Referential, parse_choice, parse_code
+
+CODES = ("1", "2", "3", "4")
+
+
+@pytest.mark.parametrize("text, code", [
+    ("3", "3"), (" 3 \n", "3"), ("3.", "3"), ('"3"', "3"), ("**2**", "2"), ("\n\n4\nbecause", "4"),
+    ("Code: 3", None), ("3 because it is blue", None), ("blue", None), ("5", None), ("", None), ("33", None),
+])
+def test_the_speaker_sends_exactly_one_code_word(text: str, code: str | None) -> None:
+    assert parse_code(text, CODES) == code
+
+
+def test_code_words_match_without_case() -> None:
+    assert parse_code("ZAP", ("zip", "zap")) == "zap"
+
+
+@pytest.mark.parametrize("text, index", [
+    ("B", 1), ("b", 1), ("Answer: C", 2), ("D.", 3), ("A)", 0), (" 'A' ", 0),
+    ("E", None), ("AB", None), ("B because", None), ("blue", None), ("2", None), ("", None),
+])
+def test_the_listener_answers_one_letter(text: str, index: int | None) -> None:
+    assert parse_choice(text, 4) == index
+
+
+def play(env: Referential, row: dict, message: str, answer: str):
+    state = env.reset(row, task_id="t0", roles=env.roles)
+    spoken = env.step(state, agent="s", role="speaker", action=message)
+    heard = env.step(spoken.state, agent="l", role="listener", action=answer)
+    return state, spoken, heard
+
+
+def test_success_rewards_the_team_and_only_the_listener_sees_the_candidates() -> None:
+    env = Referential(k=4)
+    row = {"target": "green", "candidates": ["red", "yellow", "green", "blue"]}
+    state, spoken, heard = play(env, row, "3", "C")
+    speaker_view, listener_view = env.observe(state, "speaker"), env.observe(spoken.state, "listener")
+    assert "green" in speaker_view and "yellow" not in speaker_view and "A." not in speaker_view
+    assert "C. green" in listener_view and "Speaker's message: 3" in listener_view
+    assert "Target" not in listener_view
+    assert (spoken.local_reward, spoken.team_reward, spoken.state.done) == (0.0, 0.0, False)
+    assert (heard.local_reward, heard.team_reward, heard.state.done, heard.state.success) == (0.0, 1.0, True, True)
+    assert heard.info == {"choice": "C", "valid": True, "correct": True, "message": "3"}
+
+    _, _, wrong = play(env, row, "3", "A")
+    assert (wrong.local_reward, wrong.team_reward, wrong.state.success) == (0.0, 0.0, False)
+
+
+def test_actions_that_do_not_parse_cost_their_agent_and_the_listener_is_told() -> None:
+    env = Referential(k=4)
+    row = {"target": "green", "candidates": ["red", "yellow", "green", "blue"]}
+    _, spoken, heard = play(env, row, "The target is green", "the third one")
+    assert spoken.local_reward == -1.0 and spoken.info["code"] is None
+    assert NO_MESSAGE in env.observe(spoken.state, "listener")
+    assert (heard.local_reward, heard.team_reward) == (-1.0, 0.0)
+
+
+def test_a_listener_that_ignores_the_message_is_at_chance() -> None:
+    env = load_environment("referential", k=4)
+    rows = env.generate(4000, seed=1)
+    for fixed in LETTERS[:4]:  # always the same letter: 1/k, since the target's letter is uniform
+        wins = sum(play(env, row, "1", fixed)[2].state.success for row in rows)
+        assert abs(wins / len(rows) - env.chance) < 0.03
+    assert env.chance == 0.25
+
+
+def test_tasks_come_from_the_seed_and_every_task_shows_the_pool_shuffled() -> None:
+    env = Referential(k=3, pool=5)
+    rows = env.generate(50, seed=7)
+    assert rows == env.generate(50, seed=7) and rows != env.generate(50, seed=8)
+    for row in rows:
+        assert len(row["candidates"]) == 3 and len(set(row["candidates"])) == 3 and row["target"] in row["candidates"]
+    assert len({c for row in rows for c in row["candidates"]}) == 5
+    assert len({tuple(r["candidates"]) for r in rows}) > 20
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"k": 1}, "k must be"), ({"k": 10}, "k must be"), ({"k": 4, "pool": 3}, "pool must be"),
+    ({"k": 4, "pool": 10}, "pool must be"), ({"codes": ["1", "2", "3"]}, "at least pool"),
+    ({"codes": ["a", "A", "b", "c"]}, "distinct"), ({"codes": ["red", "x", "y", "z"]}, "may not name an object"),
+    ({"codes": ["two words", "x", "y", "z"]}, "letters or digits"),
+])
+def test_bad_arguments_are_refused_by_name(args: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Referential(**args)
+
+
+@pytest.mark.parametrize("row, message", [
+    ({"target": "pink", "candidates": ["red", "blue", "green", "yellow"]}, "not among the candidates"),
+    ({"target": "red", "candidates": ["red", "blue", "green"]}, "has 3 candidates"),
+    ({"target": "red", "candidates": ["red", "Red", "green", "yellow"]}, "distinct"),
+    ({"target": "red", "candidates": "red, blue"}, "must be a list"),
+])
+def test_bad_rows_are_refused_at_reset(row: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Referential(k=4).reset(row, task_id="t9", roles=("speaker", "listener"))
+
+
+def test_no_role_can_play_alone() -> None:
+    assert Referential.solo_roles == ()
