@@ -307,7 +307,7 @@ class ExperimentAdmin(admin.ModelAdmin):
 
     @admin.action(description="Cancel the selected experiments' queued and running trials")
     def cancel(self, request: HttpRequest, queryset: QuerySet[Experiment]) -> None:
-        stopped = sum(experiment_services.experiment_cancel(experiment=e, actor=request.user) for e in queryset)
+        stopped = sum(experiment_services.experiment_cancel(experiment=e, actor=request.user) for e in queryset if e.is_active)
         self.message_user(request, f"Cancelled or asked to stop {stopped} trial(s).", messages.SUCCESS)
 
 

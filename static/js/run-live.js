@@ -355,6 +355,12 @@
     }
     onPhase(m);
     dropStaleFlash(m.status);
+    // The log box's "Waiting for a worker" sentence belongs to a queued run: once it runs, it says where.
+    var empty = document.getElementById("log-empty");
+    if (empty && m.status !== "queued") {
+      empty.removeAttribute("hx-get");  // (its poll, if one is due, answers the same)
+      empty.textContent = m.status === "running" ? "Starting on " + (m.worker || "a worker") + ": nothing logged yet." : "Nothing logged yet.";
+    }
     if (TERMINAL[m.status]) {
       if (state.conn === "live") setConn("done");
       renderMissing();

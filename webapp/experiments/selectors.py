@@ -37,7 +37,8 @@ def experiment_list(*, team: Team) -> QuerySet[Experiment]:
     """The team's experiments, newest first, with their trials counted by state."""
     return (Experiment.objects.filter(team=team).select_related("owner", "topology", "dataset")
             .annotate(active_runs=Count("runs", filter=Q(runs__status__in=Run.ACTIVE)),
-                      succeeded_runs=Count("runs", filter=Q(runs__status=Run.Status.SUCCEEDED))))
+                      succeeded_runs=Count("runs", filter=Q(runs__status=Run.Status.SUCCEEDED)))
+            .order_by("-created", "-id"))  # (Meta.ordering does not apply to a query with GROUP BY)
 
 
 def experiment_latest_runs(*, experiment: Experiment) -> dict[int, Run]:
@@ -46,6 +47,18 @@ def experiment_latest_runs(*, experiment: Experiment) -> dict[int, Run]:
     for run in experiment.runs.filter(trial_index__isnull=False).order_by("created", "id"):
         latest[run.trial_index] = run  # type: ignore[index]
     return latest
+
+
+def experiment_unfinished(*, experiment: Experiment, spec: ExperimentSpec | None = None) -> int:
+    """How many trials "Resume unfinished" would start: a grid's trials whose latest run did not
+    succeed (or never ran); for a search, its budget less the trials that ended it (succeeded, or
+    pruned by the search itself). 0 for an experiment that is done."""
+    spec = spec or experiment.to_spec()
+    latest = experiment_latest_runs(experiment=experiment)
+    if spec.search is not None:
+        done = sum(1 for run in latest.values() if run.status == Run.Status.SUCCEEDED or run.pruned_at_step is not None)
+        return max(0, spec.search.trials - done)
+    return sum(1 for trial in spec.trials() if (run := latest.get(trial.index)) is None or run.status != Run.Status.SUCCEEDED)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from training.config import ConfigError, RunConfig
 from training.experiment import ExperimentError, ExperimentSpec, Trial, arm_label, with_fields
 from webapp.catalog import environments
 from webapp.core import trust
-from webapp.experiments.selectors import experiment_latest_runs
+from webapp.experiments.selectors import experiment_latest_runs, experiment_unfinished
 from webapp.jobs.ablations import ablation_request
 from webapp.models import Dataset, Experiment, Run, Team, Topology
 from webapp.runs import services as runs
@@ -167,10 +167,14 @@ def _trial_run(*, experiment: Experiment, trial: Trial, user: User | None, confi
 
 def experiment_cancel(*, experiment: Experiment, actor: User | None = None) -> int:
     """Cancel every queued and running trial (running ones stop at their next step); the number
-    of trials it stopped."""
+    of trials it stopped. ValidationError for an experiment with none queued or running (a
+    finished experiment is not marked cancelled)."""
     with transaction.atomic():
-        Experiment.objects.filter(pk=experiment.pk).update(cancelled=timezone.now())
+        Experiment.objects.select_for_update().filter(pk=experiment.pk).first()
         active = list(experiment.runs.filter(status__in=Run.ACTIVE))
+        if not active:
+            raise ValidationError(f"Experiment #{experiment.pk} has no queued or running trial to cancel: it has ended.")
+        Experiment.objects.filter(pk=experiment.pk).update(cancelled=timezone.now())
         for run in active:
             runs.run_cancel(run=run, actor=actor)
         audit_record(team=experiment.team_id, actor=actor, verb=Verb.CANCEL, obj=experiment, trials=len(active))
@@ -192,6 +196,9 @@ def experiment_resume(*, experiment: Experiment, user: User) -> int:
         Experiment.objects.select_for_update().filter(pk=experiment.pk).first()  # one resume at a time
         if experiment.runs.filter(status__in=Run.ACTIVE).exists():
             raise ValidationError("Some trials are still queued or running; cancel them first, or wait for them to end.")
+        if not experiment_unfinished(experiment=experiment, spec=spec):
+            raise ValidationError(f"Experiment #{experiment.pk} has no unfinished trial: every trial succeeded"
+                                  f"{' or was pruned, and its search budget is spent' if spec.search is not None else ''}.")
         latest = experiment_latest_runs(experiment=experiment)
         if spec.search is not None:  # a search goes on asking until its budget is spent
             Experiment.objects.filter(pk=experiment.pk).update(cancelled=None)

@@ -90,9 +90,10 @@ def experiment_detail(request: TeamRequest, pk: int) -> HttpResponse:
     except ExperimentError as exc:  # the stored spec no longer validates (a plugin it names was unregistered, ...)
         messages.error(request, f"This experiment's spec no longer validates, so its arms cannot be read: {exc}")
         return render(request, "experiments/list.html", {"experiments": selectors.experiment_list(team=request.team)})
-    context = {"experiment": experiment, "results": results, "active": selectors.experiment_is_live(experiment=experiment)}
+    context = {"experiment": experiment, "results": results, "active": selectors.experiment_is_live(experiment=experiment),
+               "trials_active": experiment.is_active, "unfinished": selectors.experiment_unfinished(experiment=experiment, spec=results.spec)}
     if request.htmx:
-        return render(request, "experiments/detail.html#results", context)
+        return render(request, "experiments/detail.html#refresh", context)  # the results, and the head's buttons out of band
     context["ablation_choices"] = services.experiment_ablation_choices(experiment=experiment)
     context["curve_metrics"] = selectors.experiment_curve_metrics(experiment=experiment, results=results)
     context["diff_choices"] = [(key, label) for key, label, _ in selectors.experiment_diff_choices(results=results)]
@@ -122,8 +123,12 @@ def experiment_diff(request: TeamRequest, pk: int) -> HttpResponse:
 @require_POST
 def experiment_cancel(request: TeamRequest, pk: int) -> HttpResponse:
     experiment = team_object_or_404(request, Experiment, pk)
-    stopped = services.experiment_cancel(experiment=experiment, actor=request.user)
-    messages.info(request, f"Cancelled {stopped} queued or running trial{'s' if stopped != 1 else ''}.")
+    try:
+        stopped = services.experiment_cancel(experiment=experiment, actor=request.user)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.info(request, f"Cancelled {stopped} queued or running trial{'s' if stopped != 1 else ''}.")
     return redirect(experiment)
 
 

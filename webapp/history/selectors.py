@@ -341,22 +341,22 @@ def run_held_out(*, runs: list[Run]) -> dict[int, HeldOut]:
     by_run: dict[int, list[Evaluation]] = {}
     for e in Evaluation.objects.filter(run__in=runs).order_by("run_id", "step", "temperature"):
         by_run.setdefault(e.run_id, []).append(e)
-    out = {}
-    for run in runs:
-        evals = by_run.get(run.pk, [])
-        greedy_t = min((e.temperature for e in evals), default=0.0)
-        evals = [e for e in evals if e.temperature == greedy_t]
-        if not evals:
-            out[run.pk] = HeldOut(agents={})
-            continue
-        first, last = evals[0], evals[-1]
-        names = list(dict.fromkeys([*first.agents, *last.agents]))
-        out[run.pk] = HeldOut(
-            first_step=first.step, last_step=last.step, team=(first.team_success, last.team_success),
-            agents={n: (_num((first.agents.get(n) or {}).get("success")), _num((last.agents.get(n) or {}).get("success")))
-                    for n in names},
-        )
-    return out
+    return {run.pk: held_out_of(evaluations=by_run.get(run.pk, [])) for run in runs}
+
+
+def held_out_of(*, evaluations: list[Evaluation]) -> HeldOut:
+    """The first and latest greedy evaluation among `evaluations` (ordered by step)."""
+    greedy_t = min((e.temperature for e in evaluations), default=0.0)
+    evals = [e for e in evaluations if e.temperature == greedy_t]
+    if not evals:
+        return HeldOut(agents={})
+    first, last = evals[0], evals[-1]
+    names = list(dict.fromkeys([*first.agents, *last.agents]))
+    return HeldOut(
+        first_step=first.step, last_step=last.step, team=(first.team_success, last.team_success),
+        agents={n: (_num((first.agents.get(n) or {}).get("success")), _num((last.agents.get(n) or {}).get("success")))
+                for n in names},
+    )
 
 
 def _num(value: Any) -> float | None:

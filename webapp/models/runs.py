@@ -4,6 +4,7 @@ evaluations and log lines."""
 from __future__ import annotations
 
 import time
+from functools import cached_property
 from typing import Any
 
 from django.conf import settings
@@ -138,8 +139,27 @@ class Run(models.Model):
 
     @property
     def can_resume(self) -> bool:
-        """Failed or cancelled: a new run can continue from its latest checkpoint (if it has one)."""
-        return self.status in (self.Status.FAILED, self.Status.CANCELLED)
+        """Failed or cancelled, and not continued yet: a new run can continue from its resume point
+        (`resume_point`, if it has one). Once a run has been resumed, its lineage goes on in the run
+        that resumed it (`continued_by`), which is the one to resume if it stops in turn."""
+        return self.status in (self.Status.FAILED, self.Status.CANCELLED) and self.continued_by is None
+
+    @cached_property
+    def continued_by(self) -> Run | None:
+        """The newest run that resumes this one, whatever its state (None while no one resumed it)."""
+        return self.resumes.order_by("-created", "-id").first()
+
+    def resume_point(self) -> Checkpoint | None:
+        """The checkpoint a resume of this run starts from: its newest kept one, or for a resume that
+        stopped before writing one, the checkpoint it resumed from itself (still kept)."""
+        own = self.checkpoints.kept().newest()
+        if own is not None or self.resumed_from_id is None:
+            return own
+        try:
+            path = self.to_config().checkpoint.resume_from
+        except ValueError:
+            return None
+        return Checkpoint.objects.kept().filter(run_id=self.resumed_from_id, path=path).first() if path else None
 
     @property
     def progress_percent(self) -> int:

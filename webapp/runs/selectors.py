@@ -12,8 +12,8 @@ from typing import Any
 from django.db.models import QuerySet
 
 from webapp.artifacts.selectors import run_artifacts_section
-from webapp.history.selectors import run_held_out
-from webapp.models import Agent, Checkpoint, Dataset, Job, Run, Team, Topology
+from webapp.history.selectors import held_out_of
+from webapp.models import Agent, Checkpoint, Dataset, Evaluation, Job, Run, Team, Topology
 from webapp.runs import queue
 from webapp.runs.series import chart_specs
 
@@ -48,6 +48,7 @@ def run_live_card(*, run: Run) -> dict[str, Any]:
     return {
         "latest": run.metric_points.order_by("-step").first(),
         "checkpoints": run.checkpoints.kept(),
+        "resume_point": run.resume_point() if run.can_resume else None,
         "log_lines": list(run.log_lines.order_by("-time", "-id")[:50])[::-1],
         "waiting_for": queue.run_waiting_for(run=run),
         "charts": chart_specs(),
@@ -85,16 +86,27 @@ def startable_checkpoints(*, team: Team) -> QuerySet[Checkpoint]:
 def run_history_sections(*, run: Run) -> dict[str, Any]:
     """What the run page's sections below the live card show: tags, held-out results and their
     chart, evaluation jobs, artifacts, the latest checkpoint."""
-    evaluations = list(run.evaluations.order_by("step", "temperature"))
+    evaluations = run_lineage_evaluations(run=run)
     return {
         "tags_text": ", ".join(t.name for t in run.tags.all()),
-        "held_out": run_held_out(runs=[run])[run.pk],
+        "held_out": held_out_of(evaluations=evaluations),
         "eval_rows": evaluations,
         "eval_chart": _eval_chart(evaluations),
         "eval_jobs": run.jobs.filter(kind=Job.Kind.EVALUATE).select_related("checkpoint")[:20],
         **run_artifacts_section(run=run),
         "latest_checkpoint": run.checkpoints.kept().newest(),
     }
+
+
+def run_lineage_evaluations(*, run: Run) -> list[Evaluation]:
+    """The held-out evaluations of the run's lineage, by step and temperature: its own, and for a
+    resumed run those of the runs it continues up to the step it resumed from (as its charts,
+    `Run.metric_lineage`). Where two runs of the lineage evaluated the same step at the same
+    temperature, the later run's row is kept."""
+    rows: dict[tuple[int, float], Evaluation] = {}
+    for e in Evaluation.objects.filter(run.metric_lineage()).order_by("created", "id"):
+        rows[(e.step, e.temperature)] = e
+    return sorted(rows.values(), key=lambda e: (e.step, e.temperature))
 
 
 def _eval_chart(evaluations: list[Any]) -> dict[str, Any]:

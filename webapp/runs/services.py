@@ -234,9 +234,11 @@ def run_cancel(*, run: Run, actor: User | None = None) -> Run:
 
 
 def run_resume(*, run: Run, user: User) -> Run:
-    """A new run continuing a failed or cancelled run from its latest checkpoint, with the same
-    config: the engine restores weights, optimizer and RNG state and replays the same data order,
-    so the new run's first step is the checkpoint's step + 1 (its charts continue the old ones).
+    """A new run (with its own id) continuing a failed or cancelled run from its latest checkpoint
+    (`Run.resume_point`), with the same config, linked both ways (`resumed_from`, `resumes`); a run
+    already resumed is refused, so one checkpoint never forks into two lineages by accident. The
+    engine restores weights, optimizer and RNG state and replays the same data order, so the new
+    run's first step is the checkpoint's step + 1 (its charts and evaluations continue the old ones).
 
     Idempotent under concurrency: the run's row is locked (on SQLite the transaction's write lock,
     taken at BEGIN) before anything is checked, so while a resume of it is queued or running, a
@@ -246,8 +248,13 @@ def run_resume(*, run: Run, user: User) -> Run:
         pending = run.resumes.filter(status__in=Run.ACTIVE).order_by("created", "id").first()
         if pending is not None:
             return pending
-        checkpoint = run.checkpoints.kept().newest()
-        if not run.can_resume or checkpoint is None:
+        if run.status not in (Run.Status.FAILED, Run.Status.CANCELLED):
+            raise ValidationError("Only a failed or cancelled run with a checkpoint can be resumed.")
+        if run.continued_by is not None:  # one lineage: the next resume continues the resume, not this run again
+            raise ValidationError(f"Run #{run.pk} was already resumed as run #{run.continued_by.pk}: "
+                                  f"it continues from there (resume #{run.continued_by.pk} if it stopped too).")
+        checkpoint = run.resume_point()
+        if checkpoint is None:
             raise ValidationError("Only a failed or cancelled run with a checkpoint can be resumed.")
         config = run.to_config().replace(**{"checkpoint.resume_from": checkpoint.path})
         new = run_create(

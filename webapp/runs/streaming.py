@@ -205,6 +205,7 @@ def status_message(run: Run) -> dict[str, Any]:
         "finished": run.finished.timestamp() if run.finished else None,
         "error": run.error_message,
         "cancel_requested": run.cancel_requested,
+        "worker": run.worker,
         "phase": run.phase,
         "detail": run.phase_detail,
         "progress": run.phase_progress,

@@ -12,12 +12,28 @@ register = template.Library()
 
 
 @register.simple_tag
-def delta(value: Any) -> SafeString | str:
-    """A signed change, green when it went up, red when down (held-out success before -> after)."""
+def delta(value: Any, unit: str = "") -> SafeString | str:
+    """A signed change, green when it went up, red when down (held-out success before -> after).
+    With `unit="%"` the change of a 0-1 share in percentage points: (+12.5 pts)."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return ""
     css = "up" if value > 1e-12 else "down" if value < -1e-12 else "flat"
+    if unit == "%":
+        text = "no change" if css == "flat" else f"{'+' if value > 0 else '−'}{_pct(abs(value))} pts"
+        return format_html('<span class="delta {}">({})</span>', css, text)
     return format_html('<span class="delta {}">({}{})</span>', css, "+" if value > 0 else "", f"{value:.3g}")
+
+
+@register.filter
+def share(value: Any) -> str:
+    """A 0-1 share as a percentage: 0.125 -> "12.5%", 0 -> "0%"; missing as a dash."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return "—"
+    return f"{_pct(value)}%"
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}".removesuffix(".0")
 
 
 @register.filter

@@ -97,7 +97,7 @@ def test_the_page_renders_the_phase_and_refreshes_its_other_parts(alice, alice_w
     assert refresh.lstrip().startswith('<section id="run-summary"')
     for part in ("run-actions", "held-out-results", "artifacts-body", "eval-panel"):
         assert f'id="{part}" hx-swap-oob="true"' in refresh, part
-    assert "greedy team success: step 0 0.25" in refresh and "none recorded yet" not in refresh
+    assert "greedy team success: step 0 25%" in refresh and "none recorded yet" not in refresh
     assert "Try in playground" in refresh and ">Archive</button>" in refresh and ">Stop</button>" not in refresh
     assert 'id="run-phase" class="phase" aria-live="polite" hx-preserve="true" hidden' in refresh
     plain = alice.client.get(reverse("run_detail", args=[run_row.pk]), headers={"HX-Request": "true"}).content.decode()
