@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from agents.envs import BUILTIN as BUILTIN_ENVS
+from agents.envs import KNOWN as BUILTIN_ENVS
 
 SPECIALIZATIONS = ("single", "prompt", "lora", "full")
 SAMPLING_MODES = ("tree", "independent")
@@ -44,7 +44,8 @@ QUANTIZATIONS = ("none", "4bit")
 PARALLEL_MODES = ("data", "agents", "fsdp")
 ALGORITHMS = ("grpo", "sft")
 BUILTIN_ENVIRONMENTS = tuple(BUILTIN_ENVS)
-"""The environments that ship with Troupe: the names `agents.envs.BUILTIN` registers (one list)."""
+"""The environments that ship with Troupe: the names `agents.envs.KNOWN` registers (one list; `task`
+included, a team's task defined as data)."""
 MODEL_PREFIXES = ("bundled:", "tiny-random:", "hf:", "local:")
 BUNDLED_MODELS = ("smollm2-135m-instruct",)
 TINY_RANDOM_ARCHS = ("llama",)

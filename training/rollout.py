@@ -57,7 +57,12 @@ class Candidate:
     advantage: float = 0.0
     reward_parts: dict[str, float] = field(default_factory=dict)
     """What each reward function (`Sampler.rewards`) gave it, before its weight; a function that
-    returned None or NaN for it (TRL: "does not apply") has no entry (and added 0 to its reward)."""
+    returned None or NaN for it (TRL: "does not apply") has no entry (and added 0 to its reward).
+    An environment may add its own breakdown (`StepResult.info["reward_parts"]`: a task's graders),
+    already counted in its team and local rewards."""
+    notes: tuple[str, ...] = ()
+    """Why part of its reward could not be computed (`StepResult.info["problems"]`: a grader that
+    failed on it); the trainer logs them to the run."""
     next_state: State | None = field(default=None, repr=False)
 
 
@@ -273,10 +278,14 @@ class Sampler:
     def score(self, state: State, agent: str, prompt: str, generations: list[Generation]) -> list[Candidate]:
         """Apply each generation to the same state (pure steps, run in parallel) and score it."""
         role = self.config.agent(agent).role
-        results: list[StepResult] = list(
-            self.pool.map(lambda g: self.env.step(state, agent=agent, role=role, action=g.text), generations)
+        step_many = getattr(self.env, "step_many", None)  # an environment that grades a group at once (agents.envs.task)
+        results: list[StepResult] = (
+            list(step_many(state, agent=agent, role=role, actions=[g.text for g in generations])) if step_many is not None
+            else list(self.pool.map(lambda g: self.env.step(state, agent=agent, role=role, action=g.text), generations))
         )
-        parts: list[dict[str, float]] = [{} for _ in generations]
+        if len(results) != len(generations):
+            raise ValueError(f"the environment's step_many returned {len(results)} results for {len(generations)} actions")
+        parts: list[dict[str, float]] = [dict(r.info.get("reward_parts") or {}) for r in results]  # the environment's own breakdown
         columns = {k: [v] * len(generations) for k, v in state.row.items()}
         for name, fn, _ in self.rewards:
             values = list(fn(prompts=[prompt] * len(generations), completions=[g.text for g in generations], **columns))
@@ -295,6 +304,7 @@ class Sampler:
                 reward=alpha * r.team_reward + r.local_reward + x,
                 tool_output=r.tool_output,
                 reward_parts=part,
+                notes=tuple(str(p) for p in r.info.get("problems") or ()),
                 next_state=r.state,
             )
             for g, r, x, part in zip(generations, results, extra, parts)

@@ -253,6 +253,10 @@ def loop(parts: Parts, hooks: Hooks) -> TrainResult:
 # == one training step =============================================================================
 
 
+MAX_NOTES = 5
+"""Distinct grader failures logged per step (the rest are counted)."""
+
+
 def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink, rollouts: AsyncRollouts | None = None, *,
                collect: Collect = collect_rollouts) -> StepMetrics:
     """One step: rollout -> advantages -> update each trainable policy -> report."""
@@ -323,6 +327,11 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink, 
         for agent in per_agent:
             per_agent[agent]["async/staleness"] = stale
     metrics = StepMetrics(step=step, total_steps=cfg.optim.steps, values=values, agents=dict(per_agent))
+    notes = list(dict.fromkeys(note for _, c in cands for note in c.notes))  # a task's grader that failed on a candidate
+    for note in notes[:MAX_NOTES]:
+        sink.log(f"step {step}: {note} (that candidate got no reward from it)", level="warning")
+    if len(notes) > MAX_NOTES:
+        sink.log(f"step {step}: {len(notes) - MAX_NOTES} more grader failures like these", level="warning")
     sink.metrics(metrics)
     sink.rollouts(step, [ep.to_dict(step) for ep in episodes])
     return metrics

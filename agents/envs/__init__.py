@@ -7,6 +7,8 @@ Built-ins (each with a seeded procedural task generator, so no download is neede
   `reasoner` checks it and states `Answer: <number>`.
 - `plan_path`: grid path planning; a `plan` agent states moves, a `tool` agent writes a search program.
 - `code_tests`: a `coder` writes a function, a `tester` writes unit tests for it.
+- `task`: a team's own task, defined as data (roles prompted from a dataset's columns, graded by
+  the team's graders: `agents.envs.task`, `agents.graders`); it has no generator.
 - `referential`: a `speaker` sees a target and sends one code word, a `listener` picks the target
   from shuffled candidates by it (a game only a co-adapted pair beats chance, 1/k, at).
 
@@ -46,6 +48,7 @@ from agents.envs.arithmetic import Arithmetic
 from agents.envs.code_tests import CodeTests
 from agents.envs.math_tool import MathTool
 from agents.envs.plan_path import PlanPath
+from agents.envs.task import Task
 from agents.envs.referential import Referential
 from agents.plugins import ENVIRONMENT, PluginError, lookup
 
@@ -56,6 +59,13 @@ BUILTIN: dict[str, type[Any]] = {
     "code_tests": CodeTests,
     "referential": Referential,
 }
+
+
+DEFINED: dict[str, type[Any]] = {"task": Task}
+"""Environments made entirely of their arguments, with no generator: `task`, a team's task defined
+as data (`agents.envs.task`). A config names them like a built-in."""
+KNOWN: dict[str, type[Any]] = {**BUILTIN, **DEFINED}
+"""Every environment a config may name without a plugin."""
 
 
 @dataclass(frozen=True)
@@ -75,15 +85,15 @@ class EnvironmentInfo:
 
 def load_environment(name_or_dotted: str, **env_args: Any) -> Environment:
     """A built-in environment by name, or a plugin named `package.module:Class`, built with `env_args`."""
-    if name_or_dotted in BUILTIN:
-        factory: Any = BUILTIN[name_or_dotted]
+    if name_or_dotted in KNOWN:
+        factory: Any = KNOWN[name_or_dotted]
     elif ":" in name_or_dotted:
         factory = lookup(name_or_dotted, kind=ENVIRONMENT)
         if not callable(factory):
             raise PluginError(f"environment {name_or_dotted!r} is a {type(factory).__name__}, not a class or factory")
     else:
         raise PluginError(
-            f"unknown environment {name_or_dotted!r}; built-ins are {', '.join(BUILTIN)}, "
+            f"unknown environment {name_or_dotted!r}; built-ins are {', '.join(KNOWN)}, "
             "or name a plugin as mypkg.module:MyEnv"
         )
     _check_args(name_or_dotted, factory, env_args)
@@ -130,4 +140,4 @@ def describe_environment(name: str, cls: Any) -> EnvironmentInfo:
     )
 
 
-__all__ = ["BUILTIN", "EnvironmentInfo", "describe_environment", "list_environments", "load_environment"]
+__all__ = ["BUILTIN", "DEFINED", "KNOWN", "EnvironmentInfo", "describe_environment", "list_environments", "load_environment"]

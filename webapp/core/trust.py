@@ -38,7 +38,7 @@ import yaml
 from django.conf import settings
 
 from agents.base import missing_members
-from agents.envs import BUILTIN, load_environment
+from agents.envs import KNOWN, load_environment
 from agents.plugins import ENVIRONMENT, REWARD_FUNCTION, PluginError, lookup
 from agents.verifiers import BUILTIN_REWARDS
 from training.config import ConfigError, RunConfig, raise_problems, related_fields, tracker_destinations
@@ -241,14 +241,25 @@ def check_name(name: Any, *, field: str = "name") -> None:
             raise ConfigError(field, f"contains {kind}")
 
 
-def check_env_args(env_args: Any, *, field: str = "env_args") -> None:
-    """An environment's arguments: a small mapping of plain data."""
+MAX_TASK_ARGS_DEPTH = 10
+"""How deeply a `task`'s arguments may nest: its definition holds graders, a JSON Schema grader's
+schema nests inside (a config as a whole may nest MAX_DEPTH, of which env_args starts at 3)."""
+
+
+MAX_TASK_ARGS_BYTES = 48 * 1024
+"""The largest `task` arguments (its definition, Python graders' code included), as JSON."""
+
+
+def check_env_args(env_args: Any, *, field: str = "env_args", environment: str | None = None) -> None:
+    """An environment's arguments: a small mapping of plain data (for `task`, a team's task defined
+    as data, a larger and deeper one: `MAX_TASK_ARGS_DEPTH`, `MAX_TASK_ARGS_BYTES`)."""
     if not isinstance(env_args, dict):
         raise ConfigError(field, "must be a mapping of argument names to values, like {\"level\": 2}")
-    check_tree(env_args, field=field, max_depth=MAX_ENV_ARGS_DEPTH)
-    size = len(json.dumps(env_args))
-    if size > MAX_ENV_ARGS_BYTES:
-        raise ConfigError(field, f"is {size:,} bytes as JSON; the limit is {MAX_ENV_ARGS_BYTES:,}")
+    task = environment == "task"
+    check_tree(env_args, field=field, max_depth=MAX_TASK_ARGS_DEPTH if task else MAX_ENV_ARGS_DEPTH)
+    size, limit = len(json.dumps(env_args)), MAX_TASK_ARGS_BYTES if task else MAX_ENV_ARGS_BYTES
+    if size > limit:
+        raise ConfigError(field, f"is {size:,} bytes as JSON; the limit is {limit:,}")
 
 
 # == code ============================================================================================
@@ -256,12 +267,12 @@ def check_env_args(env_args: Any, *, field: str = "env_args") -> None:
 
 def check_environment(name: str, *, field: str) -> None:
     """A built-in environment or a registered plugin environment: nothing is imported here."""
-    if name in BUILTIN:
+    if name in KNOWN:
         return
     try:
         env = lookup(name, kind=ENVIRONMENT)
     except PluginError as exc:
-        raise ConfigError(field, f"{exc}; built-ins are {', '.join(BUILTIN)}") from None
+        raise ConfigError(field, f"{exc}; built-ins are {', '.join(KNOWN)}") from None
     if missing_members(env):
         raise ConfigError(field, f"{name!r} is not an environment class (see agents.base.Environment)")
 
@@ -441,7 +452,7 @@ def config_problems(*, team: TeamFiles, config: RunConfig, skip: list[str] | Non
     with check("name"):
         check_name(config.name, field="name")
     with check("topology.env_args"):
-        check_env_args(config.topology.env_args, field="topology.env_args")
+        check_env_args(config.topology.env_args, field="topology.env_args", environment=config.topology.environment)
     with check("topology.environment"):
         check_environment(config.topology.environment, field="topology.environment")
     for field, reward_fn in _reward_functions(config):
