@@ -51,7 +51,7 @@ MAX_AXES = 16
 MAX_PROBLEMS = 50
 """Most problems reported for one spec (the rest are counted)."""
 DIRECTIONS = ("maximize", "minimize")
-SPEC_KEYS = ("name", "base", "axes", "seeds", "metric", "direction", "search")
+SPEC_KEYS = ("name", "base", "axes", "seeds", "metric", "direction", "search", "ablations")
 _NAME = re.compile(r"^[\w.+-][\w .+-]{0,99}$")
 
 
@@ -101,6 +101,11 @@ class ExperimentSpec:
     search: SearchSpec | None = None
     """An Optuna search (`training.search`) instead of a grid: a budget of trials over ranges, each
     trial at the first seed, the pruner stopping trials that trail. None: the grid of `axes`."""
+    ablations: tuple[str, ...] = ()
+    """Ablations (`training.ablation` keys: `role_swap`, `untrained`, `alone:<agent>`, `apart`) that
+    `python -m training sweep` evaluates on every finished trial that allows them, once all trials
+    have run; `apart` teams a trial with the trial of the same seed that trained the agents it froze.
+    Each trial's results go to its `ablations.json`, each arm's to the table under it."""
 
     # -- expansion ---------------------------------------------------------------------------
 
@@ -129,6 +134,7 @@ class ExperimentSpec:
             "metric": self.metric,
             "direction": self.direction,
             **({"search": self.search.to_dict()} if self.search is not None else {}),
+            **({"ablations": list(self.ablations)} if self.ablations else {}),
         }
 
     def to_yaml(self) -> str:
@@ -177,9 +183,11 @@ class ExperimentSpec:
             if raw_axes:
                 problems.add("search", "an experiment is a grid (axes) or a search, not both")
             search = parse_search(data["search"], base, problems.add)
+        ablations = _check_ablations(data.get("ablations", []), search is not None or data.get("search") is not None, problems)
         if problems or base is None:
             raise ExperimentError(problems.items)
-        spec = cls(name=name, base=base, axes=axes, seeds=seeds, metric=metric, direction=direction, search=search)
+        spec = cls(name=name, base=base, axes=axes, seeds=seeds, metric=metric, direction=direction, search=search,
+                   ablations=ablations)
         if axes and not problems:  # each value passed alone; now the combinations
             _check_combinations(spec, problems)
             if problems:
@@ -270,6 +278,31 @@ def _check_seeds(raw: Any, problems: _Problems) -> tuple[int, ...]:
         else:
             seeds.append(s)
     return tuple(seeds)
+
+
+def _check_ablations(raw: Any, search: bool, problems: _Problems) -> tuple[str, ...]:
+    """The `ablations` list: known keys (`training.ablation.Ablation.parse`), each once, and a grid's."""
+    from training.ablation import Ablation, AblationError
+
+    if not isinstance(raw, list):
+        problems.add("ablations", "must be a list, like [role_swap, apart]")
+        return ()
+    if raw and search:
+        problems.add("ablations", "a search's trials are not ablated: ablate a grid's")
+    keys: list[str] = []
+    for i, key in enumerate(raw):
+        try:
+            parsed = Ablation.parse(key, paired=True) if isinstance(key, str) else None
+        except AblationError as exc:
+            problems.add(f"ablations[{i}]", str(exc))
+            continue
+        if parsed is None:
+            problems.add(f"ablations[{i}]", f"{key!r:.40} is not an ablation's name")
+        elif parsed.key in keys:
+            problems.add(f"ablations[{i}]", f"{parsed.key} is listed twice")
+        else:
+            keys.append(parsed.key)
+    return tuple(keys)
 
 
 def _check_axes(raw: Any, base: RunConfig, problems: _Problems) -> tuple[Axis, ...]:
@@ -417,9 +450,12 @@ def summarize(arms: list[tuple[tuple[str, Any], ...]], results: list[tuple[tuple
 
 
 def best_arm(summaries: list[ArmSummary], metric: str, direction: str) -> ArmSummary | None:
-    """The arm with the best mean of `metric` (ties: the earlier arm); None before any result."""
+    """The arm with the best mean of `metric`; None before any result, and None when two or more arms
+    share the best mean exactly (no arm is best then)."""
     scored = [s for s in summaries if metric in s.metrics]
     if not scored:
         return None
     sign = 1.0 if direction == "maximize" else -1.0
-    return max(scored, key=lambda s: (sign * s.metrics[metric].mean, -summaries.index(s)))
+    top = max(sign * s.metrics[metric].mean for s in scored)
+    leaders = [s for s in scored if sign * s.metrics[metric].mean == top]
+    return leaders[0] if len(leaders) == 1 else None

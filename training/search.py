@@ -292,11 +292,14 @@ def search_should_prune(
 
 
 def best_record(records: list[TrialRecord], direction: str) -> TrialRecord | None:
+    """The complete trial with the best value; None before any, or when the best value is tied."""
     done = [r for r in records if r.state == "complete" and r.value is not None]
     if not done:
         return None
     sign = 1.0 if direction == "maximize" else -1.0
-    return max(done, key=lambda r: (sign * (r.value or 0.0), -r.number))
+    top = max(sign * (r.value or 0.0) for r in done)
+    leaders = [r for r in done if sign * (r.value or 0.0) == top]
+    return leaders[0] if len(leaders) == 1 else None  # an exact tie: no trial is best
 
 
 def _plain(value: Any) -> Any:

@@ -60,7 +60,7 @@
     note.textContent = last.metric + " · mean over seeds, 95% band";
     plot = new uPlot({
       width: Math.max(320, box.clientWidth || 900), height: 320, series: series, bands: bands,
-      scales: {x: {time: false, range: CH.stepRange}},
+      scales: {x: {time: false, range: CH.stepRange}, y: {range: last.range ? function () { return last.range; } : CH.padRange(0.05)}},
       axes: [CH.stepAxis({label: "step"}), CH.valueAxis({label: last.metric, size: 60})],
       cursor: {drag: {x: true, y: false}},
       legend: {live: true},

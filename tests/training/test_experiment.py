@@ -129,6 +129,8 @@ def test_it_summarises_arms_and_picks_the_best_in_the_metrics_direction():
     assert arms[0].metrics["team.success"].mean == pytest.approx(0.3) and arms[1].metrics["team.success"].n == 1
     assert best_arm(arms, "team.success", "maximize").arm == high
     assert best_arm(arms, "team.success", "minimize").arm == low
+    tied = summarize([low, high], [(low, 0, trial_metrics(evals(0.5))), (high, 0, trial_metrics(evals(0.5)))])
+    assert best_arm(tied, "team.success", "maximize") is None  # an exact tie: no arm is starred
 
 
 def test_every_example_experiment_loads():

@@ -30,6 +30,7 @@ from webapp.history import selectors as history
 from webapp.jobs.ablations import ablation_results
 from webapp.models import Evaluation, Experiment, Job, Run, Team
 from webapp.runs import queue
+from webapp.runs.series import CHARTS
 from webapp.runs import trials as trials_of_search
 
 
@@ -324,7 +325,18 @@ def experiment_curves(*, experiment: Experiment, metric: str) -> dict[str, Any]:
             low.append(interval.low if interval.low is not None else interval.mean)
             high.append(interval.high if interval.high is not None else interval.mean)
         arms.append({"label": label, "runs": len(members), "steps": steps, "mean": mean, "low": low, "high": high})
-    return {"metric": metric, "arms": arms}
+    out: dict[str, Any] = {"metric": metric, "arms": arms}
+    if _is_share(metric):
+        out["range"] = [0, 1]  # the chart's axis runs 0-1, as the run page's charts of shares do
+    return out
+
+
+def _is_share(metric: str) -> bool:
+    """Whether a metric is a 0-1 share: a held-out success, or a training metric the run page charts
+    on a fixed 0-1 axis (`webapp.runs.series.CHARTS`)."""
+    if metric.startswith(HELD_OUT):
+        return metric.endswith("success")
+    return any(chart.range == (0, 1) and (metric in chart.run or metric == chart.agent) for chart in CHARTS)
 
 
 def experiment_diff_choices(*, results: ExperimentResults) -> list[tuple[str, str, str]]:

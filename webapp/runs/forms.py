@@ -10,7 +10,7 @@ from training.config import ConfigError, RunConfig
 from webapp.core import trust
 from webapp.models import SPECIALIZATION_HELP, SPECIALIZATION_SHORT_CHOICES, Checkpoint, Dataset, Team, Topology
 from webapp.runs import selectors
-from webapp.runs.services import RUN_OVERRIDES, run_source_overrides
+from webapp.runs.services import ALGORITHM_FIELDS, RUN_OVERRIDES, run_source_overrides
 
 _DEFAULTS = RunConfig()
 
@@ -59,7 +59,7 @@ class RunForm(forms.Form):
     """Topology, dataset, the main hyperparameters (empty: the default its placeholder shows) and
     advanced YAML. Every problem is reported at once, next to the field it concerns."""
 
-    name = forms.CharField(max_length=200, required=False, help_text="Defaults to topology · dataset.")
+    name = forms.CharField(max_length=200, required=False, help_text="Defaults to topology · dataset (topology · SFT on conversations).")
     topology = TopologyChoiceField(queryset=Topology.objects.none())
     dataset = DatasetChoiceField(queryset=Dataset.objects.none())
     algorithm = forms.ChoiceField(initial="grpo", required=False, choices=[("grpo", "GRPO (own rollouts)"), ("sft", "SFT (conversations)")],
@@ -89,6 +89,10 @@ class RunForm(forms.Form):
     temperature = _hyper(forms.FloatField, "generation.temperature", help_text="Sampling temperature while training.")
     beta = _hyper(forms.FloatField, "grpo.beta", label="Beta (KL)", help_text="Weight of the KL penalty; 0 turns it off.")
     eval_every = _hyper(forms.IntegerField, "eval.every", help_text="Steps between held-out evaluations; 0 disables.")
+    sft_batch_size = _hyper(forms.IntegerField, "sft.batch_size", label="Batch size (SFT)", min_value=1,
+                            help_text="Conversations per step for each trained policy.")
+    sft_max_length = _hyper(forms.IntegerField, "sft.max_length", label="Max length (SFT)", min_value=1,
+                            help_text="Most tokens of one conversation; longer ones are cut at the end.")
     gpus = _hyper(forms.IntegerField, "resources.gpus", label="GPUs",
                   help_text="GPUs on the worker's host; more than 1 trains data-parallel, one process per GPU.")
     hosts = _hyper(forms.IntegerField, "resources.hosts", label="Hosts",
@@ -124,15 +128,25 @@ class RunForm(forms.Form):
 
     def overrides(self) -> dict[str, Any]:
         """The RunConfig fields this form sets (`{"optim.lr": 1e-4}`); empty fields set nothing."""
-        values = {dotted: self.cleaned_data.get(name) for name, dotted in RUN_OVERRIDES.items()}
-        values["topology.specialization"] = self.cleaned_data.get("specialization") or None
         sft = self.cleaned_data.get("algorithm") == "sft"
+        other = ALGORITHM_FIELDS["grpo" if sft else "sft"]  # hidden on the page: whatever they hold sets nothing
+        values = {dotted: self.cleaned_data.get(name) for name, dotted in RUN_OVERRIDES.items() if name not in other}
+        values["topology.specialization"] = self.cleaned_data.get("specialization") or None
         checkpoint, agents = self.cleaned_data.get("init_checkpoint"), self.cleaned_data.get("init_agents")
         return {**values, **run_source_overrides(team=self.team, conversations=self.cleaned_data.get("conversations") if sft else None,
                                                  start_from=checkpoint, agents=agents if checkpoint and isinstance(agents, dict) else None)}
 
     def run_name(self) -> str:
-        return self.cleaned_data.get("name") or f"{self.cleaned_data['topology'].name} · {self.cleaned_data['dataset'].name}"
+        data = self.cleaned_data
+        if data.get("name"):
+            return str(data["name"])
+        if data.get("algorithm") == "sft" and data.get("conversations"):
+            return f"{data['topology'].name} · SFT on {data['conversations'].name}"
+        return f"{data['topology'].name} · {data['dataset'].name}"
+
+    def algorithm_fields(self) -> dict[str, str]:
+        """For the page: the fields each algorithm alone reads (space-separated, run-form.js hides the others)."""
+        return {algorithm: " ".join(names) for algorithm, names in ALGORITHM_FIELDS.items()}
 
     def add_config_error(self, exc: ConfigError, source: str | None = None) -> None:
         """Show an engine error next to the field it concerns, in words: at the form field `source`

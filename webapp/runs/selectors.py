@@ -92,10 +92,19 @@ def run_history_sections(*, run: Run) -> dict[str, Any]:
         "held_out": held_out_of(evaluations=evaluations),
         "eval_rows": evaluations,
         "eval_chart": _eval_chart(evaluations),
+        "eval_every": _eval_every(run),
         "eval_jobs": run.jobs.filter(kind=Job.Kind.EVALUATE).select_related("checkpoint")[:20],
         **run_artifacts_section(run=run),
         "latest_checkpoint": run.checkpoints.kept().newest(),
     }
+
+
+def _eval_every(run: Run) -> int | None:
+    """The run's `eval.every` (0: it never evaluates), None for a snapshot that no longer loads."""
+    try:
+        return run.to_config().eval.every
+    except ValueError:
+        return None
 
 
 def run_lineage_evaluations(*, run: Run) -> list[Evaluation]:

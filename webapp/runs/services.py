@@ -66,8 +66,15 @@ RUN_OVERRIDES = {
     "eval_every": "eval.every",
     "gpus": "resources.gpus",
     "hosts": "resources.hosts",
+    "sft_batch_size": "sft.batch_size",
+    "sft_max_length": "sft.max_length",
 }
 """Run form field -> the RunConfig field it overrides."""
+
+ALGORITHM_FIELDS = {"grpo": ("k", "tasks_per_step", "temperature", "beta"),
+                    "sft": ("conversations", "sft_batch_size", "sft_max_length")}
+"""Run form fields that only one algorithm reads: the form shows them for that algorithm only, and
+a value left in one for the other algorithm sets nothing."""
 
 
 SPECIALIZATION_DEFAULTS: dict[str, dict[str, Any]] = {"lora": {"optim.lr": 1e-4}}

@@ -72,8 +72,10 @@ def test_the_learning_curves_are_each_arms_mean_and_band_over_seeds(alice, alice
         # two seeds, s = 0.1414: half width 12.706 * 0.1414 / sqrt(2) = 1.2706
         assert first["high"][0] == pytest.approx(0.2 + 1.2706, abs=1e-3) and first["low"][0] == pytest.approx(0.2 - 1.2706, abs=1e-3)
         assert second["mean"] == pytest.approx([0.6, 0.8]) and second["low"] == pytest.approx(second["high"])  # no spread
+        assert "range" not in data  # a reward has no fixed axis
     else:  # finish() records held-out evaluations at steps 0 and 2
         assert first["steps"] == [0, 2] and first["mean"] == pytest.approx([0.0, 0.4])
+        assert data["range"] == [0, 1]  # a 0-1 share: the chart's axis runs 0-1, not to 100
     bad = alice.client.get(reverse("experiment_curves", args=[experiment.pk]), {"metric": "<script>"})
     assert bad.status_code == 400
 

@@ -43,3 +43,26 @@ def test_an_sft_run_needs_a_conversations_dataset(alice, alice_world):
     assert response.status_code == 200
     assert "conversations dataset" in " ".join(response.context["form"].errors["conversations"])
     assert not Run.objects.exclude(pk=alice_world.run.pk).exists()
+
+
+def test_the_form_follows_the_algorithm(alice, alice_world, data_dir, enqueued):
+    """SFT's own fields set the run's sft section; GRPO's (hidden for SFT) set nothing; the generated
+    name says SFT and the run page shows no K-candidates panel (issue 46, class 5)."""
+    demos = conversations_upload(team=alice.team, name="demos", environment="math_tool",
+                                 upload=SimpleUploadedFile("d.jsonl", (json.dumps(CONVERSATION) + "\n").encode()))
+    page = alice.client.get(reverse("run_new")).content.decode()
+    assert 'data-grpo-only="k tasks_per_step temperature beta"' in page
+    assert 'data-sft-only="conversations sft_batch_size sft_max_length"' in page and "run-form.js" in page
+    response = alice.client.post(reverse("run_new"), _data(alice_world, conversations=demos.pk, k="3", beta="0.5",
+                                                           sft_batch_size="2", sft_max_length="256"))
+    run = Run.objects.exclude(pk=alice_world.run.pk).get()
+    assert response["Location"] == run.get_absolute_url()
+    config = run.to_config()
+    assert (config.sft.batch_size, config.sft.max_length) == (2, 256)
+    assert (config.grpo.k, config.grpo.beta) == (type(config.grpo)().k, type(config.grpo)().beta)  # hidden for SFT: not applied
+    assert run.name == f"{alice_world.topology.name} · SFT on demos"
+    page = alice.client.get(run.get_absolute_url()).content.decode()
+    assert 'id="rollouts-card"' not in page
+    assert 'id="rollouts-card"' in alice.client.get(alice_world.run.get_absolute_url()).content.decode()  # a GRPO run has one
+    # eval.every: 0 is said as it is
+    assert 'id="no-eval"' in page and "no periodic evaluation" in page and "every <code>eval.every</code>" not in page
