@@ -13,9 +13,9 @@ from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, path, re_path
 
 from webapp.api import catalog as api_catalog
-from webapp.api import experiments as api_experiments
 from webapp.api import jobs as api_jobs
 from webapp.api import openapi as api_openapi
+from webapp.api import routes as api_routes
 from webapp.api import runs as api_runs
 from webapp.artifacts import views as artifacts
 from webapp.catalog import views as catalog
@@ -85,6 +85,17 @@ urlpatterns = [
     page("datasets/<int:pk>/", catalog.dataset_detail, name="dataset_detail"),
     page("datasets/<int:pk>/revalidate/", catalog.dataset_revalidate, name="dataset_revalidate"),
     page("datasets/<int:pk>/delete/", catalog.dataset_delete, name="dataset_delete"),
+    page("graders/", catalog.grader_list, name="grader_list"),
+    page("graders/new/", catalog.grader_edit, name="grader_create"),
+    page("graders/<int:pk>/", catalog.grader_edit, name="grader_edit"),
+    page("graders/<int:pk>/export.yaml", catalog.grader_export, name="grader_export"),
+    page("graders/<int:pk>/delete/", catalog.grader_delete, name="grader_delete"),
+    page("tasks/", catalog.task_list, name="task_list"),
+    page("tasks/new/", catalog.task_edit, name="task_create"),
+    page("tasks/<int:pk>/", catalog.task_edit, name="task_edit"),
+    page("tasks/<int:pk>/topology/", catalog.task_topology, name="task_topology"),
+    page("tasks/<int:pk>/export.yaml", catalog.task_export, name="task_export"),
+    page("tasks/<int:pk>/delete/", catalog.task_delete, name="task_delete"),
     page("runs/", history.run_list, name="run_list"),
     page("runs/export.csv", history.run_export, name="run_export"),
     page("runs/compare/", history.run_compare, name="run_compare"),
@@ -137,10 +148,7 @@ urlpatterns = [
     path("api/v1/playground/", api_jobs.playground, name="api_playground"),
     path("api/v1/jobs/", api_jobs.jobs, name="api_jobs"),
     path("api/v1/jobs/<int:pk>/", api_jobs.job_detail, name="api_job"),
-    path("api/v1/experiments/", api_experiments.experiments, name="api_experiments"),
-    path("api/v1/experiments/<int:pk>/", api_experiments.experiment_detail, name="api_experiment"),
-    path("api/v1/experiments/<int:pk>/cancel/", api_experiments.experiment_cancel, name="api_experiment_cancel"),
-    path("api/v1/experiments/<int:pk>/resume/", api_experiments.experiment_resume, name="api_experiment_resume"),
+    *api_routes.urlpatterns(),  # the API's routes on django-ninja (webapp/api/routes.py mounts each module's router)
     path("api/v1/runs/", api_runs.runs, name="api_runs"),
     path("api/v1/runs/<int:pk>/", api_runs.run_detail, name="api_run"),
     path("api/v1/runs/<int:pk>/cancel/", api_runs.run_cancel, name="api_run_cancel"),

@@ -9,150 +9,235 @@
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Any, Literal
 
 import yaml
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
+from ninja import Field, Router, Schema, Status
 
-from training.experiment import DIRECTIONS, MAX_SEEDS, ExperimentError, Interval
-from webapp.api.http import ApiError, Field, absolute, endpoint, id_field, json_body, page_of, stamp
+from training.experiment import MAX_SEEDS, ExperimentError, Interval
+from webapp.api.app import Id, In, Page, QueryPaging, answers, page_of
+from webapp.api.http import ApiError, absolute
+from webapp.catalog import selectors as catalog
 from webapp.core import trust
 from webapp.experiments import selectors, services
-from webapp.models import Dataset, Experiment, Topology
+from webapp.experiments.selectors import ExperimentResults
+from webapp.models import Dataset, Experiment
 from webapp.runs import services as run_services
 
-EXPERIMENT_FIELDS = {
-    "topology": id_field("A topology of the team: its model and agents.", required=True),
-    "dataset": id_field("A dataset of the team: every trial trains on it.", required=True),
-    "name": Field("string", "The experiment's name (default: the topology's).", max_length=100),
-    "conversations": id_field("A conversations dataset of the team: every trial is supervised fine-tuning on it (algorithm sft).",
-                              nullable=True),
-    "config": Field(("string", "object"), "Base config fields every trial shares, merged over the topology and dataset "
-                    "(YAML text, or the same sections as an object), as the run form's advanced YAML."),
-    "axes": Field("object", "The grid: dotted config field -> list of values, e.g. {\"optim.lr\": [0.0001, 0.0003]}."),
-    "seeds": Field("array", f"Each arm runs once per seed (at most {MAX_SEEDS}); default [0].", items="integer"),
-    "metric": Field("string", "What ranks the arms: team.success, or <agent>.success / <agent>.reward.", max_length=100),
-    "direction": Field("string", "Whether a higher or a lower metric is better.", enum=DIRECTIONS),
-    "search": Field("object", "An Optuna search instead of axes: {trials, params: {field: {low, high, log} or {choices}}, "
-                    "pruner: median|none, startup_trials}."),
-}
+router = Router(tags=["experiments"])
+
+
+class ExperimentIn(In):
+    topology: Id = Field(description="A topology of the team: its model and agents.")
+    dataset: Id = Field(description="A dataset of the team: every trial trains on it.")
+    name: str = Field("", max_length=100, description="The experiment's name (default: the topology's).")
+    conversations: Id | None = Field(None, description="A conversations dataset of the team: every trial is supervised "
+                                                       "fine-tuning on it (algorithm sft).")
+    config: str | dict[str, Any] = Field("", description="Base config fields every trial shares, merged over the topology and "
+                                         "dataset (YAML text, or the same sections as an object), as the run form's advanced YAML.")
+    axes: dict[str, Any] = Field({}, description='The grid: dotted config field -> list of values, e.g. {"optim.lr": [0.0001, 0.0003]}.')
+    seeds: list[int] = Field([0], description=f"Each arm runs once per seed (at most {MAX_SEEDS}); default [0].")
+    metric: str = Field("team.success", max_length=100, description="What ranks the arms: team.success, or <agent>.success / <agent>.reward.")
+    direction: Literal["maximize", "minimize"] = Field("maximize", description="Whether a higher or a lower metric is better.")
+    search: dict[str, Any] | None = Field(None, description="An Optuna search instead of axes: {trials, params: {field: {low, high, log} "
+                                                          "or {choices}}, pruner: median|none, startup_trials}.")
+
+    model_config = {**In.model_config, "json_schema_extra": {"examples": [
+        {"topology": 1, "dataset": 1, "name": "lr sweep", "axes": {"optim.lr": [0.0001, 0.0003]}, "seeds": [0, 1]}]}}
+
+
+class ExperimentOut(Schema):
+    id: int
+    name: str
+    status: Literal["active", "finished", "cancelled"] = Field(description="Active while a trial is queued or running.")
+    trials: int = Field(description="Arms x seeds.")
+    topology: int | None
+    dataset: int | None
+    owner: str | None
+    created: datetime
+    cancelled: datetime | None
+    url: str
+    api_url: str
+
+    @staticmethod
+    def resolve_trials(obj: Experiment) -> int:
+        return obj.trial_count
+
+    @staticmethod
+    def resolve_topology(obj: Experiment) -> int | None:
+        return obj.topology_id
+
+    @staticmethod
+    def resolve_dataset(obj: Experiment) -> int | None:
+        return obj.dataset_id
+
+    @staticmethod
+    def resolve_owner(obj: Experiment) -> str | None:
+        return obj.owner.username if obj.owner else None
+
+    @staticmethod
+    def resolve_url(obj: Experiment, context: dict[str, Any]) -> str:
+        return absolute(context["request"], obj.get_absolute_url())
+
+    @staticmethod
+    def resolve_api_url(obj: Experiment, context: dict[str, Any]) -> str:
+        return absolute(context["request"], reverse("api_experiment", args=[obj.pk]))
+
+
+class IntervalOut(Schema):
+    mean: float
+    ci95: list[float] | None = Field(description="[low, high]; null with one seed")
+    n: int
+
+
+class TrialOut(Schema):
+    seed: int
+    run: int | None
+    status: str | None
+    held: bool
+    metrics: dict[str, Any]
+
+
+class AblationSeed(Schema):
+    seed: int
+    run: int
+    value: float | None
+
+
+class AblationOut(Schema):
+    ablation: str
+    label: str
+    metrics: dict[str, IntervalOut | None]
+    seeds: list[AblationSeed]
+
+
+class ArmOut(Schema):
+    arm: dict[str, Any]
+    label: str
+    best: bool
+    metrics: dict[str, IntervalOut | None] = Field(description="metric -> {mean, ci95, n}, or null")
+    trials: list[TrialOut]
+    ablations: list[AblationOut] = Field(description="The arm's ablations (POST /api/v1/runs/<id>/ablations/ on its trials): each "
+                                                     "metric over the seeds ablated so far, and each seed's value of the experiment's metric")
+
+
+class SearchTrialOut(Schema):
+    trial: int
+    run: int
+    params: dict[str, Any]
+    state: Literal["complete", "pruned", "failed", "running", "cancelled"]
+    value: float | None
+    pruned_at_step: int | None
+
+
+class ExperimentDetail(ExperimentOut):
+    spec_yaml: str = Field(description="The spec; `python -m training sweep` runs it as written.")
+    metric: str
+    direction: Literal["maximize", "minimize"]
+    axes: dict[str, Any]
+    seeds: list[int]
+    best_arm: dict[str, Any] | None = Field(description="field -> value of the best arm (or search trial) so far")
+    search_trials: list[SearchTrialOut] = Field(description="A search's trials (empty for a grid)")
+    arms: list[ArmOut]
+
+
+class _Detail:
+    """An experiment with its results, as `ExperimentDetail` reads it."""
+
+    def __init__(self, experiment: Experiment):
+        self.experiment, results = experiment, selectors.experiment_results(experiment=experiment)
+        spec = results.spec
+        self.metric, self.direction, self.seeds = spec.metric, spec.direction, list(spec.seeds)
+        self.axes = {a.field: list(a.values) for a in spec.axes}
+        self.best_arm = (dict(results.best.arm) if results.best is not None else
+                         next(({**r.params} for r in results.search_rows if r.is_best), None))
+        self.search_trials = [{"trial": r.index, "run": r.run.pk, "params": r.params, "state": r.state, "value": r.value,
+                               "pruned_at_step": r.run.pruned_at_step} for r in results.search_rows]
+        self.arms = [_arm(arm, results) for arm in results.arms]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.experiment, name)
 
 
 def _interval(interval: Interval | None) -> dict[str, Any] | None:
     if interval is None:
         return None
-    return {"mean": interval.mean, "ci95": [interval.low, interval.high] if interval.half_width is not None else None,
-            "n": interval.n}
+    return {"mean": interval.mean, "ci95": [interval.low, interval.high] if interval.half_width is not None else None, "n": interval.n}
 
 
-def experiment_json(request: HttpRequest, experiment: Experiment) -> dict[str, Any]:
+def _arm(arm: Any, results: ExperimentResults) -> dict[str, Any]:
+    names = results.metric_names
     return {
-        "id": experiment.pk,
-        "name": experiment.name,
-        "status": experiment.status,
-        "trials": experiment.trial_count,
-        "topology": experiment.topology_id,
-        "dataset": experiment.dataset_id,
-        "owner": experiment.owner.username if experiment.owner else None,
-        "created": stamp(experiment.created),
-        "cancelled": stamp(experiment.cancelled),
-        "url": absolute(request, experiment.get_absolute_url()),
-        "api_url": absolute(request, reverse("api_experiment", args=[experiment.pk])),
+        "arm": dict(arm.summary.arm), "label": arm.label, "best": arm.is_best,
+        "metrics": {name: _interval(arm.summary.metrics.get(name)) for name in names},
+        "trials": [{"seed": c.trial.seed, "run": c.run.pk if c.run else None, "status": c.run.status if c.run else None,
+                    "held": c.held, "metrics": c.metrics} for c in arm.cells],
+        "ablations": [{"ablation": ab.key, "label": ab.label, "metrics": {name: _interval(ab.metrics.get(name)) for name in names},
+                       "seeds": [{"seed": seed, "run": run.pk, "value": value} for seed, run, value in ab.seeds]}
+                      for ab in arm.ablations],
     }
 
 
-def experiment_detail_json(request: HttpRequest, experiment: Experiment) -> dict[str, Any]:
-    results = selectors.experiment_results(experiment=experiment)
-    spec = results.spec
-    data = experiment_json(request, experiment)
-    data.update({
-        "spec_yaml": experiment.spec_yaml,
-        "metric": spec.metric,
-        "direction": spec.direction,
-        "axes": {a.field: list(a.values) for a in spec.axes},
-        "seeds": list(spec.seeds),
-        "best_arm": (dict(results.best.arm) if results.best is not None else
-                     next(({**r.params} for r in results.search_rows if r.is_best), None)),
-        "search_trials": [{"trial": r.index, "run": r.run.pk, "params": r.params, "state": r.state, "value": r.value,
-                           "pruned_at_step": r.run.pruned_at_step} for r in results.search_rows],
-        "arms": [{
-            "arm": dict(arm.summary.arm),
-            "label": arm.label,
-            "best": arm.is_best,
-            "metrics": {name: _interval(arm.summary.metrics.get(name)) for name in results.metric_names},
-            "trials": [{"seed": c.trial.seed, "run": c.run.pk if c.run else None, "status": c.run.status if c.run else None,
-                        "held": c.held, "metrics": c.metrics} for c in arm.cells],
-            "ablations": [{"ablation": ab.key, "label": ab.label,
-                           "metrics": {name: _interval(ab.metrics.get(name)) for name in results.metric_names},
-                           "seeds": [{"seed": seed, "run": run.pk, "value": value} for seed, run, value in ab.seeds]}
-                          for ab in arm.ablations],
-        } for arm in results.arms],
-    })
-    return data
-
-
 def _experiment(request: Any, pk: int) -> Experiment:
-    return Experiment.objects.select_related("owner").get(pk=pk, team=request.team)
+    return selectors.experiment_list(team=request.team).get(pk=pk)
 
 
-@endpoint("GET", "POST")
-def experiments(request: Any) -> HttpResponse:
-    if request.method == "GET":
-        return page_of(request, Experiment.objects.filter(team=request.team).select_related("owner").order_by("-created", "-id"),
-                       experiment_json)
-    body = json_body(request, EXPERIMENT_FIELDS)
-    topology = Topology.objects.filter(team=request.team, pk=body["topology"]).first()
-    dataset = Dataset.objects.filter(team=request.team, pk=body["dataset"], status=Dataset.Status.VALID).first()
+@router.get("/", response=answers({200: Page[ExperimentOut]}, 400, 404), url_name="api_experiments",
+            summary="The team's experiments, newest first")
+def experiments(request: HttpRequest, paging: QueryPaging) -> Any:
+    return page_of(request, selectors.experiment_list(team=request.team).order_by("-created", "-id"), paging)
+
+
+@router.post("/", response=answers({201: ExperimentDetail}, 400, 413, 415),
+             summary="Launch an experiment: a base config, axes and seeds; every trial is queued as a run")
+def experiment_create(request: HttpRequest, response: HttpResponse, body: ExperimentIn) -> Any:
+    team = request.team  # type: ignore[attr-defined]
+    topology = catalog.team_topology(team=team, pk=body.topology)
+    dataset = catalog.team_dataset(team=team, pk=body.dataset, valid=True)
     missing = {k: ["No such object in your team."] for k, v in (("topology", topology), ("dataset", dataset)) if v is None}
+    if body.conversations is not None and catalog.team_dataset(team=team, pk=body.conversations, kind=Dataset.Kind.CHATS, valid=True) is None:
+        missing["conversations"] = ["No valid conversations dataset with this id in your team."]
     if missing:
         raise ApiError(400, "; ".join(f"{k}: no such object in your team" for k in missing), fields=missing)
-    conversations = None
-    if body.get("conversations") is not None:
-        conversations = Dataset.objects.filter(team=request.team, pk=body["conversations"], kind=Dataset.Kind.CHATS,
-                                               status=Dataset.Status.VALID).first()
-        if conversations is None:
-            raise ApiError(400, "conversations: no valid conversations dataset with this id in your team",
-                           fields={"conversations": ["No such object in your team."]})
-    config = body.get("config") or ""
+    conversations = body.conversations and catalog.team_dataset(team=team, pk=body.conversations)
+    config = body.config
     if isinstance(config, dict):
         trust.check_tree(config, field="config")
         config = yaml.safe_dump(config, sort_keys=False)
     try:
         spec = services.experiment_spec_build(
-            team=request.team, topology=topology, dataset=dataset, name=body.get("name") or "", axes=body.get("axes") or {},
-            seeds=body.get("seeds", [0]), metric=body.get("metric") or "team.success", direction=body.get("direction") or "maximize",
-            advanced_yaml=config, search=body.get("search"),
-            overrides=run_services.run_source_overrides(team=request.team, conversations=conversations),
+            team=team, topology=topology, dataset=dataset, name=body.name, axes=body.axes, seeds=body.seeds, metric=body.metric,
+            direction=body.direction, advanced_yaml=config, search=body.search,
+            overrides=run_services.run_source_overrides(team=team, conversations=conversations or None),
         )
-    except ExperimentError as exc:
+        experiment = services.experiment_create(team=team, user=request.user, spec=spec, topology=topology, dataset=dataset)
+    except ExperimentError as exc:  # every problem of the spec (or a search whose ranges give no valid run to start with)
         fields: dict[str, list[str]] = {}
         for problem in exc.problems:
             fields.setdefault(problem.field, []).append(problem.message)
         raise ApiError(400, str(exc), fields=fields) from None
-    try:
-        experiment = services.experiment_create(team=request.team, user=request.user, spec=spec, topology=topology, dataset=dataset)
-    except ExperimentError as exc:  # a search whose ranges give no valid run to start with
-        raise ApiError(400, str(exc), fields={p.field: [p.message] for p in exc.problems}) from None
-    response = JsonResponse(experiment_detail_json(request, experiment), status=201)
     response["Location"] = absolute(request, reverse("api_experiment", args=[experiment.pk]))
-    return response
+    return Status(201, _Detail(_experiment(request, experiment.pk)))
 
 
-@endpoint("GET")
-def experiment_detail(request: Any, pk: int) -> HttpResponse:
-    return JsonResponse(experiment_detail_json(request, _experiment(request, pk)))
+@router.get("/{int:id}/", response=answers({200: ExperimentDetail}, 404), url_name="api_experiment",
+            summary="One experiment: its arms (mean ± 95 % interval over seeds), each seed's run, the best arm")
+def experiment_detail(request: HttpRequest, id: int) -> Any:
+    return _Detail(_experiment(request, id))
 
 
-@endpoint("POST")
-def experiment_cancel(request: Any, pk: int) -> HttpResponse:
-    experiment = _experiment(request, pk)
-    services.experiment_cancel(experiment=experiment, actor=request.user)
-    return JsonResponse(experiment_json(request, experiment))
+@router.post("/{int:id}/cancel/", response=answers({200: ExperimentOut}, 404), url_name="api_experiment_cancel",
+             summary="Cancel every queued and running trial")
+def experiment_cancel(request: HttpRequest, id: int) -> Any:
+    services.experiment_cancel(experiment=_experiment(request, id), actor=request.user)
+    return _experiment(request, id)
 
 
-@endpoint("POST")
-def experiment_resume(request: Any, pk: int) -> HttpResponse:
-    experiment = _experiment(request, pk)
-    services.experiment_resume(experiment=experiment, user=request.user)  # ValidationError -> 400 (trials still active)
-    return JsonResponse(experiment_json(request, experiment))
+@router.post("/{int:id}/resume/", response=answers({200: ExperimentOut}, 400, 404), url_name="api_experiment_resume",
+             summary="Start the trials that did not succeed (from their last checkpoint where they have one)")
+def experiment_resume(request: HttpRequest, id: int) -> Any:
+    services.experiment_resume(experiment=_experiment(request, id), user=request.user)  # ValidationError -> 400 (trials still active)
+    return _experiment(request, id)

@@ -17,7 +17,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
-from webapp.api import catalog, experiments, jobs
+from webapp.api import catalog, jobs, routes
 from webapp.api.http import PER_PAGE_MAX, QUERY_NAMES, Field
 from webapp.api.runs import LAUNCH_FIELDS, METRICS_LIMIT_MAX, ROLLOUTS_LIMIT_MAX
 from webapp.core.values import ID_MAX
@@ -185,38 +185,6 @@ SCHEMAS: dict[str, Any] = {
         "final_metrics": {"type": "object"}, "error": {"type": "string"}, "resumed_from": nullable("integer"),
         "url": {"type": "string"}, "api_url": {"type": "string"},
     }),
-    "Experiment": obj({
-        "id": {"type": "integer"}, "name": {"type": "string"},
-        "status": {"type": "string", "enum": ["active", "finished", "cancelled"], "description": "Active while a trial is queued or running."},
-        "trials": {"type": "integer", "description": "Arms x seeds."}, "topology": nullable("integer"), "dataset": nullable("integer"),
-        "owner": nullable("string"), "created": STAMP, "cancelled": MAYBE_STAMP, "url": {"type": "string"}, "api_url": {"type": "string"},
-    }),
-    "ExperimentDetail": {"allOf": [ref("Experiment"), obj({
-        "spec_yaml": {"type": "string", "description": "The spec; `python -m training sweep` runs it as written."},
-        "metric": {"type": "string"}, "direction": {"type": "string", "enum": ["maximize", "minimize"]},
-        "axes": {"type": "object"}, "seeds": {"type": "array", "items": {"type": "integer"}},
-        "best_arm": {"oneOf": [{"type": "null"}, {"type": "object"}], "description": "field -> value of the best arm (or search trial) so far"},
-        "search_trials": {"type": "array", "description": "A search's trials (empty for a grid)", "items": obj({
-            "trial": {"type": "integer"}, "run": {"type": "integer"}, "params": {"type": "object"},
-            "state": {"type": "string", "enum": ["complete", "pruned", "failed", "running", "cancelled"]},
-            "value": nullable("number"), "pruned_at_step": nullable("integer")})},
-        "arms": {"type": "array", "items": obj({
-            "arm": {"type": "object"}, "label": {"type": "string"}, "best": {"type": "boolean"},
-            "metrics": {"type": "object", "description": "metric -> {mean, ci95: [low, high] or null (one seed), n} or null",
-                        "additionalProperties": {"oneOf": [{"type": "null"}, obj({
-                            "mean": {"type": "number"}, "n": {"type": "integer"},
-                            "ci95": {"oneOf": [{"type": "null"}, {"type": "array", "items": {"type": "number"}}]}})]}},
-            "trials": {"type": "array", "items": obj({
-                "seed": {"type": "integer"}, "run": nullable("integer"), "status": nullable("string"), "held": {"type": "boolean"},
-                "metrics": {"type": "object"}})},
-            "ablations": {"type": "array", "description": "The arm's ablations (POST /api/v1/runs/<id>/ablations/ on its trials): "
-                                                          "each metric over the seeds ablated so far, and each seed's value of the experiment's metric",
-                          "items": obj({
-                              "ablation": {"type": "string"}, "label": {"type": "string"}, "metrics": {"type": "object"},
-                              "seeds": {"type": "array", "items": obj({"seed": {"type": "integer"}, "run": {"type": "integer"},
-                                                                        "value": nullable("number")})}})},
-        })},
-    })]},
     "Evaluations": obj({
         "training": {"type": "array", "items": obj({
             "step": {"type": "integer"}, "temperature": {"type": "number"}, "team_success": {"type": "number"},
@@ -278,21 +246,6 @@ PATHS: dict[str, Any] = {
     "/api/v1/topologies/{id}/": _topologies["detail"],
     "/api/v1/datasets/": _datasets["list"],
     "/api/v1/datasets/{id}/": _datasets["detail"],
-    "/api/v1/experiments/": {
-        "get": operation("The team's experiments, newest first", {"200": answer("A page", page("Experiment"))}, "400", "404",
-                         parameters=PAGING),
-        "post": operation("Launch an experiment: a base config, axes and seeds; every trial is queued as a run",
-                          {"201": answer("The experiment (Location: its URL)", ref("ExperimentDetail"))}, "400", "413", "415",
-                          requestBody=json_body(experiments.EXPERIMENT_FIELDS)),
-    },
-    "/api/v1/experiments/{id}/": {"parameters": [ID], "get": operation(
-        "One experiment: its arms (mean ± 95 % interval over seeds), each seed's run, the best arm",
-        {"200": answer("The experiment", ref("ExperimentDetail"))}, "404")},
-    "/api/v1/experiments/{id}/cancel/": {"parameters": [ID], "post": operation(
-        "Cancel every queued and running trial", {"200": answer("The experiment", ref("Experiment"))}, "404")},
-    "/api/v1/experiments/{id}/resume/": {"parameters": [ID], "post": operation(
-        "Start the trials that did not succeed (from their last checkpoint where they have one)",
-        {"200": answer("The experiment", ref("Experiment"))}, "400", "404")},
     "/api/v1/runs/": {
         "get": operation("The team's runs, filtered and sorted like the run list", {"200": answer("A page", page("Run"))},
                          "400", "404", parameters=[*RUN_FILTERS, PAGING[0], {**PAGING[1], "description": "Results per page (default 25)."}]),
@@ -385,6 +338,7 @@ PATHS: dict[str, Any] = {
 
 
 def document_for(server: str) -> dict[str, Any]:
+    generated = routes.document_paths()
     return {
         "openapi": "3.1.0",
         "info": {
@@ -394,8 +348,10 @@ def document_for(server: str) -> dict[str, Any]:
         },
         "servers": [{"url": server}],
         "security": [{"token": []}],
-        "components": {"securitySchemes": {"token": {"type": "http", "scheme": "bearer"}}, "schemas": SCHEMAS},
-        "paths": PATHS,
+        "components": {"securitySchemes": {"token": {"type": "http", "scheme": "bearer"},
+                                           **generated["components"].get("securitySchemes", {})},
+                       "schemas": {**SCHEMAS, **generated["components"].get("schemas", {})}},
+        "paths": {**PATHS, **generated["paths"]},
     }
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from training.config import ConfigError
+from webapp.catalog.graders import task_env_args
 from webapp.models import Agent, Dataset, Job, ModelSource, Run, Team, Topology
 
 
@@ -83,7 +84,9 @@ def topology_config_tree(*, topology: Topology) -> dict[str, Any]:
         "model": {"source": agents[0].model_source.source},
         "topology": {
             "environment": topology.environment,
-            "env_args": dict(topology.env_args),
+            # a task topology's {"task": name} becomes the task's whole definition now: the run's snapshot keeps it
+            "env_args": task_env_args(team=topology.team_id, env_args=topology.env_args) if topology.environment == "task"
+            else dict(topology.env_args),
             "specialization": topology.specialization,
             "agents": [
                 {
@@ -162,3 +165,15 @@ def tool_template_notes(*, agents: list[Agent]) -> list[str]:
                          f"{', '.join(agent.tools)} in the agent's system prompt and returns each result as a user message; "
                          "a model trained for tool calls (its template renders tools=) follows them far more reliably.")
     return notes
+
+
+def team_topology(*, team: Team, pk: int) -> Topology | None:
+    """The team's topology with this id, or None (another team's is None too)."""
+    return Topology.objects.filter(team=team, pk=pk).first()
+
+
+def team_dataset(*, team: Team, pk: int, kind: str | None = None, valid: bool = False) -> Dataset | None:
+    """The team's dataset with this id (of `kind`, and valid if asked), or None."""
+    rows = Dataset.objects.filter(team=team, pk=pk)
+    rows = rows.filter(kind=kind) if kind else rows
+    return (rows.filter(status=Dataset.Status.VALID) if valid else rows).first()
