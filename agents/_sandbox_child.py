@@ -35,17 +35,23 @@ written as a JSON list to the status pipe before the model's code starts:
   pidfd calls, ptrace, process_vm_readv/writev, kcmp, fork/vfork/clone/clone3 and
   execve/execveat, every socket (socketpair only for AF_UNIX) and descriptor passing, memfd,
   SysV and POSIX IPC, namespace, mount, keyring, bpf, perf, userfaultfd, io_uring and
-  personality calls, truncation by path and writes by dir_fd, and rlimit/priority/affinity/
+  personality calls, truncation by path, hard links, and any open relative to a directory
+  descriptor (dir_fd: the audit hook resolves paths from the working directory, and so must the
+  kernel), and rlimit/priority/affinity/
   scheduler/page-migration calls on, or questions about, other processes.
 - `audit`: a `sys.addaudithook` hook refusing sockets, fork/exec/subprocess, ctypes,
   sub-interpreters, hand-made code objects, fcntl/ioctl commands outside the allow-lists, and
-  file access outside the working directory (reads also allowed in the standard library; a
-  dir_fd must name the working directory or a directory inside it). It holds no mutable state
+  file access outside the working directory (reads also allowed in the standard library, but no
+  directory outside the working directory opened as a descriptor; a dir_fd must name the working
+  directory or a directory inside it). It holds no mutable state
   and calls no patchable Python code; before the model's code runs, this module's globals lose
   their libc handles (`_scrub_globals`), since its frame can be reached by walking frames.
 
 Root never runs the model's code as uid 0 with neither read-only mounts nor Landlock: setup
-fails instead.
+fails instead. Before the model's code runs, every descriptor but stdin, stdout and stderr is
+closed (`_close_descriptors`: nothing the worker or this bootstrap opened stays reachable by
+number), and the standard library's descriptor-based tree walks are switched to their path-based
+twins (`_paths_not_descriptors`), which the seccomp filter's rule on dir_fd would refuse.
 """
 
 from __future__ import annotations
@@ -111,7 +117,7 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "setns": 308, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312, "finit_module": 313,
         "sched_setattr": 314, "kexec_file_load": 320, "bpf": 321, "execveat": 322, "userfaultfd": 323,
         "open": 2, "ioctl": 16, "fcntl": 72, "truncate": 76, "openat": 257, "memfd_create": 319,
-        "sendmsg": 46, "sendmmsg": 307, "fanotify_init": 300, "capget": 125,
+        "sendmsg": 46, "sendmmsg": 307, "fanotify_init": 300, "capget": 125, "link": 86, "linkat": 265,
         "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65, "semctl": 66, "semtimedop": 220,
         "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242,
         "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245,
@@ -132,7 +138,7 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "process_vm_writev": 271, "kcmp": 272, "finit_module": 273, "sched_setattr": 274,
         "kexec_file_load": 294, "bpf": 280, "execveat": 281, "userfaultfd": 282,
         "fcntl": 25, "ioctl": 29, "truncate": 45, "openat": 56, "memfd_create": 279,
-        "sendmsg": 211, "sendmmsg": 269, "fanotify_init": 262, "capget": 90,
+        "sendmsg": 211, "sendmmsg": 269, "fanotify_init": 262, "capget": 90, "linkat": 37,
         "shmget": 194, "shmctl": 195, "shmat": 196, "shmdt": 197, "semget": 190, "semctl": 191, "semtimedop": 192,
         "semop": 193, "msgget": 186, "msgctl": 187, "msgrcv": 188, "msgsnd": 189, "mq_open": 180, "mq_unlink": 181,
         "mq_timedsend": 182, "mq_timedreceive": 183, "mq_notify": 184, "mq_getsetattr": 185,
@@ -158,8 +164,9 @@ REFUSED_SYSCALLS = (
     "msgget", "msgsnd", "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
     "mq_getsetattr", "sendmsg", "sendmmsg",
     # files by path with no open descriptor: truncate(2) is not a write to Landlock before ABI 3;
-    # openat2's flags sit in a struct the filter cannot read
-    "truncate", "openat2", "fanotify_init",
+    # openat2's flags and dirfd sit in a struct the filter cannot read; a hard link would bring a
+    # file from outside (the worker's secrets, owned by the same uid) into the working directory
+    "truncate", "openat2", "fanotify_init", "link", "linkat",
     # new processes and new programs (RLIMIT_NPROC also stops threads)
     "fork", "vfork", "clone", "clone3", "execve", "execveat",
     # the network (socketpair stays for AF_UNIX, below); io_uring can open sockets without socket()
@@ -225,11 +232,14 @@ code's uid may signal when the file becomes ready: a route to other processes th
 F_SETLEASE and F_NOTIFY (the kernel signals the holder; a lease also stalls whoever opens the
 file), F_SETPIPE_SZ."""
 O_ACCMODE, O_TRUNC, AT_FDCWD_32 = 0o3, 0o1000, AT_FDCWD & 0xFFFFFFFF
-O_WRITING = 0o1 | 0o2 | 0o100 | 0o1000 | 0o2000  # O_WRONLY O_RDWR O_CREAT O_TRUNC O_APPEND
-"""open/openat: a file opened for writing (or created, truncated, appended to) only by a path
-from the working directory (dirfd AT_FDCWD), so that the audit hook, which cannot see a dir_fd,
-checks the path the kernel opens; and O_TRUNC only with write access (O_RDONLY|O_TRUNC truncates
-a file Landlock before ABI 3 only let it read)."""
+"""open/openat: every file opened (for reading too) only by a path from the working directory
+(dirfd AT_FDCWD), so that the path the audit hook checks, which it resolves from the working
+directory because the `open` event carries no dir_fd, is the path the kernel opens: a directory
+descriptor taken where the hook lets the code read (the standard library) cannot lead by `..` to
+a file the hook would refuse (the worker's `secret_key`); and O_TRUNC only with write access
+(O_RDONLY|O_TRUNC truncates a file Landlock before ABI 3 only let it read). The standard library's
+descriptor-based tree walks (`shutil.rmtree`) are switched to their path-based twins before the
+model's code runs (`_paths_not_descriptors`)."""
 
 # Classic BPF, as seccomp reads it (linux/filter.h, linux/seccomp.h).
 _BPF_LD_W_ABS = 0x20
@@ -657,16 +667,12 @@ def _seccomp_program(arch: str, self_pid: int) -> list[tuple[int, int, int, int]
     block += [(_BPF_JEQ_K, len(cmds) - i + 3, 0, c) for i, c in enumerate(cmds)]
     block += [deny, ld(2), (_BPF_JSET_K, 0, 1, O_ASYNC), deny, allow]
     prog += [(_BPF_JEQ_K, 0, len(block), numbers["fcntl"]), *block]
-    # open/openat: see O_WRITING.
+    # open/openat: see O_ACCMODE.
     for name, dirfd, flags in (("open", None, 1), ("openat", 0, 2)):
         if name not in numbers:
             continue
-        block = [ld(flags), (_BPF_JSET_K, 0, 7 if dirfd is not None else 4, O_WRITING)]
-        if dirfd is not None:
-            block += [ld(dirfd), (_BPF_JEQ_K, 1, 0, AT_FDCWD_32), deny, ld(flags)]
-        else:
-            block += [ld(flags)]
-        block += [(_BPF_JSET_K, 0, 2, O_TRUNC), (_BPF_JSET_K, 1, 0, O_ACCMODE), deny, allow]
+        block = [] if dirfd is None else [ld(dirfd), (_BPF_JEQ_K, 1, 0, AT_FDCWD_32), deny]
+        block += [ld(flags), (_BPF_JSET_K, 0, 2, O_TRUNC), (_BPF_JSET_K, 1, 0, O_ACCMODE), deny, allow]
         prog += [(_BPF_JEQ_K, 0, len(block), numbers[name]), *block]
     prog.append(allow)
     return prog
@@ -826,7 +832,7 @@ def _install_audit_hook(workdir: str, read_roots: tuple[str, ...]) -> None:
                 if not dir_in_workdir(fd) or p is None or _str.startswith(p, "/") or ".." in _str.split(p, "/"):
                     deny(f"{event} relative to a directory outside the working directory")
 
-        def check_path(p: Any, write: bool) -> None:
+        def check_path(p: Any, write: bool, opening: bool = False) -> None:
             if _isinstance(p, _int) or p is None:
                 return
             s = as_str(p)
@@ -838,6 +844,15 @@ def _install_audit_hook(workdir: str, read_roots: tuple[str, ...]) -> None:
                 return
             if not inside(full, _write_roots if write else _read_roots):
                 deny(f"{'writing' if write else 'reading'} {s!r} (only the working directory is allowed)")
+            if opening and not inside(full, _write_roots):
+                # A directory descriptor outside the working directory would be a base for paths
+                # (dir_fd, fchdir) that this hook resolves from elsewhere.
+                try:
+                    is_dir = (_stat(full).st_mode & 0o170000) == 0o040000
+                except _OSError:
+                    is_dir = False
+                if is_dir:
+                    deny(f"opening the directory {s!r} (only directories in the working directory)")
 
         if event == "open":
             mode, flags = args[1], args[2]
@@ -845,7 +860,7 @@ def _install_audit_hook(workdir: str, read_roots: tuple[str, ...]) -> None:
                 write = _any(c in mode for c in "wax+")
             else:
                 write = bool((flags or 0) & _write_flags)
-            check_path(args[0], write)
+            check_path(args[0], write, opening=True)
         elif event in _blocked:
             deny(event)
         elif event == "os.kill":
@@ -888,6 +903,32 @@ def _scrub_globals() -> None:
     names = [n for n, v in g.items() if n in ("_libc", "ctypes") or (isinstance(v, type) and issubclass(v, ctypes.Structure))]
     for name in names:
         del g[name]
+
+
+def _close_descriptors(keep: tuple[int, ...] = (0, 1, 2)) -> None:
+    """Close every descriptor but `keep`. The worker starts the child with only its pipes (close_fds),
+    and this bootstrap closes what it opened; this is the second fence, so that no descriptor of a
+    directory or file outside the working directory (a base for dir_fd, fchdir or `/proc/self/fd`)
+    reaches the model's code by number, whatever a future caller passes down."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    high = soft if soft != resource.RLIM_INFINITY else 65536
+    start = 0
+    for fd in sorted(keep):
+        if fd > start:
+            os.closerange(start, fd)
+        start = fd + 1
+    os.closerange(start, max(high, start))
+
+
+def _paths_not_descriptors() -> None:
+    """Switch the standard library's tree walks that open files relative to a directory descriptor
+    (`shutil.rmtree`, and `tempfile.TemporaryDirectory` through it) to their path-based twins: the
+    seccomp filter refuses every open by dir_fd, and the audit hook checks each path these open."""
+    import shutil
+
+    shutil._use_fd_functions = False  # type: ignore[attr-defined]  # Python 3.11 to 3.13
+    if hasattr(shutil, "_rmtree_impl") and hasattr(shutil, "_rmtree_unsafe"):  # 3.14 picks it at import
+        shutil._rmtree_impl = shutil._rmtree_unsafe  # type: ignore[attr-defined]
 
 
 def _print_exception(exc: BaseException) -> None:
@@ -967,8 +1008,10 @@ def main() -> None:
     read_roots = tuple(dict.fromkeys([real_workdir, *needed]))
     if cfg["audit_hook"]:
         layers.append("audit")
+    _paths_not_descriptors()
     os.write(status_fd, json.dumps(layers).encode())
     os.close(status_fd)
+    _close_descriptors()
 
     # The model's code gets its own __main__, sys.path starting at the workdir, and no ctypes.
     for name in ("ctypes", "_ctypes", "ctypes._endian"):

@@ -40,8 +40,15 @@ says which ones this host grants the current user, and names the missing ones):
 
 `docs/security.md` says which layer holds what on each kernel (5.15, 6.1, 6.8, 6.12+).
 
-Extra directories to hide can be listed, separated by `:`, in `TROUPE_SANDBOX_HIDE`
-(for example a data directory outside the project).
+The data directory (`TROUPE_DATA_DIR`, where the worker keeps `secret_key`, the SQLite database
+and the teams' files) is hidden like the project; extra directories to hide can be listed,
+separated by `:`, in `TROUPE_SANDBOX_HIDE`.
+
+Without namespaces and Landlock (an ordinary user on a host that grants neither), reading a file
+the worker's uid may read is refused by the audit hook, and by the kernel only where the route
+goes through a descriptor: the child closes every inherited descriptor but its pipes, seccomp
+refuses every open relative to a directory descriptor and every hard link, and the hook refuses to
+open a directory outside the working directory (docs/security.md, "The worker's secrets").
 """
 
 from __future__ import annotations
@@ -167,6 +174,9 @@ def capabilities() -> dict[str, bool | str]:
 
 def _hidden_paths() -> list[str]:
     extra = [p for p in os.environ.get("TROUPE_SANDBOX_HIDE", "").split(":") if p]
+    data_dir = os.environ.get("TROUPE_DATA_DIR", "")  # the worker's secrets: secret_key, the database, tokens
+    if data_dir:
+        extra.append(data_dir)
     temp = [tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"]
     return [str(PROJECT_ROOT), *extra, "/home", "/root", "/run", "/var/run", "/mnt", "/media", "/srv", *temp]
 

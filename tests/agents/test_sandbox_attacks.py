@@ -86,8 +86,12 @@ from agents import sandbox
 secret = ("troupe-parent-secret-" + os.environ["TROUPE_MARKER"]).encode()
 fd = os.open(os.environ["TROUPE_DECOY_FILE"], os.O_RDONLY)
 os.set_inheritable(fd, True)
+data_fd = -1
+if os.environ.get("TROUPE_SECRET_DIR"):  # a worker's data dir, held open as a directory descriptor
+    data_fd = os.open(os.environ["TROUPE_SECRET_DIR"], os.O_RDONLY | os.O_DIRECTORY)
+    os.set_inheritable(data_fd, True)
 before = [resource.getrlimit(resource.RLIMIT_NOFILE), os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0))]
-prelude = f"PARENT = {os.getpid()}\\nFD = {fd}\\nADDR = {id(secret)}\\nSECRET_LEN = {len(secret) + 64}\\n"
+prelude = f"PARENT = {os.getpid()}\\nFD = {fd}\\nDATAFD = {data_fd}\\nADDR = {id(secret)}\\nSECRET_LEN = {len(secret) + 64}\\n"
 results = []
 for run in json.loads(sys.argv[2]):
     r = sandbox._run(prelude + run["code"], audit_hook=run["audit_hook"], namespaces=run["namespaces"], timeout_s=20.0,
@@ -131,15 +135,17 @@ class User:
     code_dir: Path
     """Where the helper imports `agents.sandbox` from."""
 
-    def run_helper(self, runs: list[dict], *, capabilities: bool = False) -> dict:
+    def run_helper(self, runs: list[dict], *, capabilities: bool = False, env: dict[str, str] | None = None,
+                   cwd: str = "/") -> dict:
+        """`env` is added to the helper's environment (TROUPE_SECRET_DIR: a directory it holds open)."""
         with tempfile.NamedTemporaryFile("w", prefix="troupe-decoy-fd-") as decoy_file:
             decoy_file.write("troupe-parent-file")
             decoy_file.flush()
             os.chmod(decoy_file.name, 0o644)
             env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8", "TROUPE_MARKER": uuid.uuid4().hex,
-                   "TROUPE_DECOY_FILE": decoy_file.name}
+                   "TROUPE_DECOY_FILE": decoy_file.name, **(env or {})}
             argv = [*self.as_user, self.python, "-s", "-B", "-c", HELPER, str(self.code_dir), json.dumps(runs)]
-            proc = subprocess.run(argv + (["capabilities"] if capabilities else []), env=env, cwd="/",
+            proc = subprocess.run(argv + (["capabilities"] if capabilities else []), env=env, cwd=cwd,
                                   capture_output=True, text=True, timeout=120)
         # The parent survived and was not disturbed: it came back and printed its report.
         assert proc.returncode == 0, f"the sandbox's parent did not come back ({proc.returncode}): {proc.stderr[-2000:]}"
@@ -644,3 +650,99 @@ def test_a_directory_it_makes_unreadable_ends_the_run(user: User) -> None:
     code = "import os\nos.makedirs('d/e')\nos.chmod('d', 0)\nwhile True:\n    pass"
     (r,) = user.run_helper([{"code": code, "audit_hook": False, "namespaces": False}])["results"]
     assert r["error"] == "disk limit" and not r["timed_out"], r
+
+
+# Every route to the worker's own secrets tried at once. DATA is the worker's data dir (0700, its
+# `secret_key` 0600, owned by the worker's uid), the helper's working directory, and open in the
+# helper as DATAFD; the helper's environment holds the secret too. ROUTES_AROUND_THE_HOOK are the
+# ones the kernel must refuse even with no namespace, no Landlock and the code's uid the worker's.
+SECRET_ROUTES = """
+def read(path, **kw):
+    fd = os.open(path, os.O_RDONLY, **kw)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
+lib = os.path.dirname(os.__file__)
+up = len([p for p in lib.split("/") if p])
+deep = "/".join(["d"] * (up + 2))
+os.makedirs(deep)
+os.chdir(deep)  # deeper than the library: the same "../" path stays in the working directory from here
+target = DATA.lstrip("/") + "/secret_key"
+ROUTES_AROUND_THE_HOOK = {
+    "dir_fd from the library": lambda: read("../" * up + target, dir_fd=os.open(lib, os.O_RDONLY)),
+    "O_PATH dir_fd from the library": lambda: read("../" * up + target, dir_fd=os.open(lib, os.O_PATH)),
+    "dir_fd from the working directory": lambda: read("../" * 40 + target, dir_fd=os.open(".", os.O_RDONLY)),
+    "inherited directory descriptor": lambda: read("secret_key", dir_fd=DATAFD),
+    "inherited descriptor listed": lambda: sorted(os.listdir(DATAFD)),
+    "fchdir to the inherited descriptor": lambda: (os.fchdir(DATAFD), read("secret_key")),
+    "hard link": lambda: (os.link(DATA + "/secret_key", "x"), read("x")),
+}
+ROUTES = {
+    "absolute path": lambda: read(DATA + "/secret_key"),
+    "relative ..": lambda: read("../" * 40 + target),
+    "scandir of the data dir": lambda: [e.name for e in os.scandir(DATA)],
+    "/proc/self/fd": lambda: [os.readlink("/proc/self/fd/" + n) for n in os.listdir("/proc/self/fd")],
+    "/proc/self/fd/DATAFD": lambda: read(f"/proc/self/fd/{DATAFD}/secret_key"),
+    "/proc/parent/cwd": lambda: read(f"/proc/{PARENT}/cwd/secret_key"),
+    "/proc/parent/environ": lambda: read(f"/proc/{PARENT}/environ"),
+    "/proc/parent/root": lambda: read(f"/proc/{PARENT}/root{DATA}/secret_key"),
+    "/proc/parent/fd": lambda: read(f"/proc/{PARENT}/fd/{DATAFD}/secret_key"),
+    "/proc/ppid/environ": lambda: read(f"/proc/{os.getppid()}/environ"),
+}
+for name, route in [*ROUTES_AROUND_THE_HOOK.items(), *(ROUTES.items() if ALL_ROUTES else [])]:
+    try:
+        got = route()
+    except OSError as e:
+        print(name, "refused", e.errno)
+    else:
+        print(name, "ESCAPED", got)
+"""
+
+
+@pytest.fixture
+def data_dir(user: User) -> Iterator[tuple[Path, str]]:
+    """A worker's data dir as settings make it (0700, `secret_key` 0600), owned by the worker's uid."""
+    root = Path(tempfile.mkdtemp(prefix="troupe-secrets-"))
+    secret = "troupe-secret-key-" + uuid.uuid4().hex
+    try:
+        root.chmod(0o755)
+        data = root / "data"
+        data.mkdir(mode=0o700)
+        (data / "secret_key").write_text(secret)
+        (data / "secret_key").chmod(0o600)
+        worker_uid = os.geteuid() if user.name == "root" else (UNPRIVILEGED if os.geteuid() == 0 else os.geteuid())
+        for path in (data, data / "secret_key"):
+            os.chown(path, worker_uid, worker_uid)
+        yield data, secret
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_workers_secrets_are_out_of_reach(user: User, data_dir: tuple[Path, str]) -> None:
+    # Issue 45, class 12: with neither Landlock nor namespaces, and the code's uid the worker's,
+    # a directory descriptor (taken in the standard library, inherited, or of the working
+    # directory) led to `secret_key` past the audit hook, which resolves every path from the
+    # working directory. Now seccomp refuses every open by dir_fd and every hard link, the child
+    # closes what it inherited, and the hook refuses to open a directory outside the working
+    # directory; the plain routes stay refused by the hook there, and by the kernel elsewhere.
+    data, secret = data_dir
+    runs = []
+    for hook in (True, False):
+        for abi in (None, 0):
+            # Only the hook refuses plain paths for the worker's own uid with no Landlock and no mount namespace.
+            everything = hook or user.namespaces or abi != 0 or user.name == "root"
+            code = ATTEMPT + f"DATA = {str(data)!r}\nALL_ROUTES = {everything}\n" + SECRET_ROUTES
+            runs.append({"code": code, "audit_hook": hook, "namespaces": user.namespaces, "landlock_abi": abi})
+    report = user.run_helper(runs, env={"TROUPE_SECRET_DIR": str(data), "TROUPE_SECRET_ENV": secret}, cwd=str(data))
+    for run, r in zip(runs, report["results"]):
+        where = (user.name, run["audit_hook"], run["landlock_abi"])
+        if r["error"] == "sandbox setup failed":  # root whose nobody cannot reach this interpreter, no Landlock
+            assert user.name == "root" and run["landlock_abi"] == 0 and "would run as root" in r["stderr"], (where, r)
+            continue
+        assert r["exit_code"] == 0 and r["error"] is None, (where, r)
+        assert secret not in r["stdout"] + r["stderr"] and "ESCAPED" not in r["stdout"], (where, r["stdout"])
+        assert r["stdout"].count(" refused ") == (17 if "ALL_ROUTES = True" in run["code"] else 7), (where, r["stdout"])
+        if "seccomp" in r["isolation"] and not run["audit_hook"]:
+            for name in ("dir_fd from the library", "O_PATH dir_fd from the library", "dir_fd from the working directory"):
+                assert f"{name} refused 1\n" in r["stdout"], (where, r["stdout"])  # seccomp's EPERM

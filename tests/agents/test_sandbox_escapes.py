@@ -172,7 +172,7 @@ while frame.f_back is not None:
     frame = frame.f_back
 print("libc reachable", "_libc" in frame.f_globals or "ctypes" in frame.f_globals)
 import tempfile, shutil
-with tempfile.TemporaryDirectory(dir=".") as d:  # fd-based rmtree inside the workdir still works
+with tempfile.TemporaryDirectory(dir=".") as d:  # rmtree inside the workdir still works (path-based in the sandbox)
     os.makedirs(os.path.join(d, "x", "y"))
     open(os.path.join(d, "x", "y", "z"), "w").close()
     shutil.rmtree(os.path.join(d, "x"))

@@ -149,13 +149,15 @@ def test_the_filter_checks_fcntl_ioctl_and_open_arguments(arch: str) -> None:
     assert ioctl(0x5401 | 0xFFFFFFFF00000000) == ALLOW  # the kernel reads an unsigned int
     for req in (0x5413, 0x541B, 0x5421, 0x5450, 0x5451, 0x802C542A):
         assert ioctl(req) == ALLOW, hex(req)
-    # openat: writing only by a path from the working directory, O_TRUNC only with write access
+    # openat: only by a path from the working directory (reading too), O_TRUNC only with write access
     at = functools.partial(verdict, prog, audit, nr["openat"])
     cwd, dirfd = child.AT_FDCWD & 0xFFFFFFFFFFFFFFFF, 5
-    assert at(cwd, 0, 0) == ALLOW and at(dirfd, 0, 0) == ALLOW and at(dirfd, 0, 0o200000) == ALLOW  # reads, O_DIRECTORY
+    assert at(cwd, 0, 0) == ALLOW and at(cwd, 0, 0o200000) == ALLOW  # reads, O_DIRECTORY
     assert at(cwd, 0, 0o1 | 0o100 | 0o1000) == ALLOW and at(cwd, 0, 0o2) == ALLOW
-    for flags in (0o1, 0o2, 0o100, 0o2000, 0o1000, 0o1 | 0o100):
+    for flags in (0, 0o200000, 0o10000000, 0o1, 0o2, 0o100, 0o2000, 0o1000, 0o1 | 0o100):  # O_PATH too
         assert at(dirfd, 0, flags) == EPERM, oct(flags)
+        assert at(0, 0, flags) == EPERM, oct(flags)
+    assert at(0xFFFFFF9C, 0, 0) == ALLOW  # the kernel reads an int: AT_FDCWD's low half is AT_FDCWD
     assert at(cwd, 0, 0o1000) == EPERM  # O_RDONLY|O_TRUNC
     if "open" in nr:
         assert verdict(prog, audit, nr["open"], 0, 0o1000) == EPERM
@@ -164,5 +166,5 @@ def test_the_filter_checks_fcntl_ioctl_and_open_arguments(arch: str) -> None:
     for name in ("getsid", "getpgid", "sched_getaffinity", "sched_getscheduler", "sched_getparam"):
         assert verdict(prog, audit, nr[name], 0) == ALLOW and verdict(prog, audit, nr[name], SELF) == ALLOW, name
         assert verdict(prog, audit, nr[name], 1) == EPERM and verdict(prog, audit, nr[name], 77) == EPERM, name
-    for name in ("memfd_create", "memfd_secret", "shmget", "mq_open", "sendmsg", "truncate", "setsid", "openat2"):
+    for name in ("memfd_create", "memfd_secret", "shmget", "mq_open", "sendmsg", "truncate", "setsid", "openat2", "linkat"):
         assert verdict(prog, audit, nr[name], 0, 0) == EPERM, name
