@@ -1,7 +1,7 @@
 """Command line: `python -m training run CONFIG.yaml [--set key=value ...] [--out DIR]`,
 `python -m training eval CONFIG.yaml [--checkpoint DIR]`, `python -m training check CONFIG.yaml`,
-`python -m training export CONFIG.yaml --checkpoint DIR --agent NAME --out DIR [--dtype bfloat16|trained]`
-(merge a LoRA adapter into its base), `python -m training playground CONFIG.yaml --task JSON
+`python -m training export CONFIG.yaml --checkpoint DIR --agent NAME --out DIR [--dtype bfloat16|trained]
+[--gguf f16|q8_0]` (merge a LoRA adapter into its base; with --gguf, as one GGUF file and an Ollama Modelfile), `python -m training playground CONFIG.yaml --task JSON
 [--checkpoint DIR [--with-base]]` (play one task turn by turn, one JSON line per turn), and
 `python -m training sweep EXPERIMENT.yaml [--out DIR]` (the trials of an experiment, in turn) and
 `python -m training ablate RUN_DIR --kind role_swap|untrained|alone [--agent NAME]` (a finished
@@ -44,6 +44,8 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--out", required=True, help="folder for the merged model (replaced if it exists)")
             p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "trained"),
                            help="save in bfloat16 (default) or in the dtype the run trained in")
+            p.add_argument("--gguf", choices=("f16", "q8_0"),
+                           help="write one GGUF file of this type (llama.cpp, Ollama) and a Modelfile instead of safetensors")
         if name == "playground":
             p.add_argument("--task", required=True, help='the task as a JSON object of its row fields, e.g. \'{"question": "Compute 2+3.", "answer": "5"}\'')
             p.add_argument("--checkpoint", help="checkpoint folder (default: the base models)")
@@ -145,14 +147,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _export(config: RunConfig, args: argparse.Namespace) -> int:
-    from training.export import merge_adapter
+    from training.export import export_gguf, merge_adapter
 
+    adapter = Path(args.checkpoint) / args.agent
     try:
-        export = merge_adapter(config, agent=args.agent, adapter=Path(args.checkpoint) / args.agent, out=args.out, dtype=args.dtype)
+        if args.gguf:
+            gguf = export_gguf(config, agent=args.agent, adapter=adapter, out=args.out, gguf_type=args.gguf)
+        else:
+            export = merge_adapter(config, agent=args.agent, adapter=adapter, out=args.out, dtype=args.dtype)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"merged {args.agent} ({export.dtype}) into {export.folder}: {', '.join(export.files)}")
+    if args.gguf:
+        print(f"merged {args.agent} ({gguf.architecture}) into {gguf.file} ({gguf.gguf_type}): {', '.join(gguf.files)}")
+    else:
+        print(f"merged {args.agent} ({export.dtype}) into {export.folder}: {', '.join(export.files)}")
     return 0
 
 
