@@ -12,7 +12,6 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, path, re_path
 
-from webapp.api import catalog as api_catalog
 from webapp.api import jobs as api_jobs
 from webapp.api import openapi as api_openapi
 from webapp.api import routes as api_routes
@@ -137,14 +136,6 @@ urlpatterns = [
     page("account/tokens/<int:pk>/revoke/", teams.api_token_revoke, name="api_token_revoke"),
     path("api/v1/", api_runs.index, name="api_index"),
     path("api/v1/openapi.json", api_openapi.document, name="api_openapi"),
-    path("api/v1/models/", api_catalog.models, name="api_models"),
-    path("api/v1/models/<int:pk>/", api_catalog.model_detail, name="api_model"),
-    path("api/v1/agents/", api_catalog.agents, name="api_agents"),
-    path("api/v1/agents/<int:pk>/", api_catalog.agent_detail, name="api_agent"),
-    path("api/v1/topologies/", api_catalog.topologies, name="api_topologies"),
-    path("api/v1/topologies/<int:pk>/", api_catalog.topology_detail, name="api_topology"),
-    path("api/v1/datasets/", api_catalog.datasets, name="api_datasets"),
-    path("api/v1/datasets/<int:pk>/", api_catalog.dataset_detail, name="api_dataset"),
     path("api/v1/playground/", api_jobs.playground, name="api_playground"),
     path("api/v1/jobs/", api_jobs.jobs, name="api_jobs"),
     path("api/v1/jobs/<int:pk>/", api_jobs.job_detail, name="api_job"),

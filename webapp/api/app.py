@@ -35,7 +35,8 @@ from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as SchemaError
 from ninja.parser import Parser
 from ninja.security import HttpBearer
-from pydantic import ConfigDict
+from pydantic import ConfigDict, TypeAdapter
+from pydantic import ValidationError as PydanticError
 
 from training.config import ConfigError
 from webapp.api.http import PER_PAGE_MAX, ApiError, absolute, error, invalid, path_template
@@ -63,6 +64,60 @@ class In(Schema):
 
 
 Id = Annotated[int, Field(ge=1, le=ID_MAX, description="An object id.")]
+
+
+def read_body(request: HttpRequest, model: type[In], *, partial: bool = False) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """The request's JSON object checked against `model` field by field and answered rather than
+    raised: (the values that passed, the problems by field). An endpoint that validates further
+    (the pages' forms, a service) gives it what passed and merges the rest, so that every problem
+    comes back at once. `partial`: a change, nothing required. Not JSON (415), or not an object, is
+    an error at once: there are no fields to speak of."""
+    body = api.parser.parse_body(request)
+    fields = model.model_fields
+    problems: dict[str, list[str]] = {key: [f"Unknown field; the fields are: {', '.join(fields)}."] for key in body if key not in fields}
+    passed: dict[str, Any] = {}
+    for name, info in fields.items():
+        if name not in body:
+            if info.is_required() and not partial:
+                problems[name] = ["This field is required."]
+            continue
+        try:
+            passed[name] = _adapter(model, name).validate_python(body[name], strict=True)
+        except PydanticError as exc:
+            problems[name] = [_message(exc.errors()[0], model.model_json_schema()["properties"][name])]
+    return passed, problems
+
+
+def body_doc(model: type[In], *, partial: bool = False, **more: Any) -> dict[str, Any]:
+    """`openapi_extra` of a route that reads its body with `read_body`: the body's schema (and any
+    more content types) in the document."""
+    schema = model.model_json_schema()
+    if partial:
+        schema.pop("required", None)
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}, **more}}}
+
+
+@cache
+def _adapter(model: type[In], name: str) -> TypeAdapter[Any]:
+    info = model.model_fields[name]
+    return TypeAdapter(Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation)  # type: ignore[name-defined]
+
+
+KINDS = {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean", "object": "object", "array": "array"}
+
+
+def _message(problem: Mapping[str, Any], schema: Mapping[str, Any]) -> str:
+    """A field's first problem as a sentence: its JSON type where the value is of another."""
+    options = schema.get("anyOf") or [schema]
+    kinds = [o["type"] for o in options if o.get("type") in KINDS]
+    nullable = any(o.get("type") == "null" for o in options)
+    if problem["type"].endswith(("_type", "_parsing")) and kinds:
+        if problem["loc"] and isinstance(problem["loc"][0], int):
+            items = next((o.get("items", {}).get("type") for o in options if o.get("type") == "array"), None)
+            return f"Expected a list of {items}s." if items else "Expected a list."
+        text = " or ".join(kinds)
+        return f"Expected {'an' if text[0] in 'aeiou' else 'a'} {text}{' or null' if nullable else ''}."
+    return MESSAGES.get(problem["type"]) or problem["msg"].rstrip(".") + "."
 
 
 class Paging(Schema):
@@ -282,8 +337,11 @@ def urlpatterns() -> list[URLPattern]:
             methods = tuple(m for op in path_view.operations for m in op.methods)
             names = [name for op in path_view.operations if (name := getattr(op, "url_name", None))]
             route = re.sub(r"/+", "/", f"{PREFIX}{bound.prefix}{route}").lstrip("/")
-            patterns.append(django_path(re.sub(r"\{(\w+:)?(\w+)\}", r"<\1\2>", route),
-                                        _view(path_view.get_view(), methods), name=names[0] if names else None))
+            view = _view(path_view.get_view(), methods)
+            for op in path_view.operations:  # a route that takes a file: the body limit's check reads this (bodylimit.upload_view)
+                if getattr(op.view_func, "takes_upload", False):
+                    view.takes_upload, view.__wrapped__ = True, op.view_func  # type: ignore[attr-defined]
+            patterns.append(django_path(re.sub(r"\{(\w+:)?(\w+)\}", r"<\1\2>", route), view, name=names[0] if names else None))
     return patterns
 
 

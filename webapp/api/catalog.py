@@ -1,8 +1,7 @@
-"""The catalog over the JSON API: model sources, agents, topologies and datasets.
-
-Writes go through the same forms and services as the pages, so a script meets the same
-validation, limits, audit trail and blockers as a person; each body is first checked against the
-field lists below, which the OpenAPI document (`webapp/api/openapi.py`) is made from.
+"""The catalog over the JSON API: model sources, agents, topologies and datasets, each exposed by
+one call of `crud`: a schema for what a read answers, one for a body, the team's rows, and the
+same forms and services as the pages, so that a script meets the same validation, limits, audit
+trail and blockers as a person.
 
     GET  POST         /api/v1/models/            GET PATCH DELETE  /api/v1/models/<id>/
     GET  POST         /api/v1/agents/            GET PATCH DELETE  /api/v1/agents/<id>/
@@ -15,136 +14,111 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
 
 from django.core.exceptions import ValidationError
-from django.db.models import Model
-from django.http import HttpResponse, JsonResponse
+from django.db.models import Model, QuerySet
+from django.forms import BaseForm
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
+from ninja import Field, Router, Schema, Status
 
-from webapp.api.http import ApiError, ApiRequest, Field, absolute, endpoint, id_field, json_fields, out_of_bounds, page_of, stamp
-from webapp.catalog import selectors as catalog_selectors
-from webapp.catalog import services
+from webapp.api.app import Id, In, Page, QueryPaging, answers, body_doc, page_of, read_body
+from webapp.api.http import ApiError, absolute
+from webapp.catalog import selectors, services
 from webapp.catalog.forms import AgentForm, DatasetGeneratorForm, DatasetUploadForm, ModelSourceForm, TopologyForm
 from webapp.core.bodylimit import upload_view
-from webapp.core.values import ID_MAX
-from webapp.models import Agent, Dataset, ModelSource, Topology
+from webapp.models import Agent, Dataset, ModelSource, Team, Topology
 
-MODEL_SOURCE_FIELDS = {
-    "name": Field("string", "Unique within the team.", required=True, max_length=100),
-    "source": Field("string", "bundled:smollm2-135m-instruct, tiny-random:llama, local:<folder in the team's model folders> or hf:org/name.",
-                    required=True, max_length=500),
-    "notes": Field("string", "Free text."),
-}
+router = Router(tags=["catalog"], by_alias=True)  # (a dataset's `schema` is `schema_` in Python)
 
-AGENT_FIELDS = {
-    "name": Field("string", "Unique within the team; letters, digits, - and _.", required=True, max_length=40),
-    "role": Field("string", "The environment role it plays (math_tool: tool or reasoner).", required=True, max_length=60),
-    "instructions": Field("string", "System prompt for the role."),
-    "model_source": id_field("The id of one of the team's model sources.", required=True),
-    "temperature": Field("number", "Sampling temperature in training; null uses the run's.", nullable=True, minimum=0.0, maximum=5.0),
-    "max_new_tokens": Field("integer", "Completion cap per turn; null uses the run's.", nullable=True, minimum=1, maximum=4096),
-    "tools": Field("array", "Names of the tools the agent may call.", items="string"),
-    "trainable": Field("boolean", "Untrainable agents act but are never updated."),
-}
-
-TOPOLOGY_FIELDS = {
-    "name": Field("string", "Unique within the team.", required=True, max_length=100),
-    "environment": Field("string", "An installed environment, e.g. math_tool.", required=True, max_length=200),
-    "env_args": Field("object", 'Environment arguments, e.g. {"level": 2}.'),
-    "specialization": Field("string", "How the agents' weights are shared.", enum=("single", "prompt", "lora", "full")),
-    "max_turns": Field("integer", "Turns per episode.", minimum=1, maximum=64),
-    "agents": Field("array", "Agent ids in acting order; each role must exist in the environment.", required=True, items="integer",
-                    item_minimum=1, item_maximum=ID_MAX),
-}
-
-Fields = tuple[dict[str, Any], dict[str, list[str]]]
-"""What `json_fields` answers: (the properties that passed, the problems by field)."""
-
-GENERATOR_FIELDS = {
-    "name": Field("string", "Unique within the team.", required=True, max_length=100),
-    "environment": Field("string", "An installed environment with a generator, e.g. math_tool.", required=True, max_length=200),
-    "env_args": Field("object", 'Generator arguments, e.g. {"level": 2}.'),
-    "size": Field("integer", "Training tasks to generate.", required=True, minimum=1, maximum=10_000_000),
-    "eval_size": Field("integer", "Held-out tasks to generate.", required=True, minimum=0, maximum=1_000_000),
-}
-
-UPLOAD_FIELDS = {
-    "name": Field("string", "Unique within the team.", required=True, max_length=100),
-    "environment": Field("string", "The environment whose fields every row must have.", required=True, max_length=200),
-    "eval_fraction": Field("number", "Share of rows held out for evaluation (default 0.1).", minimum=0.0, maximum=0.9),
-}
+Problems = dict[str, list[str]]
 
 
-# == serializers ======================================================================================
+# == one entity's CRUD =================================================================================
 
 
-def model_source_json(request: ApiRequest, source: ModelSource) -> dict[str, Any]:
-    return {
-        "id": source.pk, "name": source.name, "source": source.source, "notes": source.notes,
-        "agents": sorted(source.agents.values_list("name", flat=True)), "created": stamp(source.created),
-        "api_url": absolute(request, reverse("api_model", args=[source.pk])),
-    }
+@dataclass(frozen=True)
+class Entity:
+    """What `crud` needs to know of a catalog object."""
+
+    noun: str  # in the document: "model source"
+    path: str  # under /api/v1/: "models"
+    name: str  # URL names: api_<path>, api_<name>
+    out: type[Schema]  # what a read answers
+    rows: Callable[[Team], QuerySet[Any]]  # the team's, in list order
+    blocker: Callable[[Any], str | None]  # why it cannot be deleted now
+    delete: Callable[[Any, Any], None]  # (object, actor)
+    body: type[In] | None = None  # what a create or change sends; None: no generic create or change
+    save: Callable[[Any, Any, dict[str, Any], Problems], Model] | None = None  # (request, object or None, body, problems)
+    saved: type[Schema] | None = None  # what a create or change answers, where it says more than a read
+    detail: type[Schema] | None = None  # what a detail read answers, where it says more than a list's row
+    patch: bool = True
 
 
-def agent_json(request: ApiRequest, agent: Agent) -> dict[str, Any]:
-    return {
-        "id": agent.pk, "name": agent.name, "role": agent.role, "instructions": agent.instructions,
-        "model_source": agent.model_source_id, "temperature": agent.temperature, "max_new_tokens": agent.max_new_tokens,
-        "tools": list(agent.tools or []), "trainable": agent.trainable,
-        "created": stamp(agent.created), "updated": stamp(agent.updated),
-        "api_url": absolute(request, reverse("api_agent", args=[agent.pk])),
-    }
+def crud(router: Router, entity: Entity) -> None:
+    """List (paged, oldest first), create, read, change (only the fields given) and delete (409
+    naming what still uses it) of one catalog entity, under /api/v1/<path>/."""
+    saved, detail = entity.saved or entity.detail or entity.out, entity.detail or entity.out
+    collection, item = f"/{entity.path}/", f"/{entity.path}/{{int:id}}/"
+
+    def one(request: HttpRequest, id: int) -> Any:
+        return entity.rows(request.team).get(pk=id)  # type: ignore[attr-defined]
+
+    @router.get(collection, response=answers({200: Page[entity.out]}, 400, 404), url_name=f"api_{entity.path}",  # type: ignore[name-defined]
+                operation_id=f"{entity.name}_list", summary=f"The team's {entity.noun}s, oldest first")
+    def listing(request: HttpRequest, paging: QueryPaging) -> Any:
+        return page_of(request, entity.rows(request.team), paging)  # type: ignore[attr-defined]
+
+    if entity.body is not None and entity.save is not None:
+        body, save = entity.body, entity.save
+
+        @router.post(collection, response=answers({201: saved}, 400, 413, 415), operation_id=f"{entity.name}_create",
+                     summary=f"Create a {entity.noun}", openapi_extra=body_doc(body))
+        def create(request: HttpRequest, response: HttpResponse) -> Any:
+            return created(request, response, saved, save(request, None, *read_body(request, body)))
+
+    @router.get(item, response=answers({200: detail}, 404), url_name=f"api_{entity.name}", operation_id=f"{entity.name}_read",
+                summary=f"One {entity.noun}")
+    def read(request: HttpRequest, id: int) -> Any:
+        return one(request, id)
+
+    if entity.patch and entity.body is not None and entity.save is not None:
+        body, save = entity.body, entity.save
+
+        @router.patch(item, response=answers({200: saved}, 400, 404, 415), operation_id=f"{entity.name}_change",
+                      summary=f"Change a {entity.noun}: only the fields given", openapi_extra=body_doc(body, partial=True))
+        def change(request: HttpRequest, id: int) -> Any:
+            obj = one(request, id)
+            return save(request, obj, *read_body(request, body, partial=True))
+
+    @router.delete(item, response=answers({204: None}, 404, 409), operation_id=f"{entity.name}_delete",
+                   summary=f"Delete a {entity.noun}")
+    def delete(request: HttpRequest, id: int) -> Any:
+        obj = one(request, id)
+        blocker = entity.blocker(obj)
+        if blocker:
+            raise ApiError(409, blocker)
+        entity.delete(obj, request.user)
+        return Status(204, None)
 
 
-def topology_json(request: ApiRequest, topology: Topology) -> dict[str, Any]:
-    return {
-        "id": topology.pk, "name": topology.name, "environment": topology.environment, "env_args": topology.env_args or {},
-        "specialization": topology.specialization, "max_turns": topology.max_turns,
-        "agents": [a.pk for a in topology.ordered_agents()],
-        "created": stamp(topology.created), "updated": stamp(topology.updated),
-        "api_url": absolute(request, reverse("api_topology", args=[topology.pk])),
-    }
+def created(request: HttpRequest, response: HttpResponse, schema: type[Schema], obj: Model) -> Status:
+    """201 with the new object and its URL in `Location`."""
+    response["Location"] = url_of(request, obj)
+    return Status(201, obj)
 
 
-def topology_saved_json(request: ApiRequest, topology: Topology) -> dict[str, Any]:
-    """What a create or change answers: the topology and, as the page shows after saving, the notes
-    its author should read (an agent's tools that its model's chat template cannot render)."""
-    return {**topology_json(request, topology), "notes": catalog_selectors.tool_template_notes(agents=topology.ordered_agents())}
+URL_NAMES = {ModelSource: "api_model", Agent: "api_agent", Topology: "api_topology", Dataset: "api_dataset"}
 
 
-def dataset_json(request: ApiRequest, dataset: Dataset, *, detail: bool = False) -> dict[str, Any]:
-    data = {
-        "id": dataset.pk, "name": dataset.name, "kind": dataset.kind, "environment": dataset.environment,
-        "env_args": dataset.env_args or {}, "size": dataset.size, "eval_size": dataset.eval_size,
-        "original_filename": dataset.original_filename, "format": dataset.format, "size_bytes": dataset.size_bytes,
-        "eval_fraction": dataset.eval_fraction, "row_count": dataset.row_count, "status": dataset.status,
-        "status_message": dataset.status_message, "created": stamp(dataset.created),
-        "api_url": absolute(request, reverse("api_dataset", args=[dataset.pk])),
-    }
-    if detail:
-        data.update(schema=list(dataset.schema or []), preview=list(dataset.preview or []))
-    return data
+def url_of(request: HttpRequest, obj: Model) -> str:
+    return absolute(request, reverse(URL_NAMES[type(obj)], args=[obj.pk]))
 
 
-# == shared shapes ====================================================================================
-
-
-def _delete(obj: Model, blocker: str | None, delete: Callable[[], None]) -> HttpResponse:
-    """204 when deleted; 409 naming what still uses it."""
-    if blocker:
-        raise ApiError(409, blocker)
-    delete()
-    return HttpResponse(status=204)
-
-
-def _created(payload: dict[str, Any]) -> JsonResponse:
-    response = JsonResponse(payload, status=201)
-    response["Location"] = payload["api_url"]
-    return response
-
-
-def _form_data(values: dict[str, Any]) -> dict[str, Any]:
+def form_data(values: dict[str, Any]) -> dict[str, Any]:
     """JSON values as the pages' forms read them: null as empty, lists and objects as their text."""
     data: dict[str, Any] = {}
     for key, value in values.items():
@@ -156,147 +130,276 @@ def _form_data(values: dict[str, Any]) -> dict[str, Any]:
             data[key] = [str(v) for v in value]
         elif isinstance(value, dict):
             data[key] = json.dumps(value)
-        elif isinstance(value, float) and value.is_integer() and key in ("max_new_tokens", "model_source", "max_turns", "size", "eval_size"):
-            data[key] = str(int(value))
         else:
             data[key] = value
     return data
 
 
-# == model sources ====================================================================================
-
-
-@endpoint("GET", "POST")
-def models(request: ApiRequest) -> HttpResponse:
-    if request.method == "GET":
-        return page_of(request, ModelSource.objects.filter(team=request.team).order_by("pk"), model_source_json)
-    body = json_fields(request, MODEL_SOURCE_FIELDS, bounds=False)
-    return _created(model_source_json(request, _model_source_save(request, ModelSource(team=request.team), body, new=True)))
-
-
-@endpoint("GET", "PATCH", "DELETE")
-def model_detail(request: ApiRequest, pk: int) -> HttpResponse:
-    source = ModelSource.objects.get(pk=pk, team=request.team)
-    if request.method == "DELETE":
-        return _delete(source, catalog_selectors.model_source_delete_blocker(source=source),
-                       lambda: services.model_source_delete(source=source, actor=request.user))
-    if request.method == "PATCH":
-        source = _model_source_save(request, source, json_fields(request, MODEL_SOURCE_FIELDS, partial=True, bounds=False), new=False)
-    return JsonResponse(model_source_json(request, source))
-
-
-def _model_source_save(request: ApiRequest, source: ModelSource, fields: Fields, *, new: bool) -> ModelSource:
-    body, problems = fields
-    current = {"name": source.name, "source": source.source, "notes": source.notes}
-    form = ModelSourceForm(_form_data({**current, **body}), instance=source)
-    _check(form, body, MODEL_SOURCE_FIELDS, problems)
-    return services.model_source_save(team=request.team, instance=None if new else source, actor=request.user, **form.cleaned_data)
-
-
-# == agents ===========================================================================================
-
-
-@endpoint("GET", "POST")
-def agents(request: ApiRequest) -> HttpResponse:
-    if request.method == "GET":
-        return page_of(request, Agent.objects.filter(team=request.team).order_by("pk"), agent_json)
-    body, problems = json_fields(request, AGENT_FIELDS, bounds=False)
-    form = AgentForm(_form_data({"trainable": True, **body}), instance=Agent(team=request.team), team=request.team)
-    _check(form, body, AGENT_FIELDS, problems)
-    return _created(agent_json(request, services.agent_create(team=request.team, actor=request.user, **form.cleaned_data)))
-
-
-@endpoint("GET", "PATCH", "DELETE")
-def agent_detail(request: ApiRequest, pk: int) -> HttpResponse:
-    agent = Agent.objects.get(pk=pk, team=request.team)
-    if request.method == "DELETE":
-        return _delete(agent, catalog_selectors.agent_delete_blocker(agent=agent), lambda: services.agent_delete(agent=agent, actor=request.user))
-    if request.method == "PATCH":
-        body, problems = json_fields(request, AGENT_FIELDS, partial=True, bounds=False)
-        current = {name: getattr(agent, name) for name in AGENT_FIELDS if name != "model_source"}
-        current["model_source"] = agent.model_source_id
-        form = AgentForm(_form_data({**current, **body}), instance=agent, team=request.team)
-        _check(form, body, AGENT_FIELDS, problems)
-        agent = services.agent_update(agent=agent, **form.cleaned_data)
-    return JsonResponse(agent_json(request, agent))
-
-
-# == topologies =======================================================================================
-
-
-@endpoint("GET", "POST")
-def topologies(request: ApiRequest) -> HttpResponse:
-    if request.method == "GET":
-        return page_of(request, Topology.objects.filter(team=request.team).order_by("pk"), topology_json)
-    body, problems = json_fields(request, TOPOLOGY_FIELDS, bounds=False)
-    defaults = {"env_args": {}, "specialization": "lora", "max_turns": max(len(body.get("agents") or []), 1)}
-    form = TopologyForm(_form_data({**defaults, **body}), instance=Topology(team=request.team), team=request.team)
-    _check(form, body, TOPOLOGY_FIELDS, problems)
-    return _created(topology_saved_json(request, services.topology_create(team=request.team, actor=request.user, **form.cleaned_data)))
-
-
-@endpoint("GET", "PATCH", "DELETE")
-def topology_detail(request: ApiRequest, pk: int) -> HttpResponse:
-    topology = Topology.objects.get(pk=pk, team=request.team)
-    if request.method == "DELETE":
-        return _delete(topology, catalog_selectors.topology_delete_blocker(topology=topology),
-                       lambda: services.topology_delete(topology=topology, actor=request.user))
-    if request.method == "PATCH":
-        body, problems = json_fields(request, TOPOLOGY_FIELDS, partial=True, bounds=False)
-        current = {name: getattr(topology, name) for name in TOPOLOGY_FIELDS if name != "agents"}
-        current["agents"] = [a.pk for a in topology.ordered_agents()]
-        form = TopologyForm(_form_data({**current, **body}), instance=topology, team=request.team)
-        _check(form, body, TOPOLOGY_FIELDS, problems)
-        topology = services.topology_update(topology=topology, **form.cleaned_data)
-        return JsonResponse(topology_saved_json(request, topology))
-    return JsonResponse(topology_json(request, topology))
-
-
-# == datasets =========================================================================================
-
-
-@upload_view
-@endpoint("GET", "POST")
-def datasets(request: ApiRequest) -> HttpResponse:
-    if request.method == "GET":
-        return page_of(request, Dataset.objects.filter(team=request.team).order_by("pk"), dataset_json)
-    if (request.content_type or "") == "multipart/form-data":
-        return _upload(request)
-    body, problems = json_fields(request, GENERATOR_FIELDS, bounds=False)
-    form = DatasetGeneratorForm(_form_data({"env_args": {}, **body}))
-    _check(form, body, GENERATOR_FIELDS, problems)
-    dataset = services.dataset_generator_create(team=request.team, actor=request.user, **form.cleaned_data)
-    return _created(dataset_json(request, dataset, detail=True))
-
-
-def _upload(request: ApiRequest) -> HttpResponse:
-    """A JSONL or CSV file (`file`) with `name`, `environment` and `eval_fraction` beside it."""
-    unknown = sorted(set(request.POST) - set(UPLOAD_FIELDS)) + sorted(set(request.FILES) - {"file"})
-    data = request.POST.copy()
-    data.setdefault("eval_fraction", "0.1")
-    form = DatasetUploadForm(data, request.FILES)
-    _check(form, {}, UPLOAD_FIELDS, {k: [f"Unknown field; send file, {', '.join(UPLOAD_FIELDS)}."] for k in unknown})
-    dataset = services.dataset_upload(team=request.team, upload=form.cleaned_data.pop("file"), actor=request.user, **form.cleaned_data)
-    return _created(dataset_json(request, dataset, detail=True))
-
-
-@endpoint("GET", "DELETE")
-def dataset_detail(request: ApiRequest, pk: int) -> HttpResponse:
-    dataset = Dataset.objects.get(pk=pk, team=request.team)
-    if request.method == "DELETE":
-        return _delete(dataset, catalog_selectors.dataset_delete_blocker(dataset=dataset),
-                       lambda: services.dataset_delete(dataset=dataset, actor=request.user))
-    return JsonResponse(dataset_json(request, dataset, detail=True))
-
-
-def _check(form: Any, body: dict[str, Any], spec: dict[str, Field], problems: dict[str, list[str]] | None = None) -> None:
-    """Every problem at once, or nothing: the body's own (`json_fields`: unknown fields, wrong
-    types, missing ones), then the form's for the other fields, then the body's bounds (in case the
-    form has none for a field the document bounds)."""
-    errors = dict(problems or {})
+def checked(form: BaseForm, problems: Problems) -> dict[str, Any]:
+    """The form's cleaned data, or every problem at once: the body's own (unknown fields, wrong
+    types and bounds, missing ones), then the form's for the other fields."""
+    errors = dict(problems)
     for key, messages in form.errors.items():
         errors.setdefault(key, [str(m) for m in messages])
-    for key, messages in out_of_bounds(body, spec).items():
-        errors.setdefault(key, messages)
     if errors:
         raise ValidationError(errors)
+    return form.cleaned_data
+
+
+class Out(Schema):
+    """What every catalog object answers besides its own fields: its URL in the API."""
+
+    api_url: str
+
+    @staticmethod
+    def resolve_api_url(obj: Model, context: dict[str, Any]) -> str:
+        return url_of(context["request"], obj)
+
+
+# == model sources =====================================================================================
+
+
+class ModelSourceIn(In):
+    name: str = Field(max_length=100, description="Unique within the team.")
+    source: str = Field(max_length=500, description="bundled:smollm2-135m-instruct, tiny-random:llama, local:<folder in the team's "
+                                                     "model folders> or hf:org/name.")
+    notes: str = Field("", description="Free text.")
+
+    model_config = {**In.model_config, "json_schema_extra": {"examples": [{"name": "Smol", "source": "tiny-random:llama"}]}}
+
+
+class ModelSourceOut(Out):
+    id: int
+    name: str
+    source: str
+    notes: str
+    agents: list[str] = Field(description="Names of the agents that use it.")
+    created: datetime
+
+    @staticmethod
+    def resolve_agents(obj: ModelSource) -> list[str]:
+        return sorted(obj.agents.values_list("name", flat=True))
+
+
+def _model_source_save(request: Any, source: ModelSource | None, body: dict[str, Any], problems: Problems) -> ModelSource:
+    current = {"name": source.name, "source": source.source, "notes": source.notes} if source else {}
+    form = ModelSourceForm(form_data({**current, **body}), instance=source or ModelSource(team=request.team))
+    return services.model_source_save(team=request.team, instance=source, actor=request.user, **checked(form, problems))
+
+
+crud(router, Entity(
+    noun="model source", path="models", name="model", out=ModelSourceOut, body=ModelSourceIn, save=_model_source_save,
+    rows=lambda team: ModelSource.objects.filter(team=team).order_by("pk"),
+    blocker=lambda source: selectors.model_source_delete_blocker(source=source),
+    delete=lambda source, actor: services.model_source_delete(source=source, actor=actor),
+))
+
+
+# == agents ============================================================================================
+
+
+class AgentIn(In):
+    name: str = Field(max_length=40, description="Unique within the team; letters, digits, - and _.")
+    role: str = Field(max_length=60, description="The environment role it plays (math_tool: tool or reasoner).")
+    instructions: str = Field("", description="System prompt for the role.")
+    model_source: Id = Field(description="The id of one of the team's model sources.")
+    temperature: float | None = Field(None, ge=0.0, le=5.0, description="Sampling temperature in training; null uses the run's.")
+    max_new_tokens: int | None = Field(None, ge=1, le=4096, description="Completion cap per turn; null uses the run's.")
+    tools: list[str] = Field([], description="Names of the tools the agent may call.")
+    trainable: bool = Field(True, description="Untrainable agents act but are never updated.")
+
+    model_config = {**In.model_config, "json_schema_extra": {"examples": [
+        {"name": "coder", "role": "tool", "model_source": 1, "tools": ["python"], "temperature": 0.7}]}}
+
+
+class AgentOut(Out):
+    id: int
+    name: str
+    role: str
+    instructions: str
+    model_source: int
+    temperature: float | None
+    max_new_tokens: int | None
+    tools: list[str]
+    trainable: bool
+    created: datetime
+    updated: datetime
+
+    @staticmethod
+    def resolve_model_source(obj: Agent) -> int:
+        return obj.model_source_id
+
+    @staticmethod
+    def resolve_tools(obj: Agent) -> list[str]:
+        return list(obj.tools or [])
+
+
+def _agent_save(request: Any, agent: Agent | None, body: dict[str, Any], problems: Problems) -> Agent:
+    if agent is None:
+        form = AgentForm(form_data({"trainable": True, **body}), instance=Agent(team=request.team), team=request.team)
+        return services.agent_create(team=request.team, actor=request.user, **checked(form, problems))
+    current = {name: getattr(agent, name) for name in AgentIn.model_fields if name != "model_source"}
+    form = AgentForm(form_data({**current, "model_source": agent.model_source_id, **body}), instance=agent, team=request.team)
+    return services.agent_update(agent=agent, **checked(form, problems))
+
+
+crud(router, Entity(
+    noun="agent", path="agents", name="agent", out=AgentOut, body=AgentIn, save=_agent_save,
+    rows=lambda team: Agent.objects.filter(team=team).order_by("pk"),
+    blocker=lambda agent: selectors.agent_delete_blocker(agent=agent),
+    delete=lambda agent, actor: services.agent_delete(agent=agent, actor=actor),
+))
+
+
+# == topologies ========================================================================================
+
+
+class TopologyIn(In):
+    name: str = Field(max_length=100, description="Unique within the team.")
+    environment: str = Field(max_length=200, description="An installed environment, e.g. math_tool.")
+    env_args: dict[str, Any] = Field({}, description='Environment arguments, e.g. {"level": 2}.')
+    specialization: Literal["single", "prompt", "lora", "full"] = Field("lora", description="How the agents' weights are shared.")
+    max_turns: int = Field(None, ge=1, le=64, description="Turns per episode (default: one per agent).",  # type: ignore[assignment]
+                           json_schema_extra=lambda schema: schema.pop("default"))
+    agents: list[Id] = Field(description="Agent ids in acting order; each role must exist in the environment.")
+
+    model_config = {**In.model_config, "json_schema_extra": {"examples": [
+        {"name": "pair", "environment": "math_tool", "env_args": {"level": 2}, "specialization": "lora", "agents": [2, 1]}]}}
+
+
+class TopologyOut(Out):
+    id: int
+    name: str
+    environment: str
+    env_args: dict[str, Any]
+    specialization: Literal["single", "prompt", "lora", "full"]
+    max_turns: int
+    agents: list[int] = Field(description="Agent ids in acting order.")
+    created: datetime
+    updated: datetime
+
+    @staticmethod
+    def resolve_env_args(obj: Topology) -> dict[str, Any]:
+        return obj.env_args or {}
+
+    @staticmethod
+    def resolve_agents(obj: Topology) -> list[int]:
+        return [a.pk for a in obj.ordered_agents()]
+
+
+class TopologySaved(TopologyOut):
+    """What a create or change answers: the topology and, as the page shows after saving, the notes
+    its author should read."""
+
+    notes: list[str] = Field(description="What the author should know, e.g. an agent with tools whose model's chat template "
+                                         "has no tool support.")
+
+    @staticmethod
+    def resolve_notes(obj: Topology) -> list[str]:
+        return selectors.tool_template_notes(agents=obj.ordered_agents())
+
+
+def _topology_save(request: Any, topology: Topology | None, body: dict[str, Any], problems: Problems) -> Topology:
+    if topology is None:
+        defaults = {"env_args": {}, "specialization": "lora", "max_turns": max(len(body.get("agents") or []), 1)}
+        form = TopologyForm(form_data({**defaults, **body}), instance=Topology(team=request.team), team=request.team)
+        return services.topology_create(team=request.team, actor=request.user, **checked(form, problems))
+    current = {name: getattr(topology, name) for name in TopologyIn.model_fields if name != "agents"}
+    current["agents"] = [a.pk for a in topology.ordered_agents()]
+    form = TopologyForm(form_data({**current, **body}), instance=topology, team=request.team)
+    return services.topology_update(topology=topology, **checked(form, problems))
+
+
+crud(router, Entity(
+    noun="topology", path="topologies", name="topology", out=TopologyOut, saved=TopologySaved, body=TopologyIn, save=_topology_save,
+    rows=lambda team: Topology.objects.filter(team=team).order_by("pk"),
+    blocker=lambda topology: selectors.topology_delete_blocker(topology=topology),
+    delete=lambda topology, actor: services.topology_delete(topology=topology, actor=actor),
+))
+
+
+# == datasets ==========================================================================================
+
+
+class GeneratorIn(In):
+    name: str = Field(max_length=100, description="Unique within the team.")
+    environment: str = Field(max_length=200, description="An installed environment with a generator, e.g. math_tool.")
+    env_args: dict[str, Any] = Field({}, description='Generator arguments, e.g. {"level": 2}.')
+    size: int = Field(ge=1, le=10_000_000, description="Training tasks to generate.")
+    eval_size: int = Field(ge=0, le=1_000_000, description="Held-out tasks to generate.")
+
+    model_config = {**In.model_config, "json_schema_extra": {"examples": [
+        {"name": "L2", "environment": "math_tool", "env_args": {"level": 2}, "size": 64, "eval_size": 16}]}}
+
+
+class UploadIn(In):
+    name: str = Field(max_length=100, description="Unique within the team.")
+    environment: str = Field(max_length=200, description="The environment whose fields every row must have.")
+    eval_fraction: float = Field(0.1, ge=0.0, le=0.9, description="Share of rows held out for evaluation (default 0.1).")
+
+
+class DatasetOut(Out):
+    id: int
+    name: str
+    kind: Literal[tuple(Dataset.Kind.values)]  # type: ignore[valid-type]
+    environment: str
+    env_args: dict[str, Any]
+    size: int | None
+    eval_size: int | None
+    original_filename: str
+    format: str
+    size_bytes: int
+    eval_fraction: float
+    row_count: int
+    status: Literal[tuple(Dataset.Status.values)]  # type: ignore[valid-type]
+    status_message: str
+    created: datetime
+
+    @staticmethod
+    def resolve_env_args(obj: Dataset) -> dict[str, Any]:
+        return obj.env_args or {}
+
+
+class DatasetDetail(DatasetOut):
+    schema_: list[str] = Field(alias="schema", description="Field names, in file order.")
+    preview: list[dict[str, Any]] = Field(description="The first rows.")
+
+    @staticmethod
+    def resolve_schema_(obj: Dataset) -> list[str]:
+        return list(obj.schema or [])
+
+    @staticmethod
+    def resolve_preview(obj: Dataset) -> list[dict[str, Any]]:
+        return list(obj.preview or [])
+
+
+crud(router, Entity(
+    noun="dataset", path="datasets", name="dataset", out=DatasetOut, detail=DatasetDetail, patch=False,
+    rows=lambda team: Dataset.objects.filter(team=team).order_by("pk"),
+    blocker=lambda dataset: selectors.dataset_delete_blocker(dataset=dataset),
+    delete=lambda dataset, actor: services.dataset_delete(dataset=dataset, actor=actor),
+))
+
+_UPLOAD = {**UploadIn.model_json_schema(), "required": ["name", "environment", "file"]}
+_UPLOAD["properties"] = {**_UPLOAD["properties"], "file": {"type": "string", "format": "binary",
+                                                           "description": "JSONL or CSV with a header row, UTF-8."}}
+
+
+@router.post("/datasets/", response=answers({201: DatasetDetail}, 400, 413, 415), operation_id="dataset_create",
+             summary="Upload a JSONL/CSV file (multipart/form-data), or make a generator dataset (JSON)",
+             openapi_extra=body_doc(GeneratorIn, **{"multipart/form-data": {"schema": _UPLOAD}}))
+@upload_view
+def datasets(request: HttpRequest, response: HttpResponse) -> Any:
+    team, user = request.team, request.user  # type: ignore[attr-defined]
+    if (request.content_type or "") == "multipart/form-data":  # a file, with name, environment and eval_fraction beside it
+        unknown = sorted(set(request.POST) - set(UploadIn.model_fields)) + sorted(set(request.FILES) - {"file"})
+        data = request.POST.copy()
+        data.setdefault("eval_fraction", "0.1")
+        fields = checked(DatasetUploadForm(data, request.FILES),
+                         {k: [f"Unknown field; send file, {', '.join(UploadIn.model_fields)}."] for k in unknown})
+        dataset = services.dataset_upload(team=team, upload=fields.pop("file"), actor=user, **fields)
+    else:
+        body, problems = read_body(request, GeneratorIn)
+        dataset = services.dataset_generator_create(
+            team=team, actor=user, **checked(DatasetGeneratorForm(form_data({"env_args": {}, **body})), problems))
+    return created(request, response, DatasetDetail, dataset)

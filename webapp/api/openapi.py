@@ -17,11 +17,11 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
-from webapp.api import catalog, jobs, routes
+from webapp.api import jobs, routes
 from webapp.api.http import PER_PAGE_MAX, QUERY_NAMES, Field
 from webapp.api.runs import LAUNCH_FIELDS, METRICS_LIMIT_MAX, ROLLOUTS_LIMIT_MAX
 from webapp.core.values import ID_MAX
-from webapp.models import Dataset, Job, Run
+from webapp.models import Job, Run
 
 JSON = "application/json"
 
@@ -95,28 +95,6 @@ def page(item: str) -> dict[str, Any]:
     })
 
 
-def crud(name: str, item: str, fields: Mapping[str, Field], *, patch: bool = True, saved: str | None = None) -> dict[str, dict[str, Any]]:
-    """The list/create and detail/update/delete paths of one catalog object; `saved` names the
-    schema of what a create or change answers, where it says more than a read does."""
-    saved = saved or item
-    detail: dict[str, Any] = {
-        "parameters": [ID],
-        "get": operation(f"One {name}", {"200": answer(f"The {name}", ref(item))}, "404"),
-        "delete": operation(f"Delete a {name}", {"204": answer("Deleted")}, "404", "409"),
-    }
-    if patch:
-        detail["patch"] = operation(f"Change a {name}: only the fields given", {"200": answer(f"The {name}", ref(saved))},
-                                    "400", "404", "415", requestBody=json_body(fields, partial=True))
-    return {
-        "list": {
-            "get": operation(f"The team's {name}s, oldest first", {"200": answer("A page", page(item))}, "400", "404", parameters=PAGING),
-            "post": operation(f"Create a {name}", {"201": answer(f"The new {name} (Location: its URL)", ref(saved))},
-                              "400", "413", "415", requestBody=json_body(fields)),
-        },
-        "detail": detail,
-    }
-
-
 ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}, "description": "An id; one past the database's range is a 404."}
 RUN_ID = {**ID, "description": "A run of the token's team."}
 STAMP = {"type": "string", "format": "date-time"}
@@ -133,39 +111,6 @@ SCHEMAS: dict[str, Any] = {
                        "description": "Every field at fault with its messages (`__all__`: the object as a whole)."},
         },
     },
-    "ModelSource": obj({
-        "id": {"type": "integer"}, "name": {"type": "string"}, "source": {"type": "string"}, "notes": {"type": "string"},
-        "agents": {"type": "array", "items": {"type": "string"}, "description": "Names of the agents that use it."},
-        "created": STAMP, "api_url": {"type": "string"},
-    }),
-    "Agent": obj({
-        "id": {"type": "integer"}, "name": {"type": "string"}, "role": {"type": "string"}, "instructions": {"type": "string"},
-        "model_source": {"type": "integer"}, "temperature": nullable("number"), "max_new_tokens": nullable("integer"),
-        "tools": {"type": "array", "items": {"type": "string"}}, "trainable": {"type": "boolean"},
-        "created": STAMP, "updated": STAMP, "api_url": {"type": "string"},
-    }),
-    "Topology": obj({
-        "id": {"type": "integer"}, "name": {"type": "string"}, "environment": {"type": "string"}, "env_args": {"type": "object"},
-        "specialization": {"type": "string", "enum": ["single", "prompt", "lora", "full"]}, "max_turns": {"type": "integer"},
-        "agents": {"type": "array", "items": {"type": "integer"}, "description": "Agent ids in acting order."},
-        "created": STAMP, "updated": STAMP, "api_url": {"type": "string"},
-    }),
-    "TopologySaved": {"allOf": [ref("Topology"), obj({
-        "notes": {"type": "array", "items": {"type": "string"},
-                  "description": "What the author should know, e.g. an agent with tools whose model's chat template has no tool support."},
-    })]},
-    "Dataset": obj({
-        "id": {"type": "integer"}, "name": {"type": "string"}, "kind": {"type": "string", "enum": list(Dataset.Kind.values)},
-        "environment": {"type": "string"}, "env_args": {"type": "object"}, "size": nullable("integer"), "eval_size": nullable("integer"),
-        "original_filename": {"type": "string"}, "format": {"type": "string"}, "size_bytes": {"type": "integer"},
-        "eval_fraction": {"type": "number"}, "row_count": {"type": "integer"},
-        "status": {"type": "string", "enum": list(Dataset.Status.values)}, "status_message": {"type": "string"},
-        "created": STAMP, "api_url": {"type": "string"},
-    }),
-    "DatasetDetail": {"allOf": [ref("Dataset"), obj({
-        "schema": {"type": "array", "items": {"type": "string"}, "description": "Field names, in file order."},
-        "preview": {"type": "array", "items": {"type": "object"}, "description": "The first rows."},
-    })]},
     "Job": obj({
         "id": {"type": "integer"}, "kind": {"type": "string", "enum": list(Job.Kind.values)},
         "status": {"type": "string", "enum": list(Job.Status.values)}, "run": nullable("integer"),
@@ -210,19 +155,6 @@ SCHEMAS: dict[str, Any] = {
     })]},
 }
 
-_models = crud("model source", "ModelSource", catalog.MODEL_SOURCE_FIELDS)
-_agents = crud("agent", "Agent", catalog.AGENT_FIELDS)
-_topologies = crud("topology", "Topology", catalog.TOPOLOGY_FIELDS, saved="TopologySaved")
-_datasets = crud("dataset", "DatasetDetail", catalog.GENERATOR_FIELDS, patch=False)
-_datasets["list"]["get"]["responses"]["200"] = answer("A page", page("Dataset"))
-_upload = {
-    "type": "object", "required": ["name", "environment", "file"],
-    "properties": {**{name: f.schema() for name, f in catalog.UPLOAD_FIELDS.items()},
-                   "file": {"type": "string", "format": "binary", "description": "JSONL or CSV with a header row, UTF-8."}},
-}
-_datasets["list"]["post"]["summary"] = "Upload a JSONL/CSV file (multipart/form-data), or make a generator dataset (JSON)"
-_datasets["list"]["post"]["requestBody"]["content"]["multipart/form-data"] = {"schema": _upload}
-
 TEXT_FILTER = {"type": "string"}
 RUN_FILTERS = [
     query(name, TEXT_FILTER, f"{description} (as on the run list: a value it does not know is ignored, text past 200 characters is cut)")
@@ -238,14 +170,6 @@ RUN_FILTERS = [
 
 PATHS: dict[str, Any] = {
     "/api/v1/": {"get": operation("Who the token is: user, team, and the endpoints", {"200": answer("Who", {"type": "object"})})},
-    "/api/v1/models/": _models["list"],
-    "/api/v1/models/{id}/": _models["detail"],
-    "/api/v1/agents/": _agents["list"],
-    "/api/v1/agents/{id}/": _agents["detail"],
-    "/api/v1/topologies/": _topologies["list"],
-    "/api/v1/topologies/{id}/": _topologies["detail"],
-    "/api/v1/datasets/": _datasets["list"],
-    "/api/v1/datasets/{id}/": _datasets["detail"],
     "/api/v1/runs/": {
         "get": operation("The team's runs, filtered and sorted like the run list", {"200": answer("A page", page("Run"))},
                          "400", "404", parameters=[*RUN_FILTERS, PAGING[0], {**PAGING[1], "description": "Results per page (default 25)."}]),

@@ -3,9 +3,10 @@ them. `webapp/urls.py` serves `urlpatterns()`, `openapi.py` the document they ma
 
 from __future__ import annotations
 
-from webapp.api import experiments
+from webapp.api import catalog, experiments
 from webapp.api.app import api, document_paths, urlpatterns
 
+api.add_router("/", catalog.router)
 api.add_router("/experiments/", experiments.router)
 
 __all__ = ["api", "document_paths", "urlpatterns"]
