@@ -41,6 +41,21 @@ the main thread waits for the batch in flight (`settle`): the run's one random g
 idle, and a checkpoint saves the batch (`PENDING_FILE`), so a resumed run takes the same rollouts
 as the uninterrupted one. A failure in the sampler fails the run at its next `take` with
 the sampler's reason; a sampler process that dies fails it with its exit code.
+
+The main thread never waits on the sampler unwatched (issue 45, class 5). While it waits for a
+batch (`take`, `settle`) it wakes every `POLL_S` to check:
+
+- the run's stop request (`AsyncRollouts.should_stop`, the run's sink): a stop lands even while the
+  sampler is stuck; the sampler is abandoned (a process killed) and `take` raises `SamplerStopped`,
+  which the loop ends as a stopped run;
+- a sampler process's heartbeat (`training.watchdog`): a thread in the process writes the time
+  into shared memory every `BEAT_S`; a process that sends none for `silent_s` (`TROUPE_CHILD_SILENT_SECONDS`, 120 by
+  default: SIGSTOPped, swapped to a halt, wedged in C holding the interpreter lock) is killed and the
+  run fails naming it ("the sampler process (pid N) sent no heartbeat for 120 s ...");
+- a process that died: the run fails with its exit code.
+
+`close` waits for a batch in flight at most `CLOSE_S`, then kills the process (a thread, which
+cannot be killed, is left to end at its next generation; the run does not wait for it).
 """
 
 from __future__ import annotations
@@ -52,6 +67,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -62,9 +78,20 @@ import torch.multiprocessing as mp
 
 from training.policies import Policy, PolicySet
 from training.rollout import Episode, Sampler, SamplerClosed
+from training.watchdog import BEAT_S, SILENT_ENV, STARTUP_S, silent_limit
 
 PENDING_FILE = "async_rollouts.pt"
 """In a checkpoint of an async run: the next step's rollouts, generated before it was saved."""
+
+POLL_S = 0.5
+"""How often a wait on the sampler checks the stop request and the process's heartbeat."""
+CLOSE_S = 30.0
+"""The longest `close` waits for a batch in flight before killing the sampler process."""
+
+
+class SamplerStopped(Exception):
+    """The run's stop request came while the main thread waited for the sampler's batch."""
+
 
 LAGS = {"one_step_off": 1}
 """Steps the sampler works ahead of the update, per `generation.async` mode. A lag of 0 runs the
@@ -127,6 +154,10 @@ class AsyncRollouts:
         self.pending: tuple[int, Future[StepRollouts]] | None = None
         self.push_seconds = 0.0
         """Time the last weight push took."""
+        self.should_stop: Callable[[], bool] | None = None
+        """The run's stop request, checked while the main thread waits for a batch (the loop sets it
+        to its sink's; a run of several processes leaves it None: they stop together, at a step's end)."""
+        self.abandoned = False
 
     @property
     def kind(self) -> str:
@@ -144,7 +175,9 @@ class AsyncRollouts:
         future = self.pending[1]
         self.pending = None
         try:
-            got = future.result()
+            got = self._wait(future, step)
+        except SamplerStopped:
+            raise
         except Exception as exc:
             reason = str(exc) if isinstance(exc, SamplerFailed) else f"{type(exc).__name__}: {exc}"
             raise RuntimeError(f"the sampler {self.kind} failed making the rollouts of step {step}: {reason}") from exc
@@ -163,9 +196,38 @@ class AsyncRollouts:
 
     def settle(self) -> None:
         """Wait for the batch in flight (before an evaluation or a checkpoint); a failure there
-        surfaces at `take`."""
+        surfaces at `take`, a stop request raises `SamplerStopped`."""
         if self.pending is not None:
-            self.pending[1].exception()
+            step, future = self.pending
+            try:
+                self._wait(future, step)
+            except SamplerStopped:
+                self.pending = None
+                raise
+            except Exception:  # noqa: BLE001 - `take` raises it with the step's context
+                pass
+
+    def _wait(self, future: Future[StepRollouts], step: int) -> StepRollouts:
+        """`future.result()`, waking every `POLL_S` to check the stop request and the process."""
+        while True:
+            try:
+                return future.result(timeout=POLL_S)
+            except FuturesTimeout:
+                pass
+            if self.worker is not None:
+                self.worker.check()  # a silent process is killed here; its waiting thread then raises why
+            if self.should_stop is not None and self.should_stop():
+                self._abandon()
+                raise SamplerStopped(f"stop requested while the sampler {self.kind} made the rollouts of step {step}")
+
+    def _abandon(self) -> None:
+        """Give up on the batch in flight: a process is killed, a thread is told to stop (`closing`)
+        and left to end on its own."""
+        self.abandoned = True
+        self.closing.set()
+        self.pending = None
+        if self.worker is not None:
+            self.worker.kill("the run was stopped")
 
     def save(self, folder: Path) -> None:
         """Write the settled batch in flight into a checkpoint folder being written."""
@@ -188,13 +250,27 @@ class AsyncRollouts:
 
     def close(self) -> None:
         """Stop the sampler (a rollout in flight ends at its next generation) and give the main
-        thread its torch threads back."""
+        thread its torch threads back. Bounded: a batch in flight is waited for at most `CLOSE_S`
+        (less when the process goes silent), then the process is killed; a stuck thread is left."""
         self.closing.set()
-        self._thread.shutdown(wait=True, cancel_futures=True)
+        if self.pending is not None:
+            deadline = time.monotonic() + CLOSE_S
+            future = self.pending[1]
+            while not future.done() and time.monotonic() < deadline:
+                try:
+                    future.exception(timeout=POLL_S)
+                except FuturesTimeout:
+                    pass
+                if self.worker is not None:
+                    self.worker.check()
+            if not future.done():
+                self._abandon()
+        stuck = self.abandoned and self.worker is None  # a dead process's pipe wakes its waiting thread; a thread cannot be woken
+        self._thread.shutdown(wait=not stuck, cancel_futures=True)
         if self.worker is not None:
             self.worker.close()
         else:
-            self.sampler.pool.shutdown()
+            self.sampler.pool.shutdown(wait=not stuck)
         torch.set_num_threads(self._threads_before)
 
     def _start(self, step: int, *, version: int) -> None:
@@ -262,7 +338,14 @@ class SamplerProcess:
         ctx = mp.get_context("spawn")
         self.closing = ctx.Event()
         self.conn, theirs = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(theirs, threads, self.closing), name="troupe-sampler", daemon=True)
+        self.silent_s = silent_limit()
+        self.beat = ctx.Value("d", 0.0, lock=False)
+        """The time (monotonic: one clock for every process) of the process's last heartbeat; 0.0
+        until its first, which comes once it has imported torch (allowed `STARTUP_S` at least)."""
+        self.started = time.monotonic()
+        self.killed: str | None = None
+        """Why the run killed the process, for the waiting thread's error."""
+        self.proc = ctx.Process(target=_serve, args=(theirs, threads, self.closing, self.beat), name="troupe-sampler", daemon=True)
         self.proc.start()
         theirs.close()  # the process's end: closed here, a dead process reads as EOF
         self.setup: tuple[Any, ...] | None = (sampler.config, sampler.env, policies, list(sampler.rewards), list(tasks), collect)
@@ -283,6 +366,8 @@ class SamplerProcess:
             kind, got, after = self.conn.recv()
         except (EOFError, OSError):
             self.proc.join(timeout=5)
+            if self.killed is not None:
+                raise SamplerFailed(self.killed) from None
             raise SamplerFailed(f"the process died (exit code {self.proc.exitcode})") from None
         if kind == "closed":
             raise SamplerClosed(got)
@@ -292,21 +377,52 @@ class SamplerProcess:
         got.version = version
         return got  # type: ignore[no-any-return]
 
-    def close(self) -> None:
-        try:
-            self.conn.send(None)
-        except OSError:
-            pass
-        self.proc.join(timeout=30)
+    def check(self) -> None:
+        """Kill the process if its heartbeat is older than `silent_s` (the waiting thread then
+        raises why)."""
+        if self.killed is not None or not self.proc.is_alive():
+            return
+        last = self.beat.value
+        silent = time.monotonic() - (last or self.started)
+        if silent > (self.silent_s if last else max(self.silent_s, STARTUP_S)):
+            self.kill(f"the process (pid {self.proc.pid}) sent no heartbeat for {silent:.0f} s (stopped or hung; the limit "
+                      f"is {SILENT_ENV}={self.silent_s:g}): killed")
+
+    def kill(self, why: str) -> None:
+        """SIGKILL the process (it may be stopped: nothing else reaches it) and note why."""
+        if self.killed is None:
+            self.killed = why
         if self.proc.is_alive():
             self.proc.kill()
-            self.proc.join()
+            self.proc.join(timeout=30)
+
+    def close(self) -> None:
+        if self.proc.is_alive() and self.killed is None:
+            try:
+                self.conn.send(None)
+            except OSError:
+                pass
+            deadline = time.monotonic() + CLOSE_S
+            while self.proc.is_alive() and time.monotonic() < deadline and self.killed is None:
+                self.proc.join(timeout=POLL_S)
+                self.check()
+        if self.proc.is_alive():
+            self.kill("the run ended and the process did not")
+        self.proc.join()
         self.conn.close()
 
 
-def _serve(conn: Connection, threads: int, closing: Any) -> None:
+def _serve(conn: Connection, threads: int, closing: Any, beat: Any) -> None:
     """The sampler process: rebuild the sampler from what the run sends, then answer each
-    (step, generator state) with that step's rollouts and the generator state after them."""
+    (step, generator state) with that step's rollouts and the generator state after them. A
+    thread writes the heartbeat (`beat`) every `BEAT_S` while the process runs."""
+
+    def heartbeat() -> None:
+        while True:
+            beat.value = time.monotonic()
+            time.sleep(BEAT_S)
+
+    threading.Thread(target=heartbeat, name="troupe-sampler-heartbeat", daemon=True).start()
     torch.set_num_threads(threads)
     try:
         config, env, policies, rewards, tasks, collect = conn.recv()

@@ -19,6 +19,12 @@ rank 0's `RelaySink`) and a stop file (`STOP`) that the launcher touches when it
 to stop. Nothing here knows about Django: the web worker's sink is the caller's sink.
 
 On a host without CUDA the processes use the CPU and the gloo backend (what the tests run).
+
+The launcher watches the launch (`_watch`, `training.watchdog`; issue 45, class 5): every rank
+writes a heartbeat file (`heartbeats/rank-N`) from a thread; a rank silent for
+`TROUPE_CHILD_SILENT_SECONDS`, or a launch still running `TROUPE_STOP_GRACE_SECONDS` after a stop
+request, has its whole process group killed and fails the run naming the rank or the stop; a rank
+that dies ends the launch through torchrun, which stops the others.
 """
 
 from __future__ import annotations
@@ -43,9 +49,12 @@ from torch.distributed.tensor import DTensor
 
 from training.config import RunConfig
 from training.events import EventSink, NullSink, StepMetrics, TrainResult
+from training.watchdog import end_process_group, silent_heartbeats, silent_limit, stop_grace
 
 RELAY_FILE = "relay.jsonl"
 STOP_FILE = "STOP"
+HEARTBEATS = "heartbeats"
+"""The folder in the output folder where each rank's heartbeat thread writes `rank-N`."""
 COLLECTIVE_TIMEOUT = timedelta(hours=6)
 """How long a rank waits in a collective call (NCCL's default of 10 minutes is shorter than a
 held-out evaluation of a large model on rank 0)."""
@@ -181,6 +190,7 @@ def launch(config: RunConfig, out: Path, sink: EventSink, *, poll_s: float = 0.5
     """Run `config` in `resources.gpus` processes and relay rank 0's events to `sink`; return
     the `TrainResult` rank 0 reported. Raises `DistributedRunError` when the launch fails."""
     check_gpus(config)
+    limit, grace = silent_limit(), stop_grace()  # a bad value fails the run before anything starts
     out.mkdir(parents=True, exist_ok=True)
     relay, stop = out / RELAY_FILE, out / STOP_FILE
     relay.unlink(missing_ok=True)
@@ -200,30 +210,15 @@ def launch(config: RunConfig, out: Path, sink: EventSink, *, poll_s: float = 0.5
     ]
     sink.log(f"launching {config.resources.gpus} processes: {' '.join(cmd[2:])}")
     log_file = out / "launch.log"
+    beats = out / HEARTBEATS
+    for old in beats.glob("rank-*"):
+        old.unlink()
     with open(log_file, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)  # noqa: S603, PLW1509
-        reader = _RelayReader(relay)
-        result: dict[str, Any] | None = None
-        error: dict[str, Any] | None = None
-        try:
-            while True:
-                done = proc.poll() is not None
-                for event in reader.read():
-                    if event["type"] == "result":
-                        result = event
-                    elif event["type"] == "error":
-                        error = event
-                    else:
-                        replay(event, sink)
-                if done:
-                    break
-                if sink.should_stop() and not stop.exists():
-                    stop.touch()
-                time.sleep(poll_s)
-        except BaseException:
-            proc.terminate()
-            proc.wait(timeout=60)
-            raise
+        # its own session: the launcher ends torchrun and every rank with one signal to the group
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,  # noqa: S603, PLW1509
+                                start_new_session=True)
+        result, error = _watch(proc, _RelayReader(relay), sink, stop_file=stop, beats=beats, limit=limit, grace=grace,
+                               poll_s=poll_s)
     relay.unlink(missing_ok=True)  # replayed: the caller's sink kept what it wanted of it
     stop.unlink(missing_ok=True)
     if error is not None:
@@ -232,6 +227,43 @@ def launch(config: RunConfig, out: Path, sink: EventSink, *, poll_s: float = 0.5
         tail = log_file.read_text(encoding="utf-8", errors="replace")[-3000:]
         raise DistributedRunError(f"the {config.resources.gpus}-process launch exited with status {proc.returncode}:\n{tail}")
     return TrainResult(**{k: v for k, v in result.items() if k != "type"})  # RelaySink.finish wrote asdict(result)
+
+
+def _watch(proc: subprocess.Popen[bytes], reader: _RelayReader, sink: EventSink, *, stop_file: Path, beats: Path, limit: float,
+           grace: float, poll_s: float) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """Relay the launch's events to `sink` until `proc` ends; returns rank 0's result and error
+    events. A stop request touches `stop_file`; a rank silent for `limit` seconds (its heartbeat
+    file in `beats`), or a launch still running `grace` seconds after the stop, is ended with its
+    process group and raises `DistributedRunError` saying why."""
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    started, stopped_at = time.time(), None
+    try:
+        while True:
+            done = proc.poll() is not None
+            for event in reader.read():
+                if event["type"] == "result":
+                    result = event
+                elif event["type"] == "error":
+                    error = event
+                else:
+                    replay(event, sink)
+            if done:
+                return result, error
+            if stopped_at is None and sink.should_stop():
+                stop_file.touch()
+                stopped_at = time.monotonic()
+            silent = silent_heartbeats(beats, limit=limit, since=started)
+            if silent:
+                raise DistributedRunError(f"{'; '.join(silent)} (stopped or hung; the limit is TROUPE_CHILD_SILENT_SECONDS="
+                                          f"{limit:g}): the launch was killed")
+            if stopped_at is not None and time.monotonic() - stopped_at > grace:
+                raise DistributedRunError(f"stop requested, and the launch had not ended {grace:g} s later "
+                                          f"(TROUPE_STOP_GRACE_SECONDS): it was killed")
+            time.sleep(poll_s)
+    except BaseException:
+        end_process_group(proc)
+        raise
 
 
 def _die_with_parent() -> None:

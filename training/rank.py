@@ -10,12 +10,13 @@ from pathlib import Path
 import torch.distributed as torch_dist
 
 from training.config import RunConfig
-from training.distributed import Dist, RelaySink, from_env
+from training.distributed import HEARTBEATS, Dist, RelaySink, from_env
 from training.events import EventSink, NullSink, TrainResult
 from training.plan import Plan
 from training.sft import train_sft
 from training.trainer import Hooks
 from training.trainer import train as train_grpo
+from training.watchdog import heartbeat_file
 
 
 def run_loop(config: RunConfig, out: Path, sink: EventSink, *, plan: Plan, dist: Dist | None = None,
@@ -29,11 +30,14 @@ def run_loop(config: RunConfig, out: Path, sink: EventSink, *, plan: Plan, dist:
 def run_rank(config: RunConfig, out: Path, relay: RelaySink | None) -> None:
     """Train this rank's part of `config` in the launch the environment describes (RANK,
     WORLD_SIZE, LOCAL_RANK and the process group, as torchrun or Ray Train set them); `relay`
-    is rank 0's sink (None on the other ranks): it gets every event, then the result or the error."""
+    is rank 0's sink (None on the other ranks): it gets every event, then the result or the error.
+    While the loop runs a thread writes the rank's heartbeat (`OUT/heartbeats/rank-N`), which the
+    launcher watches (`training.watchdog`)."""
     dist = from_env()
     relay = relay if dist.main else None
     try:
-        result = run_loop(config, out, relay or NullSink(), plan=Plan.resolve(config), dist=dist)
+        with heartbeat_file(out / HEARTBEATS / f"rank-{dist.rank}"):  # the launcher watches it (training.watchdog)
+            result = run_loop(config, out, relay or NullSink(), plan=Plan.resolve(config), dist=dist)
     except BaseException as exc:
         if relay is not None:
             relay.fail(exc)

@@ -47,8 +47,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from training.config import RunConfig
-from training.distributed import COLLECTIVE_TIMEOUT, DistributedRunError, RelaySink, replay
+from training.distributed import COLLECTIVE_TIMEOUT, HEARTBEATS, DistributedRunError, RelaySink, replay
 from training.events import EventSink, TrainResult
+from training.watchdog import silent_heartbeats, silent_limit, stop_grace
 
 RAY_ADDRESS_ENV = "TROUPE_RAY_ADDRESS"
 FORWARDED_ENV_PREFIXES = ("TROUPE_", "HF_", "TRANSFORMERS_")
@@ -330,9 +331,9 @@ class Outcome:
     error: dict[str, Any] | None = None
 
 
-def relay_events(relay: Any, sink: EventSink, outcome: Outcome, *, call: Call = ray_call) -> None:
+def relay_events(relay: Any, sink: EventSink, outcome: Outcome, *, call: Call = ray_call) -> bool:
     """Replay the events waiting in the mailbox to `sink`, keep rank 0's result or error in
-    `outcome`, and pass `sink`'s stop request on to the mailbox."""
+    `outcome`, and pass `sink`'s stop request on to the mailbox; True when there was one."""
     for event in call(relay.take):
         if event["type"] == "result":
             outcome.result = event
@@ -342,6 +343,8 @@ def relay_events(relay: Any, sink: EventSink, outcome: Outcome, *, call: Call = 
             replay(event, sink)
     if sink.should_stop():
         call(relay.request_stop)
+        return True
+    return False
 
 
 def result_of(outcome: Outcome, failure: BaseException | None, *, ranks: int) -> TrainResult:
@@ -494,9 +497,21 @@ def launch(config: RunConfig, out: Path, sink: EventSink, *, address: str | None
     thread = threading.Thread(target=fit, name="ray-train-fit", daemon=True)  # Ray Train's SIGINT handler only in the main thread
     thread.start()
     outcome = Outcome()
+    limit, grace = silent_limit(), stop_grace()
+    started, stopped_at = time.time(), None
     try:
         while thread.is_alive():
-            relay_events(relay, sink, outcome)
+            if relay_events(relay, sink, outcome) and stopped_at is None:
+                stopped_at = time.monotonic()
+            # every rank beats into the shared output folder (training.rank.run_rank); a silent one, or
+            # ranks still running long after a stop, end the run: the worker never waits on them unbounded
+            silent = silent_heartbeats(out / HEARTBEATS, limit=limit, since=started, startup=None)
+            if silent:
+                raise DistributedRunError(f"{'; '.join(silent)} (stopped or hung; the limit is TROUPE_CHILD_SILENT_SECONDS="
+                                          f"{limit:g}): the Ray run was abandoned")
+            if stopped_at is not None and time.monotonic() - stopped_at > grace:
+                raise DistributedRunError(f"stop requested, and the Ray run had not ended {grace:g} s later "
+                                          f"(TROUPE_STOP_GRACE_SECONDS): it was abandoned")
             thread.join(poll_s)
         relay_events(relay, sink, outcome)
     except ray.exceptions.RayError as exc:  # the mailbox is gone (its node died, or Ray's memory monitor killed it)

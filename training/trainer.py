@@ -41,7 +41,7 @@ import torch
 from agents.envs import load_environment
 from agents.verifiers import load_reward_fn
 from training import sharding
-from training.async_rollout import AsyncRollouts, Collect
+from training.async_rollout import AsyncRollouts, Collect, SamplerStopped
 from training.checkpoints import check_resume, restore, save_checkpoint
 from training.collect import collect_rollouts, start_async_rollouts
 from training.config import RunConfig, config_warnings
@@ -222,25 +222,36 @@ def loop(parts: Parts, hooks: Hooks) -> TrainResult:
 
     step = parts.start_step
     last_ckpt: str | None = None
-    while step < total:
-        if dist.any(sink.should_stop()):
-            result.status = "cancelled"
-            sink.log(f"stop requested: saving a checkpoint at step {step}")
-            progress.stopping(step)
-            break
-        step += 1
-        if hooks.before_step is not None and dist.main:
-            hooks.before_step(step)
-        progress.training(step)
-        metrics = train_step(sampler, parts.train_tasks, step, sink, rollouts, collect=parts.collect)
-        progress.trained()
-        if hooks.after_step is not None and dist.main:
-            hooks.after_step(metrics)
-        result.final_metrics = metrics.values
-        if evaluates and step % config.eval.every == 0 and step < total:
-            run_eval(step, final=False)
-        if config.checkpoint.every and step % config.checkpoint.every == 0 and step < total:
-            last_ckpt = run_checkpoint(step)
+    if rollouts is not None and dist.world == 1:  # a stop lands while it waits for a stuck sampler (issue 45, class 5)
+        rollouts.should_stop = sink.should_stop
+    try:
+        while step < total:
+            if dist.any(sink.should_stop()):
+                result.status = "cancelled"
+                sink.log(f"stop requested: saving a checkpoint at step {step}")
+                progress.stopping(step)
+                break
+            step += 1
+            if hooks.before_step is not None and dist.main:
+                hooks.before_step(step)
+            progress.training(step)
+            try:
+                metrics = train_step(sampler, parts.train_tasks, step, sink, rollouts, collect=parts.collect)
+            except SamplerStopped:
+                step -= 1  # not trained
+                raise
+            progress.trained()
+            if hooks.after_step is not None and dist.main:
+                hooks.after_step(metrics)
+            result.final_metrics = metrics.values
+            if evaluates and step % config.eval.every == 0 and step < total:
+                run_eval(step, final=False)
+            if config.checkpoint.every and step % config.checkpoint.every == 0 and step < total:
+                last_ckpt = run_checkpoint(step)
+    except SamplerStopped as exc:  # the sampler abandoned (its process killed): the run stops as a stopped run does
+        result.status = "cancelled"
+        sink.log(f"{exc}: saving a checkpoint at step {step}")
+        progress.stopping(step)
 
     if result.status == "succeeded" and evaluates:
         run_eval(step, final=True)

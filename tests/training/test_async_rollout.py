@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import threading
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 import torch
 
 from agents import plugins
-from training import async_rollout, collect
+from training import async_rollout, collect, watchdog
 from training.config import ConfigError, RunConfig
 from training.events import NullSink
 from training.policies import build_policies, load_policy_weights
@@ -31,10 +32,13 @@ def length(prompts, completions, **columns):
 
 def breaks_in_the_sampler_process(prompts, completions, **columns):
     """`length`, until the file named by TROUPE_TEST_BREAK_WHEN exists: then, in the sampler
-    process only, it raises (TROUPE_TEST_BREAK_HOW=raise) or ends the process (exit)."""
+    process only, it raises (TROUPE_TEST_BREAK_HOW=raise), ends the process (exit) or stops it
+    (stop: SIGSTOP, as a hung process looks from outside)."""
     if multiprocessing.parent_process() is not None and Path(os.environ["TROUPE_TEST_BREAK_WHEN"]).exists():
         if os.environ["TROUPE_TEST_BREAK_HOW"] == "exit":
             os._exit(3)
+        if os.environ["TROUPE_TEST_BREAK_HOW"] == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
         raise OSError("disk full in the sampler")
     return length(prompts, completions)
 
@@ -190,6 +194,56 @@ def test_a_failing_or_dying_sampler_process_fails_the_run_with_its_reason_and_th
     last = tmp_path / "a" / "checkpoints" / "step-000002"
     resumed = train(run.replace(**{"checkpoint.resume_from": str(last)}), out_dir=tmp_path / "b", sink=NullSink())
     assert resumed.status == "succeeded" and resumed.step == 4
+
+
+def stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rpartition(")")[2].split()[0] == "T"
+
+
+def test_a_stopped_sampler_process_is_killed_and_fails_the_run_naming_it(make_config, tmp_path, monkeypatch):
+    # Issue 45, class 5: the trainer waited on the process's pipe with no bound while the worker's
+    # heartbeat went on; a SIGSTOPped sampler kept the run "running" forever.
+    run = config(make_config, **{"generation.async": "one_step_off", "optim.steps": 4, "checkpoint.every": 1, "data.reward_fn": BREAKS})
+    monkeypatch.setenv("TROUPE_TEST_BREAK_WHEN", str(tmp_path / "a" / "checkpoints" / "step-000001"))
+    monkeypatch.setenv("TROUPE_TEST_BREAK_HOW", "stop")
+    monkeypatch.setenv(watchdog.SILENT_ENV, "5")
+    with pytest.raises(RuntimeError, match=r"sampler process failed making the rollouts of step 3: the process \(pid \d+\) sent no "
+                                           r"heartbeat for \d+ s \(stopped or hung; the limit is TROUPE_CHILD_SILENT_SECONDS=5\): killed"):
+        train(run, out_dir=tmp_path / "a", sink=NullSink())
+    assert not sampler_processes() and not [t for t in threading.enumerate() if t.name.startswith("troupe-sampler")]
+
+
+class StopsWhenTheSamplerIsStopped(Recorder):
+    """Asks to stop once the sampler process is SIGSTOPped (and only then)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stopped_sampler: list[int] = []
+
+    def should_stop(self):
+        self.stopped_sampler += [p.pid for p in sampler_processes() if stopped(p.pid)]
+        return bool(self.stopped_sampler)
+
+
+def test_a_stop_lands_while_the_sampler_process_is_stopped(make_config, tmp_path, monkeypatch):
+    run = config(make_config, **{"generation.async": "one_step_off", "optim.steps": 4, "checkpoint.every": 1, "data.reward_fn": BREAKS})
+    monkeypatch.setenv("TROUPE_TEST_BREAK_WHEN", str(tmp_path / "a" / "checkpoints" / "step-000001"))
+    monkeypatch.setenv("TROUPE_TEST_BREAK_HOW", "stop")
+    monkeypatch.setenv(watchdog.SILENT_ENV, "3600")  # the stop, not the silence, ends it
+    sink = StopsWhenTheSamplerIsStopped()
+    result = train(run, out_dir=tmp_path / "a", sink=sink)
+    assert result.status == "cancelled" and sink.stopped_sampler and result.step == 2, (result, sink.lines)
+    assert any("stop requested while the sampler process made the rollouts of step 3" in line for line in sink.lines), sink.lines
+    assert (tmp_path / "a" / "checkpoints" / "step-000002").is_dir()
+    assert not sampler_processes() and not [t for t in threading.enumerate() if t.name.startswith("troupe-sampler")]
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "soon", "nan", "inf"])
+def test_a_bad_silence_limit_names_the_variable(raw):
+    with pytest.raises(ValueError, match="TROUPE_CHILD_SILENT_SECONDS must be a positive number of seconds"):
+        watchdog.silent_limit({"TROUPE_CHILD_SILENT_SECONDS": raw})
+    assert watchdog.silent_limit({}) == watchdog.DEFAULT_SILENT_S and watchdog.silent_limit({"TROUPE_CHILD_SILENT_SECONDS": "2.5"}) == 2.5
 
 
 def test_the_mode_reads_from_yaml_and_a_bad_one_names_the_field(make_config):
