@@ -4,8 +4,9 @@
 [--gguf f16|q8_0]` (merge a LoRA adapter into its base; with --gguf, as one GGUF file and an Ollama Modelfile), `python -m training playground CONFIG.yaml --task JSON
 [--checkpoint DIR [--with-base]]` (play one task turn by turn, one JSON line per turn), and
 `python -m training sweep EXPERIMENT.yaml [--out DIR]` (the trials of an experiment, in turn) and
-`python -m training ablate RUN_DIR --kind role_swap|untrained|alone [--agent NAME]` (a finished
-team run evaluated with its roles swapped, untrained, or one agent alone: `training.ablation`)."""
+`python -m training ablate RUN_DIR --kind role_swap|untrained|alone|apart [--agent NAME] [--partner DIR]`
+(a finished team run evaluated with its roles swapped, untrained, one agent alone, or teamed with the
+agents a partner run trained while this one froze them: `training.ablation`)."""
 
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output folder (default runs/<experiment name>); trials already finished there are kept")
     p = sub.add_parser("ablate", help="evaluate a finished team run with its roles swapped, untrained, or one agent alone")
     p.add_argument("run_dir", help="the run's output folder (its config.yaml and newest checkpoint), or a checkpoint folder")
-    p.add_argument("--kind", required=True, choices=("role_swap", "untrained", "alone"), help="which ablation")
+    p.add_argument("--kind", required=True, choices=("role_swap", "untrained", "alone", "apart"), help="which ablation")
+    p.add_argument("--partner", help="with --kind apart: the run that trained the agents this run froze (its folder or a checkpoint)")
     p.add_argument("--agent", action="append", default=[], help="with --kind alone: the agent acting alone (repeat for several; default: every agent that may)")
     p.add_argument("--checkpoint", help="a checkpoint folder other than the run's newest")
     return parser
@@ -188,11 +190,14 @@ def _ablate(args: argparse.Namespace) -> int:
             print("error: --agent goes with --kind alone", file=sys.stderr)
             return 2
         chosen = [Ablation(args.kind)]
+    if (args.kind == "apart") != bool(args.partner):
+        print("error: --kind apart needs --partner DIR" if args.kind == "apart" else "error: --partner goes with --kind apart", file=sys.stderr)
+        return 2
     print(f"run {args.run_dir}: {'checkpoint ' + str(checkpoint) if checkpoint else 'no checkpoint'}; held-out tasks of seed {config.seed}")
     for ablation in chosen:
         try:
-            results = evaluate_ablation(config, checkpoint, ablation)
-        except (AblationError, FileNotFoundError) as exc:
+            results = evaluate_ablation(config, checkpoint, ablation, partner=args.partner)
+        except (AblationError, ConfigError, FileNotFoundError) as exc:
             print(f"error: {ablation.label}: {exc}", file=sys.stderr)
             return 2
         for r in results:

@@ -13,6 +13,14 @@ holds out for the run's seed), greedily, with one thing changed:
 - `alone`: one agent plays the episode by itself with its trained policy (the topology reduced to
   that agent, its turn order just it). Only where the environment says the role can act alone:
   its `solo_roles` (`agents.base.Environment`) lists the role.
+- `apart` (needs a partner run, so pages do not offer it; `python -m training ablate --kind apart
+  --partner DIR` and an experiment's `ablations: [apart]` do): agents trained apart, then teamed.
+  The run trained some agents with the others frozen at their untrained weights (`trainable:
+  false`); the partner run, same environment, base model, agents and roles, trained exactly those
+  others with this run's trained ones frozen at theirs. The team is evaluated with each agent's
+  policy from the run in which it was trained: this run's checkpoint, then the partner's folder of
+  each agent it trained loaded over it. Only `lora` and `full` (one policy per agent): under
+  `prompt` the agents share one model, which no two runs' weights can be split from.
 
 The weights come from a checkpoint folder (`save_policies`' layout). Nothing here imports torch at
 module level, so the web process can ask which ablations a run allows (`ablations_for`) without it.
@@ -34,6 +42,8 @@ if TYPE_CHECKING:
 
 KINDS = ("role_swap", "untrained", "alone")
 """The ablations, in the order a page shows them."""
+PAIRED_KINDS = ("apart",)
+"""Ablations that need a second run (a partner): the command line and experiments run them."""
 STATE_FILE = "trainer_state.pt"
 """`training.trainer.STATE_FILE`, named here so asking about ablations needs no torch."""
 
@@ -54,7 +64,7 @@ class Ablation:
         """`role swap`, `untrained team`, `tool alone`: how pages and tables name it."""
         if self.kind == "alone":
             return f"{self.agent} alone"
-        return {"role_swap": "role swap", "untrained": "untrained team"}[self.kind]
+        return {"role_swap": "role swap", "untrained": "untrained team", "apart": "trained apart"}[self.kind]
 
     @property
     def key(self) -> str:
@@ -62,9 +72,12 @@ class Ablation:
         return f"alone:{self.agent}" if self.kind == "alone" else self.kind
 
     @classmethod
-    def parse(cls, key: str) -> Ablation:
-        """The inverse of `key` (`alone:tool` -> Ablation("alone", "tool")); AblationError otherwise."""
+    def parse(cls, key: str, *, paired: bool = False) -> Ablation:
+        """The inverse of `key` (`alone:tool` -> Ablation("alone", "tool")); AblationError otherwise.
+        `paired`: `apart`, which needs a partner run, is allowed too."""
         kind, _, agent = key.partition(":")
+        if paired and kind in PAIRED_KINDS and not agent:
+            return cls(kind)
         if kind not in KINDS:
             raise AblationError(f"unknown ablation {key!r}; allowed: role_swap, untrained, alone:<agent>")
         if (kind == "alone") != bool(agent):
@@ -90,10 +103,17 @@ def solo_roles(env: Any) -> tuple[str, ...]:
 def check_ablation(config: RunConfig, ablation: Ablation, env: Any) -> None:
     """Raise AblationError, naming the reason, when `ablation` does not apply to this run."""
     agents = acting_agents(config)
-    if ablation.kind not in KINDS:
-        raise AblationError(f"unknown ablation {ablation.kind!r}; allowed: {', '.join(KINDS)}")
+    if ablation.kind not in KINDS + PAIRED_KINDS:
+        raise AblationError(f"unknown ablation {ablation.kind!r}; allowed: {', '.join(KINDS + PAIRED_KINDS)}")
     if len(agents) < 2:
         raise AblationError(f"ablations compare a team with its parts; this run has one acting agent ({agents[0] if agents else 'none'})")
+    if ablation.kind == "apart":
+        if config.topology.specialization not in ("lora", "full"):
+            raise AblationError(f"trained apart takes each agent's policy from another run: it needs `lora` or `full`, "
+                                f"and under `{config.topology.specialization}` the agents share one model")
+        if all(config.agent(a).trainable for a in agents):
+            raise AblationError("trained apart pairs a run that froze some agents with one that trained them: "
+                                "this run trained every agent (set trainable: false on the ones its partner trains)")
     if ablation.kind == "alone":
         if ablation.agent not in agents:
             raise AblationError(f"no acting agent {ablation.agent!r}; the run's agents are {', '.join(agents)}")
@@ -169,10 +189,38 @@ def checkpoint_step(checkpoint: str | Path | None) -> int:
     return int(torch.load(state, weights_only=False)["step"])
 
 
+def trained_agents(config: RunConfig) -> tuple[str, ...]:
+    """The acting agents a run trains (`trainable`), in turn order."""
+    return tuple(a for a in acting_agents(config) if config.agent(a).trainable)
+
+
+def partner_agents(config: RunConfig, partner: RunConfig) -> tuple[str, ...]:
+    """The agents `partner` contributes to the `apart` team: the ones it trained, which must be
+    exactly the ones `config` froze, on the same environment, base model, specialization, agents and
+    roles. AblationError naming the first difference otherwise."""
+    mine, theirs = acting_agents(config), acting_agents(partner)
+    same = [("topology.environment", config.topology.environment, partner.topology.environment),
+            ("topology.env_args", config.topology.env_args, partner.topology.env_args),
+            ("model.source", config.model.source, partner.model.source),
+            ("topology.specialization", config.topology.specialization, partner.topology.specialization),
+            ("the acting agents and their roles", [(a, config.agent(a).role) for a in mine],
+             [(a, partner.agent(a).role) for a in theirs])]
+    for what, a, b in same:
+        if a != b:
+            raise AblationError(f"the partner run differs in {what}: {a!r} here, {b!r} there")
+    frozen = tuple(a for a in mine if not config.agent(a).trainable)
+    if trained_agents(partner) != frozen:
+        raise AblationError(f"the partner must train exactly the agents this run froze ({', '.join(frozen)}); "
+                            f"it trained {', '.join(trained_agents(partner)) or 'none'}")
+    return frozen
+
+
 @contextlib.contextmanager
-def ablated_sampler(config: RunConfig, checkpoint: str | Path | None, ablation: Ablation) -> Iterator[tuple[Sampler, list[Any]]]:
+def ablated_sampler(config: RunConfig, checkpoint: str | Path | None, ablation: Ablation, *,
+                    partner: str | Path | None = None) -> Iterator[tuple[Sampler, list[Any]]]:
     """(a sampler acting as the ablation says, the run's held-out tasks). `checkpoint` is the
-    trained weights (required but for `untrained`, which ignores it)."""
+    trained weights (required but for `untrained`, which ignores it); `partner` (`apart` only) the
+    partner run's output folder or checkpoint folder."""
 
     from agents.envs import load_environment
     from training.data import load_tasks
@@ -182,9 +230,22 @@ def ablated_sampler(config: RunConfig, checkpoint: str | Path | None, ablation: 
     check_ablation(config, ablation, env)
     if ablation.kind != "untrained" and checkpoint is None:
         raise AblationError(f"{ablation.label} evaluates trained weights: give the run's checkpoint")
+    if (ablation.kind == "apart") != (partner is not None):
+        raise AblationError("trained apart needs the partner run (--partner)" if partner is None
+                            else f"{ablation.label} takes no partner run")
+    taken: dict[str, Path] = {}
+    if partner is not None:
+        from training.policies import load_policy_folder
+
+        partner_config, partner_checkpoint = run_folder(partner)
+        if partner_checkpoint is None:
+            raise AblationError(f"the partner run {partner} has no checkpoint")
+        taken = {a: partner_checkpoint / a for a in partner_agents(config, partner_config)}
     cfg = ablation_config(config, ablation)
     _, eval_tasks = load_tasks(config, env)  # the run's own held-out tasks, whatever acts on them
     with checkpoint_sampler(cfg, env, None if ablation.kind == "untrained" else checkpoint) as sampler:
+        for agent, folder in taken.items():  # `apart`: the partner's trained agents over this run's frozen ones
+            load_policy_folder(sampler.policies.policies[agent], folder)
         if ablation.kind == "role_swap":
             with roles_swapped(sampler):
                 yield sampler, eval_tasks
@@ -193,15 +254,17 @@ def ablated_sampler(config: RunConfig, checkpoint: str | Path | None, ablation: 
 
 
 def evaluate_ablation(config: RunConfig, checkpoint: str | Path | None, ablation: Ablation, *,
-                      sink: EventSink | None = None) -> list[dict[str, Any]]:
+                      sink: EventSink | None = None, partner: str | Path | None = None) -> list[dict[str, Any]]:
     """The ablation's greedy held-out evaluation (`training.trainer.evaluate`'s result, at the
-    checkpoint's step), each result marked with `ablation` (its kind, agent, key and label)."""
+    checkpoint's step), each result marked with `ablation` (its kind, agent, key and label) and,
+    for `apart`, `partner` (the partner run's folder)."""
     from training.evaluation import evaluate
 
     step = 0 if ablation.kind == "untrained" else checkpoint_step(checkpoint)
-    with ablated_sampler(config, checkpoint, ablation) as (sampler, tasks):
+    with ablated_sampler(config, checkpoint, ablation, partner=partner) as (sampler, tasks):
         results = evaluate(sampler, tasks, step=step, sink=sink)
-    return [{**r, "ablation": ablation.to_dict()} for r in results]
+    extra = {"partner": str(partner)} if partner is not None else {}
+    return [{**r, "ablation": ablation.to_dict(), **extra} for r in results]
 
 
 def run_folder(path: str | Path, *, checkpoint: str | Path | None = None) -> tuple[RunConfig, Path | None]:

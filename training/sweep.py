@@ -66,10 +66,11 @@ def sweep_main(path: str, *, out: str | None = None) -> int:
             print(f"results: {folder / 'results.csv'}")
             return 0
         summaries = run_sweep(spec, folder)
+        ablated = run_ablations(spec, folder) if spec.ablations else {}
     except KeyboardInterrupt:
         print("\ninterrupted: run the same command again to finish the remaining trials", file=sys.stderr)
         return 130
-    print(format_table(spec, summaries))
+    print(format_table(spec, summaries, ablated))
     print(f"results: {folder / 'results.csv'}")
     return 0
 
@@ -105,6 +106,83 @@ def run_sweep(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None, 
         records.append(record)
     _write_csv(spec, trials, records, out / "results.csv")
     return summarize(spec.arms(), [(t.arm, t.seed, r["metrics"]) for t, r in zip(trials, records) if r["status"] == "succeeded"])
+
+
+ABLATIONS_FILE = "ablations.json"
+
+
+def run_ablations(spec: ExperimentSpec, out: Path, *, evaluate: Callable[..., list[dict[str, Any]]] | None = None,
+                  stream: TextIO | None = None) -> dict[str, list[ArmSummary]]:
+    """Evaluate the spec's `ablations` on every succeeded trial under `out` that allows them, once
+    each: a trial's `ablations.json` maps each ablation's key to its held-out metrics (or to the
+    reason it does not apply: `{"skipped": ...}`), and a second run keeps what it holds. `apart`
+    pairs a trial with the succeeded trial of the same seed that trained exactly the agents this
+    one froze (`training.ablation.partner_agents`). The summaries per ablation key, one per arm."""
+    from training.ablation import Ablation, AblationError, check_ablation, partner_agents, run_folder
+
+    stream = stream or sys.stdout
+    if evaluate is None:
+        from training.ablation import evaluate_ablation as evaluate
+    trials = spec.trials()
+    done = {t.index: r for t in trials if (r := _read_record(out / f"trial-{t.index:03d}")) is not None and r["status"] == "succeeded"}
+    results: dict[str, list[tuple[tuple[tuple[str, Any], ...], int, dict[str, float]]]] = {k: [] for k in spec.ablations}
+    env = None
+    for trial in trials:
+        if trial.index not in done:
+            continue
+        folder = out / f"trial-{trial.index:03d}"
+        saved = _read_json(folder / ABLATIONS_FILE)
+        for key in spec.ablations:
+            if key not in saved:
+                ablation = Ablation.parse(key, paired=True)
+                partner = None
+                try:
+                    if env is None:
+                        from agents.envs import load_environment
+
+                        env = load_environment(trial.config.topology.environment, **trial.config.topology.env_args)
+                    check_ablation(trial.config, ablation, env)
+                    if ablation.kind == "apart":
+                        partner = next((out / f"trial-{t.index:03d}" for t in trials if t.index in done and t.seed == trial.seed
+                                        and t.index != trial.index and _partners(partner_agents, trial.config, t.config)), None)
+                        if partner is None:
+                            raise AblationError(f"no succeeded trial of seed {trial.seed} trained the agents this one froze")
+                    mirror = _read_json(partner / ABLATIONS_FILE).get(key, {}) if partner is not None else {}
+                    if mirror.get("partner") == folder.name and "metrics" in mirror:  # the same team, evaluated from its other half
+                        saved[key] = {**mirror, "partner": partner.name, "seconds": 0.0}
+                        (folder / ABLATIONS_FILE).write_text(json.dumps(saved, indent=1), encoding="utf-8")
+                        results[key].append((trial.arm, trial.seed, saved[key]["metrics"]))
+                        continue
+                    print(f"trial {trial.index}: {ablation.label}", file=stream, flush=True)
+                    config, checkpoint = run_folder(folder)
+                    t0 = time.perf_counter()
+                    evals = evaluate(config, checkpoint, ablation, partner=partner)
+                    saved[key] = {"metrics": trial_metrics(evals), "seconds": time.perf_counter() - t0,
+                                  **({"partner": partner.name} if partner is not None else {})}
+                except AblationError as exc:
+                    saved[key] = {"skipped": str(exc)}
+                (folder / ABLATIONS_FILE).write_text(json.dumps(saved, indent=1), encoding="utf-8")
+            if "metrics" in saved[key]:
+                results[key].append((trial.arm, trial.seed, saved[key]["metrics"]))
+    return {key: summarize(spec.arms(), found) for key, found in results.items()}
+
+
+def _partners(check: Callable[..., Any], config: RunConfig, other: RunConfig) -> bool:
+    from training.ablation import AblationError
+
+    try:
+        check(config, other)
+    except AblationError:
+        return False
+    return True
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _trial_config(spec: ExperimentSpec, seed: int, params: dict[str, Any]) -> RunConfig:
@@ -227,14 +305,25 @@ def _write_csv(spec: ExperimentSpec, trials: list[Trial], records: list[dict[str
                              *[record["metrics"].get(n, "") for n in names]])
 
 
-def format_table(spec: ExperimentSpec, summaries: list[ArmSummary]) -> str:
-    """The arms as rows: each metric's mean ± 95 % interval over seeds, then the target metric per seed."""
+def format_table(spec: ExperimentSpec, summaries: list[ArmSummary], ablated: dict[str, list[ArmSummary]] | None = None) -> str:
+    """The arms as rows: each metric's mean ± 95 % interval over seeds, then the target metric per
+    seed; under each arm, a row per ablation evaluated on its trials (`↳ role swap`)."""
+    from training.ablation import Ablation
+
+    ablated = ablated or {}
     names = [spec.metric] + [n for n in dict.fromkeys(k for s in summaries for k in s.metrics) if n != spec.metric]
     header = ["arm", "runs", *names, f"{spec.metric} per seed"]
     rows = []
-    for s in summaries:
+
+    def make_row(label: str, s: ArmSummary) -> list[str]:
         per_seed = " ".join(f"{seed}:{m[spec.metric]:.3f}" for seed, m in s.trials if spec.metric in m)
-        rows.append([s.label, str(len(s.trials)), *[str(s.metrics[n]) if n in s.metrics else "-" for n in names], per_seed])
+        return [label, str(len(s.trials)), *[str(s.metrics[n]) if n in s.metrics else "-" for n in names], per_seed]
+
+    for i, s in enumerate(summaries):
+        rows.append(make_row(s.label, s))
+        for key, arms in ablated.items():
+            if i < len(arms) and arms[i].trials:
+                rows.append(make_row(f"  ↳ {Ablation.parse(key, paired=True).label}", arms[i]))
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = [
         f"experiment {spec.name}: {len(summaries)} arm(s) x {len(spec.seeds)} seed(s); "

@@ -1,0 +1,120 @@
+"""The referential game end to end on the tiny model, through `training.sweep`: two trials train
+one agent each with the other frozen, then `apart` teams them (the speaker's adapter from one, the
+listener's from the other) and `role_swap` swaps a trial's adapters; the table shows both under
+their arms. Also the refusals: a partner that trained the wrong agents, `apart` under `prompt`."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from agents import plugins
+from training.ablation import Ablation, AblationError, ablated_sampler, partner_agents
+from training.experiment import ExperimentError, ExperimentSpec
+from training.sweep import format_table, run_ablations, run_sweep
+
+ROOT = Path(__file__).resolve().parents[2]
+SPREAD = "tests.training.test_referential_sweep:spread"
+SPEAKER_ONLY = [{"name": "speaker", "role": "speaker"}, {"name": "listener", "role": "listener", "trainable": False}]
+LISTENER_ONLY = [{"name": "speaker", "role": "speaker", "trainable": False}, {"name": "listener", "role": "listener"}]
+
+
+def spread(prompts, completions, **columns):
+    """The tiny random model never writes a code word or a letter, so every candidate's game reward
+    is -1 (and its completions all have the same length): a number read off the text gives the
+    groups a signal and the trained adapters something to learn."""
+    return [sum(map(ord, c)) % 7 / 7 for c in completions]
+
+
+def spec(**changes) -> ExperimentSpec:
+    base = ExperimentSpec.load(ROOT / "configs" / "experiments" / "referential-apart.yaml").base
+    base = base.replace(**{"model.source": "tiny-random:llama", "data.train_size": 16, "data.eval_size": 8, "eval.size": 8,
+                           "eval.every": 2, "optim.steps": 2, "optim.tasks_per_step": 2, "grpo.k": 2, "lora.r": 4, "lora.alpha": 8,
+                           "data.reward_fn": SPREAD})
+    data = {"name": "ref", "axes": {"topology.agents": [SPEAKER_ONLY, LISTENER_ONLY]}, "seeds": [0], "ablations": ["apart", "role_swap"]}
+    return ExperimentSpec.from_dict({**data, **changes}, base=base)
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    plugins.register(SPREAD, kind=plugins.REWARD_FUNCTION)
+    out = tmp_path_factory.mktemp("referential")
+    s = spec()
+    summaries = run_sweep(s, out, stream=io.StringIO())
+    ablated = run_ablations(s, out, stream=io.StringIO())
+    yield s, out, summaries, ablated
+    plugins.unregister(SPREAD, kind=plugins.REWARD_FUNCTION)
+
+
+def adapter(folder: Path, agent: str) -> dict[str, torch.Tensor]:
+    (ckpt,) = sorted((folder / "checkpoints").glob("step-*"))
+    return load_file(str(ckpt / agent / "adapter_model.safetensors"))
+
+
+def test_each_trial_trains_only_its_trainable_agent(swept) -> None:
+    _, out, summaries, _ = swept
+    for trial, trained, frozen in (("trial-000", "speaker", "listener"), ("trial-001", "listener", "speaker")):
+        record = json.loads((out / trial / "trial.json").read_text())
+        assert record["status"] == "succeeded", record["error"]
+        moved = adapter(out / trial, trained)
+        still = adapter(out / trial, frozen)
+        # LoRA's B matrices start at zero: the trained agent's moved, the frozen one's did not
+        assert any(v.abs().sum() > 0 for k, v in moved.items() if "lora_B" in k)
+        assert all(v.abs().sum() == 0 for k, v in still.items() if "lora_B" in k)
+    assert [len(s.trials) for s in summaries] == [1, 1]
+
+
+def test_apart_teams_the_two_trials_and_role_swap_is_stored_per_trial(swept) -> None:
+    s, out, summaries, ablated = swept
+    first = json.loads((out / "trial-000" / "ablations.json").read_text())
+    second = json.loads((out / "trial-001" / "ablations.json").read_text())
+    assert first["apart"]["partner"] == "trial-001" and second["apart"]["partner"] == "trial-000"
+    assert first["apart"]["metrics"] == second["apart"]["metrics"]  # one team, seen from either half
+    assert 0.0 <= first["apart"]["metrics"]["team.success"] <= 1.0
+    assert "team.success" in first["role_swap"]["metrics"]
+    table = format_table(s, summaries, ablated)
+    assert table.count("↳ trained apart") == 2 and table.count("↳ role swap") == 2
+
+    calls: list = []
+    run_ablations(s, out, evaluate=lambda *a, **k: calls.append(a) or [], stream=io.StringIO())
+    assert calls == []  # stored results are kept
+
+
+def test_the_apart_team_acts_with_each_agents_trained_adapter(swept) -> None:
+    s, out, _, _ = swept
+    config = s.trials()[0].config
+    (ckpt,) = sorted((out / "trial-000" / "checkpoints").glob("step-*"))
+    with ablated_sampler(config, ckpt, Ablation("apart"), partner=out / "trial-001") as (sampler, tasks):
+        assert len(tasks) == 8
+        for agent, trial in (("speaker", "trial-000"), ("listener", "trial-001")):
+            weights = sampler.policies.policies[agent].model.state_dict()
+            for key, value in adapter(out / trial, agent).items():
+                loaded = next(v for k, v in weights.items() if k.endswith(key.removesuffix(".weight") + f".{agent}.weight"))
+                assert torch.equal(loaded, value)
+
+
+def test_apart_is_refused_without_a_matching_partner(swept) -> None:
+    s, out, _, _ = swept
+    speaker_run = s.trials()[0].config
+    with pytest.raises(AblationError, match="exactly the agents this run froze"):
+        partner_agents(speaker_run, speaker_run)
+    with pytest.raises(AblationError, match="needs the partner run"):
+        with ablated_sampler(speaker_run, out / "trial-000", Ablation("apart")):
+            pass
+    with pytest.raises(AblationError, match="share one model"):
+        with ablated_sampler(speaker_run.replace(**{"topology.specialization": "prompt"}), out / "trial-000", Ablation("apart"),
+                             partner=out / "trial-001"):
+            pass
+
+
+def test_the_spec_refuses_unknown_or_repeated_ablations() -> None:
+    with pytest.raises(ExperimentError) as exc:
+        spec(ablations=["apart", "apart", "nope"])
+    fields = {p.field for p in exc.value.problems}
+    assert fields == {"ablations[1]", "ablations[2]"}
+    assert spec().to_dict()["ablations"] == ["apart", "role_swap"]
