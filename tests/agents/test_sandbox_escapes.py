@@ -50,6 +50,21 @@ def test_it_kills_a_loop_that_ignores_signals():
     assert r.timed_out and r.error == "timeout" and r.duration_s < 2.5
 
 
+@pytest.mark.parametrize("namespaces", [True, False])
+def test_a_program_that_hangs_is_killed_at_its_timeout(namespaces: bool):
+    # Issue 45, class 5: a child asleep forever, deaf to SIGTERM, using no CPU (so no CPU limit
+    # ends it); the worker must not wait on it past the deadline, whether the code runs as pid 2
+    # of its own namespace (the started process then waits on it) or directly. (A child that
+    # stops itself is woken by the disk budget's SIGCONT and goes on.)
+    code = ("import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('waiting', flush=True)\n"
+            "while True:\n    signal.pause()")
+    r = sandbox._run(code, audit_hook=True, namespaces=namespaces, timeout_s=1.0, memory_mb=256, max_output_bytes=4096, files={},
+                     stdin="")
+    if r.error == "sandbox setup failed":
+        pytest.skip(r.stderr.strip())
+    assert r.timed_out and r.error == "timeout" and r.stdout == "waiting\n" and r.duration_s < 10, r
+
+
 def test_it_kills_a_loop_spinning_inside_c():
     r = run_python("import re\nre.match(r'(a+)+$', 'a' * 64 + 'b')", timeout_s=1.0)  # catastrophic backtracking
     assert r.timed_out and r.duration_s < 2.5
