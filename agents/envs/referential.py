@@ -7,11 +7,13 @@ message, never the target. The message must be exactly one word of a small code 
 says nothing about the objects (by default the digits 1 to `pool`), so only a protocol both agents
 have learned (this target -> that code -> that candidate) does better than chance, 1/k.
 
-Parsing is strict. The speaker's action is valid when its first line, less surrounding spaces,
-quotes, asterisks and a final full stop, is one code word (case-insensitive); anything else
-("Code: 3", "3 because...", a target's name) is no message, and the listener is told so. The
-listener's action is valid when its first line, cleaned the same way, is one candidate letter,
-optionally after "Answer:".
+Parsing is strict where information could pass. The speaker's message is the one code word its
+first line holds as a word of its own ("3", "Code: 3", "The code is 3."; case-insensitive); a line
+with none, or with two different ones, is no message, and the listener is told so. The listener is
+shown that code word alone, never the speaker's text, so nothing but the code passes (a speaker
+that writes "yellow, code 3" sends "3"). The listener's action is valid when its first line is one
+candidate letter, optionally after "Answer:", in brackets or followed by that candidate's own name
+("B", "Answer: B", "(B)", "B. yellow"); a letter with another candidate's name is no answer.
 
 Rewards: team reward 1.0 when the listener picks the target, else 0.0 (both agents share it);
 local reward -1 for an action that does not parse, else 0. The episode ends after the listener's
@@ -51,24 +53,27 @@ def clean_first_line(text: str) -> str:
 
 
 def parse_code(text: str, codes: tuple[str, ...]) -> str | None:
-    """The code word the speaker sent (in `codes`' spelling), or None when the first line is not
-    exactly one of them."""
-    line = clean_first_line(text).lower()
-    for code in codes:
-        if line == code.lower():
-            return code
-    return None
+    """The code word the speaker sent (in `codes`' spelling): the one code word its first line
+    holds as a word of its own; None when it holds none or two different ones."""
+    words = re.findall(r"[A-Za-z0-9]+", clean_first_line(text).lower())
+    found = {code for code in codes if code.lower() in words}
+    return found.pop() if len(found) == 1 else None
 
 
-def parse_choice(text: str, k: int) -> int | None:
+def parse_choice(text: str, k: int, candidates: tuple[str, ...] | list[str] | None = None) -> int | None:
     """The index (0-based) of the candidate the listener picked: its first line is one letter of
-    the first `k`, optionally after `Answer:`; None otherwise."""
+    the first `k`, optionally after `Answer:`, in brackets, or followed by `.`, `)` or `:` and that
+    candidate's name (when `candidates` are given); None otherwise."""
     line = clean_first_line(text)
     line = re.sub(r"^answer\s*:\s*", "", line, flags=re.IGNORECASE).strip(_STRIP)
-    line = line[:-1] if line.endswith(")") else line
-    if len(line) == 1 and line.upper() in LETTERS[:k]:
-        return LETTERS.index(line.upper())
-    return None
+    m = re.fullmatch(r"\(?([A-Za-z])\)?(?:\s*[.):]\s*(.*))?", line)
+    if m is None or m.group(1).upper() not in LETTERS[:k]:
+        return None
+    index = LETTERS.index(m.group(1).upper())
+    named = (m.group(2) or "").strip(_STRIP + ".")
+    if named and (candidates is None or named.lower() != candidates[index].lower()):
+        return None
+    return index
 
 
 class Referential:
@@ -184,7 +189,7 @@ class Referential:
             info: dict[str, Any] = {"code": code, "valid": code is not None, "target": state.data["target"]}
             return StepResult(next_state, local_reward=0.0 if code is not None else -1.0,
                               team_reward=1.0 if success else 0.0, info=info)
-        choice = parse_choice(action, self.k)
+        choice = parse_choice(action, self.k, state.data["candidates"])
         success = choice is not None and choice == state.data["answer"]
         next_state = advance(state, Message(agent, role, action), done=True, success=success, choice=choice)
         info = {"choice": None if choice is None else LETTERS[choice], "valid": choice is not None,

@@ -12,10 +12,11 @@ CODES = ("1", "2", "3", "4")
 
 
 @pytest.mark.parametrize("text, code", [
-    ("3", "3"), (" 3 \n", "3"), ("3.", "3"), ('"3"', "3"), ("**2**", "2"), ("\n\n4\nbecause", "4"),
-    ("Code: 3", None), ("3 because it is blue", None), ("blue", None), ("5", None), ("", None), ("33", None),
+    ("3", "3"), (" 3 \n", "3"), ("3.", "3"), ('"3"', "3"), ("**2**", "2"), ("\n\n4\nbecause 1", "4"),
+    ("Code: 3", "3"), ("The code is 3.", "3"), ("3, 3", "3"), ("yellow: 2", "2"),
+    ("1 or 2", None), ("The code is:", None), ("blue", None), ("5", None), ("", None), ("33", None), ("x3", None),
 ])
-def test_the_speaker_sends_exactly_one_code_word(text: str, code: str | None) -> None:
+def test_the_speaker_sends_the_one_code_word_of_its_first_line(text: str, code: str | None) -> None:
     assert parse_code(text, CODES) == code
 
 
@@ -24,11 +25,11 @@ def test_code_words_match_without_case() -> None:
 
 
 @pytest.mark.parametrize("text, index", [
-    ("B", 1), ("b", 1), ("Answer: C", 2), ("D.", 3), ("A)", 0), (" 'A' ", 0),
-    ("E", None), ("AB", None), ("B because", None), ("blue", None), ("2", None), ("", None),
+    ("B", 1), ("b", 1), ("Answer: C", 2), ("D.", 3), ("A)", 0), (" 'A' ", 0), ("(C)", 2), ("B. yellow", 1), ("C) blue.", 2),
+    ("E", None), ("AB", None), ("B because", None), ("B. red", None), ("blue", None), ("2", None), ("", None),
 ])
 def test_the_listener_answers_one_letter(text: str, index: int | None) -> None:
-    assert parse_choice(text, 4) == index
+    assert parse_choice(text, 4, ["red", "yellow", "blue", "green"]) == index
 
 
 def play(env: Referential, row: dict, message: str, answer: str):
@@ -58,6 +59,7 @@ def test_actions_that_do_not_parse_cost_their_agent_and_the_listener_is_told() -
     env = Referential(k=4)
     row = {"target": "green", "candidates": ["red", "yellow", "green", "blue"]}
     _, spoken, heard = play(env, row, "The target is green", "the third one")
+    assert play(env, row, "green, so 2", "C")[1].state.data["code"] == "2"  # only the code word passes
     assert spoken.local_reward == -1.0 and spoken.info["code"] is None
     assert NO_MESSAGE in env.observe(spoken.state, "listener")
     assert (heard.local_reward, heard.team_reward) == (-1.0, 0.0)
