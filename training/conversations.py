@@ -76,7 +76,15 @@ def check_conversation(row: Any, line: int) -> Conversation:
         where = "completion"
     else:
         messages, where = row.get("messages"), "messages"
-    if not isinstance(messages, list) or not messages:
+        if "messages" not in row:
+            problems.append("`messages` is missing: each line is {\"messages\": [{role, content}, ...]} (or `prompt` and `completion`)")
+            messages = None
+        elif messages == []:
+            problems.append("`messages` is empty: nothing to learn from")
+            messages = None
+    if messages is None:  # said above
+        messages = []
+    elif not isinstance(messages, list) or not messages:
         problems.append(f"`{where}` must be a non-empty list of {{role, content}} objects")
         messages = []
     elif len(messages) > MAX_MESSAGES:
@@ -122,13 +130,18 @@ def check_conversation(row: Any, line: int) -> Conversation:
 
 def _prompt_completion(row: dict[str, Any], problems: list[str]) -> tuple[str | None, Any]:
     """A prompt-completion line's prompt and its completion as messages (a text completion is one
-    assistant message); each problem added to `problems`."""
+    assistant message); each problem added to `problems` (None for a completion already said wrong)."""
     prompt, completion = row.get("prompt"), row.get("completion")
     if "messages" in row:
         problems.append("a line holds `messages` or `prompt` and `completion`, not both")
-    if not isinstance(prompt, str) or not prompt:
-        problems.append("`prompt` must be the text the agent was given")
+    if "prompt" not in row:
+        problems.append("`prompt` is missing: the text the agent was given")
         prompt = ""
+    elif not isinstance(prompt, str):
+        problems.append("`prompt` must be text: the text the agent was given")
+        prompt = ""
+    elif not prompt:
+        problems.append("`prompt` is empty: give the text the agent was given")
     elif len(prompt) > MAX_FIELD_CHARS:
         problems.append(f"`prompt` has {len(prompt):,} characters; at most {MAX_FIELD_CHARS:,}")
     elif "\x00" in prompt:
@@ -137,6 +150,15 @@ def _prompt_completion(row: dict[str, Any], problems: list[str]) -> tuple[str | 
         if not completion:
             problems.append("`completion` is empty: nothing to learn from")
         return prompt, [{"role": "assistant", "content": completion}]
+    if "completion" not in row:
+        problems.append("`completion` is missing: the agent's answer, as text or as a list of {role, content} messages")
+        return prompt, None
+    if completion == []:
+        problems.append("`completion` is empty: nothing to learn from")
+        return prompt, None
+    if not isinstance(completion, list):
+        problems.append("`completion` must be text or a non-empty list of {role, content} messages")
+        return prompt, None
     return prompt, completion
 
 

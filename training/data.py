@@ -121,15 +121,19 @@ def read_rows(
     parsed = _csv_rows(text) if kind == ".csv" else _jsonl_rows(text)
     rows: list[dict[str, Any]] = []
     problems: list[DataError] = []
+    seen: set[str] = set()  # the field names the rows read so far hold
     try:
         for number, row in parsed:  # every bad line is noted and the reading goes on, up to MAX_PROBLEMS
             try:
                 if isinstance(row, DataError):
                     raise row
+                if isinstance(row, dict):
+                    seen.update(row)
                 rows.append(check_row(row, declared, line=number, from_csv=kind == ".csv"))
             except DataError as exc:
                 problems.append(exc)
                 if len(problems) >= MAX_PROBLEMS:
+                    _no_row_has(declared, seen, rows)
                     raise DataErrors(problems, stopped=True) from None
             if max_rows is not None and len(rows) + len(problems) > max_rows:
                 raise DataError(f"more than {max_rows:,} rows")
@@ -137,6 +141,8 @@ def read_rows(
         if exc.line is None:  # about the whole file (too many rows), or the list is full
             raise
         problems.append(exc)  # the file cannot be read on past this line (a CSV header or quoting error)
+    if len(problems) > 1:
+        _no_row_has(declared, seen, rows)
     if len(problems) == 1:
         raise problems[0]
     if problems:
@@ -301,6 +307,18 @@ def _csv_message(error: str) -> str:
     return f"invalid CSV: {error}"
 
 
+def _no_row_has(declared: Mapping[str, RowField], seen: set[str], rows: list[dict[str, Any]]) -> None:
+    """One line instead of the same "missing required field" on every line: a file none of whose
+    rows holds a field the environment requires (and none of whose rows passed) is probably meant
+    for another environment."""
+    required = [name for name, f in declared.items() if f.required]
+    absent = [name for name in required if name not in seen]
+    if absent and seen and not rows:
+        names = ", ".join(f"`{n}`" for n in absent)
+        raise DataError(f"no row has {names}: is this the right environment? Its rows need {', '.join(f'`{n}`' for n in required)}; "
+                        f"these rows have {', '.join(f'`{n}`' for n in sorted(seen)[:12])}")
+
+
 # -- one row -------------------------------------------------------------------------------------
 
 
@@ -312,9 +330,13 @@ def check_row(row: dict[str, Any], fields: Mapping[str, RowField], *, line: int 
     missing; an optional one is left out of the row. Undeclared fields are kept (`_extra`)."""
     if len(row) > MAX_FIELDS:
         raise DataError(f"{len(row)} fields; the limit is {MAX_FIELDS} per row", line)
-    missing = [name for name, f in fields.items() if f.required and _blank(row.get(name), f)]
-    if missing:
-        raise DataError(f"missing required field(s) {', '.join(missing)}", line)
+    absent = [name for name, f in fields.items() if f.required and name not in row]
+    empty = [name for name, f in fields.items() if f.required and name in row and _blank(row[name], f)]
+    if absent or empty:
+        said = [f"missing required field(s) {', '.join(absent)}"] if absent else []
+        if empty:  # there, with no value: said as it is, not as missing
+            said.append(f"empty required field(s) {', '.join(empty)}")
+        raise DataError("; ".join(said), line)
     out: dict[str, Any] = {}
     for name, value in row.items():
         _check_name(name, line)

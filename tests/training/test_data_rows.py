@@ -98,7 +98,18 @@ def test_it_refuses_a_repeated_json_key(tmp_path: Path) -> None:
 
 def test_it_names_the_missing_field_before_any_type(tmp_path: Path) -> None:
     assert refused(tmp_path, "t.jsonl", '{"answer": {"a": 1}}\n') == "line 1: missing required field(s) question"
-    assert refused(tmp_path, "t.jsonl", '{"question": "q", "answer": null}\n') == "line 1: missing required field(s) answer"
+    assert refused(tmp_path, "t.jsonl", '{"question": "q", "answer": null}\n') == "line 1: empty required field(s) answer"
+    assert refused(tmp_path, "t.jsonl", '{"question": "", "answer": "1"}\n') == "line 1: empty required field(s) question"
+
+
+def test_a_file_for_another_environment_is_one_line(tmp_path: Path) -> None:
+    """Twenty rows without `question` (a grid file under math) say it once, not twenty times."""
+    rows = "".join('{"grid": "..#", "start": [0, 0], "goal": [0, 2]}\n' for _ in range(25))
+    message = refused(tmp_path, "t.jsonl", rows)
+    assert message.startswith("no row has `question`, `answer`: is this the right environment?"), message
+    assert "line" not in message
+    mixed = '{"grid": "..#"}\n{"question": "q", "answer": "1"}\n{"grid": "#"}\n'  # some rows fit: each bad line is said
+    assert refused(tmp_path, "t.jsonl", mixed).startswith("2 problems: line 1: missing required field(s) question, answer")
 
 
 def test_it_keeps_undeclared_scalars_and_shallow_metadata(tmp_path: Path) -> None:

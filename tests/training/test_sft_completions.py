@@ -39,7 +39,7 @@ def test_it_reads_prompt_completion_lines_and_names_every_bad_one(tmp_path):
         read_conversations(_write(tmp_path / "bad.jsonl", bad))
     text = [str(p) for p in err.value.problems]
     assert "line 1" in text[0] and "`completion` is empty" in text[0]
-    assert "line 2" in text[1] and "`prompt` must be the text" in text[1]
+    assert "line 2" in text[1] and "`prompt` must be text" in text[1]
     assert "line 3" in text[2] and "completion[0].role is 'system'; allowed: assistant, tool" in text[2]
     assert "line 4" in text[3] and "not both" in text[3]
 
@@ -76,3 +76,21 @@ def test_an_sft_run_learns_from_prompt_completion_lines(make_config, tmp_path):
     assert result.status == "succeeded"
     assert set(seen[-1].agents) == {"writer", "echo"}
     assert seen[-1].agents["writer"]["tokens"] > 0 and seen[-1].agents["writer"]["loss"] > 0
+
+
+def test_a_missing_or_empty_field_is_said_as_it_is(tmp_path):
+    """Issue 46, class 6: a line without `completion` is told text or a list is allowed; empty is not missing."""
+    from training.conversations import check_conversation
+    from training.data import DataError
+
+    def said(row):
+        with pytest.raises(DataError) as info:
+            check_conversation(row, 1)
+        return info.value.message
+
+    assert said({"prompt": PROMPT}) == "`completion` is missing: the agent's answer, as text or as a list of {role, content} messages"
+    assert said({"prompt": "", "completion": "a"}) == "`prompt` is empty: give the text the agent was given"
+    assert said({"completion": "a"}).startswith("`prompt` is missing")
+    assert said({"prompt": PROMPT, "completion": 3}) == "`completion` must be text or a non-empty list of {role, content} messages"
+    assert said({"messages": []}) == "`messages` is empty: nothing to learn from"
+    assert said({"agent": "writer"}).startswith("`messages` is missing")

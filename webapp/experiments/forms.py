@@ -29,7 +29,8 @@ class ExperimentForm(forms.Form):
     topology = TopologyChoiceField(queryset=Topology.objects.none())
     dataset = DatasetChoiceField(queryset=Dataset.objects.none())
     conversations = forms.ModelChoiceField(queryset=Dataset.objects.none(), required=False, label="Conversations (SFT)",
-                                           help_text="Picked: every trial is supervised fine-tuning on this conversations dataset "
+                                           empty_label="none: the trials train with GRPO",
+                                           help_text="If you pick one, every trial is supervised fine-tuning on it "
                                                      "(algorithm sft); the dataset above gives the held-out tasks.")
     advanced_yaml = forms.CharField(
         required=False, label="Base config (YAML)", max_length=trust.MAX_CONFIG_BYTES,

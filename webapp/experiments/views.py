@@ -74,7 +74,7 @@ def experiment_preview(request: TeamRequest) -> HttpResponse:
     form = ExperimentForm(request.POST, team=request.team)
     picked = bool(request.POST.get("topology") and request.POST.get("dataset"))
     spec = _form_spec(request, form) if picked else None
-    errors = [f"{form[name].label if name in form.fields else ''}: {' '.join(errs)}".lstrip(": ") for name, errs in form.errors.items()]
+    errors = [f"{form[name].label if name in form.fields else ''}: {e}".lstrip(": ") for name, errs in form.errors.items() for e in errs]
     context: dict[str, Any] = {"form": form, "errors": errors if picked else [], "spec": spec}
     if spec is not None:
         context["estimate"] = selectors.experiment_estimate(team=request.team, spec=spec)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.contrib.auth import forms as auth_forms
 from django.contrib.auth.forms import AdminUserCreationForm, UserChangeForm, UserCreationForm
 
 from webapp.models import AuditEvent, Membership
@@ -12,7 +13,27 @@ from webapp.teams.audit import SYSTEM_ACTOR
 from webapp.teams.usernames import username_check
 
 
-class SignupForm(UserCreationForm):
+class StrengthUnderPassword:
+    """Django puts what its password validators say ("too short", "too common") under the
+    confirmation field; here it goes under the password itself, where it was typed. A mismatch
+    stays under the confirmation."""
+
+    fields: Any
+
+    def validate_password_for_user(self, user: Any, password_field_name: str = "password2") -> None:
+        first = password_field_name[:-1] + "1"
+        super().validate_password_for_user(user, first if first in self.fields else password_field_name)  # type: ignore[misc]
+
+
+class PasswordChangeForm(StrengthUnderPassword, auth_forms.PasswordChangeForm):
+    pass
+
+
+class SetPasswordForm(StrengthUnderPassword, auth_forms.SetPasswordForm):
+    pass
+
+
+class SignupForm(StrengthUnderPassword, UserCreationForm):
     """A new account through an invitation: Django's checks, and a username in one writing system
     that looks like no existing one (`webapp.teams.usernames`)."""
 

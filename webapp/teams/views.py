@@ -29,7 +29,7 @@ from webapp.core import sockets
 from webapp.models import ApiToken, Invitation, Membership
 from webapp.teams import audit, services
 from webapp.teams.access import SESSION_KEY, TeamRequest, is_team_admin
-from webapp.teams.forms import ApiTokenForm, AuditFilterForm, InvitationForm, SignupForm
+from webapp.teams.forms import ApiTokenForm, AuditFilterForm, InvitationForm, PasswordChangeForm, SetPasswordForm, SignupForm
 
 
 @require_POST
@@ -273,6 +273,8 @@ class PasswordChangeView(auth_views.PasswordChangeView):
     """Django's password change; the user's open websockets reconnect, so those of the sessions
     the change ended are refused (this one stays logged in)."""
 
+    form_class = PasswordChangeForm  # what the password's validators say goes under the password
+
     def form_valid(self, form: Any) -> HttpResponse:
         response = super().form_valid(form)
         sockets.user_sockets_close(user_id=form.user.pk, code=sockets.RECONNECT, reason="password changed")
@@ -281,6 +283,8 @@ class PasswordChangeView(auth_views.PasswordChangeView):
 
 class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
     """Django's "choose a new password" page; as for a change, the user's sockets reconnect."""
+
+    form_class = SetPasswordForm
 
     def form_valid(self, form: Any) -> HttpResponse:
         response = super().form_valid(form)

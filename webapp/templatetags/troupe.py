@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime
 from typing import Any
 
 import yaml
 from django import template
 from django.utils import timezone
+from django.utils.html import conditional_escape
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
 register = template.Library()
@@ -47,6 +50,16 @@ def metric(value: Any) -> str:
             return f"{int(value)}"
         return f"{value:.4g}"
     return str(value)
+
+
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+@register.filter
+def codespans(text: Any) -> SafeString:
+    """Help text with `backticked` names shown as <code> (the text escaped first, unless it is
+    already safe HTML, as Django's password rules are)."""
+    return mark_safe(_CODE_SPAN.sub(r"<code>\1</code>", str(conditional_escape(text))))  # noqa: S308 (escaped above)
 
 
 @register.filter

@@ -74,3 +74,17 @@ def test_it_still_logs_in_the_demo_users(db):
     demo.demo_seed()
     client = Client()
     assert client.post(reverse("login"), {"username": "admin", "password": "admin"}).status_code == 302
+
+
+def test_a_weak_password_is_said_under_the_password_and_a_mismatch_under_the_confirmation(alice):
+    """Issue 46, class 6: the validators' errors belong to the field the password was typed in."""
+    url = reverse("password_change")
+    weak = alice.client.post(url, {"old_password": "x", "new_password1": "password", "new_password2": "password"}).context["form"]
+    assert "This password is too common." in weak.errors["new_password1"] and "new_password2" not in weak.errors
+    mismatch = alice.client.post(url, {"old_password": "x", "new_password1": GOOD, "new_password2": GOOD + "!"}).context["form"]
+    assert "The two password fields didn’t match." in mismatch.errors["new_password2"]
+    from webapp.teams.forms import SignupForm
+
+    signup = SignupForm({"username": "carol", "password1": "password", "password2": "password"})
+    assert not signup.is_valid() and "This password is too common." in signup.errors["password1"]
+    assert "password2" not in signup.errors
