@@ -1,0 +1,255 @@
+"""The referential game's table, learning curves and protocols, built from the stored results of
+its experiments (docs/benchmarks.md, "Referential game"). It trains and evaluates nothing: every
+number is read from what `python -m training sweep` left in the experiments' folders.
+
+    .venv/bin/python bench/referential_report.py --together runs/referential-together \\
+        --prompt runs/referential-prompt --apart runs/referential-apart --out bench/results/referential
+
+Each folder is optional (a missing or unfinished one leaves its rows out or partial). Read from:
+- each trial's `evaluations.jsonl` (greedy held-out success at every evaluated step; step 0 is the
+  untrained team) and `metrics.jsonl` (generated tokens per step, for the curves against tokens);
+- each trial's `ablations.json` (`role_swap`, `apart`: `training.sweep.run_ablations`);
+- each trial's `rollouts.jsonl` (the protocol: over the last `--protocol-steps` training steps, the
+  code word the speaker sent for each target, and the candidate the listener picked for each code
+  word, as sampled in training at its temperature).
+
+Writes `<out>/table.md` (also printed), `<out>/report.json`, `<out>/curves-steps.png` and
+`<out>/curves-tokens.png`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agents.envs.referential import LETTERS, parse_choice, parse_code  # noqa: E402
+from training.experiment import ExperimentSpec, Trial, mean_interval  # noqa: E402
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue  # a line still being written
+    return rows
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def arm_name(trial: Trial) -> str:
+    """`together (lora)`, `speaker trained, listener frozen`: what the trial's config trains."""
+    config = trial.config
+    agents = list(dict.fromkeys(config.topology.order()))
+    trained = [a for a in agents if config.agent(a).trainable]
+    spec = config.topology.specialization
+    if len(trained) == len(agents):
+        return f"together ({spec})"
+    frozen = [a for a in agents if a not in trained]
+    return f"{', '.join(trained)} trained, {', '.join(frozen)} frozen ({spec})"
+
+
+def greedy_curve(folder: Path) -> list[tuple[int, float]]:
+    """(step, greedy held-out team success) of each evaluation, in step order."""
+    evals = [e for e in read_jsonl(folder / "evaluations.jsonl") if e.get("temperature") == 0.0 and "ablation" not in e]
+    return sorted({int(e["step"]): float(e["team"]["success"]) for e in evals}.items())
+
+
+def tokens_by_step(folder: Path) -> dict[int, float]:
+    """Generated tokens (all agents, all candidates) up to and including each step; 0 at step 0."""
+    total, out = 0.0, {0: 0.0}
+    for m in sorted(read_jsonl(folder / "metrics.jsonl"), key=lambda m: m.get("step", 0)):
+        if "values" in m and "generated_tokens" in m["values"]:
+            total += float(m["values"]["generated_tokens"])
+            out[int(m["step"])] = total
+    return out
+
+
+def protocol(folder: Path, codes: tuple[str, ...], k: int, last_steps: int) -> dict[str, Any]:
+    """From the last `last_steps` training steps' rollouts: per target, the speaker's code words
+    (the most frequent first, with its share); per code word, the candidates the listener picked."""
+    episodes = read_jsonl(folder / "rollouts.jsonl")
+    if not episodes:
+        return {}
+    final = max(int(e["step"]) for e in episodes)
+    speaker: dict[str, Counter[str]] = defaultdict(Counter)
+    listener: dict[str, Counter[str]] = defaultdict(Counter)
+    for ep in episodes:
+        if int(ep["step"]) <= final - last_steps:
+            continue
+        target = str(ep.get("question", "")).removeprefix("target: ")
+        code = None
+        for turn in ep["turns"]:
+            text = turn["candidates"][turn["chosen"]]["text"]
+            if turn["role"] == "speaker":
+                code = parse_code(text, codes)
+                speaker[target][code or "-"] += 1
+            elif turn["role"] == "listener":
+                shown = re.findall(r"^([A-I])\. (.+)$", turn["prompt"], flags=re.MULTILINE)
+                names = [name for _, name in shown][:k]
+                choice = parse_choice(text, k, names) if len(names) == k else None
+                listener[code or "-"][names[choice] if choice is not None else "-"] += 1
+
+    def top(counts: dict[str, Counter[str]]) -> dict[str, list[Any]]:
+        return {key: [c.most_common(1)[0][0], round(c.most_common(1)[0][1] / sum(c.values()), 2), sum(c.values())]
+                for key, c in sorted(counts.items())}
+
+    return {"steps": [max(final - last_steps + 1, 1), final], "speaker": top(speaker), "listener": top(listener)}
+
+
+def show_protocol(p: dict[str, Any]) -> str:
+    if not p:
+        return "-"
+    said = ", ".join(f"{t}→{c} ({share:.0%})" for t, (c, share, _) in p["speaker"].items())
+    heard = ", ".join(f"{c}→{t} ({share:.0%})" for c, (t, share, _) in p["listener"].items())
+    return f"speaker {said}; listener {heard} (steps {p['steps'][0]}-{p['steps'][1]})"
+
+
+def stat(values: list[float]) -> dict[str, Any]:
+    interval = mean_interval(values)
+    if interval is None:
+        return {"n": 0}
+    return {"n": interval.n, "mean": interval.mean, "ci95": interval.half_width, "min": min(values), "max": max(values),
+            "values": [round(v, 4) for v in values]}
+
+
+def show(s: dict[str, Any]) -> str:
+    if not s.get("n"):
+        return "-"
+    ci = f" ± {s['ci95']:.3f}" if s.get("ci95") is not None else ""
+    return f"{s['mean']:.3f}{ci} (min {s['min']:.3f}, max {s['max']:.3f})"
+
+
+def collect(folder: Path, last_steps: int) -> list[dict[str, Any]]:
+    """One record per trial of the experiment in `folder`: its arm, seed, status, curve, tokens,
+    last greedy success, ablations and protocol."""
+    spec = ExperimentSpec.load(folder / "experiment.yaml")
+    env_args = spec.base.topology.env_args
+    from agents.envs import load_environment
+
+    env = load_environment(spec.base.topology.environment, **env_args)
+    out = []
+    for trial in spec.trials():
+        tf = folder / f"trial-{trial.index:03d}"
+        record = read_json(tf / "trial.json")
+        curve = greedy_curve(tf)
+        tokens = tokens_by_step(tf)
+        out.append({
+            "experiment": spec.name, "trial": tf.name, "arm": arm_name(trial), "seed": trial.seed,
+            "status": record.get("status", "running" if curve else "not started"),
+            "curve": curve, "tokens": [[s, tokens.get(s)] for s, _ in curve],
+            "final": curve[-1][1] if record.get("status") == "succeeded" and curve else None,
+            "untrained": curve[0][1] if curve and curve[0][0] == 0 else None,
+            "ablations": {k: v for k, v in read_json(tf / "ablations.json").items()},
+            "protocol": protocol(tf, env.codes, env.k, last_steps),
+            "seconds": record.get("seconds"), "chance": env.chance,
+        })
+    return out
+
+
+def build(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The table's rows: untrained, each arm, and each arm's ablations, over seeds."""
+    rows = []
+    untrained = {t["seed"]: t["untrained"] for t in trials if t["untrained"] is not None and t["arm"].startswith("together (lora")}
+    if untrained:
+        rows.append({"row": "untrained team (step 0)", **stat(list(untrained.values())), "seeds": sorted(untrained)})
+    for arm in dict.fromkeys(t["arm"] for t in trials):
+        mine = [t for t in trials if t["arm"] == arm]
+        done = [t for t in mine if t["final"] is not None]
+        rows.append({"row": arm, **stat([t["final"] for t in done]), "seeds": [t["seed"] for t in done],
+                     "status": {t["seed"]: t["status"] for t in mine}})
+        for key, label in (("role_swap", "roles swapped"), ("apart", "trained apart, then teamed")):
+            got = {t["seed"]: t["ablations"][key]["metrics"]["team.success"] for t in mine
+                   if "metrics" in t["ablations"].get(key, {})}
+            if got:
+                rows.append({"row": f"{arm}: {label}" if key != "apart" else label, **stat(list(got.values())), "seeds": sorted(got),
+                             "dedupe": key == "apart"})
+    merged: list[dict[str, Any]] = []
+    for r in rows:  # `apart` is reported from both halves of a seed: one row
+        if r.get("dedupe") and any(m["row"] == r["row"] for m in merged):
+            continue
+        merged.append(r)
+    return merged
+
+
+def plot(trials: list[dict[str, Any]], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = list(dict.fromkeys(t["arm"] for t in trials if t["curve"]))
+    paths = []
+    for x_key, xlabel, name in (("steps", "training step", "curves-steps.png"), ("tokens", "generated tokens (all agents)", "curves-tokens.png")):
+        fig, axes = plt.subplots(1, max(len(arms), 1), figsize=(4.2 * max(len(arms), 1), 3.4), squeeze=False, sharey=True)
+        for ax, arm in zip(axes[0], arms):
+            for t in (t for t in trials if t["arm"] == arm and t["curve"]):
+                xs = [s for s, _ in t["curve"]] if x_key == "steps" else [tok for _, tok in t["tokens"]]
+                ys = [v for _, v in t["curve"]]
+                pairs = [(x, y) for x, y in zip(xs, ys) if x is not None]
+                ax.plot([x for x, _ in pairs], [y for _, y in pairs], marker="o", label=f"seed {t['seed']}")
+            ax.axhline(trials[0]["chance"], color="grey", linestyle=":", label="chance")
+            ax.set_title(arm, fontsize=9)
+            ax.set_xlabel(xlabel)
+            ax.set_ylim(0, 1)
+            ax.legend(fontsize=7)
+        axes[0][0].set_ylabel("held-out team success (greedy, 128 tasks)")
+        fig.tight_layout()
+        path = out / name
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for name in ("together", "prompt", "apart"):
+        parser.add_argument(f"--{name}", type=Path, help=f"the {name} experiment's sweep folder")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/referential"))
+    parser.add_argument("--protocol-steps", type=int, default=10, help="training steps the protocol is read from (the last ones)")
+    args = parser.parse_args(argv)
+    folders = [f for f in (args.together, args.prompt, args.apart) if f is not None]
+    missing = [str(f) for f in folders if not (f / "experiment.yaml").is_file()]
+    if not folders or missing:
+        print(f"error: no experiment folder (experiment.yaml) at {', '.join(missing) or 'any of --together/--prompt/--apart'}", file=sys.stderr)
+        return 2
+    trials = [t for f in folders for t in collect(f, args.protocol_steps)]
+    rows = build(trials)
+    args.out.mkdir(parents=True, exist_ok=True)
+    chance = trials[0]["chance"]
+    lines = [f"| arm | team success, mean ± 95% t-interval (min, max) | seeds | per seed |", "|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['row']} | {show(r)} | {r.get('n', 0)} | {' '.join(f'{v:.3f}' for v in r.get('values', []))} |")
+    lines.append(f"\nchance {chance:.3f}; target: together ≥ 0.8 (or ≥ chance + 0.5), apart and swapped ≤ chance + 0.1")
+    lines.append("\n| trial | arm | seed | status | minutes | protocol |\n|---|---|---|---|---|---|")
+    for t in trials:
+        minutes = f"{t['seconds'] / 60:.0f}" if t["seconds"] else "-"
+        lines.append(f"| {t['experiment']}/{t['trial']} | {t['arm']} | {t['seed']} | {t['status']} | {minutes} | {show_protocol(t['protocol'])} |")
+    table = "\n".join(lines)
+    (args.out / "table.md").write_text(table + "\n", encoding="utf-8")
+    (args.out / "report.json").write_text(json.dumps({"rows": rows, "trials": trials}, indent=1, default=str), encoding="utf-8")
+    paths = plot(trials, args.out)
+    print(table)
+    print("\nwrote " + ", ".join(str(p) for p in [args.out / "table.md", args.out / "report.json", *paths]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
