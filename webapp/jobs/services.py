@@ -269,6 +269,10 @@ def merge_execute(*, job_id: int, worker: str = "") -> Job | None:
     job = _claim(job_id, Job.Kind.MERGE, worker)
     if job is None:
         return None
+    if job.params.get("format") == "gguf":  # a GGUF export: webapp.artifacts.services.gguf_request
+        from webapp.artifacts.services import gguf_work
+
+        return _run_job(job, gguf_work)
 
     def work(job: Job) -> dict[str, Any]:
         from training.export import merge_adapter  # imports torch: only in the worker

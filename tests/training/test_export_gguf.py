@@ -1,0 +1,133 @@
+"""`training.export.export_gguf` and `python -m training export --gguf`: an agent's LoRA adapter
+merged into its base and written by llama.cpp's converter as one GGUF file (f16, q8_0) with an Ollama
+Modelfile; llama.cpp (llama-cpp-python) loading that file generates greedily the same tokens as the
+merged model in transformers. Agents that cannot be exported are refused and leave nothing behind."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.training.conftest import TINY_LORA
+from training.__main__ import main
+from training.config import RunConfig
+from training.export import GGUF_TYPES, export_gguf, gguf_architecture
+
+PROMPTS = ["The capital of France is", "def add(a, b):\n    return", "Once upon a time, there was a", "2 + 3 ="]
+NEW_TOKENS = 12
+
+
+@pytest.fixture(scope="module")
+def bundled_lora(bundled_models, tmp_path_factory):
+    """(config, checkpoint folder) of configs/tiny-lora.yaml on the bundled SmolLM2-135M: the
+    agents' LoRA adapters as `save_policies` writes them, moved off their zero init."""
+    from training.policies import build_policies, save_policies
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TROUPE_DATA_DIR", str(bundled_models.parent))
+    config = RunConfig.load(TINY_LORA).replace(**{"model.source": "bundled:smollm2-135m-instruct"})
+    policies = build_policies(config, device=torch.device("cpu"))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for policy in policies.policies.values():
+            for p in policy.params:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.02)
+    folder = tmp_path_factory.mktemp("bundled-checkpoint") / "step-000001"
+    save_policies(policies, folder)
+    del policies
+    yield config, folder
+    mp.undo()
+
+
+def _greedy_transformers(model, ids: list[int]) -> list[int]:
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             do_sample=False, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
+    return out[0, len(ids):].tolist()
+
+
+def _greedy_llama_cpp(llm, ids: list[int]) -> list[int]:
+    llm.reset()
+    tokens = []
+    for token in llm.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True):
+        tokens.append(token)
+        if len(tokens) == NEW_TOKENS:
+            break
+    return tokens
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gguf_type", GGUF_TYPES)
+def test_llama_cpp_generates_what_the_merged_model_generates(bundled_lora, tmp_path, gguf_type):
+    llama_cpp = pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (requirements.txt) to load the GGUF file")
+    from peft import PeftModel
+
+    from training.models import load_model
+
+    config, checkpoint = bundled_lora
+    export = export_gguf(config, agent="tool", adapter=checkpoint / "tool", out=tmp_path / "gguf", gguf_type=gguf_type,
+                         about={"run": 3})
+    assert export.files == ["Modelfile", f"tool-{gguf_type}.gguf", "troupe.json"] and export.architecture == "LlamaForCausalLM"
+    assert json.loads((export.folder / "troupe.json").read_text()) == {
+        "run": 3, "agent": "tool", "base_model": "bundled:smollm2-135m-instruct", "format": "gguf", "gguf_type": gguf_type,
+        "architecture": "LlamaForCausalLM", "file": f"tool-{gguf_type}.gguf"}
+    modelfile = (export.folder / "Modelfile").read_text()
+    assert f"\nFROM ./tool-{gguf_type}.gguf\n" in modelfile and 'PARAMETER stop "<|im_end|>"' in modelfile
+
+    base, tokenizer = load_model("bundled:smollm2-135m-instruct", dtype="float32", device="cpu")
+    merged = PeftModel.from_pretrained(base, str(checkpoint / "tool")).merge_and_unload().eval()
+    llm = llama_cpp.Llama(model_path=str(export.file), n_ctx=256, n_threads=2, seed=0, verbose=False)
+    untrained, _ = load_model("bundled:smollm2-135m-instruct", dtype="float32", device="cpu")
+    differs_from_base = False
+    for prompt in PROMPTS:
+        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        assert llm.tokenize(prompt.encode(), add_bos=False, special=False) == ids, prompt  # the vocabulary came across
+        expected = _greedy_transformers(merged, ids)
+        assert _greedy_llama_cpp(llm, ids) == expected, prompt
+        differs_from_base |= _greedy_transformers(untrained.eval(), ids) != expected
+    assert differs_from_base  # the adapter was merged in: some prompt continues differently from the base
+
+
+def test_it_refuses_an_architecture_the_converter_does_not_know(lora_checkpoint, tmp_path):
+    config, checkpoint = lora_checkpoint
+    unknown = tmp_path / "unknown-model"
+    unknown.mkdir()
+    (unknown / "config.json").write_text(json.dumps({"architectures": ["NoSuchForCausalLM"], "model_type": "nosuch"}))
+    with pytest.raises(ValueError, match="does not know the architecture NoSuchForCausalLM"):
+        gguf_architecture(unknown)
+    config = config.replace(**{"model.source": f"local:{unknown}"})
+    with pytest.raises(ValueError, match="does not know the architecture NoSuchForCausalLM"):
+        export_gguf(config, agent="tool", adapter=checkpoint / "tool", out=tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["unknown-model"]  # nothing merged, nothing written
+
+
+def test_it_refuses_an_agent_without_an_adapter_and_an_unknown_type(lora_checkpoint, tmp_path):
+    config, checkpoint = lora_checkpoint
+    with pytest.raises(FileNotFoundError, match="not a LoRA adapter folder"):
+        export_gguf(config, agent="tool", adapter=tmp_path, out=tmp_path / "out")
+    with pytest.raises(ValueError, match="unknown GGUF type 'q4_k'; allowed: f16, q8_0"):
+        export_gguf(config, agent="tool", adapter=checkpoint / "tool", out=tmp_path / "out", gguf_type="q4_k")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.tmp").exists()
+
+
+def test_a_model_the_converter_cannot_finish_leaves_no_half_written_file(lora_checkpoint, tmp_path):
+    """tiny-random:llama is a LlamaForCausalLM whose tokenizer llama.cpp does not know: the
+    converter stops after the merge, and the earlier export stays as it was."""
+    config, checkpoint = lora_checkpoint
+    previous = tmp_path / "out"
+    previous.mkdir()
+    (previous / "tool-q8_0.gguf").write_bytes(b"GGUF an earlier export")
+    with pytest.raises(ValueError, match="GGUF converter cannot convert this LlamaForCausalLM model: BPE pre-tokenizer was not recognized"):
+        export_gguf(config, agent="tool", adapter=checkpoint / "tool", out=previous)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert sorted(p.name for p in previous.iterdir()) == ["tool-q8_0.gguf"]
+    assert (previous / "tool-q8_0.gguf").read_bytes() == b"GGUF an earlier export"
+
+
+def test_the_cli_refuses_what_it_cannot_export(lora_checkpoint, tmp_path, capsys):
+    _, checkpoint = lora_checkpoint
+    out = tmp_path / "tool-gguf"
+    assert main(["export", str(TINY_LORA), "--checkpoint", str(checkpoint), "--agent", "critic", "--out", str(out), "--gguf", "q8_0"]) == 2
+    assert "no agent 'critic'" in capsys.readouterr().err and not out.exists()
