@@ -38,6 +38,7 @@ from typing import Any
 
 from training.config import RunConfig
 from training.data import MAX_FIELD_CHARS, MAX_PROBLEMS, DataError, DataErrors, _decode, _jsonl_rows, _read_bytes
+from training.text import unstorable_strings
 
 ROLES = ("system", "user", "assistant", "tool")
 MAX_MESSAGES = 256
@@ -67,6 +68,8 @@ def check_conversation(row: Any, line: int) -> Conversation:
     if not isinstance(row, dict):
         raise DataError("each line must be a JSON object with `messages` (or `prompt` and `completion`)", line)
     problems = [f"unknown field {key!r} (allowed: {', '.join(ROW_KEYS)})" for key in row if key not in ROW_KEYS]
+    # text no database can store, anywhere in the line: the web's check (trust.check_tree), word for word
+    problems += [f"`{where}` {problem}" for where, problem in unstorable_strings(row)]
     agent = row.get("agent")
     if agent is not None and (not isinstance(agent, str) or not agent.strip()):
         problems.append("`agent` must be an agent's name or role")
@@ -111,9 +114,6 @@ def check_conversation(row: Any, line: int) -> Conversation:
             continue
         if len(content) > MAX_FIELD_CHARS:
             problems.append(f"{at}.content has {len(content):,} characters; at most {MAX_FIELD_CHARS:,}")
-            continue
-        if "\x00" in content:
-            problems.append(f"{at}.content holds a NUL character")
             continue
         message: dict[str, Any] = {"role": role, "content": content}
         if calls:

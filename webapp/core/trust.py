@@ -27,7 +27,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import re
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,6 +42,7 @@ from agents.plugins import ENVIRONMENT, REWARD_FUNCTION, PluginError, lookup
 from agents.verifiers import BUILTIN_REWARDS
 from training.config import ConfigError, RunConfig, raise_problems, related_fields, tracker_destinations
 from training.config import check_model_source as engine_check_model_source
+from training.text import NOT_STORABLE, storable_problem  # noqa: F401 - the one check, named here as the web uses it
 from webapp.core.console import UNPRINTABLE, printable
 
 MAX_CONFIG_BYTES = 64 * 1024
@@ -71,23 +71,6 @@ MAX_ENV_ARGS_DEPTH = 4
 
 MAX_ENV_ARGS_BYTES = 16 * 1024
 """The largest `env_args` mapping, as JSON."""
-
-
-NOT_STORABLE = re.compile("[\x00\ud800-\udfff]")
-"""What no text column holds: a NUL character (PostgreSQL refuses it in text and jsonb) or a lone
-surrogate (U+D800-U+DFFF: half of a UTF-16 pair, not a character; UTF-8 cannot encode it, so
-SQLite and PostgreSQL both fail on it). JSON's `\\ud800` escapes and YAML's `"\\ud800"` make them."""
-
-
-def storable_problem(text: str) -> str | None:
-    """Why `text` cannot be stored as it is, or None: 'contains a NUL character' or 'contains a
-    lone surrogate (U+D800), which is not text'."""
-    bad = NOT_STORABLE.search(text)
-    if bad is None:
-        return None
-    if bad.group() == "\x00":
-        return "contains a NUL character"
-    return f"contains a lone surrogate (U+{ord(bad.group()):04X}), which is not text"
 
 
 BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
