@@ -17,6 +17,7 @@ from django.utils.timezone import localtime
 
 from webapp.artifacts.selectors import checkpoint_readers_blocker
 from webapp.catalog import services as catalog
+from webapp.catalog.graders import grader_delete_blocker, task_delete_blocker
 from webapp.catalog.selectors import dataset_delete_blocker
 from webapp.experiments import services as experiment_services
 from webapp.models import (
@@ -27,6 +28,7 @@ from webapp.models import (
     Dataset,
     Evaluation,
     Experiment,
+    Grader,
     Invitation,
     Job,
     LogLine,
@@ -36,6 +38,7 @@ from webapp.models import (
     Rollout,
     Run,
     Tag,
+    Task,
     Team,
     Topology,
     TopologyAgent,
@@ -192,6 +195,31 @@ class DatasetAdmin(TeamFixedAdmin):
         results = [catalog.dataset_revalidate(dataset=d) for d in queryset]
         bad = [d.name for d in results if d.status != Dataset.Status.VALID]
         self.message_user(request, f"{len(results) - len(bad)} valid" + (f"; invalid: {', '.join(bad)}" if bad else ""))
+
+
+@admin.register(Grader)
+class GraderAdmin(TeamFixedAdmin):
+    """A team's grader: its settings and code are checked on the model (`Grader.clean`, as in the form)."""
+
+    list_display = ["name", "kind", "description", "team", "updated"]
+    list_filter = ["team", "kind"]
+    search_fields = ["name", "description", "code"]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Grader | None = None) -> bool:
+        """Not while a task or a combination names it (`grader_delete_blocker`, as on its page)."""
+        return super().has_delete_permission(request, obj) and (obj is None or grader_delete_blocker(grader=obj) is None)
+
+
+@admin.register(Task)
+class TaskAdmin(TeamFixedAdmin):
+    list_display = ["name", "team_grader", "team_role", "rounds", "dataset", "team", "updated"]
+    list_filter = ["team"]
+    search_fields = ["name", "description"]
+    list_select_related = ["team", "dataset"]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
+        """Not while a topology plays it (`task_delete_blocker`, as on its page)."""
+        return super().has_delete_permission(request, obj) and (obj is None or task_delete_blocker(task=obj) is None)
 
 
 class CheckpointInline(admin.TabularInline):

@@ -135,12 +135,15 @@ class Task:
     default_instructions: dict[str, str] = {}
 
     def __init__(self, definition: dict[str, Any] | None = None) -> None:
-        """`definition`: roles, team, rounds and graders (see the module docstring)."""
+        """`definition`: roles, team, rounds and graders (see the module docstring). Without one it
+        has no roles: it only reads a dataset's rows (an upload for a task is checked with it)."""
         if definition is None:
-            raise ValueError("task: give its definition (roles and graders); the catalog's Tasks page builds one")
+            self.definition: dict[str, Any] = {"roles": [], "team": None, "rounds": 1, "graders": {}}
+            self.roles, self.solo_roles, self.graders, self._role = (), (), {}, {}
+            return
         self.definition = check_definition(definition)
         self.roles = tuple(r["name"] for r in self.definition["roles"])
-        self.solo_roles = self.roles[:1] if len(self.roles) == 1 else ()
+        self.solo_roles: tuple[str, ...] = self.roles[:1] if len(self.roles) == 1 else ()
         self.graders = self.definition["graders"]
         self._role = {r["name"]: r for r in self.definition["roles"]}
 
@@ -148,6 +151,8 @@ class Task:
         raise ValueError("a task defined in the browser has no generator: upload its rows as a dataset")
 
     def reset(self, row: dict[str, Any], *, task_id: str, roles: tuple[str, ...]) -> State:
+        if not self.roles:
+            raise ValueError("task: it has no definition (roles and graders) to play; the catalog's Tasks page builds one")
         played = check_roles(self.name, self.roles, roles)
         for role in played:
             for column in columns_named(self._role[role]["prompt"]):

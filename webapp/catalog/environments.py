@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 
 from agents import plugins
 from agents.base import Environment
-from agents.envs import EnvironmentInfo, describe_environment, list_environments, load_environment
+from agents.envs import DEFINED, EnvironmentInfo, describe_environment, list_environments, load_environment
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +21,7 @@ def environment_infos() -> dict[str, EnvironmentInfo]:
     built-ins, then the plugins the operator registered (`agents.plugins`, named by their dotted
     path). A registered plugin whose class cannot even be described is logged and left out."""
     infos = {info.name: info for info in list_environments()}
+    infos.update({name: describe_environment(name, cls) for name, cls in DEFINED.items()})  # `task`: its roles come from each task
     for path, cls in plugins.registered(plugins.ENVIRONMENT).items():
         try:
             infos[path] = describe_environment(path, cls)

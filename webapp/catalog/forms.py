@@ -18,7 +18,7 @@ from webapp.catalog import services
 from webapp.catalog.environments import environment_names
 from webapp.core import trust
 from webapp.core.values import ID_MAX
-from webapp.models import SPECIALIZATION_HELP, SPECIALIZATION_SHORT_CHOICES, Agent, Dataset, ModelSource, Team, Topology
+from webapp.models import SPECIALIZATION_HELP, SPECIALIZATION_SHORT_CHOICES, Agent, Dataset, Grader, ModelSource, Task, Team, Topology
 
 
 def _environment_field(**kwargs: Any) -> forms.ChoiceField:
@@ -251,3 +251,120 @@ class DatasetUploadEditForm(forms.ModelForm):
     class Meta:
         model = Dataset
         fields = ["name", "eval_fraction"]
+
+
+# == graders and tasks ============================================================================
+
+
+class YamlField(forms.CharField):
+    """A YAML (or JSON) value in a text box, parsed through the trust boundary (`trust.yaml_load`,
+    `trust.check_tree`); `kind` is the type it must be (dict or list)."""
+
+    def __init__(self, *, kind: type, **kwargs: Any):
+        kwargs.setdefault("widget", forms.Textarea(attrs={"rows": 6, "class": "mono", "spellcheck": "false"}))
+        kwargs.setdefault("max_length", trust.MAX_CONFIG_BYTES)
+        super().__init__(strip=False, **kwargs)
+        self.kind = kind
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, (dict, list)):
+            import yaml
+
+            return "" if not value else yaml.safe_dump(value, sort_keys=False, allow_unicode=True)
+        return value
+
+    def to_python(self, value: Any) -> Any:
+        text = super().to_python(value)
+        if not text or not text.strip():
+            return self.kind()
+        try:
+            parsed = trust.yaml_load(text, field="yaml")
+            trust.check_tree(parsed, field="yaml", max_depth=trust.MAX_TASK_ARGS_DEPTH)
+        except ConfigError as exc:
+            raise ValidationError(exc.message) from None
+        if parsed is None:
+            return self.kind()
+        if not isinstance(parsed, self.kind):
+            raise ValidationError(f"Give a YAML {'mapping (key: value lines)' if self.kind is dict else 'list (- item lines)'}, "
+                                  f"not {type(parsed).__name__}.")
+        return parsed
+
+
+GRADER_SETTINGS_HELP = (
+    "The kind's settings, as YAML. exact / normalized: column (default answer), extract (true: the Answer: line), "
+    "ignore_punctuation (normalized). regex: pattern, fullmatch. number: column, tolerance, relative. "
+    'json_schema: schema (a JSON Schema). python: timeout_s (default 2, at most 10). combination: weights (grader: weight).'
+)
+
+
+class GraderForm(forms.ModelForm):
+    settings = YamlField(kind=dict, required=False, help_text=GRADER_SETTINGS_HELP,
+                         widget=forms.Textarea(attrs={"rows": 4, "class": "mono", "spellcheck": "false"}))
+    try_dataset = forms.ModelChoiceField(queryset=Dataset.objects.none(), required=False, label="Try on the first rows of",
+                                         help_text="Saving tries it there too, and refuses a grader that fails.")
+    try_answer = forms.CharField(required=False, label="Answer to try", widget=forms.Textarea(attrs={"rows": 2}),
+                                 help_text="Graded against each of those rows, as a model's completion would be.")
+
+    class Meta:
+        model = Grader
+        fields = ["name", "kind", "description", "code", "settings"]
+        widgets = {"code": forms.Textarea(attrs={"rows": 10, "class": "mono", "spellcheck": "false",
+                                                 "placeholder": "def grade(completion, row):\n    return 1.0 if row['answer'] in completion else 0.0"})}
+
+    def __init__(self, *args: Any, team: Team, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.team = team
+        self.instance.team = team
+        code = self.fields["code"]
+        assert isinstance(code, forms.CharField)
+        code.strip = False  # the code as written (a trailing newline, indentation)
+        field = self.fields["try_dataset"]
+        assert isinstance(field, forms.ModelChoiceField)
+        field.queryset = Dataset.objects.filter(team=team, status=Dataset.Status.VALID).exclude(kind=Dataset.Kind.CHATS)
+
+
+class TaskForm(forms.ModelForm):
+    roles = YamlField(kind=list, help_text=(
+        "In turn order, as YAML: each role's name, its prompt over the row's columns ({question}; {{ and }} for braces), "
+        "sees_turns (true, false, or a list of roles whose turns it sees) and its grader."),
+        widget=forms.Textarea(attrs={"rows": 9, "class": "mono", "spellcheck": "false",
+                                     "placeholder": "- name: answerer\n  prompt: \"Question: {question}\"\n  grader: correct\n"
+                                                    "- name: checker\n  prompt: \"Is this right? {question}\"\n  sees_turns: true\n"
+                                                    "  grader: verdict"}))
+    team_grader = forms.ChoiceField(required=False, label="Team reward grader")
+    try_answers = YamlField(kind=dict, required=False, label="Answers to try (role: answer)",
+                            help_text="Graded on each of the dataset's first rows; saving refuses a grader that fails on them.",
+                            widget=forms.Textarea(attrs={"rows": 3, "class": "mono", "spellcheck": "false",
+                                                         "placeholder": "answerer: \"Answer: 4\"\nchecker: OK"}))
+
+    class Meta:
+        model = Task
+        fields = ["name", "description", "dataset", "roles", "team_grader", "team_role", "rounds"]
+
+    def __init__(self, *args: Any, team: Team, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.team = team
+        self.instance.team = team
+        dataset = self.fields["dataset"]
+        assert isinstance(dataset, forms.ModelChoiceField)
+        dataset.queryset = Dataset.objects.filter(team=team, status=Dataset.Status.VALID).exclude(kind=Dataset.Kind.CHATS)
+        grader = self.fields["team_grader"]
+        assert isinstance(grader, forms.ChoiceField)
+        grader.choices = [("", "— none —")] + [(n, n) for n in Grader.objects.filter(team=team).values_list("name", flat=True)]
+
+    def clean_try_answers(self) -> dict[str, str]:
+        answers = self.cleaned_data.get("try_answers") or {}
+        if not all(isinstance(k, str) and isinstance(v, (str, int, float)) for k, v in answers.items()):
+            raise ValidationError("Give each role's answer as text: role: answer.")
+        return {k: str(v) for k, v in answers.items()}
+
+
+class TaskTopologyForm(forms.Form):
+    model_source = forms.ModelChoiceField(queryset=ModelSource.objects.none(), label="Model")
+    specialization = forms.ChoiceField(choices=SPECIALIZATION_SHORT_CHOICES, initial="lora", help_text=SPECIALIZATION_HELP)
+
+    def __init__(self, *args: Any, team: Team, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        field = self.fields["model_source"]
+        assert isinstance(field, forms.ModelChoiceField)
+        field.queryset = ModelSource.objects.filter(team=team)

@@ -1,4 +1,4 @@
-"""The catalog's pages: model sources, agents, topologies and datasets.
+"""The catalog's pages: model sources, agents, topologies, datasets, graders and tasks.
 
 Each view: fetch within the current team (another team's object is a 404), call one service,
 render or redirect; htmx requests get the page's named partial (`page.html#name`).
@@ -17,21 +17,26 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from training.config import ConfigError
 from training.data import MAX_FIELD_CHARS, MAX_FIELDS, MAX_JSON_DEPTH
-from webapp.catalog import conversations, environments, selectors, services
+from webapp.catalog import conversations, environments, graders, selectors, services
 from webapp.catalog.forms import (
     AgentForm,
     ConversationsUploadForm,
     DatasetGeneratorForm,
     DatasetUploadEditForm,
     DatasetUploadForm,
+    GraderForm,
     ModelSourceForm,
+    TaskForm,
+    TaskTopologyForm,
     TopologyForm,
 )
 from webapp.core.bodylimit import upload_view
 from webapp.core.values import id_or_none
-from webapp.models import Agent, Dataset, ModelSource, Topology
+from webapp.models import Agent, Dataset, Grader, ModelSource, Task, Topology
 from webapp.teams.access import TeamRequest, team_object_or_404
+from webapp.teams.audit import Verb, audit_record
 
 
 @require_GET
@@ -277,3 +282,115 @@ def dataset_delete(request: TeamRequest, pk: int) -> HttpResponse:
     dataset = team_object_or_404(request, Dataset, pk)
     return _delete(request, dataset, lambda d: services.dataset_delete(dataset=d, actor=request.user), "dataset", "dataset_list",
                    lambda d: selectors.dataset_delete_blocker(dataset=d), lambda d: selectors.dataset_delete_effects(dataset=d))
+
+
+# == graders and tasks ============================================================================
+
+
+@require_GET
+def grader_list(request: TeamRequest) -> HttpResponse:
+    return render(request, "catalog/graders/list.html", {"graders": graders.graders_of(team=request.team)})
+
+
+def grader_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
+    """The grader form. Its Try button (htmx, `action=try`) grades the answer typed on the chosen
+    dataset's first rows without saving; Save tries it there too and refuses a grader that fails."""
+    grader = team_object_or_404(request, Grader, pk) if pk else None
+    form = GraderForm(request.POST or None, instance=grader, team=request.team)
+    tried: list[services.TriedRow] | None = None
+    if request.method == "POST" and form.is_valid():
+        data = dict(form.cleaned_data)
+        dataset, answer = data.pop("try_dataset"), data.pop("try_answer")
+        try:
+            if request.POST.get("action") == "try":
+                tried = services.grader_try(team=request.team, grader=form.instance, dataset=dataset, answer=answer)
+            else:
+                grader = services.grader_save(team=request.team, instance=grader, actor=request.user, try_on=dataset, answer=answer, **data)
+                messages.success(request, f"Saved grader {grader.name}.")
+                return redirect("grader_list")
+        except ValidationError as exc:
+            form.add_error(None, exc)
+    context = {"form": form, "object": grader, "tried": tried}
+    return render(request, "catalog/graders/form.html#tried" if request.htmx else "catalog/graders/form.html", context)
+
+
+def grader_delete(request: TeamRequest, pk: int) -> HttpResponse:
+    grader = team_object_or_404(request, Grader, pk)
+    return _delete(request, grader, lambda g: services.grader_delete(grader=g, actor=request.user), "grader", "grader_list",
+                   lambda g: graders.grader_delete_blocker(grader=g))
+
+
+@require_GET
+def grader_export(request: TeamRequest, pk: int) -> HttpResponse:
+    grader = team_object_or_404(request, Grader, pk)
+    return _yaml_download(request, grader, graders.grader_yaml(grader=grader), f"grader-{grader.name}.yaml")
+
+
+@require_GET
+def task_list(request: TeamRequest) -> HttpResponse:
+    return render(request, "catalog/tasks/list.html", {"tasks": graders.tasks_of(team=request.team)})
+
+
+def task_edit(request: TeamRequest, pk: int | None = None) -> HttpResponse:
+    """The task form, with Try (htmx, `action=try`: each role's prompt and grades on the dataset's
+    first rows, nothing saved) and, once saved, a button that makes a topology playing it."""
+    task = team_object_or_404(request, Task, pk) if pk else None
+    form = TaskForm(request.POST or None, instance=task, team=request.team)
+    tried: list[services.TriedRow] | None = None
+    if request.method == "POST" and form.is_valid():
+        data = dict(form.cleaned_data)
+        answers = data.pop("try_answers")
+        try:
+            if request.POST.get("action") == "try":
+                tried = services.task_try(team=request.team, task=form.instance, answers=answers)
+            else:
+                task = services.task_save(team=request.team, instance=task, actor=request.user, answers=answers, **data)
+                messages.success(request, f"Saved task {task.name}.")
+                return redirect(task)
+        except ValidationError as exc:
+            form.add_error(None, exc)
+    context = {"form": form, "object": task, "tried": tried, "roles": form.instance.role_names() if tried else [],
+               "topology_form": TaskTopologyForm(team=request.team) if task else None,
+               "topologies": graders.task_topologies(task=task) if task else []}
+    return render(request, "catalog/tasks/form.html#tried" if request.htmx else "catalog/tasks/form.html", context)
+
+
+@require_POST
+def task_topology(request: TeamRequest, pk: int) -> HttpResponse:
+    task = team_object_or_404(request, Task, pk)
+    form = TaskTopologyForm(request.POST, team=request.team)
+    if form.is_valid():
+        try:
+            topology = services.task_topology_create(task=task, actor=request.user, **form.cleaned_data)
+        except ValidationError as exc:
+            messages.error(request, " ".join(exc.messages))
+        else:
+            messages.success(request, f"Created topology {topology.name} with one agent per role.")
+            return redirect(topology)
+    else:
+        messages.error(request, " ".join(m for errors in form.errors.values() for m in errors))
+    return redirect(task)
+
+
+def task_delete(request: TeamRequest, pk: int) -> HttpResponse:
+    task = team_object_or_404(request, Task, pk)
+    return _delete(request, task, lambda t: services.task_delete(task=t, actor=request.user), "task", "task_list",
+                   lambda t: graders.task_delete_blocker(task=t))
+
+
+@require_GET
+def task_export(request: TeamRequest, pk: int) -> HttpResponse:
+    task = team_object_or_404(request, Task, pk)
+    try:
+        text = graders.task_yaml(task=task)
+    except ConfigError as exc:
+        messages.error(request, f"Task {task.name} cannot be exported: {exc.message}")
+        return redirect(task)
+    return _yaml_download(request, task, text, f"task-{task.name}.yaml")
+
+
+def _yaml_download(request: TeamRequest, obj: Any, text: str, filename: str) -> HttpResponse:
+    audit_record(team=request.team, actor=request.user, verb=Verb.EXPORT, obj=obj, format="yaml")
+    response = HttpResponse(text, content_type="application/yaml; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response

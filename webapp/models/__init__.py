@@ -24,6 +24,7 @@ from webapp.models.history import Tag
 from webapp.models.jobs import Job
 from webapp.models.ops import Worker
 from webapp.models.runs import Checkpoint, Evaluation, LogLine, MetricPoint, Rollout, Run, gpu_queue, queue_clock
+from webapp.models.tasks import Grader, Task
 from webapp.models.teams import ApiToken, AuditEvent, Invitation, Membership, Team
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "Dataset",
     "Evaluation",
     "Experiment",
+    "Grader",
     "Invitation",
     "Job",
     "LogLine",
@@ -47,6 +49,7 @@ __all__ = [
     "Rollout",
     "Run",
     "Tag",
+    "Task",
     "Team",
     "Topology",
     "TopologyAgent",

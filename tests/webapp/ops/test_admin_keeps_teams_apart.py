@@ -24,6 +24,7 @@ from webapp.models import (
     Dataset,
     Evaluation,
     Experiment,
+    Grader,
     Invitation,
     Job,
     LogLine,
@@ -33,6 +34,7 @@ from webapp.models import (
     Rollout,
     Run,
     Tag,
+    Task,
     Team,
     Topology,
     TopologyAgent,
@@ -41,9 +43,10 @@ from webapp.models import (
 
 EDITABLE_LINKS = {
     # (model, field) a change or add form may set to another webapp row, each checked by the model's `clean` (tests below)
-    ("agent", "model_source"), ("topologyagent", "agent"), ("topologyagent", "topology"),
+    ("agent", "model_source"), ("topologyagent", "agent"), ("topologyagent", "topology"), ("task", "dataset"),
     # the team of a new object (never of an existing one), and a membership (a user in a team: what the form is for)
     ("modelsource", "team"), ("agent", "team"), ("topology", "team"), ("dataset", "team"), ("tag", "team"), ("membership", "team"),
+    ("grader", "team"), ("task", "team"),
 }
 
 
@@ -143,6 +146,13 @@ def test_a_topology_takes_no_agent_of_another_team(superuser, alice_world, bob_w
     assert link.topology_id == topology.pk
 
 
+def test_a_task_takes_no_dataset_of_another_team(superuser, alice_world, bob_world):
+    task = Task.objects.create(team=superuser.team, name="t", dataset=alice_world.dataset, roles=[{"name": "a", "prompt": "x"}])
+    response = _post_change(superuser.client, task, dataset=str(bob_world.dataset.pk))
+    assert response.status_code == 200 and "dataset" in response.context["adminform"].form.errors
+    assert Task.objects.get(pk=task.pk).dataset_id == alice_world.dataset.pk
+
+
 def test_an_agent_takes_no_model_of_another_team(superuser, alice_world, bob_world):
     response = _post_change(superuser.client, alice_world.tool, model_source=str(bob_world.source.pk))
     assert response.status_code == 200
@@ -182,6 +192,8 @@ def test_no_admin_form_offers_a_link_to_another_row_beyond_the_checked_ones(supe
         Agent: alice_world.tool, Topology: alice_world.topology, TopologyAgent: TopologyAgent.objects.first(),
         Dataset: alice_world.dataset, Run: run, Checkpoint: checkpoint, Experiment: experiment,
         Tag: Tag.objects.create(team=superuser.team, name="t"),
+        Grader: Grader.objects.create(team=superuser.team, name="g", kind="exact"),
+        Task: Task.objects.create(team=superuser.team, name="t", dataset=alice_world.dataset, roles=[{"name": "a", "prompt": "x"}]),
         Job: Job.objects.create(team=superuser.team, kind="evaluate", run=run, checkpoint=checkpoint),
         MetricPoint: MetricPoint.objects.create(run=run, step=1, time=timezone.now()), Rollout: Rollout.objects.create(run=run, step=1, episode=0, data={}),
         Evaluation: Evaluation.objects.create(run=run, step=1, team_success=0.5), LogLine: LogLine.objects.create(run=run, message="x"),

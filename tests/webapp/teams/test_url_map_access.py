@@ -133,6 +133,10 @@ def bravo_objects(team, user, data_dir) -> None:
     Rollout.objects.create(pk=PK, run=run, step=1, episode=0, data={"turns": []})
     Evaluation.objects.create(pk=PK, run=run, step=1, team_success=0.5)
     LogLine.objects.create(pk=PK, run=run, message="bravo log")
+    from webapp.models import Grader, Task
+
+    Grader.objects.create(pk=PK, team=team, name="secret-grader", kind="exact")
+    Task.objects.create(pk=PK, team=team, name="secret-task", roles=[{"name": "a", "prompt": "x", "grader": "secret-grader"}])
     # a second member of Bravo, whose membership has the shared id (the member pages' object)
     Membership.objects.create(pk=PK, team=team, user=User.objects.create_user("bravo-2", password="password"))
     try:

@@ -1,5 +1,5 @@
-"""The catalog's workflows: model sources, agents, topologies and datasets (uploaded or
-generated). Every write to them goes through here; one module per entity, re-exported here.
+"""The catalog's workflows: model sources, agents, topologies, datasets (uploaded or
+generated), and the team's graders and tasks. Every write to them goes through here; one module per entity, re-exported here.
 
 Functions are keyword-only and named `<entity>_<action>`. Domain errors are Django
 `ValidationError`s keyed by the field at fault, so a view shows them next to that field. The
@@ -17,6 +17,16 @@ from webapp.catalog.services.datasets import (
     dataset_upload_update,
 )
 from webapp.catalog.services.model_sources import model_source_delete, model_source_save
+from webapp.catalog.services.tasks import (
+    TriedRow,
+    grader_delete,
+    grader_save,
+    grader_try,
+    task_delete,
+    task_save,
+    task_topology_create,
+    task_try,
+)
 from webapp.catalog.services.topologies import (
     topology_create,
     topology_delete,
@@ -39,6 +49,14 @@ __all__ = [
     "dataset_upload_update",
     "model_source_delete",
     "model_source_save",
+    "TriedRow",
+    "grader_delete",
+    "grader_save",
+    "grader_try",
+    "task_delete",
+    "task_save",
+    "task_topology_create",
+    "task_try",
     "topology_create",
     "topology_delete",
     "topology_duplicate",

@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from webapp.catalog.environments import environment_roles
+from webapp.catalog.graders import task_roles
 from webapp.catalog.selectors import agent_delete_blocker
 from webapp.catalog.services.names import check_name_free, free_name
 from webapp.models import Agent, Team
@@ -38,6 +39,7 @@ def agent_update(*, agent: Agent, **values: Any) -> Agent:
             for field, messages in exc.message_dict.items():
                 problems[field] += [m for m in messages if m not in problems[field]]
     roles = environment_roles()
+    roles["task"] = task_roles(team=agent.team_id)  # the roles of the team's own tasks
     if agent.role and not any(agent.role in env_roles for env_roles in roles.values()):
         by_env = "; ".join(f"{env}: {', '.join(env_roles)}" for env, env_roles in roles.items())
         problems["role"].append(f"No environment has the role {agent.role!r}, so no topology could use this agent. Roles by environment: {by_env}.")

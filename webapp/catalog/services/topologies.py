@@ -10,7 +10,9 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from agents.base import Environment
+from training.config import ConfigError
 from webapp.catalog.environments import environment_load
+from webapp.catalog.graders import task_env_args
 from webapp.catalog.selectors import topology_delete_blocker
 from webapp.catalog.services.names import check_name_free, free_name
 from webapp.models import Agent, Team, Topology, TopologyAgent
@@ -53,7 +55,10 @@ def topology_problems(*, topology: Topology, agents: list[Agent]) -> dict[str, l
     problems: dict[str, list[str]] = defaultdict(list)
     env: Environment | None = None
     try:
-        env = environment_load(name=topology.environment, env_args=topology.env_args)
+        env_args = task_env_args(team=topology.team_id, env_args=topology.env_args) if topology.environment == "task" else topology.env_args
+        env = environment_load(name=topology.environment, env_args=env_args)
+    except ConfigError as exc:  # a task the team does not have
+        problems["env_args"].append(exc.message)
     except ValidationError as exc:
         for field, messages in exc.message_dict.items():
             problems[field] += messages
