@@ -36,6 +36,8 @@ from typing import IO, Any
 
 from django.conf import settings
 
+from webapp.core import sockets
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -184,7 +186,8 @@ class Processes:
 
     def start_web(self) -> None:
         self.web = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), *self.web_args, "webapp.asgi:application"],
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), *sockets.DAPHNE_ARGS, *self.web_args,
+             "webapp.asgi:application"],
             cwd=REPO, env=self.env(), stdout=self._log("daphne"), stderr=subprocess.STDOUT,
         )
         wait_for(lambda: port_open(self.port), "daphne", 120, 0.1, proc=self.web)

@@ -27,6 +27,16 @@ GONE). Not 1012 ("service restart"): an application may close only with 1000 or 
 the websocket library refuses any other code with an exception (a traceback per socket)."""
 
 
+MAX_MESSAGE_BYTES = 4096
+"""The largest websocket message Daphne accepts from a client, before any of Troupe's code runs
+(Autobahn buffers a whole message, 1 MiB by default, before the consumer sees it). A page only
+sends pings (`{"t": "ping"}`; the consumer reads at most 1,024 characters, 4 KiB in UTF-8)."""
+
+DAPHNE_ARGS = ("--websocket-max-message-size", str(MAX_MESSAGE_BYTES), "--websocket-max-frame-size", str(MAX_MESSAGE_BYTES))
+"""The arguments every start of Daphne passes (`manage.py troupe`, docker/Dockerfile,
+docker/compose.yaml, the tests' stack); a test checks each of them."""
+
+
 def close_code(code: object) -> int:
     """`code` if an application may close a websocket with it (1000, or 3000-4999 per RFC 6455 and
     IANA's registry), else RECONNECT: a group message from an older process, or a typo, must not

@@ -31,6 +31,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from webapp.core import sockets
 from webapp.core.private import data_dir_tighten, umask_private
 from webapp.models import RAY_QUEUE, gpu_queue
 from webapp.runs import services as run_services
@@ -99,7 +100,7 @@ class Command(BaseCommand):
             if _port_open(options["host"], port):
                 raise CommandError(f"port {port} on {options['host']} is already in use; set PORT (or --port) to another one")
             procs.append(("web", _spawn([sys.executable, "-m", "daphne", "-v", "0", "-b", options["host"], "-p", str(port),
-                                         "webapp.asgi:application"], env)))
+                                         *sockets.DAPHNE_ARGS, "webapp.asgi:application"], env)))
             _wait_for(lambda: _port_open(options["host"], port), f"Daphne on port {port}", procs[-1][1])
             if not options["no_worker"]:
                 requeued = run_services.run_enqueue_queued()  # harmless duplicates: the task claims the row
