@@ -118,3 +118,16 @@ def test_the_spec_refuses_unknown_or_repeated_ablations() -> None:
     fields = {p.field for p in exc.value.problems}
     assert fields == {"ablations[1]", "ablations[2]"}
     assert spec().to_dict()["ablations"] == ["apart", "role_swap"]
+
+
+def test_the_cli_teams_two_runs_trained_apart(swept, capsys) -> None:
+    from training.__main__ import main
+
+    _, out, _, _ = swept
+    assert main(["ablate", str(out / "trial-000"), "--kind", "apart"]) == 2
+    assert "--kind apart needs --partner" in capsys.readouterr().err
+    assert main(["ablate", str(out / "trial-000"), "--kind", "role_swap", "--partner", str(out / "trial-001")]) == 2
+    assert main(["ablate", str(out / "trial-000"), "--kind", "apart", "--partner", str(out / "trial-001")]) == 0
+    printed = capsys.readouterr().out
+    stored = json.loads((out / "trial-000" / "ablations.json").read_text())["apart"]["metrics"]["team.success"]
+    assert f"trained apart (step 2, 8 tasks): team {stored:.3f}" in printed
