@@ -83,7 +83,7 @@ DATABASE_DEPENDENT = frozenset({
     "webapp/runs/test_bad_input_configs.py", "webapp/experiments/test_experiment_queue_cap.py",
     "webapp/experiments/test_experiment_cancel_resume.py",
     # writes repeated at the same moment (threads behind a barrier): row locks and SQLite's write lock
-    "webapp/runs/test_concurrent_clicks_make_one.py",
+    "webapp/runs/test_concurrent_clicks_make_one.py", "webapp/runs/test_concurrent_warm_starts_and_evaluations.py",
     # the stream's backlog, gap fill and downsampling are database reads
     "webapp/runs/test_stream_backlog_then_deltas.py", "webapp/runs/test_stream_dashboard.py",
     "webapp/runs/test_stream_downsampling.py", "webapp/runs/test_stream_gap_fill.py",

@@ -183,7 +183,11 @@ def evaluation_config(*, run: Run, dataset: Dataset) -> RunConfig:
 
 
 def evaluation_request(*, run: Run, user: User | None, dataset: Dataset, checkpoint: Checkpoint | None) -> Job:
-    """Queue an evaluation of `checkpoint` (None: the base models) on `dataset`'s held-out split."""
+    """Queue an evaluation of `checkpoint` (None: the base models) on `dataset`'s held-out split.
+
+    While the same evaluation (this run, checkpoint and dataset) is queued or running, that job is
+    returned instead, also to a request at the same moment: the lookup and the insert hold the run's
+    row lock (SQLite: the write lock taken at BEGIN), so a double click or two tabs make one job."""
     if dataset.team_id != run.team_id:
         raise ValidationError({"dataset": "Pick one of your team's datasets."})
     _checked_checkpoint(run, checkpoint)
@@ -191,11 +195,17 @@ def evaluation_request(*, run: Run, user: User | None, dataset: Dataset, checkpo
         config = evaluation_config(run=run, dataset=dataset)
     except ConfigError as exc:
         raise ValidationError({"dataset": f"{exc.field}: {exc.message}"}) from None
-    return job_create(
-        team=run.team, user=user, kind=Job.Kind.EVALUATE, run=run, checkpoint=checkpoint, dataset=dataset,
-        params={"config_yaml": config.to_yaml(), "checkpoint_step": checkpoint.step if checkpoint else None,
-                "dataset_name": dataset.name},
-    )
+    with transaction.atomic():
+        Run.objects.select_for_update().filter(pk=run.pk).first()
+        pending = (Job.objects.filter(run=run, kind=Job.Kind.EVALUATE, dataset=dataset, checkpoint=checkpoint, status__in=Job.ACTIVE)
+                   .exclude(params__has_key="ablation").order_by("created", "id").first())
+        if pending is not None:
+            return pending
+        return job_create(
+            team=run.team, user=user, kind=Job.Kind.EVALUATE, run=run, checkpoint=checkpoint, dataset=dataset,
+            params={"config_yaml": config.to_yaml(), "checkpoint_step": checkpoint.step if checkpoint else None,
+                    "dataset_name": dataset.name},
+        )
 
 
 EvaluateFn = Callable[..., list[dict[str, Any]]]

@@ -144,7 +144,12 @@ def warm_start_launch(
     queue an SFT run on it: the run's topology, model, data (its held-out tasks) and evaluation,
     learning for `steps` steps of `batch_size` examples per policy, from the weights the run started
     from (its base model, or its own `model.init_from`) or from `start_from` (one of its checkpoints). Either the dataset and the run are both saved, or
-    neither (ValidationError or ConfigError naming the problem)."""
+    neither (ValidationError or ConfigError naming the problem).
+
+    While a warm start of `run` with the same settings is queued or running, that run is returned
+    instead, also to a request at the same moment (a double click, two tabs): the lookup, the
+    dataset and the run are made under the source run's row lock (SQLite: the write lock taken at
+    BEGIN), as Resume does."""
     episodes = warm_start_set(run=run, threshold=threshold)
     if start_from is not None and (start_from.run_id != run.pk or start_from.deleted is not None):
         raise ValidationError({"start_from": f"Start from one of run #{run.pk}'s kept checkpoints."})
@@ -157,17 +162,39 @@ def warm_start_launch(
     if start_from is not None:  # else the weights the run itself started from (its base, or its own warm start)
         tree["model"]["init_from"] = {"run": start_from.path, "step": start_from.step}
     label = f"run #{run.pk} episodes ({episodes.rule})"
-    dataset_name = free_name(Dataset, run.team, label, max_length=100,
-                             suffixes=("" if i == 1 else f" ({i})" for i in range(1, 1000)))
+    run_name = (name or f"{run.name} · SFT on {label}")[:200]
     stored: Dataset | None = None
     try:
         with transaction.atomic():
+            Run.objects.select_for_update().filter(pk=run.pk).first()
+            pending = _pending_warm_start(run, label=label, name=run_name, tree=tree, lr=lr)
+            if pending is not None:
+                return pending
+            dataset_name = free_name(Dataset, run.team, label, max_length=100,
+                                     suffixes=("" if i == 1 else f" ({i})" for i in range(1, 1000)))
             stored = conversations_upload(team=run.team, name=dataset_name, environment=run.environment or run.to_config().topology.environment,
                                           upload=SimpleUploadedFile(f"run-{run.pk}-episodes.jsonl", episodes.jsonl()), actor=user)
             tree["sft"]["path"] = str(stored.path)
-            config = services.run_config_build(team=run.team, tree=tree, name=(name or f"{run.name} · SFT on {label}")[:200])
+            config = services.run_config_build(team=run.team, tree=tree, name=run_name)
             return services.run_create(team=run.team, user=user, name=config.name, config=config, topology=run.topology, dataset=run.dataset)
     except BaseException:
         if stored is not None and stored.path is not None:
             stored.path.unlink(missing_ok=True)
         raise
+
+
+def _pending_warm_start(run: Run, *, label: str, name: str, tree: dict[str, Any], lr: float | None) -> Run | None:
+    """A queued or running warm start of `run` asked with the same settings: an episode set of the
+    same rule (its dataset's name starts with `label`), the same run name, steps, batch size,
+    learning rate (when one is asked) and starting weights."""
+    sets = {str(d.path) for d in Dataset.objects.filter(team=run.team, kind=Dataset.Kind.CHATS, name__startswith=label) if d.path}
+    init = (tree["model"].get("init_from") or {}).get("run")
+    for candidate in Run.objects.filter(team=run.team, algorithm="sft", name=name, status__in=Run.ACTIVE).order_by("created", "id"):
+        config = candidate.to_config()
+        if str(config.sft.path) not in sets:
+            continue
+        same = (config.optim.steps == tree["optim"]["steps"] and config.sft.batch_size == tree["sft"]["batch_size"]
+                and (config.model.init_from.run if config.model.init_from is not None else None) == init)
+        if same and (lr is None or config.optim.lr == lr):
+            return candidate
+    return None

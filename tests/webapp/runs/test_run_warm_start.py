@@ -130,10 +130,14 @@ def test_it_stores_the_set_and_queues_an_sft_run_from_a_checkpoint(alice, finish
 
 
 def test_a_second_warm_start_stores_its_set_under_a_free_name(alice, finished, enqueued):
-    warm_start_launch(run=finished, user=alice.user, steps=2)
-    warm_start_launch(run=finished, user=alice.user, steps=2)
+    first = warm_start_launch(run=finished, user=alice.user, steps=2)
+    assert warm_start_launch(run=finished, user=alice.user, steps=2) == first  # asked again while it is queued: the same run
+    assert warm_start_launch(run=finished, user=alice.user, steps=3) != first  # other settings: another
+    Run.objects.filter(pk=first.pk).update(status=Run.Status.SUCCEEDED)
+    warm_start_launch(run=finished, user=alice.user, steps=2)  # once it has ended, the same settings start another
     names = sorted(Dataset.objects.filter(team=alice.team, kind=Dataset.Kind.CHATS).values_list("name", flat=True))
-    assert names == [f"run #{finished.pk} episodes (succeeded)", f"run #{finished.pk} episodes (succeeded) (2)"]
+    assert names == [f"run #{finished.pk} episodes (succeeded)", f"run #{finished.pk} episodes (succeeded) (2)",
+                     f"run #{finished.pk} episodes (succeeded) (3)"]
 
 
 def test_a_launch_that_fails_saves_neither_the_dataset_nor_the_run(alice, finished, monkeypatch, data_dir):
