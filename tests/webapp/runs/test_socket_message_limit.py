@@ -47,7 +47,7 @@ def test_every_start_of_daphne_passes_the_limit():
 
 @pytest.mark.integration
 @TRANSACTIONAL
-def test_daphne_closes_a_socket_sent_a_larger_message_and_serves_the_rest(alice_world, carol, tmp_path):
+def test_daphne_closes_a_socket_sent_a_larger_message_and_serves_the_rest(alice_world, carol, tmp_path):  # noqa: F811
     from tests.processes import Processes
 
     _, _, client = carol
