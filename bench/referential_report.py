@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agents.envs.referential import LETTERS, parse_choice, parse_code  # noqa: E402
+from agents.envs.referential import Referential, parse_choice, parse_code  # noqa: E402
 from training.experiment import ExperimentSpec, Trial, mean_interval  # noqa: E402
 
 
@@ -140,10 +140,9 @@ def collect(folder: Path, last_steps: int) -> list[dict[str, Any]]:
     """One record per trial of the experiment in `folder`: its arm, seed, status, curve, tokens,
     last greedy success, ablations and protocol."""
     spec = ExperimentSpec.load(folder / "experiment.yaml")
-    env_args = spec.base.topology.env_args
-    from agents.envs import load_environment
-
-    env = load_environment(spec.base.topology.environment, **env_args)
+    if spec.base.topology.environment != "referential":
+        raise SystemExit(f"error: {folder} is an experiment on {spec.base.topology.environment}, not referential")
+    env = Referential(**spec.base.topology.env_args)
     out = []
     for trial in spec.trials():
         tf = folder / f"trial-{trial.index:03d}"
@@ -234,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = build(trials)
     args.out.mkdir(parents=True, exist_ok=True)
     chance = trials[0]["chance"]
-    lines = [f"| arm | team success, mean ± 95% t-interval (min, max) | seeds | per seed |", "|---|---|---|---|"]
+    lines = ["| arm | team success, mean ± 95% t-interval (min, max) | seeds | per seed |", "|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['row']} | {show(r)} | {r.get('n', 0)} | {' '.join(f'{v:.3f}' for v in r.get('values', []))} |")
     lines.append(f"\nchance {chance:.3f}; target: together ≥ 0.8 (or ≥ chance + 0.5), apart and swapped ≤ chance + 0.1")

@@ -118,11 +118,10 @@ def run_ablations(spec: ExperimentSpec, out: Path, *, evaluate: Callable[..., li
     reason it does not apply: `{"skipped": ...}`), and a second run keeps what it holds. `apart`
     pairs a trial with the succeeded trial of the same seed that trained exactly the agents this
     one froze (`training.ablation.partner_agents`). The summaries per ablation key, one per arm."""
-    from training.ablation import Ablation, AblationError, check_ablation, partner_agents, run_folder
+    from training.ablation import Ablation, AblationError, check_ablation, evaluate_ablation, partner_agents, run_folder
 
     stream = stream or sys.stdout
-    if evaluate is None:
-        from training.ablation import evaluate_ablation as evaluate
+    run_eval: Callable[..., list[dict[str, Any]]] = evaluate or evaluate_ablation
     trials = spec.trials()
     done = {t.index: r for t in trials if (r := _read_record(out / f"trial-{t.index:03d}")) is not None and r["status"] == "succeeded"}
     results: dict[str, list[tuple[tuple[tuple[str, Any], ...], int, dict[str, float]]]] = {k: [] for k in spec.ablations}
@@ -148,7 +147,7 @@ def run_ablations(spec: ExperimentSpec, out: Path, *, evaluate: Callable[..., li
                         if partner is None:
                             raise AblationError(f"no succeeded trial of seed {trial.seed} trained the agents this one froze")
                     mirror = _read_json(partner / ABLATIONS_FILE).get(key, {}) if partner is not None else {}
-                    if mirror.get("partner") == folder.name and "metrics" in mirror:  # the same team, evaluated from its other half
+                    if partner is not None and mirror.get("partner") == folder.name and "metrics" in mirror:  # the same team, from its other half
                         saved[key] = {**mirror, "partner": partner.name, "seconds": 0.0}
                         (folder / ABLATIONS_FILE).write_text(json.dumps(saved, indent=1), encoding="utf-8")
                         results[key].append((trial.arm, trial.seed, saved[key]["metrics"]))
@@ -156,7 +155,7 @@ def run_ablations(spec: ExperimentSpec, out: Path, *, evaluate: Callable[..., li
                     print(f"trial {trial.index}: {ablation.label}", file=stream, flush=True)
                     config, checkpoint = run_folder(folder)
                     t0 = time.perf_counter()
-                    evals = evaluate(config, checkpoint, ablation, partner=partner)
+                    evals = run_eval(config, checkpoint, ablation, partner=partner)
                     saved[key] = {"metrics": trial_metrics(evals), "seconds": time.perf_counter() - t0,
                                   **({"partner": partner.name} if partner is not None else {})}
                 except AblationError as exc:
