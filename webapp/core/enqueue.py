@@ -57,6 +57,22 @@ def task_routes() -> dict[str, dict[str, str]]:
     return {task: {"queue": GPU_QUEUE} for task in TASKS}
 
 
+INTERACTIVE_PRIORITY = 0
+TRAINING_PRIORITY = 9
+"""The two lanes of a worker's queue. A job (a playground session, an evaluation, an ablation, a
+merge) is short and someone waits for it; a run may take hours. Both go to the same queue, so every
+worker that takes runs takes jobs too (`-Q gpu`), but a run's message is sent with the training
+priority and a job's with the interactive one: the broker's Redis transport keeps one list per
+priority and a worker pops them in order, 0 first (kombu's `priority_steps`), so a free worker
+takes every waiting job before the next run, however many runs were queued earlier. A worker
+busy with a run finishes it first (one task at a time, prefetch 1)."""
+
+
+def task_priority(task: str) -> int:
+    """The lane of `task`: training for runs, interactive for every job kind."""
+    return TRAINING_PRIORITY if task == RUN_EXECUTE else INTERACTIVE_PRIORITY
+
+
 def job_task(kind: str) -> str:
     """The task that executes a job of `kind` (a `Job.kind` value)."""
     return next(k.task for k in JOB_KINDS if k.value == kind)
@@ -64,5 +80,6 @@ def job_task(kind: str) -> str:
 
 def enqueue(task: str, *, object_id: int, task_id: str | None = None, queue: str | None = None) -> None:
     """Send one message for `task` about the run or job `object_id`, without retrying: a broker
-    that is down raises kombu's `OperationalError` at once, and the caller leaves the row queued."""
-    current_app.send_task(task, args=[object_id], task_id=task_id, queue=queue, retry=False)
+    that is down raises kombu's `OperationalError` at once, and the caller leaves the row queued. The
+    message goes in its task's lane (`task_priority`)."""
+    current_app.send_task(task, args=[object_id], task_id=task_id, queue=queue, retry=False, priority=task_priority(task))

@@ -11,6 +11,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from webapp.artifacts import selectors as storage
+from webapp.jobs import selectors as job_selectors
+from webapp.models import Job
 from webapp.ops import health, workers
 from webapp.runs import queue
 from webapp.teams.access import TeamRequest
@@ -41,6 +43,8 @@ def worker_list(request: TeamRequest) -> HttpResponse:
         "workers": workers.worker_list(),
         "queued_total": queued.count(),
         "queued_team": queued.filter(team=request.team).count(),
+        "jobs_queued": job_selectors.job_lane().count(),
+        "jobs_running": {job.worker: job for job in Job.objects.filter(status=Job.Status.RUNNING).exclude(worker="")},
         "lost_seconds": settings.TROUPE_WORKER_LOST_SECONDS,
     })
 

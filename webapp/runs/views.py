@@ -21,6 +21,7 @@ from training.config import ConfigError, RunConfig
 from webapp.catalog import selectors as catalog_selectors
 from webapp.core.values import id_or_none
 from webapp.jobs import ablations
+from webapp.jobs import selectors as job_selectors
 from webapp.jobs.forms import EvaluationForm
 from webapp.models import Run
 from webapp.runs import lineage, queue, rollouts, selectors, services, warmstart
@@ -35,6 +36,7 @@ def dashboard(request: TeamRequest) -> HttpResponse:
     template = "runs/dashboard.html#runs" if request.htmx else "runs/dashboard.html"  # the runs part polls itself
     return render(request, template, {
         **selectors.dashboard_runs(team=request.team),
+        "jobs": job_selectors.team_active_jobs(team=request.team),
         "experiment_cap": settings.TROUPE_EXPERIMENT_CONCURRENCY,
         "can_reorder": request.user.is_staff or request.membership.role == "admin",
     })
@@ -103,8 +105,8 @@ def run_preview(request: TeamRequest) -> HttpResponse:
     picked = bool(request.POST.get("topology") and request.POST.get("dataset"))
     config = _run_form_config(form) if picked else None
     order = [*form.fields, "__all__"]  # the form's order, not the order the checks found them in
-    errors = [f"{form[name].label}: {' '.join(errs)}" if name in form.fields else " ".join(errs)
-              for name, errs in sorted(form.errors.items(), key=lambda item: order.index(item[0]))] if picked else []
+    errors = [f"{form[name].label}: {e}" if name in form.fields else e  # one problem per bullet, so the count matches
+              for name, errs in sorted(form.errors.items(), key=lambda item: order.index(item[0])) for e in errs] if picked else []
     return render(request, "runs/new.html#preview", {
         "form": form, "config_yaml": config.to_yaml() if config is not None else None, "errors": errors, "oob_errors": picked,
     })

@@ -43,7 +43,7 @@ def test_it_plays_a_task_side_by_side_turn_by_turn(alice, checkpoint, jobs_sent,
     assert job.params["row"] == {"question": "Compute 12 + 30.", "answer": "42"}
     assert [lane["label"] for lane in job.result["lanes"]] == [f"Run #{checkpoint.run_id} · step 2", "Base models"]
     waiting = alice.client.get(reverse("playground_job", args=[job.pk])).content.decode()
-    assert "waiting for a GPU worker" in waiting and 'hx-trigger="every 1s"' in waiting
+    assert "Waiting for a worker: none is online for the gpu queue (next in the jobs lane)" in waiting and 'hx-trigger="every 1s"' in waiting
 
     done = jobs.playground_execute(job_id=job.pk)
     assert done.status == "succeeded", done.error
