@@ -322,6 +322,10 @@ class GraderForm(forms.ModelForm):
         assert isinstance(field, forms.ModelChoiceField)
         field.queryset = Dataset.objects.filter(team=team, status=Dataset.Status.VALID).exclude(kind=Dataset.Kind.CHATS)
 
+    def clean_code(self) -> str:
+        """The code with the browser's CRLF line ends made LF (what an editor and the sandbox expect)."""
+        return str(self.cleaned_data.get("code") or "").replace("\r\n", "\n")
+
 
 class TaskForm(forms.ModelForm):
     roles = YamlField(kind=list, help_text=(
@@ -368,3 +372,4 @@ class TaskTopologyForm(forms.Form):
         field = self.fields["model_source"]
         assert isinstance(field, forms.ModelChoiceField)
         field.queryset = ModelSource.objects.filter(team=team)
+        field.initial = field.queryset.values_list("pk", flat=True).first()  # the team's first model, picked already
