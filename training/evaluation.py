@@ -85,11 +85,12 @@ def evaluate(
     sampler.generator.set_state(saved)
     return results
 
-def _turn_done(report: Callable[[int, float], None], before: int, size: int, turns: int, turn: int) -> None:
+def _turn_done(report: Callable[[int, float], None], before: int, size: int, turns: int, turn: int, finished: int) -> None:
     """A batch of `size` evaluation episodes after the `before` finished ones has done `turn` of
-    its `turns` turns (the batch's end is reported with its episodes)."""
+    its `turns` turns, `finished` of its episodes ended (the batch's end is reported with its
+    episodes). The work done counts an ended episode whole and the others by their turns."""
     if turn < turns:
-        report(before, before + size * turn / turns)
+        report(before + finished, before + finished + (size - finished) * turn / turns)
 
 def evaluate_checkpoint(config: RunConfig, checkpoint: str | Path | None, *, sink: EventSink | None = None) -> list[dict[str, Any]]:
     """Evaluate base models (checkpoint None) or a saved checkpoint on the run's held-out tasks."""

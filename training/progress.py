@@ -2,7 +2,7 @@
 `EventSink.status` (see `training.events.PHASES`), each with an ETA from the run's own timings.
 
 The ETA adds up the work left, each part timed on this run: the training steps left at a
-recency-weighted mean of the steps so far (`STEP_WEIGHT`), the evaluations left (every `eval.every` steps and one at the end) at the
+median of the latest steps (`RECENT_STEPS`), the evaluations left (every `eval.every` steps and one at the end) at the
 last evaluation's duration, and the checkpoints left at the last save's. Before the first step
 has finished it is unknown (None): model loading and the step-0 evaluation say nothing about a
 step's length.
@@ -10,15 +10,17 @@ step's length.
 
 from __future__ import annotations
 
+import statistics
 import time
 
 from training.config import RunConfig
 from training.events import EventSink
 
-STEP_WEIGHT = 0.6
-"""Weight of the latest step in the step-time estimate (an exponential moving average): step times
-fall as the policy learns to answer shortly, and a plain mean of the last five steps lagged behind
-(an ETA of 15 min 49 s with 10 min 30 s left)."""
+RECENT_STEPS = 3
+"""The step-time estimate is the median of this many latest steps: it follows steps that get faster
+as the policy learns to answer shortly within two steps (a plain mean of the last five lagged: an
+ETA of 15 min 49 s with 10 min 30 s left), and one slow step (a long generation, a pause) does not
+move it, where an exponential moving average jumped (1 min 57 s, then 6 min 50 s, between polls)."""
 
 
 class RunProgress:
@@ -29,6 +31,8 @@ class RunProgress:
         self.checkpoint_every = config.checkpoint.every
         self.step_estimate: float | None = None
         """Seconds the next step should take (None before one has been timed)."""
+        self._recent: list[float] = []
+        """The latest steps' durations, at most RECENT_STEPS."""
         self.eval_seconds: float | None = None
         self.checkpoint_seconds = 0.0
         self._at = (0, TRAIN)
@@ -56,10 +60,10 @@ class RunProgress:
             self.eval_seconds = elapsed
         expected = elapsed / share if share else self.eval_seconds
         self._at, self._phase_left = (step, EVAL), max(0.0, (expected or 0.0) - elapsed)
-        # the share counts turns played, `done` whole episodes: a batch's episodes all end at its last
-        # turn, so "0/8" alone would sit under a bar at 75 %; the sentence gives both
-        self._report("evaluating", f"Evaluating at step {step} on {n} held-out tasks: {100 * share:.0f}% done ({done} finished)",
-                     progress=share)
+        # the share counts turns played, `done` whole episodes (each counted after the turn it ended
+        # at): episodes that all take every turn end together, so the sentence gives both
+        self._report("evaluating", f"Evaluating at step {step} on {n} held-out tasks: {done} of {n} finished "
+                                   f"({100 * share:.0f}% of the work)", progress=share)
 
     def training(self, step: int) -> None:
         """Step `step` starts."""
@@ -69,9 +73,8 @@ class RunProgress:
 
     def trained(self) -> None:
         """The step that started last has finished."""
-        took = time.monotonic() - self._started
-        last = self.step_estimate
-        self.step_estimate = took if last is None else STEP_WEIGHT * took + (1 - STEP_WEIGHT) * last
+        self._recent = [*self._recent, time.monotonic() - self._started][-RECENT_STEPS:]
+        self.step_estimate = statistics.median(self._recent)
         self._phase_left = 0.0
 
     def checkpointing(self, step: int) -> None:

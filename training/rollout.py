@@ -357,13 +357,13 @@ def rollout_tree(sampler: Sampler, tasks: Sequence[tuple[str, dict[str, Any]]]) 
 
 def rollout_independent(
     sampler: Sampler, tasks: Sequence[tuple[str, dict[str, Any]]], *, k: int, temperature: float | None = None,
-    on_turn: Callable[[int], None] | None = None,
+    on_turn: Callable[[int, int], None] | None = None,
 ) -> list[Episode]:
     """K independent trajectories per task (plain GRPO; K=1 at eval temperature for evaluation).
 
     Each turn samples one action per trajectory. Trajectories of one task share their first
-    prompt, so turn 0 is generated as n=k samples of each distinct prompt. `on_turn(turns)` is
-    called after each turn (an evaluation's progress).
+    prompt, so turn 0 is generated as n=k samples of each distinct prompt. `on_turn(turns, finished)`
+    is called after each turn with the trajectories finished so far (an evaluation's progress).
     """
     cfg = sampler.config
     order = cfg.topology.order()
@@ -386,7 +386,7 @@ def rollout_independent(
             assert cand.next_state is not None
             ep.state = cand.next_state
         if on_turn is not None:
-            on_turn(turn + 1)
+            on_turn(turn + 1, sum(ep.state.done for ep in episodes))
     # plain GRPO credit: each agent's samples in a trajectory share alpha * final team + its locals
     alpha = cfg.grpo.alpha
     for ep in episodes:

@@ -648,8 +648,13 @@
     }
     var eta = document.getElementById("run-eta");
     if (eta) {
-      var s = etaSeconds();
-      eta.textContent = s === null || s < 1 ? "" : "ETA " + fmtDuration(s);
+      // Known once a step has been timed; before that (loading, the step-0 evaluation) it says when it
+      // will be. Outside training steps it names the phase the estimate is counting down through.
+      var s = etaSeconds(), phase = state.phase && state.phase.phase;
+      var label = phase && phase !== "training" ? " · " + phase : "";
+      if (state.status !== "running") eta.textContent = "";
+      else if (state.eta == null) eta.textContent = "ETA after the first step" + label;
+      else eta.textContent = s < 1 ? "" : "ETA " + fmtDuration(s) + label;
     }
   }
 

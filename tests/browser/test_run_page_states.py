@@ -63,7 +63,7 @@ def test_an_open_page_follows_the_run_from_queued_to_succeeded(web: Processes, a
     seen = page.evaluate("() => window.seen")
     phases = seen["phases"]
     # what the engine was doing, as it did it: the step-0 evaluation with its progress, each step
-    assert any(p.startswith("Evaluating at step 0 on ") and p.endswith("% done (0 finished)") for p in phases), phases
+    assert any(p.startswith("Evaluating at step 0 on ") and "0 of " in p and p.endswith("% of the work)") for p in phases), phases
     assert [p for p in phases if p.startswith("Training step")] == [f"Training step {s} of {steps}" for s in range(1, steps + 1)], phases
     assert any(p.startswith("Evaluating at step 2 on ") for p in phases), phases
     assert seen["etas"] > 0, "the engine's ETA should reach the page once a step has been timed"

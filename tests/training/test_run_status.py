@@ -43,13 +43,13 @@ def test_it_reports_each_phase_of_a_run_in_order(tmp_path):
     evals0 = [c for c in sink.calls[: phases.index("training")] if c[0] == "evaluating"]
     assert [c[2] for c in evals0] == [0.0, 0.5, 1.0]  # after each of its 2 turns
     # the sentence agrees with the bar: after the first of 2 turns half the work is done, no task finished yet
-    assert [c[1] for c in evals0] == [f"Evaluating at step 0 on 4 held-out tasks: {p} done ({d} finished)"
+    assert [c[1] for c in evals0] == [f"Evaluating at step 0 on 4 held-out tasks: {d} of 4 finished ({p} of the work)"
                                       for p, d in (("0%", 0), ("50%", 0), ("100%", 4))]
     assert sink.order.index("evaluation:0") < first_step
     assert [d for p, d, *_ in sink.calls if p == "training"] == [f"Training step {s} of 3" for s in (1, 2, 3)]
     assert [d for p, d, *_ in sink.calls if p == "checkpointing"] == ["Saving the checkpoint at step 2", "Saving the checkpoint at step 3"]
-    assert [d for p, d, *_ in sink.calls if p == "evaluating" and d.endswith("(4 finished)")] == [
-        f"Evaluating at step {s} on 4 held-out tasks: 100% done (4 finished)" for s in (0, 2, 3)]
+    assert [d for p, d, *_ in sink.calls if p == "evaluating" and "4 of 4 finished" in d] == [
+        f"Evaluating at step {s} on 4 held-out tasks: 4 of 4 finished (100% of the work)" for s in (0, 2, 3)]
     # no ETA until a step has been timed; then one with each report, shrinking to (about) nothing
     etas = [eta for *_, eta in sink.calls]
     untimed = phases.index("training") + 1
@@ -155,6 +155,20 @@ def test_the_eta_follows_steps_that_get_faster(monkeypatch):
         p.trained()
         p.training(step + 1)
     assert sink.calls[-1][3] == pytest.approx(2 * 30, rel=0.05)  # settled on the new pace
+    clock.now += 200  # one slow step (a long generation): the ETA does not jump
+    p.trained()
+    p.training(10)
+    assert sink.calls[-1][3] == pytest.approx(30, rel=0.05)
+
+
+def test_an_evaluation_counts_each_task_as_it_ends(monkeypatch):
+    """Issue 46, class 3: episodes that end early are counted finished at the turn they end, not
+    only when their whole batch ends."""
+    from training.evaluation import _turn_done
+
+    reported = []
+    _turn_done(lambda done, share: reported.append((done, share)), 0, 10, 4, 2, 3)  # turn 2 of 4: 3 of 10 ended
+    assert reported == [(3, 3 + 7 * 2 / 4)]
 
 
 def test_an_evaluation_line_names_its_decoding_not_a_bare_T():

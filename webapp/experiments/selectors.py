@@ -30,6 +30,7 @@ from webapp.history import selectors as history
 from webapp.jobs.ablations import ablation_results
 from webapp.models import Evaluation, Experiment, Job, Run, Team
 from webapp.runs import queue
+from webapp.runs.estimates import seconds_per_step
 from webapp.runs.series import CHARTS
 from webapp.runs import trials as trials_of_search
 
@@ -205,16 +206,6 @@ def _search_rows(*, experiment: Experiment, spec: ExperimentSpec, latest: dict[i
     for row in rows:
         row.is_best = best is not None and row.index == best.number
     return rows
-
-
-def seconds_per_step(*, team: Team, environment: str) -> float | None:
-    """The median wall time per step of the team's last succeeded runs (of this environment if it
-    has any): what a trial's duration is estimated from. None before any run finished."""
-    done = Run.objects.filter(team=team, status=Run.Status.SUCCEEDED, started__isnull=False, finished__isnull=False, step__gt=0)
-    same = done.filter(environment=environment)
-    rows = list((same if same.exists() else done).order_by("-finished").values("started", "finished", "step", "resumed_at_step")[:20])
-    rates = [(r["finished"] - r["started"]).total_seconds() / max(r["step"] - (r["resumed_at_step"] or 0), 1) for r in rows]
-    return statistics.median(rates) if rates else None
 
 
 @dataclass

@@ -24,7 +24,7 @@ from webapp.jobs import ablations
 from webapp.jobs import selectors as job_selectors
 from webapp.jobs.forms import EvaluationForm
 from webapp.models import Run
-from webapp.runs import lineage, queue, rollouts, selectors, services, warmstart
+from webapp.runs import estimates, lineage, queue, rollouts, selectors, services, warmstart
 from webapp.runs.forms import RunForm, WarmStartForm
 from webapp.teams.access import TeamRequest, team_object_or_404
 
@@ -109,6 +109,8 @@ def run_preview(request: TeamRequest) -> HttpResponse:
               for name, errs in sorted(form.errors.items(), key=lambda item: order.index(item[0])) for e in errs] if picked else []
     return render(request, "runs/new.html#preview", {
         "form": form, "config_yaml": config.to_yaml() if config is not None else None, "errors": errors, "oob_errors": picked,
+        "steps": config.optim.steps if config is not None else None,
+        "estimate": estimates.run_estimate(team=request.team, config=config) if config is not None else None,
     })
 
 

@@ -34,9 +34,13 @@ def newest(rows: Any, n: int) -> list[Any]:
 
 @register.filter
 def eta(run: Any) -> str:
-    """"ETA 3m 20s" for a running run, else empty."""
-    seconds = run.eta_seconds() if isinstance(run, Run) else None
-    return "" if seconds is None else f"ETA {duration(seconds)}"
+    """"ETA 3m 20s" for a running run ("ETA 3m 20s · evaluating" outside a training step, "ETA after
+    the first step" before one has been timed), else empty (static/js/run-live.js says the same)."""
+    if not isinstance(run, Run) or run.status != Run.Status.RUNNING:
+        return ""
+    label = f" · {run.phase}" if run.phase and run.phase != "training" else ""
+    seconds = run.eta_seconds()
+    return f"ETA after the first step{label}" if seconds is None else f"ETA {duration(seconds)}{label}"
 
 
 @register.filter
