@@ -4,7 +4,6 @@ the CSV export."""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -30,9 +29,9 @@ from webapp.history import selectors as history
 from webapp.jobs.ablations import ablation_results
 from webapp.models import Evaluation, Experiment, Job, Run, Team
 from webapp.runs import queue
+from webapp.runs import trials as trials_of_search
 from webapp.runs.estimates import seconds_per_step
 from webapp.runs.series import CHARTS
-from webapp.runs import trials as trials_of_search
 
 
 def experiment_list(*, team: Team) -> QuerySet[Experiment]:
