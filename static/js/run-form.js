@@ -7,11 +7,12 @@
   var form = document.getElementById("run-form");
   var algorithm = document.getElementById("id_algorithm");
   if (!form || !algorithm) return;
-  function names(key) { return (form.dataset[key] || "").split(" ").filter(Boolean); }
+  // (getAttribute, not form.dataset: the form's own "dataset" field shadows that property)
+  function names(attr) { return (form.getAttribute(attr) || "").split(" ").filter(Boolean); }
   function follow() {
     var sft = algorithm.value === "sft";
-    names("grpoOnly").forEach(function (name) { toggle(name, sft); });
-    names("sftOnly").forEach(function (name) { toggle(name, !sft); });
+    names("data-grpo-only").forEach(function (name) { toggle(name, sft); });
+    names("data-sft-only").forEach(function (name) { toggle(name, !sft); });
   }
   function toggle(name, hide) {
     var box = document.getElementById("field-" + name);

@@ -55,6 +55,7 @@ def test_it_warm_starts_an_sft_run_from_a_run_s_best_episodes(stack: Processes, 
     page = browser_page
     log_in(page, stack, alice)
     page.goto(stack.url + source.get_absolute_url())
+    page.click("#run-more summary")  # the secondary actions sit in the head's menu
     page.click("#warm-start")
     page.wait_for_url(re.compile(rf".*/runs/{source.pk}/warm-start/$"))
     preview = page.locator("#warm-preview")
