@@ -12,10 +12,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, path, re_path
 
-from webapp.api import jobs as api_jobs
 from webapp.api import openapi as api_openapi
 from webapp.api import routes as api_routes
-from webapp.api import runs as api_runs
 from webapp.artifacts import views as artifacts
 from webapp.catalog import views as catalog
 from webapp.experiments import views as experiments
@@ -134,22 +132,8 @@ urlpatterns = [
     page("playground/<int:pk>/", jobs.playground_job, name="playground_job"),
     page("account/tokens/", teams.api_tokens, name="api_tokens"),
     page("account/tokens/<int:pk>/revoke/", teams.api_token_revoke, name="api_token_revoke"),
-    path("api/v1/", api_runs.index, name="api_index"),
     path("api/v1/openapi.json", api_openapi.document, name="api_openapi"),
-    path("api/v1/playground/", api_jobs.playground, name="api_playground"),
-    path("api/v1/jobs/", api_jobs.jobs, name="api_jobs"),
-    path("api/v1/jobs/<int:pk>/", api_jobs.job_detail, name="api_job"),
     *api_routes.urlpatterns(),  # the API's routes on django-ninja (webapp/api/routes.py mounts each module's router)
-    path("api/v1/runs/", api_runs.runs, name="api_runs"),
-    path("api/v1/runs/<int:pk>/", api_runs.run_detail, name="api_run"),
-    path("api/v1/runs/<int:pk>/cancel/", api_runs.run_cancel, name="api_run_cancel"),
-    path("api/v1/runs/<int:pk>/metrics/", api_runs.run_metrics, name="api_run_metrics"),
-    path("api/v1/runs/<int:pk>/rollouts/", api_runs.run_rollouts, name="api_run_rollouts"),
-    path("api/v1/runs/<int:pk>/evaluations/", api_runs.run_evaluations, name="api_run_evaluations"),
-    path("api/v1/runs/<int:pk>/ablations/", api_runs.run_ablations, name="api_run_ablations"),
-    path("api/v1/runs/<int:pk>/artifacts/checkpoints/<int:step>/<str:name>.zip", api_runs.checkpoint_file, name="api_checkpoint_download"),
-    path("api/v1/runs/<int:pk>/artifacts/merged/<int:job_id>.zip", api_runs.merged_file, name="api_merged_download"),
-    path("api/v1/runs/<int:pk>/artifacts/<str:name>", api_runs.run_file, name="api_run_file"),
     path("admin/", admin.site.urls),
 ]
 

@@ -179,7 +179,8 @@ def answers(ok: Mapping[int, Any], *codes: int) -> dict[Any, Any]:
 
 class JsonParser(Parser):
     """Bodies through the trust boundary: JSON only (415 otherwise), an object, and refused where
-    `trust.json_load` refuses (duplicate keys, NaN, too deep, too large)."""
+    `trust.json_load` refuses (duplicate keys, NaN, too deep, too large, and `trust.check_tree`'s
+    NUL and lone surrogates in any string or key)."""
 
     def parse_body(self, request: HttpRequest) -> dict[str, Any]:
         if (request.content_type or "") != "application/json":
@@ -187,7 +188,6 @@ class JsonParser(Parser):
         body = trust.json_load(request.body, field="body")
         if not isinstance(body, dict):
             raise ApiError(400, "Send a JSON object.", fields={"body": ["Expected a JSON object."]})
-        trust.check_tree(body, field="body")
         return body
 
 
@@ -294,7 +294,16 @@ def _invalid(request: HttpRequest, exc: FormError) -> HttpResponse:
 
 @_handle(ConfigError)
 def _config_error(request: HttpRequest, exc: ConfigError) -> HttpResponse:
-    return error(400, str(exc), field=exc.field)
+    """A config's problems, every one found in one pass (`ConfigProblems`), the first named in `error`."""
+    from webapp.runs.services import MAX_CONFIG_PROBLEMS
+
+    first, *others = exc.problems
+    if not others:
+        return error(400, str(exc), field=exc.field)
+    fields: dict[str, list[str]] = {}
+    for problem in [first, *others[:MAX_CONFIG_PROBLEMS]]:
+        fields.setdefault(problem.field, []).append(problem.message)
+    return error(400, str(first), field=first.field, fields=fields)
 
 
 @_handle(RequestDataTooBig)

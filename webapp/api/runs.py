@@ -12,211 +12,298 @@ as on the pages. The catalog, jobs and experiments have their modules beside thi
     POST /api/v1/runs/<id>/cancel/
     GET  /api/v1/runs/<id>/metrics/?after=&limit=   metric points by step (paginated)
     GET  /api/v1/runs/<id>/rollouts/?after=&limit=&step=   episodes (paginated)
-    GET  /api/v1/runs/<id>/evaluations/             held-out evaluations and evaluation jobs
-    GET  /api/v1/runs/<id>/ablations/               the ablations a finished team run allows, its ablation jobs (POST: queue one)
     GET  /api/v1/runs/<id>/artifacts/<file>         config.yaml, metrics.csv, metrics.jsonl, rollouts.jsonl,
                                                     checkpoints/<step>/<agent>.zip, merged/<job>.zip
+(a run's evaluations and ablations are in `jobs.py`.)
 """
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Any, Literal
 
 from django.core.exceptions import RequestDataTooBig, ValidationError
-from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
+from ninja import Field, Query, Router, Schema, Status
 
 from training.config import ConfigError
-from webapp.api import jobs as api_jobs
-from webapp.api.http import PER_PAGE_MAX, ApiError, ApiRequest, Field, absolute, endpoint, error, id_field, json_body, query_int
+from webapp.api.app import Id, In, Page, Paging, answers, page_of, read_body
+from webapp.api.http import ApiError, absolute, invalid_fields
+from webapp.api.jobs import Evaluations, evaluations_of
 from webapp.artifacts import files as artifacts
 from webapp.artifacts.downloads import checkpoint_download, merged_download, run_file_download
+from webapp.catalog import selectors as catalog
 from webapp.core import trust
 from webapp.core.console import printable
 from webapp.core.values import ID_MAX
 from webapp.history import selectors as history
-from webapp.models import Dataset, Job, MetricPoint, Rollout, Run, Topology
-from webapp.runs import lineage
+from webapp.models import Dataset, Job, Run
+from webapp.runs import lineage, selectors
 from webapp.runs import services as run_services
 
+router = Router(tags=["runs"])
+
 METRICS_LIMIT_MAX = 1000
-
-
 ROLLOUTS_LIMIT_MAX = 100
-
-
-LAUNCH_FIELDS = {
-    "config": Field(("string", "object"), "The run config: YAML text, or the same sections as an object (with a topology: "
-                    "the other sections, e.g. optim, grpo, generation; empty: the defaults)."),
-    "topology": id_field("A topology of the team: it gives the model and topology sections (and the name, unless given).",
-                         nullable=True),
-    "name": Field("string", "The run's name (default: the config's).", max_length=200),
-    "dataset": id_field("A dataset of the team: the run trains on it.", nullable=True),
-    "conversations": id_field("A conversations dataset of the team: the run is supervised fine-tuning on it (algorithm sft).",
-                              nullable=True),
-    "start_from": Field("object", "Start from a finished run's weights (model.init_from): {\"run\": id, \"step\": its checkpoint's "
-                        "step (absent or 0: the last), \"agents\": {policy: the checkpoint's folder}}.", nullable=True),
-    "tags": Field(("array", "string"), "Tags: a list, or one comma-separated string."),
-    "notes": Field("string", "Free text shown on the run page."),
-}
-
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain")
 START_FROM_KEYS = frozenset({"run", "step", "agents"})
 
 
-YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain")
+class Named(Schema):
+    id: int
+    name: str
 
 
-def _run(request: ApiRequest, pk: int) -> Run:
-    return Run.objects.select_related("owner", "topology", "dataset").get(pk=pk, team=request.team)
+class RunOut(Schema):
+    id: int
+    name: str
+    status: Literal[tuple(Run.Status.values)]  # type: ignore[valid-type]
+    step: int
+    total_steps: int
+    environment: str
+    specialization: str
+    algorithm: Literal["grpo", "sft"]
+    topology: Named | None
+    dataset: Named | None
+    owner: str | None
+    tags: list[str]
+    notes: str
+    archived: bool
+    created: datetime
+    started: datetime | None
+    finished: datetime | None
+    final_metrics: dict[str, Any]
+    error: str
+    resumed_from: int | None
+    url: str
+    api_url: str
+
+    @staticmethod
+    def resolve_owner(obj: Run) -> str | None:
+        return obj.owner.username if obj.owner else None
+
+    @staticmethod
+    def resolve_tags(obj: Run) -> list[str]:
+        return [t.name for t in obj.tags.all()]
+
+    @staticmethod
+    def resolve_final_metrics(obj: Run) -> dict[str, Any]:
+        return obj.final_metrics or {}
+
+    @staticmethod
+    def resolve_error(obj: Run) -> str:
+        return obj.error_message
+
+    @staticmethod
+    def resolve_resumed_from(obj: Run) -> int | None:
+        return obj.resumed_from_id
+
+    @staticmethod
+    def resolve_url(obj: Run, context: dict[str, Any]) -> str:
+        return absolute(context["request"], obj.get_absolute_url())
+
+    @staticmethod
+    def resolve_api_url(obj: Run, context: dict[str, Any]) -> str:
+        return absolute(context["request"], reverse("api_run", args=[obj.pk]))
 
 
-def run_json(request: HttpRequest, run: Run) -> dict[str, Any]:
+class StartedFrom(Schema):
+    run: int | None = Field(description="null: the checkpoint is no longer one of the team's")
+    step: int
+
+
+class Artifacts(Schema):
+    files: dict[str, str]
+    checkpoints: list[dict[str, Any]]
+    merged: list[dict[str, Any]]
+
+
+class RunDetail(RunOut):
+    config_yaml: str
+    evaluations: Evaluations
+    started_from: StartedFrom | None
+    warm_started: list[int] = Field(description="Runs started from one of this run's checkpoints.")
+    artifacts: Artifacts
+
+    @staticmethod
+    def resolve_evaluations(obj: Run) -> dict[str, Any]:
+        return evaluations_of(obj)
+
+    @staticmethod
+    def resolve_started_from(obj: Run) -> dict[str, Any] | None:
+        origin = lineage.run_origin(run=obj)
+        return {"run": origin.run.pk if origin.run else None, "step": origin.step} if origin else None
+
+    @staticmethod
+    def resolve_warm_started(obj: Run) -> list[int]:
+        return [child.pk for child in lineage.run_descendants(run=obj)]
+
+    @staticmethod
+    def resolve_artifacts(obj: Run, context: dict[str, Any]) -> dict[str, Any]:
+        request = context["request"]
+
+        def url(name: str, *args: Any) -> str:
+            return absolute(request, reverse(name, args=[obj.pk, *args]))
+
+        return {
+            "files": {name: url("api_run_file", name) for name in ("config.yaml", "metrics.csv", "metrics.jsonl", "rollouts.jsonl")},
+            "checkpoints": [{"step": c.checkpoint.step, "on_disk": c.on_disk,
+                             "policies": [{"name": p.name, "kind": p.kind, "bytes": p.size,
+                                           "url": url("api_checkpoint_download", c.checkpoint.step, p.name)} for p in c.policies]}
+                            for c in artifacts.run_artifacts(run=obj)],
+            "merged": [{"job": j.pk, "agent": j.params.get("agent"), "checkpoint_step": j.params.get("checkpoint_step"), "status": j.status,
+                        "url": url("api_merged_download", j.pk) if j.status == Job.Status.SUCCEEDED and j.output else None}
+                       for j in selectors.run_jobs(run=obj, kind=Job.Kind.MERGE)],
+        }
+
+
+def _run(request: HttpRequest, pk: int) -> Run:
+    return selectors.team_run(team=request.team, pk=pk)  # type: ignore[attr-defined]
+
+
+# == the index =========================================================================================
+
+
+@router.get("/", response=answers({200: dict[str, Any]}), url_name="api_index",
+            summary="Who the token is: user, team, and the endpoints")
+def index(request: HttpRequest) -> Any:
+    token = request.api_token  # type: ignore[attr-defined]
     return {
-        "id": run.pk,
-        "name": run.name,
-        "status": run.status,
-        "step": run.step,
-        "total_steps": run.total_steps,
-        "environment": run.environment,
-        "specialization": run.specialization,
-        "algorithm": run.algorithm,
-        "topology": {"id": run.topology.pk, "name": run.topology.name} if run.topology else None,
-        "dataset": {"id": run.dataset.pk, "name": run.dataset.name} if run.dataset else None,
-        "owner": run.owner.username if run.owner else None,
-        "tags": [t.name for t in run.tags.all()],
-        "notes": run.notes,
-        "archived": run.archived,
-        "created": run.created.isoformat(),
-        "started": run.started.isoformat() if run.started else None,
-        "finished": run.finished.isoformat() if run.finished else None,
-        "final_metrics": run.final_metrics,
-        "error": run.error_message,
-        "resumed_from": run.resumed_from_id,
-        "url": absolute(request, run.get_absolute_url()),
-        "api_url": absolute(request, reverse("api_run", args=[run.pk])),
+        "user": request.user.username, "team": {"id": token.team.pk, "name": token.team.name},
+        "token": {"name": token.name, "prefix": token.prefix},
+        **{name: absolute(request, reverse(f"api_{name}"))
+           for name in ("runs", "models", "agents", "topologies", "datasets", "experiments", "jobs", "playground")},
+        "openapi": absolute(request, reverse("api_openapi")),
     }
 
 
-# == endpoints =========================================================================================
+# == listing and launching =============================================================================
 
 
-@endpoint("GET")
-def index(request: ApiRequest) -> HttpResponse:
-    return JsonResponse({
-        "user": request.user.username,
-        "team": {"id": request.team.pk, "name": request.team.name},
-        "token": {"name": request.api_token.name, "prefix": request.api_token.prefix},
-        "runs": absolute(request, reverse("api_runs")),
-        **{name: absolute(request, reverse(f"api_{name}")) for name in ("models", "agents", "topologies", "datasets", "experiments", "jobs", "playground")},
-        "openapi": absolute(request, reverse("api_openapi")),
-    })
+def _filter(description: str) -> Any:
+    return Field(None, description=f"{description} (as on the run list: a value it does not know is ignored, text past 200 "
+                                   "characters is cut)")
 
 
-@endpoint("GET", "POST")
-def runs(request: ApiRequest) -> HttpResponse:
-    if request.method == "POST":
-        return _launch(request)
+class RunQuery(Paging):
+    q: str | None = _filter("Text in the name, notes or tags")
+    status: str | None = _filter("A run status")
+    tag: str | None = _filter("A tag")
+    topology: str | None = _filter("A topology's id")
+    dataset: str | None = _filter("A dataset's id")
+    owner: str | None = _filter("A user's id")
+    environment: str | None = _filter("An environment")
+    specialization: str | None = _filter("A specialization")
+    created_from: str | None = _filter("Created on or after this day (YYYY-MM-DD)")
+    created_to: str | None = _filter("Created on or before this day (YYYY-MM-DD)")
+    sort: str | None = _filter("created, -created, name, status, or a final metric, e.g. -eval/team_success")
+    archived: str | None = _filter("`all` or `only`")
+    per_page: int = Field(25, ge=1, le=Paging.model_fields["per_page"].metadata[-1].le, description="Results per page (default 25).")
+
+
+@router.get("/runs/", response=answers({200: Page[RunOut]}, 400, 404), url_name="api_runs",
+            summary="The team's runs, filtered and sorted like the run list")
+def runs(request: HttpRequest, query: Query[RunQuery]) -> Any:
     filters = history.RunFilter.from_query(request.GET)
     if filters.problems:
-        raise ApiError(400, " ".join(f"{name}: {problem}" for name, problem in filters.problems),
-                       fields={name: [problem] for name, problem in filters.problems})
-    per_page = query_int(request, "per_page", 25, low=1, high=PER_PAGE_MAX) or 25
-    paginator = Paginator(history.run_search(team=request.team, filters=filters), per_page)
-    number = query_int(request, "page", 1, low=1) or 1
-    if number > paginator.num_pages:
-        raise ApiError(404, f"page: there are {paginator.num_pages} page(s).", fields={"page": [f"At most {paginator.num_pages}."]})
-    page = paginator.page(number)
-
-    def link(number: int) -> str:
-        return absolute(request, f"{reverse('api_runs')}?{filters.query_string()}&page={number}&per_page={per_page}")
-
-    return JsonResponse({
-        "count": page.paginator.count,
-        "page": page.number,
-        "pages": page.paginator.num_pages,
-        "next": link(page.next_page_number()) if page.has_next() else None,
-        "previous": link(page.previous_page_number()) if page.has_previous() else None,
-        "results": [run_json(request, run) for run in page],
-    })
+        raise invalid_fields({name: [problem] for name, problem in filters.problems})
+    return page_of(request, history.run_search(team=request.team, filters=filters), query)  # type: ignore[attr-defined]
 
 
-def _launch(request: ApiRequest) -> HttpResponse:
+class LaunchIn(In):
+    config: str | dict[str, Any] = Field({}, description="The run config: YAML text, or the same sections as an object (with a "
+                                         "topology: the other sections, e.g. optim, grpo, generation; empty: the defaults).")
+    topology: Id | None = Field(None, description="A topology of the team: it gives the model and topology sections (and the "
+                                                  "name, unless given).")
+    name: str = Field("", max_length=200, description="The run's name (default: the config's).")
+    dataset: Id | None = Field(None, description="A dataset of the team: the run trains on it.")
+    conversations: Id | None = Field(None, description="A conversations dataset of the team: the run is supervised fine-tuning on "
+                                                       "it (algorithm sft).")
+    start_from: dict[str, Any] | None = Field(None, description='Start from a finished run\'s weights (model.init_from): {"run": id, '
+                                              '"step": its checkpoint\'s step (absent or 0: the last), "agents": {policy: the '
+                                              "checkpoint's folder}}.")
+    tags: list[str] | str = Field([], description="Tags: a list, or one comma-separated string.")
+    notes: str = Field("", description="Free text shown on the run page.")
+
+    model_config = {**In.model_config, "json_schema_extra": {"examples": [
+        {"topology": 1, "dataset": 1, "tags": ["api"], "config": {"optim": {"steps": 2, "tasks_per_step": 2}, "grpo": {"k": 2}}}]}}
+
+
+class LaunchQuery(Schema):
+    dataset: Id | None = Field(None, description="A dataset of the team (YAML bodies).")
+    topology: Id | None = Field(None, description="A topology of the team: its model and agents (YAML bodies).")
+
+
+LAUNCH_BODY = {"requestBody": {"required": True, "content": {
+    "application/yaml": {"schema": {"type": "object", "description": "The run config: a YAML mapping of its sections (model, "
+                                                                     "topology, data, grpo, optim, ...)."}},
+    "application/json": {"schema": LaunchIn.model_json_schema()},
+}}}
+
+
+@router.post("/runs/", response=answers({201: RunOut}, 400, 413, 415), openapi_extra=LAUNCH_BODY,
+             summary="Launch a run: a YAML config as the body, or JSON {config, topology, dataset, name, tags, notes}")
+def run_launch(request: HttpRequest, response: HttpResponse, query: Query[LaunchQuery]) -> Any:
+    """Parse (YAML or JSON), one service call, the queued run."""
+    launch = _launch_request(request, query)
+    team = request.team  # type: ignore[attr-defined]
+    problems: dict[str, list[str]] = {}
+    topology = dataset = conversations = None
+    if launch.dataset is not None and (dataset := catalog.team_dataset(team=team, pk=launch.dataset)) is None:
+        problems["dataset"] = ["no dataset with this id in your team"]
+    if launch.topology is not None and (topology := catalog.team_topology(team=team, pk=launch.topology)) is None:
+        problems["topology"] = ["no topology with this id in your team"]
+    if launch.conversations is not None and (
+            conversations := catalog.team_dataset(team=team, pk=launch.conversations, kind=Dataset.Kind.CHATS)) is None:
+        problems["conversations"] = ["no conversations dataset with this id in your team"]
+    if problems:
+        raise invalid_fields(problems)
+    run = run_services.run_launch(
+        team=team, user=request.user, tree=launch.tree, name=launch.name, dataset=dataset, topology=topology, notes=launch.notes,
+        tags=", ".join(launch.tags) if isinstance(launch.tags, list) else launch.tags,
+        overrides=_source_overrides(request, conversations, launch.start_from),
+    )
+    response["Location"] = absolute(request, reverse("api_run", args=[run.pk]))
+    return Status(201, run)
+
+
+class _Launch(LaunchIn):
+    tree: dict[str, Any]
+
+
+def _launch_request(request: HttpRequest, query: LaunchQuery) -> _Launch:
+    """The launch as sent: a JSON body, or a YAML config with its options in the query."""
     try:
         body = request.body
     except RequestDataTooBig:
-        return error(413, f"The request body is too large; a run config may be at most {trust.MAX_CONFIG_BYTES:,} bytes.")
+        raise ApiError(413, f"The request body is too large; a run config may be at most {trust.MAX_CONFIG_BYTES:,} bytes.") from None
     content_type = request.content_type or ""
-    options: dict[str, Any] = dict(request.GET.items())
-    for key in ("dataset", "topology", "conversations"):
-        if key in options:
-            options[key] = query_int(request, key, None, low=1, high=ID_MAX)
-    try:
-        if content_type == "application/json":
-            payload = json_body(request, LAUNCH_FIELDS)
-            options.update({k: v for k, v in payload.items() if k != "config"})
-            config: Any = payload.get("config") or {}
-            tree = trust.yaml_load(config, field="config") if isinstance(config, str) else config
-        elif content_type in YAML_TYPES or not content_type:
-            try:
-                text = body.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                return error(400, f"body: not valid UTF-8 (byte {exc.start})", field="body")
-            tree = trust.yaml_load(text, field="yaml")
-        else:
-            return error(415, f"Send the config as YAML ({YAML_TYPES[0]}) or JSON (application/json), not {content_type}.")
-    except ConfigError as exc:
-        return error(400, str(exc), field=exc.field)
+    options: dict[str, Any] = query.model_dump(exclude_none=True)
+    if content_type == "application/json":
+        sent, problems = read_body(request, LaunchIn)
+        if problems:
+            raise invalid_fields(problems)
+        launch = LaunchIn.model_validate({**options, **sent})
+        config = launch.config
+        tree = trust.yaml_load(config, field="config") if isinstance(config, str) else config
+    elif content_type in YAML_TYPES or not content_type:
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ApiError(400, f"body: not valid UTF-8 (byte {exc.start})", fields={"body": [f"Not valid UTF-8 (byte {exc.start})."]}) from None
+        launch, tree = LaunchIn.model_validate(options), trust.yaml_load(text, field="yaml")
+    else:
+        raise ApiError(415, f"Send the config as YAML ({YAML_TYPES[0]}) or JSON (application/json), not {content_type}.")
     if not isinstance(tree, dict):
-        return error(400, "config: the config must be a YAML mapping of sections (model, topology, data, grpo, ...)", field="config")
-    dataset = None
-    if options.get("dataset") is not None:
-        dataset = Dataset.objects.filter(team=request.team, pk=int(options["dataset"])).first()
-        if dataset is None:
-            return error(400, "dataset: no dataset with this id in your team", field="dataset")
-    topology = None
-    if options.get("topology") is not None:
-        topology = Topology.objects.filter(team=request.team, pk=int(options["topology"])).first()
-        if topology is None:
-            return error(400, "topology: no topology with this id in your team", field="topology")
-    try:
-        overrides = _source_overrides(request, options)
-    except ValidationError as exc:
-        field, messages = next(iter(exc.message_dict.items()))
-        return error(400, f"{field}: {' '.join(messages)}", field=field)
-    tags = options.get("tags") or ""
-    try:
-        run = run_services.run_launch(
-            team=request.team, user=request.user, tree=tree, name=str(options.get("name") or "")[:200], dataset=dataset,
-            tags=", ".join(map(str, tags)) if isinstance(tags, list) else str(tags), notes=str(options.get("notes") or ""),
-            topology=topology, overrides=overrides,
-        )
-    except ConfigError as exc:  # every field at fault, found in one pass; the first one named in `error`
-        first, *others = exc.problems
-        fields: dict[str, list[str]] = {}
-        for problem in [first, *others[:run_services.MAX_CONFIG_PROBLEMS]]:
-            fields.setdefault(problem.field, []).append(problem.message)
-        return error(400, str(first), field=first.field, fields=fields)
-    except ValidationError as exc:
-        field = next(iter(exc.message_dict), None) if hasattr(exc, "error_dict") else None
-        return error(400, " ".join(exc.messages), field=field)
-    response = JsonResponse(run_json(request, run), status=201)
-    response["Location"] = run_json(request, run)["api_url"]
-    return response
+        raise ConfigError("config", "the config must be a YAML mapping of sections (model, topology, data, grpo, ...)")
+    return _Launch(**launch.model_dump(), tree=tree)
 
 
-def _source_overrides(request: ApiRequest, options: dict[str, Any]) -> dict[str, Any]:
+def _source_overrides(request: Any, conversations: Dataset | None, start: dict[str, Any] | None) -> dict[str, Any]:
     """`conversations` and `start_from` of a launch as config fields (`run_services.run_source_overrides`)."""
-    conversations = None
-    if options.get("conversations") is not None:
-        conversations = Dataset.objects.filter(team=request.team, pk=int(options["conversations"]), kind=Dataset.Kind.CHATS).first()
-        if conversations is None:
-            raise ValidationError({"conversations": "no conversations dataset with this id in your team"})
-    start = options.get("start_from")
     if start is None:
         return run_services.run_source_overrides(team=request.team, conversations=conversations)
-    if not isinstance(start, dict):
-        raise ValidationError({"start_from": "give {\"run\": a run id, \"step\": a checkpoint step (optional), \"agents\": a mapping (optional)}"})
     unknown = sorted(set(start) - START_FROM_KEYS)
     if unknown:  # a misspelt `step` would otherwise start from the last checkpoint, silently
         raise ValidationError({"start_from": f"unknown key '{printable(unknown[0], limit=60)}'; allowed: {', '.join(sorted(START_FROM_KEYS))}"})
@@ -229,135 +316,105 @@ def _source_overrides(request: ApiRequest, options: dict[str, Any]) -> dict[str,
     return run_services.run_source_overrides(team=request.team, conversations=conversations, start_from=checkpoint, agents=agents)
 
 
-@endpoint("GET")
-def run_detail(request: ApiRequest, pk: int) -> HttpResponse:
-    run = _run(request, pk)
-    data = run_json(request, run)
-    origin = lineage.run_origin(run=run)
-    data["started_from"] = {"run": origin.run.pk if origin.run else None, "step": origin.step} if origin else None
-    data["warm_started"] = [child.pk for child in lineage.run_descendants(run=run)]
-    data["config_yaml"] = run.config_yaml
-    data["evaluations"] = _evaluations(run)
-    data["artifacts"] = _artifact_links(request, run)
-    return JsonResponse(data)
+# == one run ===========================================================================================
 
 
-@endpoint("POST")
-def run_cancel(request: ApiRequest, pk: int) -> HttpResponse:
-    run = run_services.run_cancel(run=_run(request, pk), actor=request.user)
-    return JsonResponse(run_json(request, run))
+@router.get("/runs/{int:id}/", response=answers({200: RunDetail}, 404), url_name="api_run",
+            summary="One run, with its config, evaluations and artifacts")
+def run_detail(request: HttpRequest, id: int) -> Any:
+    return _run(request, id)
 
 
-@endpoint("GET")
-def run_metrics(request: ApiRequest, pk: int) -> HttpResponse:
-    """Metric points with step > `after`, at most `limit` (default 500); `next` continues."""
-    run = _run(request, pk)
-    after = query_int(request, "after", -1, low=-1)
-    limit = query_int(request, "limit", 500, low=1, high=METRICS_LIMIT_MAX) or 500
-    rows = list(MetricPoint.objects.filter(run=run, step__gt=after).order_by("step").values_list("step", "time", "values", "agents")[: limit + 1])
-    more = len(rows) > limit
-    rows = rows[:limit]
+@router.post("/runs/{int:id}/cancel/", response=answers({200: RunOut}, 404), url_name="api_run_cancel",
+             summary="Cancel a queued or running run (a finished one is left as it is)")
+def run_cancel(request: HttpRequest, id: int) -> Any:
+    return run_services.run_cancel(run=_run(request, id), actor=request.user)
+
+
+class MetricPoint(Schema):
+    step: int
+    time: datetime
+    values: dict[str, Any]
+    agents: dict[str, Any]
+
+
+class Points(Schema):
+    results: list[MetricPoint]
+    next: str | None
+
+
+class MetricsQuery(Schema):
+    after: int = Field(-1, ge=-1, description="Only steps after this one.")
+    limit: int = Field(500, ge=1, le=METRICS_LIMIT_MAX, description="At most this many (500).")
+
+
+@router.get("/runs/{int:id}/metrics/", response=answers({200: Points}, 400, 404), url_name="api_run_metrics",
+            summary="Metric points with step > after, in step order")
+def run_metrics(request: HttpRequest, id: int, query: Query[MetricsQuery]) -> Any:
+    run = _run(request, id)
+    rows = selectors.run_metric_points(run=run, after=query.after, limit=query.limit)
+    more, rows = len(rows) > query.limit, rows[: query.limit]
     base = reverse("api_run_metrics", args=[run.pk])
-    return JsonResponse({
-        "results": [{"step": s, "time": t.isoformat(), "values": v, "agents": a} for s, t, v, a in rows],
-        "next": absolute(request, f"{base}?after={rows[-1][0]}&limit={limit}") if more else None,
-    })
+    return {"results": [{"step": s, "time": t, "values": v, "agents": a} for s, t, v, a in rows],
+            "next": absolute(request, f"{base}?after={rows[-1][0]}&limit={query.limit}") if more else None}
 
 
-@endpoint("GET")
-def run_rollouts(request: ApiRequest, pk: int) -> HttpResponse:
-    """Episodes with id > `after` in recording order, at most `limit` (default 20); `step` filters."""
-    run = _run(request, pk)
-    after = query_int(request, "after", 0, low=0)
-    limit = query_int(request, "limit", 20, low=1, high=ROLLOUTS_LIMIT_MAX) or 20
-    rows = Rollout.objects.filter(run=run, id__gt=after).order_by("id")
-    step = query_int(request, "step", None, low=0)
-    if step is not None:
-        rows = rows.filter(step=step)
-    page = list(rows.values_list("id", "step", "episode", "success", "team_reward", "data")[: limit + 1])
-    more = len(page) > limit
-    page = page[:limit]
+class Episode(Schema):
+    id: int
+    step: int
+    episode: int
+    success: bool
+    team_reward: float
+    data: dict[str, Any]
+
+
+class Episodes(Schema):
+    results: list[Episode]
+    next: str | None
+
+
+class RolloutsQuery(Schema):
+    after: int = Field(0, ge=0, description="Only episodes after this id.")
+    limit: int = Field(20, ge=1, le=ROLLOUTS_LIMIT_MAX, description="At most this many (20).")
+    step: int | None = Field(None, ge=0, description="Only this training step.")
+
+
+@router.get("/runs/{int:id}/rollouts/", response=answers({200: Episodes}, 400, 404), url_name="api_run_rollouts",
+            summary="Episodes with id > after, in recording order")
+def run_rollouts(request: HttpRequest, id: int, query: Query[RolloutsQuery]) -> Any:
+    run = _run(request, id)
+    page = selectors.run_rollout_rows(run=run, after=query.after, limit=query.limit, step=query.step)
+    more, page = len(page) > query.limit, page[: query.limit]
     base = reverse("api_run_rollouts", args=[run.pk])
-    extra = f"&step={step}" if step is not None else ""
-    return JsonResponse({
-        "results": [{"id": i, "step": s, "episode": e, "success": ok, "team_reward": r, "data": d} for i, s, e, ok, r, d in page],
-        "next": absolute(request, f"{base}?after={page[-1][0]}&limit={limit}{extra}") if more else None,
-    })
+    extra = f"&step={query.step}" if query.step is not None else ""
+    return {"results": [{"id": i, "step": s, "episode": e, "success": ok, "team_reward": r, "data": d} for i, s, e, ok, r, d in page],
+            "next": absolute(request, f"{base}?after={page[-1][0]}&limit={query.limit}{extra}") if more else None}
 
 
-@endpoint("GET", "POST")
-def run_evaluations(request: ApiRequest, pk: int) -> HttpResponse:
-    """GET: the run's held-out evaluations and evaluation jobs; POST: queue an evaluation job."""
-    run = _run(request, pk)
-    if request.method == "POST":
-        return api_jobs.evaluation_launch(request, run)
-    return JsonResponse({"results": _evaluations(run)})
+# == files =============================================================================================
 
 
-@endpoint("GET", "POST")
-def run_ablations(request: ApiRequest, pk: int) -> HttpResponse:
-    """GET: the ablations the run allows and its ablation jobs; POST: queue one."""
-    run = _run(request, pk)
-    if request.method == "POST":
-        return api_jobs.ablation_launch(request, run)
-    return api_jobs.ablation_list(request, run)
+def _file(description: str, *media: str) -> dict[str, Any]:
+    return {"responses": {200: {"description": description, "content": {m: {"schema": {"type": "string", "format": "binary"}}
+                                                                         for m in media}}}}
 
 
-def _evaluations(run: Run) -> dict[str, Any]:
-    return {
-        "training": [
-            {"step": e.step, "temperature": e.temperature, "team_success": e.team_success, "agents": e.agents, "n": (e.data or {}).get("n")}
-            for e in run.evaluations.order_by("step", "temperature")
-        ],
-        "jobs": [
-            {"id": j.pk, "status": j.status, "checkpoint_step": j.params.get("checkpoint_step"), "dataset": j.params.get("dataset_name"),
-             "ablation": j.params.get("ablation"),
-             "created": j.created.isoformat(), "error": j.error,
-             "results": [{k: v for k, v in r.items() if k != "examples"} for r in (j.result or {}).get("evaluations", [])]}
-            for j in run.jobs.filter(kind=Job.Kind.EVALUATE).order_by("-created")
-        ],
-    }
+@router.get("/runs/{int:id}/artifacts/checkpoints/{int:step}/{str:name}.zip", response=answers({}, 404),
+            url_name="api_checkpoint_download", summary="One policy of a checkpoint, zipped",
+            openapi_extra=_file("A zip", "application/zip"))
+def checkpoint_file(request: HttpRequest, id: int, step: int, name: str) -> HttpResponse:
+    run = _run(request, id)
+    return checkpoint_download(request, run=run, checkpoint=selectors.run_checkpoint(run=run, step=step), name=name)
 
 
-def _artifact_links(request: HttpRequest, run: Run) -> dict[str, Any]:
-    def url(path: str) -> str:
-        return absolute(request, reverse("api_run_file", args=[run.pk, path]))
-
-    files = {name: url(name) for name in ("config.yaml", "metrics.csv", "metrics.jsonl", "rollouts.jsonl")}
-    checkpoints = [
-        {"step": c.checkpoint.step, "on_disk": c.on_disk,
-         "policies": [{"name": p.name, "kind": p.kind, "bytes": p.size,
-                       "url": absolute(request, reverse("api_checkpoint_download", args=[run.pk, c.checkpoint.step, p.name]))}
-                      for p in c.policies]}
-        for c in artifacts.run_artifacts(run=run)
-    ]
-    merged = [
-        {"job": j.pk, "agent": j.params.get("agent"), "checkpoint_step": j.params.get("checkpoint_step"), "status": j.status,
-         "url": absolute(request, reverse("api_merged_download", args=[run.pk, j.pk])) if j.status == Job.Status.SUCCEEDED and j.output else None}
-        for j in run.jobs.filter(kind=Job.Kind.MERGE).order_by("-created")
-    ]
-    return {"files": files, "checkpoints": checkpoints, "merged": merged}
+@router.get("/runs/{int:id}/artifacts/merged/{int:job}.zip", response=answers({}, 404), url_name="api_merged_download",
+            summary="A merged export, zipped", openapi_extra=_file("A zip", "application/zip"))
+def merged_file(request: HttpRequest, id: int, job: int) -> HttpResponse:
+    return merged_download(request, job=selectors.run_jobs(run=_run(request, id), kind=Job.Kind.MERGE).get(pk=job))
 
 
-@endpoint("GET")
-def run_file(request: ApiRequest, pk: int, name: str) -> HttpResponse:
-    return run_file_download(request, run=_run(request, pk), name=name)
-
-
-@endpoint("GET")
-def checkpoint_file(request: ApiRequest, pk: int, step: int, name: str) -> HttpResponse:
-    run = _run(request, pk)
-    return checkpoint_download(request, run=run, checkpoint=run.checkpoints.filter(step=step).first(), name=name)
-
-
-@endpoint("GET")
-def merged_file(request: ApiRequest, pk: int, job_id: int) -> HttpResponse:
-    run = _run(request, pk)
-    return merged_download(request, job=Job.objects.get(pk=job_id, run=run, kind=Job.Kind.MERGE))
-
-
-def _int(value: Any, default: int) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
+@router.get("/runs/{int:id}/artifacts/{str:name}", response=answers({}, 404), url_name="api_run_file",
+            summary="One of the run's files: config.yaml, metrics.csv, metrics.jsonl or rollouts.jsonl",
+            openapi_extra=_file("The file", "application/yaml", "text/csv", "application/x-ndjson"))
+def run_file(request: HttpRequest, id: int, name: str) -> HttpResponse:
+    return run_file_download(request, run=_run(request, id), name=name)

@@ -135,3 +135,41 @@ def run_viewable(*, user: Any, run_id: int) -> bool:
     if user is None or not getattr(user, "is_authenticated", False):
         return False
     return Run.objects.filter(pk=run_id, team__memberships__user=user).exists()
+
+
+def team_run(*, team: Team, pk: int) -> Run:
+    """The team's run with this id (Run.DoesNotExist for another team's), with what its answers name."""
+    return Run.objects.select_related("owner", "topology", "dataset").get(pk=pk, team=team)
+
+
+def run_metric_points(*, run: Run, after: int, limit: int) -> list[tuple[Any, ...]]:
+    """(step, time, values, agents) of the run's metric points past step `after`, at most `limit` + 1
+    (one more says there are more)."""
+    return list(run.metric_points.filter(step__gt=after).order_by("step")
+                .values_list("step", "time", "values", "agents")[: limit + 1])
+
+
+def run_rollout_rows(*, run: Run, after: int, limit: int, step: int | None = None) -> list[tuple[Any, ...]]:
+    """(id, step, episode, success, team_reward, data) of the run's episodes past id `after` in
+    recording order (of one step, if given), at most `limit` + 1."""
+    rows = run.rollouts.filter(id__gt=after).order_by("id")
+    rows = rows.filter(step=step) if step is not None else rows
+    return list(rows.values_list("id", "step", "episode", "success", "team_reward", "data")[: limit + 1])
+
+
+def run_jobs(*, run: Run, kind: str) -> QuerySet[Job]:
+    """The run's jobs of one kind, newest first."""
+    return run.jobs.filter(kind=kind).select_related("owner").order_by("-created", "-pk")
+
+
+def run_checkpoint(*, run: Run, step: int) -> Checkpoint | None:
+    return run.checkpoints.filter(step=step).first()
+
+
+def run_checkpoint_steps(*, run: Run) -> list[int]:
+    return list(run.checkpoints.order_by("step").values_list("step", flat=True))
+
+
+def run_ablation_jobs(*, run: Run) -> QuerySet[Job]:
+    """The run's ablation jobs (evaluations with an `ablation`), newest first."""
+    return run.jobs.filter(kind=Job.Kind.EVALUATE, params__has_key="ablation").select_related("owner").order_by("-created", "-pk")

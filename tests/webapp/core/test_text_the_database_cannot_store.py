@@ -18,10 +18,10 @@ from django.urls import reverse
 
 from tests.webapp.api.test_api import TINY_CONFIG, Api
 from training.config import ConfigError
-from webapp.api.catalog import AGENT_FIELDS, GENERATOR_FIELDS, MODEL_SOURCE_FIELDS, TOPOLOGY_FIELDS
-from webapp.api.experiments import EXPERIMENT_FIELDS
-from webapp.api.jobs import ABLATION_FIELDS, EVALUATION_FIELDS, PLAYGROUND_FIELDS
-from webapp.api.runs import LAUNCH_FIELDS
+from webapp.api.catalog import AgentIn, GeneratorIn, ModelSourceIn, TopologyIn
+from webapp.api.experiments import ExperimentIn
+from webapp.api.jobs import AblationIn, EvaluationIn, PlaygroundIn
+from webapp.api.runs import LaunchIn
 from webapp.core import trust
 from webapp.core.values import storable
 from webapp.models import Agent, Dataset, Experiment, Job, ModelSource, Run, Topology
@@ -40,9 +40,18 @@ def _rows() -> dict[str, list[dict[str, Any]]]:
     return {model.__name__: list(model.objects.order_by("pk").values()) for model in ROWS}
 
 
+def _json_types(schema: Any) -> dict[str, tuple[str, ...]]:
+    """A body schema's fields with the JSON types each takes (null aside)."""
+    properties = schema.model_json_schema()["properties"]
+    return {name: tuple(o["type"] for o in prop.get("anyOf", [prop]) if o.get("type", "null") != "null") for name, prop in properties.items()}
+
+
 def _endpoints(world: Any) -> list[tuple[str, str, dict[str, Any]]]:
-    """(method, path, the fields of its JSON body) for every endpoint that takes one."""
+    """(method, path, the fields of its JSON body with their JSON types) for every endpoint that takes one."""
     run = world.run.pk
+    MODEL_SOURCE_FIELDS, AGENT_FIELDS, TOPOLOGY_FIELDS, GENERATOR_FIELDS = map(_json_types, (ModelSourceIn, AgentIn, TopologyIn, GeneratorIn))
+    EXPERIMENT_FIELDS, LAUNCH_FIELDS = _json_types(ExperimentIn), _json_types(LaunchIn)
+    ABLATION_FIELDS, EVALUATION_FIELDS, PLAYGROUND_FIELDS = map(_json_types, (AblationIn, EvaluationIn, PlaygroundIn))
     return [
         ("POST", reverse("api_models"), MODEL_SOURCE_FIELDS), ("PATCH", reverse("api_model", args=[world.source.pk]), MODEL_SOURCE_FIELDS),
         ("POST", reverse("api_agents"), AGENT_FIELDS), ("PATCH", reverse("api_agent", args=[world.tool.pk]), AGENT_FIELDS),
@@ -73,7 +82,7 @@ def test_every_text_field_of_every_api_body_refuses_what_no_database_stores(alic
     tried = []
     for method, path, spec in _endpoints(alice_world):
         for field, declared in spec.items():
-            for value, inside in _hostile(declared.type, bad):
+            for value, inside in _hostile(declared, bad):
                 body = json.dumps({field: value})  # ensure_ascii: the character travels as a \\u escape, as a script sends it
                 response = api.client.generic(method, path, body, content_type="application/json", headers=api.headers)
                 tried.append((method, path, field))
