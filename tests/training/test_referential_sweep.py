@@ -131,3 +131,21 @@ def test_the_cli_teams_two_runs_trained_apart(swept, capsys) -> None:
     printed = capsys.readouterr().out
     stored = json.loads((out / "trial-000" / "ablations.json").read_text())["apart"]["metrics"]["team.success"]
     assert f"trained apart (step 2, 8 tasks): team {stored:.3f}" in printed
+
+
+def test_the_report_is_built_from_the_stored_results(swept, tmp_path, capsys) -> None:
+    import importlib.util
+
+    module = importlib.util.spec_from_file_location("referential_report", ROOT / "bench" / "referential_report.py")
+    report = importlib.util.module_from_spec(module)
+    module.loader.exec_module(report)
+    _, out, _, _ = swept
+    assert report.main(["--apart", str(out), "--out", str(tmp_path)]) == 0
+    table = (tmp_path / "table.md").read_text()
+    stored = json.loads((out / "trial-000" / "ablations.json").read_text())["apart"]["metrics"]["team.success"]
+    assert "| speaker trained, listener frozen (lora) |" in table and "| listener trained, speaker frozen (lora) |" in table
+    assert table.count("| trained apart, then teamed |") == 1 and f"| 1 | {stored:.3f} |" in table
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert [t["curve"][0][0] for t in data["trials"]] == [0, 0] and all(t["protocol"]["speaker"] for t in data["trials"])
+    assert (tmp_path / "curves-steps.png").stat().st_size > 1000 and (tmp_path / "curves-tokens.png").stat().st_size > 1000
+    assert report.main(["--together", str(tmp_path / "nowhere")]) == 2
