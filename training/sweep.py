@@ -158,7 +158,7 @@ def run_ablations(spec: ExperimentSpec, out: Path, *, evaluate: Callable[..., li
                     evals = run_eval(config, checkpoint, ablation, partner=partner)
                     saved[key] = {"metrics": trial_metrics(evals), "seconds": time.perf_counter() - t0,
                                   **({"partner": partner.name} if partner is not None else {})}
-                except AblationError as exc:
+                except (AblationError, FileNotFoundError) as exc:  # not applicable, or a trial without its checkpoint
                     saved[key] = {"skipped": str(exc)}
                 (folder / ABLATIONS_FILE).write_text(json.dumps(saved, indent=1), encoding="utf-8")
             if "metrics" in saved[key]:
