@@ -208,7 +208,7 @@ def plot(trials: list[dict[str, Any]], out: Path) -> list[Path]:
             ax.set_xlabel(xlabel)
             ax.set_ylim(0, 1)
             ax.legend(fontsize=7)
-        axes[0][0].set_ylabel("held-out team success (greedy, 128 tasks)")
+        axes[0][0].set_ylabel("held-out team success (greedy)")
         fig.tight_layout()
         path = out / name
         fig.savefig(path, dpi=110)
