@@ -88,13 +88,22 @@ def read_body(request: HttpRequest, model: type[In], *, partial: bool = False) -
     return passed, problems
 
 
+BODIES: dict[str, dict[str, Any]] = {}
+"""The body schemas of the routes that read theirs with `read_body`: components of the document."""
+
+
 def body_doc(model: type[In], *, partial: bool = False, **more: Any) -> dict[str, Any]:
-    """`openapi_extra` of a route that reads its body with `read_body`: the body's schema (and any
-    more content types) in the document."""
-    schema = model.model_json_schema()
+    """`openapi_extra` of a route that reads its body with `read_body`: the body's schema (a
+    component named for it; `<Name>Change` for a change, where nothing is required), and any more
+    content types, in the document."""
+    name = model.__name__ + ("Change" if partial else "")
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    BODIES.update(schema.pop("$defs", {}))
     if partial:
         schema.pop("required", None)
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}, **more}}}
+    BODIES[name] = {**schema, "title": name}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}},
+                                                           **more}}}
 
 
 @cache
@@ -219,7 +228,18 @@ class BearerToken(HttpBearer):
         raise NotImplementedError
 
 
-api = NinjaAPI(
+class TroupeAPI(NinjaAPI):
+    def get_openapi_schema(self, **kwargs: Any) -> Any:
+        schema = super().get_openapi_schema(**kwargs)
+        schema["components"].setdefault("schemas", {}).update(BODIES)
+        return schema
+
+    def get_openapi_operation_id(self, operation: Any) -> str:
+        """A route's function name (`runs`, `run_launch`, ...): what a generated client calls it."""
+        return str(operation.view_func.__name__)
+
+
+api = TroupeAPI(
     title="Troupe API", version="1", urls_namespace="api", auth=BearerToken(), parser=JsonParser(),
     openapi_url=None, docs_url=None,
     description="Everything a team member can do from a script. Create a token on the API tokens page and send "

@@ -189,7 +189,7 @@ def _model_source_save(request: Any, source: ModelSource | None, body: dict[str,
 
 crud(router, Entity(
     noun="model source", path="models", name="model", out=ModelSourceOut, body=ModelSourceIn, save=_model_source_save,
-    rows=lambda team: ModelSource.objects.filter(team=team).order_by("pk"),
+    rows=lambda team: selectors.team_catalog(team=team, model=ModelSource),
     blocker=lambda source: selectors.model_source_delete_blocker(source=source),
     delete=lambda source, actor: services.model_source_delete(source=source, actor=actor),
 ))
@@ -245,7 +245,7 @@ def _agent_save(request: Any, agent: Agent | None, body: dict[str, Any], problem
 
 crud(router, Entity(
     noun="agent", path="agents", name="agent", out=AgentOut, body=AgentIn, save=_agent_save,
-    rows=lambda team: Agent.objects.filter(team=team).order_by("pk"),
+    rows=lambda team: selectors.team_catalog(team=team, model=Agent),
     blocker=lambda agent: selectors.agent_delete_blocker(agent=agent),
     delete=lambda agent, actor: services.agent_delete(agent=agent, actor=actor),
 ))
@@ -312,7 +312,7 @@ def _topology_save(request: Any, topology: Topology | None, body: dict[str, Any]
 
 crud(router, Entity(
     noun="topology", path="topologies", name="topology", out=TopologyOut, saved=TopologySaved, body=TopologyIn, save=_topology_save,
-    rows=lambda team: Topology.objects.filter(team=team).order_by("pk"),
+    rows=lambda team: selectors.team_catalog(team=team, model=Topology),
     blocker=lambda topology: selectors.topology_delete_blocker(topology=topology),
     delete=lambda topology, actor: services.topology_delete(topology=topology, actor=actor),
 ))
@@ -375,7 +375,7 @@ class DatasetDetail(DatasetOut):
 
 crud(router, Entity(
     noun="dataset", path="datasets", name="dataset", out=DatasetOut, detail=DatasetDetail, patch=False,
-    rows=lambda team: Dataset.objects.filter(team=team).order_by("pk"),
+    rows=lambda team: selectors.team_catalog(team=team, model=Dataset),
     blocker=lambda dataset: selectors.dataset_delete_blocker(dataset=dataset),
     delete=lambda dataset, actor: services.dataset_delete(dataset=dataset, actor=actor),
 ))

@@ -28,7 +28,7 @@ from django.urls import reverse
 from ninja import Field, Query, Router, Schema, Status
 
 from training.config import ConfigError
-from webapp.api.app import Id, In, Page, Paging, answers, page_of, read_body
+from webapp.api.app import Id, In, Page, Paging, answers, body_doc, page_of, read_body
 from webapp.api.http import ApiError, absolute, invalid_fields
 from webapp.api.jobs import Evaluations, evaluations_of
 from webapp.artifacts import files as artifacts
@@ -46,7 +46,7 @@ router = Router(tags=["runs"])
 
 METRICS_LIMIT_MAX = 1000
 ROLLOUTS_LIMIT_MAX = 100
-YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain")
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")  # (text/plain is a 415: it says nothing of YAML)
 START_FROM_KEYS = frozenset({"run", "step", "agents"})
 
 
@@ -235,11 +235,8 @@ class LaunchQuery(Schema):
     topology: Id | None = Field(None, description="A topology of the team: its model and agents (YAML bodies).")
 
 
-LAUNCH_BODY = {"requestBody": {"required": True, "content": {
-    "application/yaml": {"schema": {"type": "object", "description": "The run config: a YAML mapping of its sections (model, "
-                                                                     "topology, data, grpo, optim, ...)."}},
-    "application/json": {"schema": LaunchIn.model_json_schema()},
-}}}
+LAUNCH_BODY = body_doc(LaunchIn, **{"application/yaml": {"schema": {
+    "type": "object", "description": "The run config: a YAML mapping of its sections (model, topology, data, grpo, optim, ...)."}}})
 
 
 @router.post("/runs/", response=answers({201: RunOut}, 400, 413, 415), openapi_extra=LAUNCH_BODY,

@@ -177,3 +177,8 @@ def team_dataset(*, team: Team, pk: int, kind: str | None = None, valid: bool = 
     rows = Dataset.objects.filter(team=team, pk=pk)
     rows = rows.filter(kind=kind) if kind else rows
     return (rows.filter(status=Dataset.Status.VALID) if valid else rows).first()
+
+
+def team_catalog(*, team: Team, model: type[ModelSource | Agent | Topology | Dataset]) -> Any:
+    """The team's model sources, agents, topologies or datasets, oldest first (the API's lists)."""
+    return model.objects.filter(team=team).order_by("pk")
