@@ -117,7 +117,7 @@ def test_every_compose_variable_is_documented_in_env_example():
 def test_app_services_read_the_env_file_next_to_env_example():
     for name in COMPOSE_FILES[:2]:
         for service, svc in app_services(load(name)).items():
-            assert svc.get("env_file") == "../.env", f"{name} {service}"
+            assert svc.get("env_file") == "${TROUPE_ENV_FILE:-../.env}", f"{name} {service}"  # ../.env unless the shell says
 
 
 # -- services, health checks, start order ---------------------------------------------------------
@@ -222,6 +222,9 @@ def test_extra_hosts_bind_the_shared_data_directory():
 def test_backing_service_images_are_pinned():
     for service in ("postgres", "redis"):
         image = load()["services"][service]["image"]
+        # the official image unless the shell names another (${TROUPE_POSTGRES_IMAGE:-postgres:17.6-bookworm})
+        image = re.fullmatch(r"\$\{TROUPE_[A-Z]+_IMAGE:-(.+)\}", image).group(1)
+        assert image.startswith(f"{service}:")
         name, _, tag = image.partition(":")
         assert tag and tag != "latest" and re.match(r"^\d+\.\d+", tag), f"{service}: pin {image}"
 

@@ -26,6 +26,12 @@ def instructions(text: str) -> list[tuple[str, str]]:
     return [(m.group(1).upper(), m.group(2)) for m in re.finditer(r"^\s*([A-Za-z]+)\s+(.*)$", joined, re.M)]
 
 
+def from_images(text: str) -> list[str]:
+    """The FROM images, with `${ARG}` replaced by the ARG's default (build arguments may name others)."""
+    defaults = dict(re.findall(r"^ARG\s+([A-Z_]+)=(\S*)", text, re.M))
+    return [re.sub(r"\$\{([A-Z_]+)\}", lambda m: defaults[m.group(1)], args.split()[0]) for op, args in instructions(text) if op == "FROM"]
+
+
 def runs(text: str) -> list[str]:
     return [args for op, args in instructions(text) if op == "RUN"]
 
@@ -37,8 +43,7 @@ def torch_pin() -> str:
 
 @pytest.mark.parametrize("text", [CPU, GPU], ids=["cpu", "gpu"])
 def test_base_images_are_pinned(text):
-    for _, args in (i for i in instructions(text) if i[0] == "FROM"):
-        image = args.split()[0]
+    for image in from_images(text):
         name, _, tag = image.partition(":")
         assert tag and tag != "latest" and re.match(r"^\d+\.\d+\.\d+", tag), f"pin {image} to a full version"
 
@@ -48,8 +53,21 @@ def test_the_cpu_image_installs_the_pinned_cpu_torch_before_the_requirements():
     torch_step = next(i for i, r in enumerate(steps) if f"torch=={torch_pin()}" in r)
     reqs_step = next(i for i, r in enumerate(steps) if "-r /tmp/requirements.txt" in r)
     assert torch_step < reqs_step
-    assert "--torch-backend cpu" in steps[torch_step]  # the CPU build, not the CUDA one
-    assert "--torch-backend cpu" in steps[reqs_step]
+    # the CPU build, not the CUDA one: PyTorch's CPU index unless TORCH_BACKEND= takes it from PIP_FIND_LINKS
+    assert re.search(r"^ARG TORCH_BACKEND=cpu$", CPU, re.M)
+    assert '${TORCH_BACKEND:+--torch-backend "$TORCH_BACKEND"}' in steps[torch_step]
+    assert '${TORCH_BACKEND:+--torch-backend "$TORCH_BACKEND"}' in steps[reqs_step]
+
+
+@pytest.mark.parametrize("text", [CPU, GPU], ids=["cpu", "gpu"])
+def test_the_base_image_and_pip_index_are_build_arguments_defaulting_to_the_official_ones(text):
+    assert re.search(r"^ARG BASE_IMAGE=(python|nvidia/cuda):\S+$", text, re.M)
+    for arg in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS"):
+        assert re.search(rf"^ARG {arg}=$", text, re.M), arg  # empty: the public index
+    for step in runs(text):
+        if "uv pip install" in step:  # uv reads the same settings
+            assert 'UV_INDEX_URL="$PIP_INDEX_URL" UV_EXTRA_INDEX_URL="$PIP_EXTRA_INDEX_URL" UV_FIND_LINKS="$PIP_FIND_LINKS"' in step
+    assert "://" not in "".join(re.findall(r"^ARG .*$", text, re.M))  # no host named
 
 
 def test_the_cpu_image_never_installs_the_gpu_extra():
@@ -62,7 +80,7 @@ def test_the_gpu_image_installs_the_gpu_extra_with_vllm_pinned():
     assert "-c /tmp/req/constraints-gpu.txt" in step and "--overrides" not in step  # the pins plain pip sees too
     assert re.search(r"^vllm==\d+\.\d+\.\d+$", (DOCKER.parent / "constraints-gpu.txt").read_text(encoding="utf-8"), re.M)
     assert "--torch-backend" not in step  # CUDA torch from the default index, the build vLLM's wheel expects
-    (base,) = [args for op, args in instructions(GPU) if op == "FROM"]
+    (base,) = from_images(GPU)
     assert base.startswith("nvidia/cuda:") and "-ubuntu" in base
 
 
