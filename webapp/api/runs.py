@@ -9,7 +9,9 @@ as on the pages. The catalog, jobs and experiments have their modules beside thi
     GET  /api/v1/runs/?status=&tag=&q=&sort=&page=  runs, filtered like the run list
     POST /api/v1/runs/                              launch: a YAML config (body), or JSON {config, topology, dataset, conversations, start_from, name, tags, notes}
     GET  /api/v1/runs/<id>/                         one run: config, final metrics, evaluations, artifacts
+    PATCH /api/v1/runs/<id>/                        tags, notes, archived (as the run page's actions)
     POST /api/v1/runs/<id>/cancel/
+    POST /api/v1/runs/<id>/resume/                  a new run from a failed or cancelled run's latest checkpoint
     GET  /api/v1/runs/<id>/metrics/?after=&limit=   metric points by step (paginated)
     GET  /api/v1/runs/<id>/rollouts/?after=&limit=&step=   episodes (paginated)
     GET  /api/v1/runs/<id>/artifacts/<file>         config.yaml, metrics.csv, metrics.jsonl, rollouts.jsonl,
@@ -23,6 +25,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.core.exceptions import RequestDataTooBig, ValidationError
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from ninja import Field, Query, Router, Schema, Status
@@ -38,6 +41,7 @@ from webapp.core import trust
 from webapp.core.console import printable
 from webapp.core.values import ID_MAX
 from webapp.history import selectors as history
+from webapp.history import services as history_services
 from webapp.models import Dataset, Job, Run
 from webapp.runs import lineage, selectors
 from webapp.runs import services as run_services
@@ -326,6 +330,42 @@ def run_detail(request: HttpRequest, id: int) -> Any:
              summary="Cancel a queued or running run (a finished one is left as it is)")
 def run_cancel(request: HttpRequest, id: int) -> Any:
     return run_services.run_cancel(run=_run(request, id), actor=request.user)
+
+
+class RunChange(In):
+    tags: list[str] | str = Field(description="The run's tags (replacing them): a list, or one comma-separated string.")
+    notes: str = Field(description="Free text shown on the run page.")
+    archived: bool = Field(description="Hidden from the run list (a queued or running run cannot be).")
+
+    model_config = {**In.model_config, "json_schema_extra": {"examples": [{"tags": ["baseline"], "notes": "the good one"}]}}
+
+
+@router.patch("/runs/{int:id}/", response=answers({200: RunOut}, 400, 404, 415), openapi_extra=body_doc(RunChange, partial=True),
+              summary="Change a run's tags, notes or archived flag: only the fields given (the run page's tag, notes and archive "
+                      "actions)")
+def run_change(request: HttpRequest, id: int) -> Any:
+    run = _run(request, id)
+    body, problems = read_body(request, RunChange, partial=True)
+    if problems:
+        raise invalid_fields(problems)
+    with transaction.atomic():  # all of it or nothing
+        if "tags" in body:
+            tags = body["tags"]
+            history_services.run_tags_set(run=run, text=", ".join(tags) if isinstance(tags, list) else tags)
+        if "notes" in body:
+            history_services.run_notes_set(run=run, notes=body["notes"])
+        if "archived" in body:
+            history_services.run_archive(run=run, archived=body["archived"])
+    return _run(request, id)
+
+
+@router.post("/runs/{int:id}/resume/", response=answers({201: RunOut}, 400, 404), url_name="api_run_resume",
+             summary="Resume a failed or cancelled run from its latest checkpoint: a new run (the run page's Resume); while that "
+                     "resume is queued or running, the same one again")
+def run_resume(request: HttpRequest, response: HttpResponse, id: int) -> Any:
+    new = run_services.run_resume(run=_run(request, id), user=request.user)
+    response["Location"] = absolute(request, reverse("api_run", args=[new.pk]))
+    return Status(201, _run(request, new.pk))
 
 
 class MetricPoint(Schema):
