@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.cache_utils import DynamicLayer
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ def generate(
     stop: re.Pattern[str] | None = None,
     stop_check_every: int = 4,
     logprobs: bool = False,
+    kv_cache: str = "reserved",
 ) -> list[list[Generation]]:
     """Sample `n` completions for each prompt (token ids). Returns one list of n per prompt.
 
@@ -97,9 +99,16 @@ def generate(
 
     `logprobs`: also return each sampled token's log-prob under these weights at `temperature`
     (untempered when greedy), as `training.grpo.token_logprobs` scores it: an async sampler whose
-    weights lag the trainer's (`training.async_rollout`) hands them to the importance weights."""
+    weights lag the trainer's (`training.async_rollout`) hands them to the importance weights.
+
+    `kv_cache`: "reserved" (each layer's keys and values written in place into room reserved for
+    the prompt and `max_new_tokens`, `ReservedCache`) or "dynamic" (transformers' DynamicCache,
+    which copies every layer's whole cache to append one position). Both compute the same numbers;
+    bench/generation.py measures them side by side."""
     if not prompts:
         return []
+    if kv_cache not in ("reserved", "dynamic"):
+        raise ValueError(f"unknown kv_cache {kv_cache!r}; allowed: reserved, dynamic")
     t0 = time.perf_counter()
     device = next(model.parameters()).device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -115,7 +124,10 @@ def generate(
         input_ids[i, width - len(p):] = torch.tensor(p, device=device)
         mask[i, width - len(p):] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P)
-    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+    cache = reserved_cache(model, width + max_new_tokens) if kv_cache == "reserved" else None
+    out = model(
+        input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1
+    )
     cache = out.past_key_values
     logits = out.logits[:, -1, :].float()  # (B, V)
 
@@ -184,8 +196,105 @@ def generate(
     return results
 
 
+class _ReservedLayer(DynamicLayer):
+    """One layer's keys and values in tensors with room for `capacity` positions, written in place;
+    `keys`/`values` are views of the filled part, so attention reads exactly what DynamicLayer's
+    concatenated tensors hold. Rows that leave the batch are dropped by copying the filled part once."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity, self.length = capacity, 0
+        self._k = self._v = torch.empty(0)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.dtype, self.device = key_states.dtype, key_states.device
+            b, h, _, d = key_states.shape
+            self._k = key_states.new_empty((b, h, self.capacity, d))  # (R, H, C, D)
+            self._v = value_states.new_empty((b, h, self.capacity, value_states.shape[-1]))  # (R, H, C, Dv)
+            self.is_initialized = True
+        end = self.length + key_states.shape[-2]
+        if end > self._k.shape[2]:  # more than was reserved: grow (never on generate's own path)
+            self._k, self._v = self._moved(None, max(end, 2 * self._k.shape[2]))
+        self._k[:, :, self.length:end] = key_states
+        self._v[:, :, self.length:end] = value_states
+        self.length = end
+        self._views()
+        return self.keys, self.values  # type: ignore[return-value]
+
+    def _moved(self, rows: torch.Tensor | None, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
+        out = []
+        for t in (self._k, self._v):
+            src = t[:, :, : self.length] if rows is None else t[rows, :, : self.length]
+            new = t.new_empty((src.shape[0], t.shape[1], capacity, t.shape[3]))
+            new[:, :, : self.length] = src
+            out.append(new)
+        return out[0], out[1]
+
+    def _views(self) -> None:
+        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.is_initialized:
+            self._k, self._v = self._k.repeat_interleave(repeats, dim=0), self._v.repeat_interleave(repeats, dim=0)
+            self._views()
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self._k, self._v = self._moved(indices, self._k.shape[2])
+            self._views()
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError("crop takes the number of positions to remove as a negative integer")
+        self.length = max(0, self.length + tokens_to_remove)
+        if self.is_initialized:
+            self._views()
+
+    def reset(self) -> None:
+        self.length = 0
+        super().reset()
+
+
+def reserved_cache(model: PreTrainedModel, capacity: int) -> DynamicCache | None:
+    """A DynamicCache for `model` whose layers reserve room for `capacity` positions (`_ReservedLayer`),
+    or None (let the model make its own) when the model's cache is not plain full-attention layers
+    (sliding windows, linear attention): those keep transformers' own layers."""
+    cache = DynamicCache(config=model.config)
+    if not cache.layers or any(type(layer) is not DynamicLayer for layer in cache.layers):
+        return None
+    cache.layers = [_ReservedLayer(capacity) for _ in cache.layers]
+    return cache
+
+
 def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
-    """Next token per row from (R, V) logits: greedy at temperature 0, else nucleus sampling."""
+    """Next token per row from (R, V) logits: greedy at temperature 0, else nucleus sampling.
+
+    One uniform draw per row, inverted through the row's cumulative distribution (float64, so the
+    sum of 49k probabilities keeps its last digits), instead of `torch.multinomial`, which draws an
+    exponential variate for every token of the vocabulary (8 % of a CPU decode step, bench/generation.py).
+    A token of probability 0 (cut by top_p) is never drawn: its cumulative sum equals its left neighbour's."""
+    if temperature <= 0:
+        return logits.argmax(dim=-1)  # (R,)
+    probs = torch.softmax(logits / temperature, dim=-1)  # (R, V)
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)  # (R, V)
+        keep = sorted_p.cumsum(-1) - sorted_p < top_p  # (R, V) always keeps the top token
+        sorted_p = sorted_p * keep
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)  # (R, V)
+    # the run's seeded generator lives on the CPU: draw there, so a GPU run stays reproducible
+    on_cpu = generator is not None and generator.device != probs.device
+    cdf = (probs.cpu() if on_cpu else probs).double().cumsum(-1)  # (R, V)
+    u = torch.rand((cdf.shape[0], 1), generator=generator, dtype=torch.float64, device=cdf.device) * cdf[:, -1:]  # (R, 1)
+    picked = torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=cdf.shape[1] - 1)  # (R,)
+    return picked.to(probs.device)
+
+
+def _multinomial_sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
+    """The sampler before bench/generation.py: `torch.multinomial` (kept as the benchmark's peer)."""
     if temperature <= 0:
         return logits.argmax(dim=-1)  # (R,)
     probs = torch.softmax(logits / temperature, dim=-1)  # (R, V)
@@ -195,6 +304,5 @@ def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: t
         sorted_p = sorted_p * keep
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)  # (R, V)
     if generator is not None and generator.device != probs.device:
-        # the run's seeded generator lives on the CPU: draw there, so a GPU run stays reproducible
         return torch.multinomial(probs.float().cpu(), 1, generator=generator).squeeze(1).to(probs.device)  # (R,)
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (R,)

@@ -1,0 +1,291 @@
+"""Generation on CPU against this machine's roofline: Troupe's decode loop and its candidates side by side.
+
+    .venv/bin/python bench/generation.py [--rounds 3] [--prompts 4] [--n 4] [--max-new-tokens 48]
+                                         [--threads 1] [--no-llama] [--profile] [--out bench/results/generation.json]
+
+- Roofline: the model's matmuls at the decode shapes (each layer's q, k, v, o, gate, up and down
+  projections and the output head, at a batch of prompts x n rows, fp32, the torch threads given),
+  each timed in blocks of calls, best block kept (what the core can do at that shape). One decode
+  step's matmuls take layers x (sum of the layer's shapes) + head; the roofline is rows / that time,
+  in tokens/s. The model's per-token FLOPs are 2 x its matmul weights (attention over the context
+  is left out: a few % at these lengths).
+- Candidates, on the same chat-templated prompts, interleaved round by round (each round runs every
+  candidate once, temperature 1, the round's seed; every other round in reverse order; a short
+  warm-up call each first), so the neighbours' load falls on all of them:
+  `before` (the loop as it was: transformers' DynamicCache, `torch.multinomial`), `reserved cache`
+  (keys/values written in place into reserved room), `cdf sampler` (one uniform draw per row), and
+  `both` (what `training.generation.generate` now does). `llama.cpp f16`: llama-cpp-python on a GGUF
+  written from the same weights by `training.export.gguf_convert`, one sequence at a time through
+  `Llama.generate` (its prompt prefix is reused for the n samples of a prompt); its start-up (save,
+  convert, load) is the per-step weight-sync cost of a run that changes the weights every step.
+- Tokens/s by CPU time (user+system of this process, one torch thread): on a shared machine wall
+  time measures the neighbours. Wall tokens/s are printed beside it.
+- Exactness: greedy (temperature 0, one row per prompt) tokens of each candidate against `before`'s; for llama.cpp also
+  its log-probs of its own greedy tokens against the trainer's (teacher-forced, transformers fp32).
+- `--profile`: torch.profiler over one `before` and one `both` call, top operators by self time.
+
+The machine is shared: read the load averages printed at the start and end (also in the JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from _common import RESULTS, command_line, machine, table, write_json  # noqa: E402
+
+from training import generation as gen  # noqa: E402
+
+QUESTIONS = [
+    "A shop sells pens at 3 dollars each. Tom buys 17 pens and pays with a 100 dollar bill. How much change does he get?",
+    "What is the sum of the integers from 1 to 250 that are divisible by 7?",
+    "A train travels 180 km in 2.5 hours. At the same speed, how far does it go in 4 hours?",
+    "Sara has 48 apples. She gives a third to Ben and a quarter of the rest to Ann. How many are left?",
+    "How many prime numbers are there below 100?",
+    "A rectangle is 12 cm by 7 cm. What is the length of its diagonal, rounded to two decimals?",
+    "What is 2 to the power 20 minus 3 to the power 11?",
+    "If 5 workers build a wall in 12 days, how many days do 8 workers take?",
+]
+SYSTEM = "You solve arithmetic problems by writing a short Python program in a ```python code block that prints the answer."
+
+
+def cpu_now() -> float:
+    """CPU seconds of this process (all its threads, llama.cpp's included), at the clock's resolution."""
+    return time.process_time()
+
+
+# == roofline ======================================================================================
+
+
+def decode_shapes(config: Any) -> tuple[int, dict[str, tuple[int, int]], tuple[int, int]]:
+    """(layers, {projection: (in, out)} of one layer, (in, out) of the output head) for a Llama-like config."""
+    h, heads = config.hidden_size, config.num_attention_heads
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    hd = getattr(config, "head_dim", None) or h // heads
+    inter = config.intermediate_size
+    layer = {"q": (h, heads * hd), "k": (h, kv * hd), "v": (h, kv * hd), "o": (heads * hd, h), "gate": (h, inter), "up": (h, inter), "down": (inter, h)}
+    return config.num_hidden_layers, layer, (h, config.vocab_size)
+
+
+def time_linear(rows: int, shape: tuple[int, int], *, calls: int, blocks: int) -> float:
+    """Best seconds per call of x (rows, in) @ W (out, in)^T, by CPU time, over `blocks` blocks of `calls`."""
+    x, w = torch.randn(rows, shape[0]), torch.randn(shape[1], shape[0])
+    for _ in range(3):
+        F.linear(x, w)
+    best = float("inf")
+    for _ in range(blocks):
+        c = cpu_now()
+        for _ in range(calls):
+            F.linear(x, w)
+        best = min(best, (cpu_now() - c) / calls)
+    return best
+
+
+def roofline(config: Any, rows: int, *, blocks: int = 5) -> dict[str, Any]:
+    layers, layer, head = decode_shapes(config)
+    per_shape = {}
+    for name, shape in [*layer.items(), ("head", head)]:
+        calls = min(400, max(20, int(2e8 / (2 * rows * shape[0] * shape[1]))))  # about 0.1-0.2 s per block on one core
+        secs = time_linear(rows, shape, calls=calls, blocks=blocks)
+        per_shape[name] = {"in": shape[0], "out": shape[1], "seconds": secs, "gflops": 2 * rows * shape[0] * shape[1] / secs / 1e9}
+    step = layers * sum(per_shape[k]["seconds"] for k in layer) + per_shape["head"]["seconds"]
+    weights = layers * sum(i * o for i, o in layer.values()) + head[0] * head[1]
+    return {
+        "rows": rows,
+        "layers": layers,
+        "per_shape": per_shape,
+        "flops_per_token": 2 * weights,
+        "step_seconds": step,
+        "tokens_per_s": rows / step,
+        "gflops": 2 * weights * rows / step / 1e9,
+    }
+
+
+# == candidates ====================================================================================
+
+
+class HFArm:
+    def __init__(self, name: str, model: Any, tokenizer: Any, *, kv_cache: str, sampler: Any) -> None:
+        self.name, self.model, self.tokenizer, self.kv_cache, self.sampler = name, model, tokenizer, kv_cache, sampler
+
+    def generate(self, prompts: list[list[int]], *, n: int, max_new_tokens: int, temperature: float, seed: int) -> list[list[tuple[int, ...]]]:
+        real = gen._sample
+        gen._sample = self.sampler
+        try:
+            out = gen.generate(self.model, self.tokenizer, prompts, n=n, max_new_tokens=max_new_tokens, temperature=temperature,
+                               generator=torch.Generator().manual_seed(seed), kv_cache=self.kv_cache)
+        finally:
+            gen._sample = real
+        return [[g.token_ids for g in group] for group in out]
+
+
+class LlamaCppArm:
+    """llama-cpp-python over a GGUF written from the model's current weights (f16)."""
+
+    def __init__(self, model: Any, tokenizer: Any, threads: int, work: Path) -> None:
+        from llama_cpp import Llama
+
+        from training.export import gguf_convert
+
+        self.name = "llama.cpp f16"
+        self.stops = set(gen.stop_token_ids(model, tokenizer))
+        folder, out = work / "hf", work / "model-f16.gguf"
+        t0 = time.perf_counter()
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        t1 = time.perf_counter()
+        gguf_convert(folder, out, gguf_type="f16")
+        t2 = time.perf_counter()
+        self.llm = Llama(model_path=str(out), n_ctx=1024, n_batch=512, n_threads=threads, n_threads_batch=threads, logits_all=True, verbose=False)
+        t3 = time.perf_counter()
+        self.sync = {"save_s": t1 - t0, "convert_s": t2 - t1, "load_s": t3 - t2, "total_s": t3 - t0}
+
+    def generate(self, prompts: list[list[int]], *, n: int, max_new_tokens: int, temperature: float, seed: int) -> list[list[tuple[int, ...]]]:
+        self.llm.set_seed(seed)
+        out = []
+        for p in prompts:
+            group = []
+            for _ in range(n):
+                ids: list[int] = []
+                for tok in self.llm.generate(p, temp=temperature, top_k=0 if temperature > 0 else 1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True):
+                    ids.append(int(tok))
+                    if tok in self.stops or len(ids) >= max_new_tokens:
+                        break
+                group.append(tuple(ids))
+            out.append(group)
+        return out
+
+    def logprobs(self, prompt: list[int], completion: tuple[int, ...]) -> list[float]:
+        """llama.cpp's log-prob of each completion token, teacher-forced on prompt + completion."""
+        self.llm.reset()
+        self.llm.eval(prompt + list(completion))
+        scores = torch.tensor(self.llm.scores[len(prompt) - 1: len(prompt) - 1 + len(completion)], dtype=torch.float64)  # (T, V)
+        return scores.log_softmax(-1).gather(1, torch.tensor(completion)[:, None]).squeeze(1).tolist()
+
+
+@torch.inference_mode()
+def trainer_logprobs(model: Any, prompt: list[int], completion: tuple[int, ...]) -> list[float]:
+    ids = torch.tensor([prompt + list(completion)])
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1: -1].double()  # (T, V)
+    return logits.log_softmax(-1).gather(1, torch.tensor(completion)[:, None]).squeeze(1).tolist()
+
+
+def profile_once(arm: HFArm, prompts: list[list[int]], args: argparse.Namespace) -> list[list[Any]]:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        arm.generate(prompts, n=args.n, max_new_tokens=args.max_new_tokens, temperature=1.0, seed=0)
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events)
+    return [[arm.name, e.key, e.count, e.self_cpu_time_total / 1e6, e.self_cpu_time_total / total] for e in events[:8]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="bundled:smollm2-135m-instruct")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--n", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--no-llama", action="store_true", help="leave out llama.cpp")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--out", default=str(RESULTS / "generation.json"))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from training.models import load_model
+
+    start = machine()
+    print(f"load average at start: {start['loadavg']}", flush=True)
+    model, tok = load_model(args.model, device="cpu", dtype="float32")
+    model.eval()
+    prompts = [list(tok.apply_chat_template([{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}], add_generation_prompt=True,
+                                            tokenize=True, return_dict=True)["input_ids"]) for q in (QUESTIONS * 4)[: args.prompts]]
+    rows = args.prompts * args.n
+    roof = roofline(model.config, rows)
+    print(table(["shape", "in", "out", "ms/call", "GFLOPS"],
+                [[k, v["in"], v["out"], v["seconds"] * 1e3, v["gflops"]] for k, v in roof["per_shape"].items()]))
+    print(f"roofline at {rows} rows: {roof['tokens_per_s']:.0f} tokens/s ({roof['gflops']:.1f} GFLOPS, "
+          f"{roof['flops_per_token'] / 1e9:.3f} GFLOP/token, {roof['step_seconds'] * 1e3:.1f} ms per decode step)", flush=True)
+
+    arms: list[Any] = [
+        HFArm("before", model, tok, kv_cache="dynamic", sampler=gen._multinomial_sample),
+        HFArm("reserved cache", model, tok, kv_cache="reserved", sampler=gen._multinomial_sample),
+        HFArm("cdf sampler", model, tok, kv_cache="dynamic", sampler=gen._sample),
+        HFArm("both (default)", model, tok, kv_cache="reserved", sampler=gen._sample),
+    ]
+    work = Path(tempfile.mkdtemp(prefix="troupe-bench-gen-"))
+    llama = None
+    if not args.no_llama:
+        llama = LlamaCppArm(model, tok, args.threads, work)
+        arms.append(llama)
+        print(f"llama.cpp start-up (= per-step weight sync): {llama.sync}", flush=True)
+
+    profile_rows = []
+    if args.profile:
+        profile_rows = profile_once(arms[0], prompts, args) + profile_once(arms[3], prompts, args)
+        print(table(["arm", "operator", "calls", "self s", "share"], profile_rows), flush=True)
+
+    kw = {"n": args.n, "max_new_tokens": args.max_new_tokens}
+    runs: dict[str, list[dict[str, float]]] = {a.name: [] for a in arms}
+    for arm in arms:  # warm up: first-call allocations, llama.cpp's first evaluation
+        arm.generate(prompts[:1], n=1, max_new_tokens=4, temperature=1.0, seed=0)
+    for r in range(1, args.rounds + 1):
+        for arm in arms if r % 2 else arms[::-1]:  # every other round backwards: a drift in the load falls on all
+            w, c = time.perf_counter(), cpu_now()
+            out = arm.generate(prompts, temperature=1.0, seed=r, **kw)
+            w, c = time.perf_counter() - w, cpu_now() - c
+            tokens = sum(len(t) for group in out for t in group)
+            runs[arm.name].append({"wall_s": w, "cpu_s": c, "tokens": tokens, "load_1min": os.getloadavg()[0]})
+        print(f"round {r}: " + " | ".join(f"{a.name} {runs[a.name][-1]['tokens'] / runs[a.name][-1]['cpu_s']:.1f} tok/cpu-s"
+                                          for a in arms if runs[a.name]), flush=True)
+
+    greedy = {a.name: a.generate(prompts, n=1, max_new_tokens=args.max_new_tokens, temperature=0.0, seed=0) for a in arms}  # n copies would be equal
+    ref = [t for group in greedy["before"] for t in group]
+    summary: dict[str, Any] = {}
+    for arm in arms:
+        rs = runs[arm.name]
+        mine = [t for group in greedy[arm.name] for t in group]
+        tok_cpu = sum(x["tokens"] for x in rs) / sum(x["cpu_s"] for x in rs)
+        summary[arm.name] = {
+            "tokens_per_cpu_s": tok_cpu,
+            "tokens_per_wall_s": sum(x["tokens"] for x in rs) / sum(x["wall_s"] for x in rs),
+            "cpu_s_median": statistics.median(x["cpu_s"] for x in rs),
+            "tokens_mean": statistics.fmean(x["tokens"] for x in rs),
+            "roofline_share": tok_cpu / roof["tokens_per_s"],
+            "greedy_rows_identical": sum(a == b for a, b in zip(mine, ref)) / len(ref),
+        }
+    base = summary["before"]["tokens_per_cpu_s"]
+    for s in summary.values():
+        s["x_before"] = s["tokens_per_cpu_s"] / base
+    if llama is not None:
+        diffs = []
+        for p, group in zip(prompts, greedy[llama.name]):
+            a, b = llama.logprobs(p, group[0]), trainer_logprobs(model, p, group[0])
+            diffs += [abs(x - y) for x, y in zip(a, b)]
+        summary[llama.name]["logprob_abs_diff"] = {"mean": statistics.fmean(diffs), "max": max(diffs)}
+        summary[llama.name]["sync"] = llama.sync
+    end = machine()
+    print(table(["candidate", "tok/cpu-s", "x before", "% roofline", "tok/wall-s", "mean tokens", "greedy rows = before"],
+                [[k, v["tokens_per_cpu_s"], v["x_before"], 100 * v["roofline_share"], v["tokens_per_wall_s"], v["tokens_mean"],
+                  f"{v['greedy_rows_identical']:.0%}"] for k, v in summary.items()]))
+    if llama is not None:
+        print(f"llama.cpp log-prob |diff| against the trainer on its greedy tokens: {summary[llama.name]['logprob_abs_diff']}")
+    print(f"load average: start {start['loadavg']}, end {end['loadavg']}")
+    payload = {"command": command_line(), "machine_start": start, "machine_end": end, "roofline": roof, "candidates": summary, "rounds": runs,
+               "profile": profile_rows, "setup": {"prompts": args.prompts, "n": args.n, "max_new_tokens": args.max_new_tokens, "model": args.model}}
+    print(f"wrote {write_json(args.out, payload)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
