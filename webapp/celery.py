@@ -47,6 +47,18 @@ def _stop_runs_on_shutdown(sig: str, how: str, exitcode: int, **kwargs: Any) -> 
     WORKER_SHUTTING_DOWN.set()
 
 
+@worker_ready.connect
+def _quiet_shutdown(sender: Any, **kwargs: Any) -> None:
+    """The worker `manage.py troupe` starts (TROUPE_QUIET_CONSOLE=1) stops without Celery's "worker:
+    Warm shutdown (MainProcess)" line on the console: its SIGTERM handler, installed at the start,
+    is installed again without the line; the shutdown itself is the same warm one."""
+    if os.environ.get("TROUPE_QUIET_CONSOLE") != "1":
+        return
+    from celery.apps.worker import install_worker_term_handler
+
+    install_worker_term_handler(getattr(sender, "controller", None), verbose=False)
+
+
 _beat: Any = None
 
 

@@ -96,7 +96,7 @@ class Command(BaseCommand):
                 lost = run_services.run_fail_lost(worker=WORKER_NAME)
                 if lost:
                     self.stdout.write(f"Marked {lost} run(s) failed: the local worker had stopped while running them.")
-                procs.append(("worker", _spawn(WORKER_CMD, env)))
+                procs.append(("worker", _spawn(WORKER_CMD, {**env, "TROUPE_QUIET_CONSOLE": "1"})))
             if _port_open(options["host"], port):
                 raise CommandError(f"port {port} on {options['host']} is already in use; set PORT (or --port) to another one")
             procs.append(("web", _spawn([sys.executable, "-m", "daphne", "-v", "0", "-b", options["host"], "-p", str(port),
@@ -132,7 +132,7 @@ class Command(BaseCommand):
         if len(restarts) > WORKER_MAX_RESTARTS:
             raise CommandError(f"the worker exited {len(restarts)} times in {WORKER_RESTART_WINDOW_S} s; stopping Troupe")
         self.stdout.write("Starting a new worker…")
-        return _spawn(WORKER_CMD, env)
+        return _spawn(WORKER_CMD, {**env, "TROUPE_QUIET_CONSOLE": "1"})
 
     def _stop(self, procs: list[tuple[str, subprocess.Popen[bytes]]]) -> None:
         """Web first, then the worker (warm shutdown: its run stops at the next step), Redis last."""
