@@ -133,17 +133,20 @@ class Task:
     """Any columns: the definition's prompts and graders name the ones they read."""
     required_fields: tuple[str, ...] = ()
     default_instructions: dict[str, str] = {}
+    solo_roles: tuple[str, ...] = ()
+    """A single-role task's role (it plays an episode alone); none for a team's task."""
 
     def __init__(self, definition: dict[str, Any] | None = None) -> None:
         """`definition`: roles, team, rounds and graders (see the module docstring). Without one it
         has no roles: it only reads a dataset's rows (an upload for a task is checked with it)."""
         if definition is None:
             self.definition: dict[str, Any] = {"roles": [], "team": None, "rounds": 1, "graders": {}}
-            self.roles, self.solo_roles, self.graders, self._role = (), (), {}, {}
+            self.graders: dict[str, dict[str, Any]] = {}
+            self._role: dict[str, dict[str, Any]] = {}
             return
         self.definition = check_definition(definition)
         self.roles = tuple(r["name"] for r in self.definition["roles"])
-        self.solo_roles: tuple[str, ...] = self.roles[:1] if len(self.roles) == 1 else ()
+        self.solo_roles = self.roles[:1] if len(self.roles) == 1 else ()
         self.graders = self.definition["graders"]
         self._role = {r["name"]: r for r in self.definition["roles"]}
 
