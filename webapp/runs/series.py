@@ -37,7 +37,8 @@ CHUNK_POINTS = 20_000
 
 REWARD_FN_PREFIX = "reward/fn/"
 """Run-wide series for each of the run's reward functions (`data.reward_fn`, `data.reward_fns`;
-their means before the weights), charted together; which there are comes from the run's points."""
+their means before the weights) and, in a run of a team's task, each of its graders and their parts
+(`agents.envs.task`), charted together; which there are comes from the run's points."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ CHARTS = (
     Chart("reward", "Reward (total)", run=("reward/total",), agent="reward/total"),
     Chart("reward-team", "Team reward", run=("reward/team",), agent="reward/team"),
     Chart("reward-local", "Local reward", run=("reward/local",), agent="reward/local"),
-    Chart("reward-fns", "Reward functions (mean, before weights)", run_prefix=REWARD_FN_PREFIX),
+    Chart("reward-fns", "Reward functions and graders (mean, before weights)", run_prefix=REWARD_FN_PREFIX),
     Chart("success", "Success rate", run=("success",), agent="success", range=(0, 1)),
     Chart("eval", "Held-out evaluation (success)", evals=True, range=(0, 1)),
     Chart("loss", "Loss", run=("loss",), agent="loss"),
