@@ -38,7 +38,7 @@ def test_it_shows_the_engines_evaluations_as_a_table_and_a_chart(alice, run):
     add_evaluations(run, [(0, 0.25, {"tool": 0.5, "reasoner": 0.25}), (3, 0.75, {"tool": 1.0, "reasoner": 0.75})])
     html = alice.client.get(run.get_absolute_url()).content.decode()
     assert 'id="held-out"' in html and 'id="eval-table"' in html and "evaluations.js" in html
-    assert "step 0 0.25 → step 3 0.75" in html and 'class="delta up"' in html
+    assert "step 0 25% → step 3 75%" in html and 'class="delta up">(+50 pts)' in html
     chart = json.loads(html.split('id="eval-chart-data" type="application/json">')[1].split("</script>")[0])
     assert chart == {"steps": [0, 3], "series": {"team": [0.25, 0.75], "tool": [0.5, 1.0], "reasoner": [0.25, 0.75]}}
 
