@@ -5,7 +5,8 @@ number is read from what `python -m training sweep` left in the experiments' fol
     .venv/bin/python bench/referential_report.py --together runs/referential-together \\
         --prompt runs/referential-prompt --apart runs/referential-apart --out bench/results/referential
 
-Each folder is optional (a missing or unfinished one leaves its rows out or partial). Read from:
+`--explore` is a further together experiment (`referential-together-explore`), its arms named
+after it. Each folder is optional (a missing or unfinished one leaves its rows out or partial). Read from:
 - each trial's `evaluations.jsonl` (greedy held-out success at every evaluated step; step 0 is the
   untrained team) and `metrics.jsonl` (generated tokens per step, for the curves against tokens);
 - each trial's `ablations.json` (`role_swap`, `apart`: `training.sweep.run_ablations`);
@@ -51,6 +52,10 @@ def read_json(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+NAMED = ("referential-together", "referential-prompt", "referential-apart")
+"""The experiments whose arms are named by what they train alone; another's carry its name too."""
 
 
 def arm_name(trial: Trial) -> str:
@@ -150,7 +155,8 @@ def collect(folder: Path, last_steps: int) -> list[dict[str, Any]]:
         curve = greedy_curve(tf)
         tokens = tokens_by_step(tf)
         out.append({
-            "experiment": spec.name, "trial": tf.name, "arm": arm_name(trial), "seed": trial.seed,
+            "experiment": spec.name, "trial": tf.name, "seed": trial.seed,
+            "arm": arm_name(trial) if spec.name in NAMED else f"{arm_name(trial)}, {spec.name}",
             "status": record.get("status", "running" if curve else "not started"),
             "curve": curve, "tokens": [[s, tokens.get(s)] for s, _ in curve],
             "final": curve[-1][1] if record.get("status") == "succeeded" and curve else None,
@@ -165,7 +171,7 @@ def collect(folder: Path, last_steps: int) -> list[dict[str, Any]]:
 def build(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The table's rows: untrained, each arm, and each arm's ablations, over seeds."""
     rows = []
-    untrained = {t["seed"]: t["untrained"] for t in trials if t["untrained"] is not None and t["arm"].startswith("together (lora")}
+    untrained = {t["seed"]: t["untrained"] for t in trials if t["untrained"] is not None and t["arm"] == "together (lora)"}
     if untrained:
         rows.append({"row": "untrained team (step 0)", **stat(list(untrained.values())), "seeds": sorted(untrained)})
     for arm in dict.fromkeys(t["arm"] for t in trials):
@@ -219,12 +225,12 @@ def plot(trials: list[dict[str, Any]], out: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name in ("together", "prompt", "apart"):
+    for name in ("together", "prompt", "apart", "explore"):
         parser.add_argument(f"--{name}", type=Path, help=f"the {name} experiment's sweep folder")
     parser.add_argument("--out", type=Path, default=Path("bench/results/referential"))
     parser.add_argument("--protocol-steps", type=int, default=10, help="training steps the protocol is read from (the last ones)")
     args = parser.parse_args(argv)
-    folders = [f for f in (args.together, args.prompt, args.apart) if f is not None]
+    folders = [f for f in (args.together, args.prompt, args.apart, args.explore) if f is not None]
     missing = [str(f) for f in folders if not (f / "experiment.yaml").is_file()]
     if not folders or missing:
         print(f"error: no experiment folder (experiment.yaml) at {', '.join(missing) or 'any of --together/--prompt/--apart'}", file=sys.stderr)

@@ -36,7 +36,7 @@ def spec(**changes) -> ExperimentSpec:
     base = base.replace(**{"model.source": "tiny-random:llama", "data.train_size": 16, "data.eval_size": 8, "eval.size": 8,
                            "eval.every": 2, "optim.steps": 2, "optim.tasks_per_step": 2, "grpo.k": 2, "lora.r": 4, "lora.alpha": 8,
                            "data.reward_fn": SPREAD})
-    data = {"name": "ref", "axes": {"topology.agents": [SPEAKER_ONLY, LISTENER_ONLY]}, "seeds": [0], "ablations": ["apart", "role_swap"]}
+    data = {"name": "referential-apart", "axes": {"topology.agents": [SPEAKER_ONLY, LISTENER_ONLY]}, "seeds": [0], "ablations": ["apart", "role_swap"]}
     return ExperimentSpec.from_dict({**data, **changes}, base=base)
 
 
