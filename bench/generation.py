@@ -13,8 +13,8 @@
   candidate once, temperature 1, the round's seed; every other round in reverse order; a short
   warm-up call each first), so the neighbours' load falls on all of them:
   `before` (the loop as it was: transformers' DynamicCache, `torch.multinomial`), `reserved cache`
-  (keys/values written in place into reserved room), `cdf sampler` (one uniform draw per row), and
-  `both` (what `training.generation.generate` now does). `llama.cpp f16`: llama-cpp-python on a GGUF
+  (keys/values written in place into reserved room), `cdf sampler (default)` (one uniform draw per
+  row: what `training.generation.generate` now does), and `both`. `llama.cpp f16`: llama-cpp-python on a GGUF
   written from the same weights by `training.export.gguf_convert`, one sequence at a time through
   `Llama.generate` (its prompt prefix is reused for the n samples of a prompt); its start-up (save,
   convert, load) is the per-step weight-sync cost of a run that changes the weights every step.
@@ -22,7 +22,7 @@
   time measures the neighbours. Wall tokens/s are printed beside it.
 - Exactness: greedy (temperature 0, one row per prompt) tokens of each candidate against `before`'s; for llama.cpp also
   its log-probs of its own greedy tokens against the trainer's (teacher-forced, transformers fp32).
-- `--profile`: torch.profiler over one `before` and one `both` call, top operators by self time.
+- `--profile`: torch.profiler over one `before` and one `cdf sampler (default)` call, top operators by self time.
 
 The machine is shared: read the load averages printed at the start and end (also in the JSON).
 """
@@ -220,8 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     arms: list[Any] = [
         HFArm("before", model, tok, kv_cache="dynamic", sampler=gen._multinomial_sample),
         HFArm("reserved cache", model, tok, kv_cache="reserved", sampler=gen._multinomial_sample),
-        HFArm("cdf sampler", model, tok, kv_cache="dynamic", sampler=gen._sample),
-        HFArm("both (default)", model, tok, kv_cache="reserved", sampler=gen._sample),
+        HFArm("cdf sampler (default)", model, tok, kv_cache="dynamic", sampler=gen._sample),
+        HFArm("both", model, tok, kv_cache="reserved", sampler=gen._sample),
     ]
     work = Path(tempfile.mkdtemp(prefix="troupe-bench-gen-"))
     llama = None
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
 
     profile_rows = []
     if args.profile:
-        profile_rows = profile_once(arms[0], prompts, args) + profile_once(arms[3], prompts, args)
+        profile_rows = profile_once(arms[0], prompts, args) + profile_once(arms[2], prompts, args)
         print(table(["arm", "operator", "calls", "self s", "share"], profile_rows), flush=True)
 
     kw = {"n": args.n, "max_new_tokens": args.max_new_tokens}
