@@ -32,7 +32,7 @@ from ninja import Field, Query, Router, Schema, Status
 
 from training.config import ConfigError
 from webapp.api.app import Id, In, Page, Paging, answers, body_doc, page_of, read_body
-from webapp.api.http import ApiError, absolute, invalid_fields
+from webapp.api.http import PER_PAGE_MAX, ApiError, absolute, invalid_fields
 from webapp.api.jobs import Evaluations, evaluations_of
 from webapp.artifacts import files as artifacts
 from webapp.artifacts.downloads import checkpoint_download, merged_download, run_file_download
@@ -203,7 +203,7 @@ class RunQuery(Paging):
     created_to: str | None = _filter("Created on or before this day (YYYY-MM-DD)")
     sort: str | None = _filter("created, -created, name, status, or a final metric, e.g. -eval/team_success")
     archived: str | None = _filter("`all` or `only`")
-    per_page: int = Field(25, ge=1, le=Paging.model_fields["per_page"].metadata[-1].le, description="Results per page (default 25).")
+    per_page: int = Field(25, ge=1, le=PER_PAGE_MAX, description="Results per page (default 25).")
 
 
 @router.get("/runs/", response=answers({200: Page[RunOut]}, 400, 404), url_name="api_runs",
