@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -274,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             diffs += [abs(x - y) for x, y in zip(a, b)]
         summary[llama.name]["logprob_abs_diff"] = {"mean": statistics.fmean(diffs), "max": max(diffs)}
         summary[llama.name]["sync"] = llama.sync
+    shutil.rmtree(work, ignore_errors=True)  # the saved model and its GGUF
     end = machine()
     print(table(["candidate", "tok/cpu-s", "x before", "% roofline", "tok/wall-s", "mean tokens", "greedy rows = before"],
                 [[k, v["tokens_per_cpu_s"], v["x_before"], 100 * v["roofline_share"], v["tokens_per_wall_s"], v["tokens_mean"],
