@@ -314,9 +314,9 @@ def _no_row_has(declared: Mapping[str, RowField], seen: set[str], rows: list[dic
     required = [name for name, f in declared.items() if f.required]
     absent = [name for name in required if name not in seen]
     if absent and seen and not rows:
-        names = ", ".join(f"`{n}`" for n in absent)
-        raise DataError(f"no row has {names}: is this the right environment? Its rows need {', '.join(f'`{n}`' for n in required)}; "
-                        f"these rows have {', '.join(f'`{n}`' for n in sorted(seen)[:12])}")
+        names = ", ".join(_quoted(n) for n in absent)
+        raise DataError(f"no row has {names}: is this the right environment? Its rows need {', '.join(_quoted(n) for n in required)}; "
+                        f"these rows have {', '.join(_quoted(n) for n in sorted(seen)[:12])}")
 
 
 # -- one row -------------------------------------------------------------------------------------
@@ -504,6 +504,13 @@ def _check_finite(name: str, value: Any, line: int | None) -> None:
 
 def _name(name: str) -> str:
     return repr(name if len(name) <= 40 else name[:37] + "...")
+
+
+def _quoted(name: str) -> str:
+    """A field name in backticks when it is plain printable text, else escaped (`_name`): a file's
+    own names reach the page and the log, and one may hold a lone surrogate or a control character."""
+    plain = name.isprintable() and len(name) <= 40 and "`" not in name  # a lone surrogate is not printable
+    return f"`{name}`" if plain else _name(name)
 
 
 def _show(value: str) -> str:
