@@ -274,15 +274,58 @@ def merge_out_dir(job: Job) -> Path:
     return paths.exports_dir(job.team_id) / f"merge-{job.pk}"
 
 
+# -- GGUF export: a merge job whose params say `format: gguf` ---------------------------------------
+
+
+GGUF_TYPES = {"f16": "GGUF f16", "q8_0": "GGUF q8_0"}  # training.export.GGUF_TYPES, with their labels
+"""The GGUF weight types: f16, or q8_0 (8-bit blocks, about half the size; what CPUs serve)."""
+
+
+def gguf_request(*, run: Run, user: User | None, checkpoint: Checkpoint, agent: str, gguf_type: str = "q8_0") -> Job:
+    """Queue merging `agent`'s LoRA adapter at `checkpoint` into the run's base model and writing
+    it as one GGUF file of `gguf_type` (GGUF_TYPES) with an Ollama Modelfile. A finished export of
+    the same adapter and type whose folder still exists (or one still queued or running) is
+    returned instead of a new job. An agent saved as a full model is refused; an architecture
+    llama.cpp's converter does not know fails the job with that said, before anything is merged."""
+    if gguf_type not in GGUF_TYPES:
+        raise ValidationError({"gguf_type": f"Export GGUF as one of: {', '.join(GGUF_TYPES)}."})
+    _checked_checkpoint(run, checkpoint)
+    try:
+        _, policy = artifacts.policy_folder(run=run, checkpoint=checkpoint, name=agent)
+    except artifacts.ArtifactMissing as exc:
+        raise ValidationError({"agent": str(exc)}) from None
+    if policy.kind != "adapter":
+        raise ValidationError({"agent": f"{agent} is a full model, not a LoRA adapter: there is nothing to merge for a GGUF export."})
+    existing = Job.objects.filter(run=run, kind=Job.Kind.MERGE, checkpoint=checkpoint, params__agent=agent, params__format="gguf",
+                                  params__gguf_type=gguf_type).exclude(status=Job.Status.FAILED).order_by("-created").first()
+    if existing is not None and (existing.is_active or Path(existing.output or "/nonexistent").is_dir()):
+        return existing
+    return job_create(team=run.team, user=user, kind=Job.Kind.MERGE, run=run, checkpoint=checkpoint,
+                      params={"agent": agent, "checkpoint_step": checkpoint.step, "format": "gguf", "gguf_type": gguf_type})
+
+
+def _gguf_work(job: Job) -> dict[str, Any]:
+    """The worker's part of a GGUF export job (`merge_execute` calls it):
+    `training.export.export_gguf` into the team's exports folder; returns the job's fields."""
+    from training.export import export_gguf  # imports torch: only in the worker
+
+    assert job.run is not None and job.checkpoint is not None
+    adapter, _ = artifacts.policy_folder(run=job.run, checkpoint=job.checkpoint, name=job.params["agent"])
+    export = export_gguf(
+        job.run.to_config(), agent=job.params["agent"], adapter=adapter, out=merge_out_dir(job),
+        gguf_type=job.params["gguf_type"],
+        about={"run": job.run.pk, "run_name": job.run.name, "checkpoint_step": job.checkpoint.step},
+    )
+    return {"output": str(export.folder), "result": {"files": export.files, "architecture": export.architecture}}
+
+
 def merge_execute(*, job_id: int, worker: str = "") -> Job | None:
     """Claim the merge job, merge the adapter (`training.export.merge_adapter`), record the folder."""
     job = _claim(job_id, Job.Kind.MERGE, worker)
     if job is None:
         return None
-    if job.params.get("format") == "gguf":  # a GGUF export: webapp.artifacts.services.gguf_request
-        from webapp.artifacts.services import gguf_work
-
-        return _run_job(job, gguf_work)
+    if job.params.get("format") == "gguf":  # a GGUF export: gguf_request
+        return _run_job(job, _gguf_work)
 
     def work(job: Job) -> dict[str, Any]:
         from training.export import merge_adapter  # imports torch: only in the worker

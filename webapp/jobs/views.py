@@ -16,7 +16,6 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from training.config import ConfigError
-from webapp.artifacts import services as artifact_services
 from webapp.catalog import environments
 from webapp.jobs import ablations, services
 from webapp.jobs.forms import EvaluationForm, PlaygroundForm, playground_agents
@@ -67,8 +66,8 @@ def run_merge(request: TeamRequest, pk: int, step: int, name: str) -> HttpRespon
     dtype = request.POST.get("dtype") or "bfloat16"
     try:
         if dtype.startswith("gguf-"):  # GGUF f16 / q8_0 for llama.cpp and Ollama
-            job = artifact_services.gguf_request(run=run, user=request.user, checkpoint=checkpoint, agent=name,
-                                                 gguf_type=dtype.removeprefix("gguf-"))
+            job = services.gguf_request(run=run, user=request.user, checkpoint=checkpoint, agent=name,
+                                        gguf_type=dtype.removeprefix("gguf-"))
         else:
             job = services.merge_request(run=run, user=request.user, checkpoint=checkpoint, agent=name, dtype=dtype)
     except ValidationError as exc:

@@ -1,4 +1,4 @@
-"""GGUF export from the run page: a merge job with `format: gguf` (`webapp.artifacts.services.gguf_request`),
+"""GGUF export from the run page: a merge job with `format: gguf` (`webapp.jobs.services.gguf_request`),
 run by the worker through `training.export.export_gguf`. The round trip through llama.cpp is
 tests/training/test_export_gguf.py; here the web's part: the request, its refusals, and a job
 whose model the converter cannot finish failing with the reason and no files."""
@@ -10,7 +10,6 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 
 from tests.webapp.history_helpers import save_checkpoint, with_out_dir
-from webapp.artifacts import services as artifact_services
 from webapp.core import paths
 from webapp.jobs import services as jobs
 from webapp.models import Job, Run
@@ -42,14 +41,14 @@ def test_the_run_page_queues_a_gguf_export_and_shows_why_it_failed(alice, run, j
 
 def test_a_gguf_request_is_checked_and_reused(alice, run, jobs_sent):
     checkpoint = run.checkpoints.get()
-    first = artifact_services.gguf_request(run=run, user=alice.user, checkpoint=checkpoint, agent="reasoner", gguf_type="f16")
-    assert artifact_services.gguf_request(run=run, user=alice.user, checkpoint=checkpoint, agent="reasoner", gguf_type="f16") == first
-    assert artifact_services.gguf_request(run=run, user=alice.user, checkpoint=checkpoint, agent="reasoner") != first  # q8_0
+    first = jobs.gguf_request(run=run, user=alice.user, checkpoint=checkpoint, agent="reasoner", gguf_type="f16")
+    assert jobs.gguf_request(run=run, user=alice.user, checkpoint=checkpoint, agent="reasoner", gguf_type="f16") == first
+    assert jobs.gguf_request(run=run, user=alice.user, checkpoint=checkpoint, agent="reasoner") != first  # q8_0
     assert jobs.merge_request(run=run, user=alice.user, checkpoint=checkpoint, agent="reasoner") not in (first,)  # safetensors
     with pytest.raises(ValidationError, match="Export GGUF as one of: f16, q8_0"):
-        artifact_services.gguf_request(run=run, user=alice.user, checkpoint=checkpoint, agent="reasoner", gguf_type="q4_k")
+        jobs.gguf_request(run=run, user=alice.user, checkpoint=checkpoint, agent="reasoner", gguf_type="q4_k")
     with pytest.raises(ValidationError, match="no adapter or model named"):
-        artifact_services.gguf_request(run=run, user=alice.user, checkpoint=checkpoint, agent="../tool")
+        jobs.gguf_request(run=run, user=alice.user, checkpoint=checkpoint, agent="../tool")
 
 
 def test_another_team_cannot_export(bob, run, jobs_sent):
