@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
+from webapp.core.sockets import DAPHNE_ARGS
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
 COMPOSE_FILES = ("compose.yaml", "compose.worker.yaml", "compose.shared-data.yaml")
@@ -128,7 +130,8 @@ def test_it_runs_web_worker_redis_postgres_and_a_one_shot_migration():
     assert {"web", "worker-gpu", "redis", "postgres", "migrate"} <= set(services)
     assert services["migrate"]["command"] == ["python", "manage.py", "migrate", "--noinput"]
     assert services["migrate"]["restart"] == "no"
-    assert services["web"]["command"] == ["daphne", "-b", "0.0.0.0", "-p", "8000", "webapp.asgi:application"]
+    # Daphne with the socket limits every start of Troupe's web process passes (webapp.core.sockets)
+    assert services["web"]["command"] == ["daphne", "-b", "0.0.0.0", "-p", "8000", *DAPHNE_ARGS, "webapp.asgi:application"]
 
 
 @pytest.mark.parametrize("service", ["web", "worker-gpu", "redis", "postgres"])
