@@ -435,6 +435,15 @@ def forwarded_env(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k.startswith(FORWARDED_ENV_PREFIXES) and k != RAY_ADDRESS_ENV}
 
 
+def ray_init_logging(environ: Mapping[str, str]) -> dict[str, Any]:
+    """`ray.init`'s logging for this process: the worker `manage.py troupe` starts keeps the
+    console quiet (TROUPE_QUIET_CONSOLE=1), so Ray (and Ray Train under it) says only warnings
+    there; a worker started by hand keeps Ray's INFO lines in its log."""
+    import logging
+
+    return {"logging_level": logging.WARNING if environ.get("TROUPE_QUIET_CONSOLE") == "1" else logging.INFO}
+
+
 def launch(config: RunConfig, out: Path, sink: EventSink, *, address: str | None = None, poll_s: float = 0.5) -> TrainResult:
     """Run `config` on `resources.hosts` hosts of the Ray cluster at `address` (default:
     TROUPE_RAY_ADDRESS) and relay rank 0's events to `sink`; return the `TrainResult` rank 0
@@ -453,7 +462,7 @@ def launch(config: RunConfig, out: Path, sink: EventSink, *, address: str | None
     if not ray.is_initialized():
         on_sigterm = signal.getsignal(signal.SIGTERM)
         with contextlib.redirect_stdout(sys.__stdout__), contextlib.redirect_stderr(sys.__stderr__):  # Celery's stand-ins have no fileno
-            ray.init(address=address, log_to_driver=False)
+            ray.init(address=address, log_to_driver=False, **ray_init_logging(os.environ))
         if threading.current_thread() is threading.main_thread():  # Ray's handler exits at once: keep the worker's warm shutdown
             signal.signal(signal.SIGTERM, on_sigterm)
     cluster = read_cluster()

@@ -87,8 +87,9 @@ def test_every_variable_compose_sets_for_the_app_is_one_the_app_reads():
             assert not unknown, f"{name} {service} sets {sorted(unknown)}, which Troupe never reads"
 
 
-LAUNCHER_VARIABLES = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
-"""Set by torchrun for the processes of one multi-GPU run (training.distributed), never by a deployer."""
+LAUNCHER_VARIABLES = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TROUPE_QUIET_CONSOLE"}
+"""Set by a launcher for the processes it starts, never by a deployer: torchrun for the processes
+of one multi-GPU run (training.distributed), `manage.py troupe` for its local worker (a quiet console)."""
 
 
 def test_every_variable_the_app_reads_is_documented_in_env_example():

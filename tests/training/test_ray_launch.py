@@ -199,3 +199,18 @@ def test_the_relay_carries_a_whole_result():
     relay = RunRelay()
     ActorRelaySink(relay, call=plain_call).finish(result)
     assert relay.take() == [{"type": "result", **asdict(result)}]
+
+
+def test_the_quiet_consoles_worker_asks_ray_for_warnings_only():
+    """Ctrl-C and a run on `manage.py troupe`'s worker (TROUPE_QUIET_CONSOLE=1) print no Ray INFO
+    lines; a worker started by hand keeps them. The keyword is one `ray.init` takes."""
+    import inspect
+    import logging
+
+    import ray
+
+    from training.ray_launch import ray_init_logging
+
+    assert ray_init_logging({"TROUPE_QUIET_CONSOLE": "1"}) == {"logging_level": logging.WARNING}
+    assert ray_init_logging({}) == {"logging_level": logging.INFO}
+    assert set(ray_init_logging({})) <= set(inspect.signature(ray.init).parameters)
