@@ -147,11 +147,11 @@ def stamp(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def page_of(request: HttpRequest, rows: QuerySet[Any], paging: Paging) -> dict[str, Any]:
+def page_of(request: HttpRequest, rows: QuerySet[Any] | list[Any], paging: Paging) -> dict[str, Any]:
     """One page of `rows` with links to its neighbours (the other query parameters kept); a page
     past the last is a 404 naming how many there are. Its `results` are the objects: the route's
     `Page[...]` schema serializes them."""
-    count = rows.count()
+    count = rows.count() if isinstance(rows, QuerySet) else len(rows)
     pages = max((count + paging.per_page - 1) // paging.per_page, 1)
     if paging.page > pages:
         raise ApiError(404, f"page: there are {pages} page(s).", fields={"page": [f"At most {pages}."]})

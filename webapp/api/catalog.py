@@ -7,7 +7,10 @@ trail and blockers as a person.
     GET  POST         /api/v1/agents/            GET PATCH DELETE  /api/v1/agents/<id>/
     GET  POST         /api/v1/topologies/        GET PATCH DELETE  /api/v1/topologies/<id>/
     GET  POST         /api/v1/datasets/          GET DELETE        /api/v1/datasets/<id>/
-    (a dataset is uploaded as multipart/form-data, or made by a generator from JSON)
+    GET  POST         /api/v1/graders/           GET PATCH DELETE  /api/v1/graders/<id>/      POST /api/v1/graders/try/
+    GET  POST         /api/v1/tasks/             GET PATCH DELETE  /api/v1/tasks/<id>/        POST /api/v1/tasks/try/
+    (a dataset is uploaded as multipart/form-data, or made by a generator from JSON; a grader or
+    task is tried on a dataset's first rows without saving, as the pages' Try button does)
 """
 
 from __future__ import annotations
@@ -21,16 +24,25 @@ from typing import Any, Literal
 from django.core.exceptions import ValidationError
 from django.db.models import Model, QuerySet
 from django.forms import BaseForm
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import reverse
 from ninja import Field, Router, Schema, Status
 
+from agents.graders import KINDS as GRADER_KINDS
 from webapp.api.app import Id, In, Page, QueryPaging, answers, body_doc, page_of, read_body
 from webapp.api.http import ApiError, absolute
-from webapp.catalog import selectors, services
-from webapp.catalog.forms import AgentForm, DatasetGeneratorForm, DatasetUploadForm, ModelSourceForm, TopologyForm
+from webapp.catalog import graders, selectors, services
+from webapp.catalog.forms import (
+    AgentForm,
+    DatasetGeneratorForm,
+    DatasetUploadForm,
+    GraderForm,
+    ModelSourceForm,
+    TaskForm,
+    TopologyForm,
+)
 from webapp.core.bodylimit import upload_view
-from webapp.models import Agent, Dataset, ModelSource, Team, Topology
+from webapp.models import Agent, Dataset, Grader, ModelSource, Task, Team, Topology
 
 router = Router(tags=["catalog"], by_alias=True)  # (a dataset's `schema` is `schema_` in Python)
 
@@ -48,7 +60,7 @@ class Entity:
     path: str  # under /api/v1/: "models"
     name: str  # URL names: api_<path>, api_<name>
     out: type[Schema]  # what a read answers
-    rows: Callable[[Team], QuerySet[Any]]  # the team's, in list order
+    rows: Callable[[Team], QuerySet[Any] | list[Any]]  # the team's, in list order
     blocker: Callable[[Any], str | None]  # why it cannot be deleted now
     delete: Callable[[Any, Any], None]  # (object, actor)
     body: type[In] | None = None  # what a create or change sends; None: no generic create or change
@@ -65,7 +77,13 @@ def crud(router: Router, entity: Entity) -> None:
     collection, item = f"/{entity.path}/", f"/{entity.path}/{{int:id}}/"
 
     def one(request: HttpRequest, id: int) -> Any:
-        return entity.rows(request.team).get(pk=id)  # type: ignore[attr-defined]
+        rows = entity.rows(request.team)  # type: ignore[attr-defined]
+        if isinstance(rows, QuerySet):
+            return rows.get(pk=id)
+        found = next((obj for obj in rows if obj.pk == id), None)
+        if found is None:
+            raise Http404
+        return found
 
     @router.get(collection, response=answers({200: Page[entity.out]}, 400, 404), url_name=f"api_{entity.path}",  # type: ignore[name-defined]
                 operation_id=f"{entity.name}_list", summary=f"The team's {entity.noun}s, oldest first")
@@ -111,7 +129,8 @@ def created(request: HttpRequest, response: HttpResponse, schema: type[Schema], 
     return Status(201, obj)
 
 
-URL_NAMES = {ModelSource: "api_model", Agent: "api_agent", Topology: "api_topology", Dataset: "api_dataset"}
+URL_NAMES = {ModelSource: "api_model", Agent: "api_agent", Topology: "api_topology", Dataset: "api_dataset", Grader: "api_grader",
+             Task: "api_task"}
 
 
 def url_of(request: HttpRequest, obj: Model) -> str:
@@ -128,7 +147,7 @@ def form_data(values: dict[str, Any]) -> dict[str, Any]:
             data[key] = ", ".join(value)
         elif key == "agents":
             data[key] = [str(v) for v in value]
-        elif isinstance(value, dict):
+        elif isinstance(value, (dict, list)):  # (JSON is YAML: the forms' YAML fields read it)
             data[key] = json.dumps(value)
         else:
             data[key] = value
@@ -403,3 +422,172 @@ def datasets(request: HttpRequest, response: HttpResponse) -> Any:
         dataset = services.dataset_generator_create(
             team=team, actor=user, **checked(DatasetGeneratorForm(form_data({"env_args": {}, **body})), problems))
     return created(request, response, DatasetDetail, dataset)
+
+
+# == graders and tasks =================================================================================
+
+
+class GraderIn(In):
+    name: str = Field(max_length=40, description="Unique within the team; a letter, then letters, digits, - or _. The run page "
+                                                 "charts its part of the reward under this name.")
+    kind: Literal[tuple(GRADER_KINDS)] = Field(description="; ".join(f"{k}: {v}" for k, v in GRADER_KINDS.items()) + ".")  # type: ignore[valid-type]
+    description: str = Field("", max_length=500, description="Free text.")
+    settings: dict[str, Any] = Field({}, description='The kind\'s settings, e.g. {"column": "answer"}, {"pattern": "..."}, '
+                                                     '{"tolerance": 0.01}, {"schema": {...}}, {"weights": {"grader": 1.0}}.')
+    code: str = Field("", description="A python grader's code: def grade(completion, row): ... returning a number, or "
+                                      "{score, parts}; it runs in the sandbox.")
+    try_dataset: Id | None = Field(None, description="A dataset of the team: the grader is tried on its first rows (saving "
+                                                     "refuses a grader that fails there).")
+    try_answer: str = Field("", description="The completion graded against each of those rows.")
+
+    model_config = {**In.model_config, "json_schema_extra": {"examples": [
+        {"name": "correct", "kind": "python", "code": "def grade(completion, row):\n    return float(row['answer'] in completion)\n"}]}}
+
+
+class GraderOut(Out):
+    id: int
+    name: str
+    kind: str
+    description: str
+    settings: dict[str, Any]
+    code: str
+    created: datetime
+    updated: datetime
+
+    @staticmethod
+    def resolve_settings(obj: Grader) -> dict[str, Any]:
+        return obj.settings if isinstance(obj.settings, dict) else {}
+
+
+class TaskIn(In):
+    name: str = Field(max_length=100, description="Unique within the team.")
+    description: str = Field("", max_length=500, description="Free text.")
+    dataset: Id | None = Field(None, description="The team's dataset it is written for (tried on its first rows).")
+    roles: list[dict[str, Any]] = Field(description="In turn order: each role's name, its prompt over the row's columns "
+                                                    "({question}), sees_turns (true, false or a list of roles) and its grader.")
+    team_grader: str = Field("", max_length=40, description="The grader of the team reward (empty: none).")
+    team_role: str = Field("", max_length=60, description="The role whose latest answer the team grader scores.")
+    rounds: int = Field(1, ge=1, le=8, description="How many times the roles take their turns.")
+    try_answers: dict[str, str] = Field({}, description="Role -> an answer to try on the dataset's first rows (saving refuses a "
+                                                        "grader that fails there).")
+
+    model_config = {**In.model_config, "json_schema_extra": {"examples": [
+        {"name": "qa", "dataset": 1, "roles": [{"name": "answerer", "prompt": "Question: {question}", "grader": "correct"}],
+         "team_grader": "correct", "team_role": "answerer"}]}}
+
+
+class TaskOut(Out):
+    id: int
+    name: str
+    description: str
+    dataset: int | None
+    roles: list[dict[str, Any]]
+    team_grader: str
+    team_role: str
+    rounds: int
+    topologies: list[int] = Field(description="The team's topologies that play it.")
+    created: datetime
+    updated: datetime
+
+    @staticmethod
+    def resolve_dataset(obj: Task) -> int | None:
+        return obj.dataset_id
+
+    @staticmethod
+    def resolve_roles(obj: Task) -> list[dict[str, Any]]:
+        return [r for r in obj.roles if isinstance(r, dict)] if isinstance(obj.roles, list) else []
+
+    @staticmethod
+    def resolve_topologies(obj: Task) -> list[int]:
+        return [t.pk for t in graders.task_topologies(task=obj)]
+
+
+class GradeOut(Schema):
+    graded: str = Field(description="What was graded: `answer` (a grader's try), a role, or `team`.")
+    grader: str
+    score: float
+    parts: dict[str, float]
+    error: str | None = Field(description="Why there is no score (it raised, timed out, returned what is not a number).")
+
+
+class TriedOut(Schema):
+    row: dict[str, Any]
+    prompts: dict[str, str] = Field(description="Role -> the prompt it sees for this row (a task's try).")
+    grades: list[GradeOut]
+
+    @staticmethod
+    def resolve_grades(obj: services.TriedRow) -> list[dict[str, Any]]:
+        return [{"graded": what, "grader": name, "score": g.score, "parts": dict(g.parts), "error": g.error} for what, name, g in obj.grades]
+
+
+class Tried(Schema):
+    results: list[TriedOut] = Field(description="One per sample row (one empty row without a dataset).")
+    failed: list[str] = Field(description="Every grade that failed, with its row: what Save would refuse.")
+
+
+def _tried(rows: list[services.TriedRow]) -> dict[str, Any]:
+    return {"results": rows, "failed": [f"row {i}: {problem}" for i, t in enumerate(rows, 1) for problem in t.failed]}
+
+
+def _grader_form(request: Any, grader: Grader | None, body: dict[str, Any], problems: Problems) -> tuple[GraderForm, dict[str, Any]]:
+    current = {name: getattr(grader, name) for name in GRADER_FIELDS} if grader else {}
+    form = GraderForm(form_data({**current, **body}), instance=grader or Grader(team=request.team), team=request.team)
+    return form, checked(form, problems)
+
+
+GRADER_FIELDS = ("name", "kind", "description", "settings", "code")
+
+
+def _grader_save(request: Any, grader: Grader | None, body: dict[str, Any], problems: Problems) -> Grader:
+    _, data = _grader_form(request, grader, body, problems)
+    dataset, answer = data.pop("try_dataset"), data.pop("try_answer")
+    return services.grader_save(team=request.team, instance=grader, actor=request.user, try_on=dataset, answer=answer, **data)
+
+
+crud(router, Entity(
+    noun="grader", path="graders", name="grader", out=GraderOut, body=GraderIn, save=_grader_save,
+    rows=lambda team: graders.graders_of(team=team),
+    blocker=lambda grader: graders.grader_delete_blocker(grader=grader),
+    delete=lambda grader, actor: services.grader_delete(grader=grader, actor=actor),
+))
+
+
+@router.post("/graders/try/", response=answers({200: Tried}, 400, 415), url_name="api_grader_try", operation_id="grader_try", openapi_extra=body_doc(GraderIn),
+             summary="Try a grader (unsaved) on a dataset's first rows with an answer: each row's score and parts (the page's Try)")
+def grader_try(request: HttpRequest) -> Any:
+    form, data = _grader_form(request, None, *read_body(request, GraderIn))
+    return _tried(services.grader_try(team=request.team, grader=form.instance, dataset=data["try_dataset"],  # type: ignore[attr-defined]
+                                      answer=data["try_answer"]))
+
+
+TASK_FIELDS = ("name", "description", "roles", "team_grader", "team_role", "rounds")
+
+
+def _task_form(request: Any, task: Task | None, body: dict[str, Any], problems: Problems) -> tuple[TaskForm, dict[str, Any]]:
+    current: dict[str, Any] = {name: getattr(task, name) for name in TASK_FIELDS} if task else {"rounds": 1}
+    if task is not None:
+        current["dataset"] = task.dataset_id
+    form = TaskForm(form_data({**current, **body}), instance=task or Task(team=request.team), team=request.team)
+    return form, checked(form, problems)
+
+
+def _task_save(request: Any, task: Task | None, body: dict[str, Any], problems: Problems) -> Task:
+    _, data = _task_form(request, task, body, problems)
+    answers_ = data.pop("try_answers")
+    return services.task_save(team=request.team, instance=task, actor=request.user, answers=answers_, **data)
+
+
+crud(router, Entity(
+    noun="task", path="tasks", name="task", out=TaskOut, body=TaskIn, save=_task_save,
+    rows=lambda team: graders.tasks_of(team=team),
+    blocker=lambda task: graders.task_delete_blocker(task=task),
+    delete=lambda task, actor: services.task_delete(task=task, actor=actor),
+))
+
+
+@router.post("/tasks/try/", response=answers({200: Tried}, 400, 415), url_name="api_task_try", operation_id="task_try", openapi_extra=body_doc(TaskIn),
+             summary="Try a task (unsaved) on its dataset's first rows: each role's prompt, and each grader on the answers given "
+                     "(the page's Try)")
+def task_try(request: HttpRequest) -> Any:
+    form, data = _task_form(request, None, *read_body(request, TaskIn))
+    return _tried(services.task_try(team=request.team, task=form.instance, answers=data["try_answers"]))  # type: ignore[attr-defined]

@@ -21,7 +21,7 @@ from schemathesis.core.failures import Failure
 from tests.webapp.conftest import make_world
 from webapp.api.http import path_template
 from webapp.api.openapi import document_for
-from webapp.models import Agent, Dataset, Job, ModelSource, Run, Topology
+from webapp.models import Agent, Dataset, Grader, Job, ModelSource, Run, Task, Topology
 from webapp.teams import services as tokens
 
 SECRET = "bravo-secret"
@@ -68,16 +68,18 @@ def test_the_api_answers_json_404s_for_unknown_paths(client):
 @pytest.fixture
 def teams(alice, bob, data_dir, enqueued, jobs_sent) -> dict[str, Any]:
     """Alpha (the token's team) and Bravo, each with a model, agents, a topology, a dataset and a
-    run; Bravo's names carry SECRET. Nothing is sent to a queue (enqueued, jobs_sent)."""
+    run, and Bravo with a grader and a task; Bravo's names carry SECRET. Nothing is sent to a queue (enqueued, jobs_sent)."""
     make_world(alice.team)
     bravo = make_world(bob.team)
     for obj in (bravo.source, bravo.tool, bravo.reasoner, bravo.topology, bravo.dataset, bravo.run):
         type(obj).objects.filter(pk=obj.pk).update(name=f"{SECRET}-{obj.name}")
+    Grader.objects.create(team=bob.team, name="secret", kind="exact", description=SECRET, settings={"column": "answer"})
+    Task.objects.create(team=bob.team, name=f"{SECRET}-task", roles=[{"name": "a", "prompt": "{question}", "grader": "secret"}])
     return {"token": tokens.api_token_create(user=alice.user, team=alice.team, name="fuzz")[1], "bravo": bob.team}
 
 
 def bravo_state(team) -> list[Any]:
-    return [list(model.objects.filter(team=team).order_by("pk").values()) for model in (ModelSource, Agent, Topology, Dataset, Run, Job)]
+    return [list(model.objects.filter(team=team).order_by("pk").values()) for model in (ModelSource, Agent, Topology, Dataset, Run, Job, Grader, Task)]
 
 
 def leaks_nothing(ctx: Any, response: Any, case: Any) -> bool:

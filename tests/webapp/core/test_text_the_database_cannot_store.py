@@ -18,17 +18,14 @@ from django.urls import reverse
 
 from tests.webapp.api.test_api import TINY_CONFIG, Api
 from training.config import ConfigError
-from webapp.api.catalog import AgentIn, GeneratorIn, ModelSourceIn, TopologyIn
-from webapp.api.experiments import ExperimentIn
-from webapp.api.jobs import AblationIn, EvaluationIn, PlaygroundIn
-from webapp.api.runs import LaunchIn
+from webapp.api.openapi import document_for
 from webapp.core import trust
 from webapp.core.values import storable
-from webapp.models import Agent, Dataset, Experiment, Job, ModelSource, Run, Topology
+from webapp.models import Agent, Dataset, Experiment, Grader, Job, ModelSource, Run, Task, Topology
 from webapp.teams import services as tokens
 
 SURROGATE, LOW_SURROGATE, NUL = "\ud800", "\udfff", "\x00"
-ROWS = (ModelSource, Agent, Topology, Dataset, Run, Job, Experiment)
+ROWS = (ModelSource, Agent, Topology, Dataset, Run, Job, Experiment, Grader, Task)
 
 
 @pytest.fixture
@@ -40,26 +37,31 @@ def _rows() -> dict[str, list[dict[str, Any]]]:
     return {model.__name__: list(model.objects.order_by("pk").values()) for model in ROWS}
 
 
-def _json_types(schema: Any) -> dict[str, tuple[str, ...]]:
+def _json_types(properties: dict[str, Any]) -> dict[str, tuple[str, ...]]:
     """A body schema's fields with the JSON types each takes (null aside)."""
-    properties = schema.model_json_schema()["properties"]
     return {name: tuple(o["type"] for o in prop.get("anyOf", [prop]) if o.get("type", "null") != "null") for name, prop in properties.items()}
 
 
 def _endpoints(world: Any) -> list[tuple[str, str, dict[str, Any]]]:
-    """(method, path, the fields of its JSON body with their JSON types) for every endpoint that takes one."""
-    run = world.run.pk
-    MODEL_SOURCE_FIELDS, AGENT_FIELDS, TOPOLOGY_FIELDS, GENERATOR_FIELDS = map(_json_types, (ModelSourceIn, AgentIn, TopologyIn, GeneratorIn))
-    EXPERIMENT_FIELDS, LAUNCH_FIELDS = _json_types(ExperimentIn), _json_types(LaunchIn)
-    ABLATION_FIELDS, EVALUATION_FIELDS, PLAYGROUND_FIELDS = map(_json_types, (AblationIn, EvaluationIn, PlaygroundIn))
-    return [
-        ("POST", reverse("api_models"), MODEL_SOURCE_FIELDS), ("PATCH", reverse("api_model", args=[world.source.pk]), MODEL_SOURCE_FIELDS),
-        ("POST", reverse("api_agents"), AGENT_FIELDS), ("PATCH", reverse("api_agent", args=[world.tool.pk]), AGENT_FIELDS),
-        ("POST", reverse("api_topologies"), TOPOLOGY_FIELDS), ("PATCH", reverse("api_topology", args=[world.topology.pk]), TOPOLOGY_FIELDS),
-        ("POST", reverse("api_datasets"), GENERATOR_FIELDS), ("POST", reverse("api_runs"), LAUNCH_FIELDS),
-        ("POST", reverse("api_experiments"), EXPERIMENT_FIELDS), ("POST", reverse("api_run_evaluations", args=[run]), EVALUATION_FIELDS),
-        ("POST", reverse("api_run_ablations", args=[run]), ABLATION_FIELDS), ("POST", reverse("api_playground"), PLAYGROUND_FIELDS),
-    ]
+    """(method, path, the fields of its JSON body with their JSON types) for every operation of the
+    API's document that takes a JSON body: a new endpoint is in this test without a line here."""
+    document = document_for("http://testserver")
+    grader = Grader.objects.create(team=world.run.team, name="g", kind="exact", settings={"column": "answer"})
+    task = Task.objects.create(team=world.run.team, name="t", roles=[{"name": "a", "prompt": "{question}", "grader": "g"}])
+    ids = {"runs": world.run.pk, "models": world.source.pk, "agents": world.tool.pk, "topologies": world.topology.pk,
+           "datasets": world.dataset.pk, "graders": grader.pk, "tasks": task.pk}
+    out = []
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            content = (operation.get("requestBody") or {}).get("content", {}).get("application/json")
+            if content is None:
+                continue
+            schema = content["schema"]
+            if "$ref" in schema:
+                schema = document["components"]["schemas"][schema["$ref"].rpartition("/")[2]]
+            url = path.replace("{id}", str(ids[path.removeprefix("/api/v1/").split("/")[0]])) if "{id}" in path else path
+            out.append((method.upper(), url, _json_types(schema["properties"])))
+    return out
 
 
 def _hostile(kind: Any, bad: str) -> list[tuple[Any, str]]:
@@ -78,9 +80,10 @@ def _hostile(kind: Any, bad: str) -> list[tuple[Any, str]]:
 @pytest.mark.parametrize("bad", [SURROGATE, LOW_SURROGATE, NUL], ids=["lone high surrogate", "lone low surrogate", "NUL"])
 def test_every_text_field_of_every_api_body_refuses_what_no_database_stores(alice, alice_world, api, enqueued, jobs_sent, bad):
     Run.objects.filter(pk=alice_world.run.pk).update(status=Run.Status.SUCCEEDED)  # evaluations and ablations read their body
+    endpoints = _endpoints(alice_world)
     before = _rows()
     tried = []
-    for method, path, spec in _endpoints(alice_world):
+    for method, path, spec in endpoints:
         for field, declared in spec.items():
             for value, inside in _hostile(declared, bad):
                 body = json.dumps({field: value})  # ensure_ascii: the character travels as a \\u escape, as a script sends it
@@ -90,6 +93,7 @@ def test_every_text_field_of_every_api_body_refuses_what_no_database_stores(alic
                 named = response.json()["field"]
                 assert named == f"body.{field}{inside}" or (inside == "" and named == f"body.{field}"), (path, field, named)
                 assert "NUL" in response.json()["error"] or "surrogate" in response.json()["error"]
+    assert {(m, p.split('/')[3]) for m, p, _ in tried} >= {('POST', 'graders'), ('PATCH', 'tasks'), ('POST', 'runs')}
     assert len(tried) > 40 and _rows() == before and enqueued == [] and jobs_sent == []
 
 
