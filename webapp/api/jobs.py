@@ -2,6 +2,7 @@
 
     GET  POST /api/v1/runs/<id>/evaluations/   the run's held-out evaluations and evaluation jobs; evaluate a checkpoint
     GET  POST /api/v1/runs/<id>/ablations/     the ablations a finished team run allows, and its ablation jobs; queue one
+    POST /api/v1/runs/<id>/artifacts/merged/   export an agent of a checkpoint merged into its base model: safetensors or GGUF
     POST /api/v1/playground/                   play one task with a topology's base models or a checkpoint
     GET  /api/v1/jobs/?kind=&status=           the team's jobs, newest first
     GET  /api/v1/jobs/<id>/                    one job: its status, and its result once it has one
@@ -225,6 +226,44 @@ def ablation_launch(request: HttpRequest, response: HttpResponse, id: int) -> An
     except ValidationError as exc:
         raise invalid_fields({"ablation": exc.messages}) from None
     return accepted(request, response, job)
+
+
+# == a run's merged exports ===========================================================================
+
+
+class ExportIn(In):
+    checkpoint_step: int = Field(ge=0, le=ID_MAX, description="The step of one of the run's checkpoints.")
+    agent: str = Field(max_length=200, description="The checkpoint's policy (a LoRA adapter) to merge into its base model.")
+    format: Literal["safetensors", "gguf"] = Field("safetensors", description="safetensors (a Hugging Face folder), or gguf (one "
+                                                                              "file for llama.cpp and Ollama, with a Modelfile).")
+    dtype: Literal[tuple(services.MERGE_DTYPES)] = Field("bfloat16", description="safetensors: bfloat16, or trained (the dtype it "  # type: ignore[valid-type]
+                                                                                 "was trained in).")
+    gguf_type: Literal[tuple(services.GGUF_TYPES)] = Field("q8_0", description="gguf: q8_0 (about half of f16's size) or f16.")  # type: ignore[valid-type]
+
+    model_config = {**In.model_config, "json_schema_extra": {"examples": [{"checkpoint_step": 10, "agent": "solver", "format": "gguf"}]}}
+
+
+@router.post("/runs/{int:id}/artifacts/merged/", response=answers({202: JobOut}, 400, 404, 415), openapi_extra=body_doc(ExportIn),
+             url_name="api_run_export", summary="Merge an agent's adapter at a checkpoint into its base model (the run page's Merge): "
+                                                "safetensors or GGUF; the same export again while it is queued, running or kept")
+def run_export(request: HttpRequest, response: HttpResponse, id: int) -> Any:
+    run = team_run(team=request.team, pk=id)  # type: ignore[attr-defined]
+    body, problems = read_body(request, ExportIn)
+    checkpoint = None
+    if "checkpoint_step" in body:
+        try:
+            checkpoint = _checkpoint(run, body["checkpoint_step"])
+        except ApiError as exc:
+            problems.update(exc.fields)
+    if problems or checkpoint is None:
+        raise invalid_fields(problems)
+    if body.get("format") == "gguf":
+        job = services.gguf_request(run=run, user=request.user, checkpoint=checkpoint, agent=body["agent"],
+                                    gguf_type=body.get("gguf_type", "q8_0"))
+    else:
+        job = services.merge_request(run=run, user=request.user, checkpoint=checkpoint, agent=body["agent"],
+                                     dtype=body.get("dtype", "bfloat16"))
+    return accepted(request, response, job)  # (a ValidationError of the service, e.g. a full model's agent: a 400 naming the field)
 
 
 # == the playground ====================================================================================

@@ -177,7 +177,8 @@ def index(request: HttpRequest) -> Any:
         "user": request.user.username, "team": {"id": token.team.pk, "name": token.team.name},
         "token": {"name": token.name, "prefix": token.prefix},
         **{name: absolute(request, reverse(f"api_{name}"))
-           for name in ("runs", "models", "agents", "topologies", "datasets", "experiments", "jobs", "playground")},
+           for name in ("runs", "models", "agents", "topologies", "datasets", "graders", "tasks", "experiments", "jobs",
+                                                               "playground")},
         "openapi": absolute(request, reverse("api_openapi")),
     }
 
