@@ -17,10 +17,12 @@ against one dataset row and returns a `Grade`: a score and its parts, or the rea
 - `python`: `code` defines `grade(completion, row)` (or `grade(completion, row, turns)`, where
   `turns` lists the earlier turns as `{"role", "text"}`) returning a number in [-1e6, 1e6], or
   `(score, parts)`, or `{"score": ..., "parts": {...}}`, parts mapping at most 16 names to
-  numbers. It runs in the sandbox (`agents.sandbox.run_python`: no network, no file system
-  outside a scratch directory, CPU, memory and output limits), one process per batch of
-  completions (`grade_batch`: a step's candidates for one state, or the try-it form's sample
-  rows), each completion under its own time limit (`timeout_s`).
+  numbers. It runs in the sandbox (`agents.sandbox.SandboxWorker`: no network, no file system
+  outside a scratch directory, CPU, memory and output limits) in a worker process that is fed
+  completions over a pipe and reused (`GraderWorkers`: a task environment keeps one per Python
+  grader for the whole run; the try-it form one per try), each completion under its own time
+  limit (`timeout_s`); a grader that hangs or crashes fails that completion and the next one gets
+  a fresh worker.
 - `combination`: `weights` maps other graders of the same set to weights; its score is the
   weighted sum, and its parts are each component's score.
 
@@ -37,6 +39,7 @@ import math
 import re
 import secrets
 import string
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +47,7 @@ from typing import Any
 import regex as regex_module
 
 from agents.parsing import answer_number, extract_answer, normalize_number, numbers_equal
-from agents.sandbox import run_python
+from agents.sandbox import SandboxWorker, SandboxWorkerError
 from agents.verifiers import extract_json
 
 KINDS: dict[str, str] = {
@@ -249,16 +252,18 @@ def needs_columns(graders: Mapping[str, Mapping[str, Any]], names: Sequence[str]
 # ---------------------------------------------------------------- grading
 
 
-def grade_batch(graders: Mapping[str, Mapping[str, Any]], name: str, items: Sequence[Item]) -> list[Grade]:
-    """Grader `name` of the (checked) set on each item. Python graders run in one sandbox process
-    for the whole batch; a combination grades its components on the batch first. Never raises for
-    what the grader does: a failure is that item's `Grade.error`."""
+def grade_batch(graders: Mapping[str, Mapping[str, Any]], name: str, items: Sequence[Item],
+                workers: GraderWorkers | None = None) -> list[Grade]:
+    """Grader `name` of the (checked) set on each item. Python graders run in `workers` (a run's:
+    one sandbox process per grader, reused across batches), or without, in one process for this
+    batch; a combination grades its components on the batch first. Never raises for what the
+    grader does: a failure is that item's `Grade.error`."""
     spec = graders[name]
     kind = spec["kind"]
     if kind == "python":
-        return _python_batch(spec, items)
+        return _python_batch(spec, items, workers)
     if kind == "combination":
-        parts_of = {other: grade_batch(graders, other, items) for other in spec["weights"]}
+        parts_of = {other: grade_batch(graders, other, items, workers) for other in spec["weights"]}
         grades = []
         for i in range(len(items)):
             components = {other: parts_of[other][i] for other in spec["weights"]}
@@ -335,7 +340,7 @@ def _normal(text: str, ignore_punctuation: bool) -> str:
 
 # ---------------------------------------------------------------- Python graders in the sandbox
 
-_HARNESS = r'''
+_HARNESS = r"""
 import io, json, math, signal, sys, contextlib
 MARK = __MARK__
 PER_ITEM_S = __PER_ITEM_S__
@@ -345,7 +350,6 @@ out = sys.stdout
 def emit(obj):
     out.write(MARK + json.dumps(obj) + "\n")
     out.flush()
-payload = json.loads(sys.stdin.read())
 class TookTooLong(BaseException):
     pass
 def on_alarm(signum, frame):
@@ -385,10 +389,11 @@ def describe(exc):
     text = f"{type(exc).__name__}: {exc}"
     return text[:300]
 namespace = {"__name__": "grader"}
+first = sys.stdin.readline()
 signal.setitimer(signal.ITIMER_REAL, PER_ITEM_S)
 try:
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        exec(compile(payload["code"], "grader.py", "exec"), namespace)
+        exec(compile(json.loads(first)["code"], "grader.py", "exec"), namespace)
     signal.setitimer(signal.ITIMER_REAL, 0)
     fn = namespace.get("grade")
     if not callable(fn):
@@ -399,7 +404,12 @@ except BaseException as exc:
     signal.setitimer(signal.ITIMER_REAL, 0)
     emit({"setup": "took longer than %g s to load" % PER_ITEM_S if isinstance(exc, TookTooLong) else describe(exc)})
     raise SystemExit(0)
-for i, item in enumerate(payload["items"]):
+emit({"ready": True})
+while True:
+    line = sys.stdin.readline()
+    if not line:  # the parent closed the pipe (or died): nothing more to grade
+        break
+    item = json.loads(line)
     try:
         sink = io.StringIO()
         signal.setitimer(signal.ITIMER_REAL, PER_ITEM_S)
@@ -412,63 +422,129 @@ for i, item in enumerate(payload["items"]):
     except BaseException as exc:
         signal.setitimer(signal.ITIMER_REAL, 0)
         result = {"error": "raised " + describe(exc)}
-    emit({"i": i, **result})
-'''
+    emit({"n": item["n"], **result})
+"""
+
+START_S = 3.0
+"""Seconds a Python grader's worker may take to start and load the grader's code, on top of `timeout_s`."""
+GRACE_S = 1.0
+"""Seconds past `timeout_s` before the parent kills a worker whose grader swallowed its own timer."""
+ITEMS_PER_WORKER = 512
+"""Completions one worker grades before it is replaced: its CPU rlimit covers that many at `timeout_s` each."""
 
 
-def _python_batch(spec: Mapping[str, Any], items: Sequence[Item]) -> list[Grade]:
-    """Run a Python grader on every item in one sandbox process (see `_HARNESS`): each item under
-    its own `timeout_s` (a timer in the process); the run as a whole under the sum, plus a start
-    allowance. Items the process did not reach (it was killed: a time, memory or output limit, or
-    a crash) get the sandbox's reason."""
+class GraderWorkers:
+    """The sandboxed processes that run a set's Python graders: one per grader (its code and
+    `timeout_s`), started at its first completion and reused for every later one, in every batch
+    graded with this object (a task environment keeps one for the whole run, so a step costs no
+    sandbox start at all after the first). Each completion is one request to the worker under its
+    own timer (`timeout_s` inside, plus `GRACE_S` from the parent); a grader that hangs, crashes or
+    breaks a limit fails that completion with the reason, its worker is killed, and the next
+    completion gets a fresh one. `close()` kills them all (the run's end, failure or stop); it is
+    also done at garbage collection and at interpreter exit. Thread-safe (one batch at a time per
+    grader); a copy sent to another process (pickling) starts empty."""
+
+    def __init__(self) -> None:
+        self._workers: dict[tuple[str, float], tuple[SandboxWorker, str, list[int]]] = {}
+        self._broken: dict[tuple[str, float], Grade] = {}
+        """Graders whose code failed to load: every completion gets that reason, with no new start."""
+        self._lock = threading.Lock()
+        self.started = 0
+        """How many sandbox processes were started (a bench and test counter)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    def grade(self, spec: Mapping[str, Any], items: Sequence[Item]) -> list[Grade]:
+        per_item = float(spec.get("timeout_s", DEFAULT_TIMEOUT_S))
+        key = (spec["code"], per_item)
+        with self._lock:
+            return [self._grade_one(key, item, i) for i, item in enumerate(items)]
+
+    def _worker(self, key: tuple[str, float]) -> tuple[SandboxWorker, str, list[int]] | Grade:
+        if key in self._broken:
+            return self._broken[key]
+        held = self._workers.get(key)
+        if held is not None and held[0].alive and held[2][0] < ITEMS_PER_WORKER:
+            return held
+        if held is not None:
+            held[0].close()
+            del self._workers[key]
+        code, per_item = key
+        mark = "@@grade-" + secrets.token_hex(8) + "@@"
+        harness = (_HARNESS.replace("__MARK__", repr(mark)).replace("__PER_ITEM_S__", repr(per_item))
+                   .replace("__MAX_SCORE__", repr(MAX_SCORE)).replace("__MAX_PARTS__", repr(MAX_PARTS)))
+        worker = SandboxWorker(harness, cpu_s=math.ceil(START_S + (per_item + GRACE_S) * (ITEMS_PER_WORKER + 1)),
+                               memory_mb=PYTHON_MEMORY_MB, max_reply_bytes=8192, reply_prefix=mark)
+        self.started += 1
+        try:
+            reply = json.loads(worker.request(json.dumps({"code": code}), timeout_s=START_S + per_item))
+        except SandboxWorkerError as exc:
+            self._broken[key] = Grade(error=f"the grader's code failed: {_worker_reason(exc.reason, per_item)}")
+            return self._broken[key]
+        if "setup" in reply:
+            worker.close()
+            self._broken[key] = Grade(error=f"the grader's code failed: {reply['setup']}")
+            return self._broken[key]
+        held = (worker, mark, [0])
+        self._workers[key] = held
+        return held
+
+    def _grade_one(self, key: tuple[str, float], item: Item, n: int) -> Grade:
+        held = self._worker(key)
+        if isinstance(held, Grade):
+            return held
+        worker, _, served = held
+        served[0] += 1
+        request = {"n": n, "completion": item.completion[-MAX_GRADE_TEXT:], "row": _plain(item.row),
+                   "turns": [{"role": role, "text": text[-MAX_GRADE_TEXT:]} for role, text in item.turns]}
+        try:
+            record = json.loads(worker.request(json.dumps(request), timeout_s=key[1] + GRACE_S))
+        except SandboxWorkerError as exc:
+            del self._workers[key]
+            return Grade(error=_worker_reason(exc.reason, key[1]))
+        except ValueError:
+            worker.close()
+            del self._workers[key]
+            return Grade(error="the grader's process answered something that is not JSON")
+        if record.get("n") != n:
+            worker.close()
+            del self._workers[key]
+            return Grade(error="the grader's process answered out of turn")
+        if "error" in record:
+            return Grade(error=str(record["error"]))
+        return Grade(float(record["score"]), {str(k): float(v) for k, v in record["parts"].items()})
+
+    def close(self) -> None:
+        with self._lock:
+            for worker, _, _ in self._workers.values():
+                worker.close()
+            self._workers.clear()
+
+    def __enter__(self) -> GraderWorkers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _python_batch(spec: Mapping[str, Any], items: Sequence[Item], workers: GraderWorkers | None) -> list[Grade]:
+    """A Python grader on every item, in `workers` (or, without, in one worker for this batch)."""
     if not items:
         return []
-    per_item = float(spec.get("timeout_s", DEFAULT_TIMEOUT_S))
-    mark = "@@grade-" + secrets.token_hex(8) + "@@"
-    harness = (_HARNESS.replace("__MARK__", repr(mark)).replace("__PER_ITEM_S__", repr(per_item))
-               .replace("__MAX_SCORE__", repr(MAX_SCORE)).replace("__MAX_PARTS__", repr(MAX_PARTS)))
-    payload = {
-        "code": spec["code"],
-        "items": [
-            {"completion": item.completion[-MAX_GRADE_TEXT:], "row": _plain(item.row),
-             "turns": [{"role": role, "text": text[-MAX_GRADE_TEXT:]} for role, text in item.turns]}
-            for item in items
-        ],
-    }
-    result = run_python(harness, stdin=json.dumps(payload), timeout_s=3.0 + per_item * (len(items) + 1),
-                        memory_mb=PYTHON_MEMORY_MB, max_output_bytes=4096 + 2048 * len(items))
-    grades: dict[int, Grade] = {}
-    setup: str | None = None
-    for line in result.stdout.splitlines():
-        if not line.startswith(mark):
-            continue
-        try:
-            record = json.loads(line[len(mark):])
-        except json.JSONDecodeError:
-            continue
-        if "setup" in record:
-            setup = str(record["setup"])
-        elif isinstance(record.get("i"), int) and 0 <= record["i"] < len(items):
-            if "error" in record:
-                grades[record["i"]] = Grade(error=str(record["error"]))
-            else:
-                grades[record["i"]] = Grade(float(record["score"]), {str(k): float(v) for k, v in record["parts"].items()})
-    if setup is not None:
-        return [Grade(error=f"the grader's code failed: {setup}")] * len(items)
-    if len(grades) < len(items):
-        reason = _sandbox_reason(result)
-        for i in range(len(items)):
-            grades.setdefault(i, Grade(error=reason))
-    return [grades[i] for i in range(len(items))]
+    if workers is not None:
+        return workers.grade(spec, items)
+    with GraderWorkers() as own:
+        return own.grade(spec, items)
 
 
-def _sandbox_reason(result: Any) -> str:
-    if result.error == "timeout":
-        return "the grader's process ran out of time and was stopped"
-    if result.error:
-        return f"the grader's process was stopped: {result.error}"
-    tail = (result.stderr or "").strip().splitlines()[-1:] or [f"exit code {result.exit_code}"]
-    return f"the grader's process ended early: {tail[0][:300]}"
+def _worker_reason(reason: str, per_item: float) -> str:
+    if reason == "timeout":
+        return f"took longer than {per_item:g} s and its process was stopped"
+    return f"the grader's process was stopped: {reason}"
 
 
 def _plain(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -478,4 +554,5 @@ def _plain(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def grade_all(graders: Mapping[str, Mapping[str, Any]], items: Sequence[Item], names: Sequence[str] | None = None) -> dict[str, list[Grade]]:
     """Every grader (or those named) on the items: what the try-it form shows."""
-    return {name: grade_batch(graders, name, items) for name in (names or list(graders))}
+    with GraderWorkers() as workers:
+        return {name: grade_batch(graders, name, items, workers) for name in (names or list(graders))}

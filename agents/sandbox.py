@@ -64,6 +64,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -207,47 +208,15 @@ def _run(
     6.8 has 4, 6.12 has 6)."""
     _check_file_names(files)
     start = time.monotonic()
-    root = os.geteuid() == 0
     workdir = tempfile.mkdtemp(prefix="troupe-sandbox-")
     status_r, status_w = os.pipe()
     proc: subprocess.Popen[bytes] | None = None
     try:
-        with tempfile.TemporaryFile() as payload, tempfile.TemporaryFile() as stdin_file:
-            payload.write(json.dumps({"code": code, "files": files}).encode())
-            payload.seek(0)
+        with tempfile.TemporaryFile() as stdin_file:
             stdin_file.write(stdin.encode())
             stdin_file.seek(0)
-            config = {
-                "workdir": workdir,
-                "uid": SANDBOX_UID if root else None,
-                "gid": SANDBOX_UID if root else None,
-                "mask_paths": _hidden_paths(),
-                "memory_mb": memory_mb,
-                "cpu_s": math.ceil(timeout_s) + 1,
-                "file_bytes": FILE_BYTES,
-                "disk_mb": DISK_MB,
-                "payload_fd": payload.fileno(),
-                "status_fd": status_w,
-                "audit_hook": audit_hook,
-                "namespaces": namespaces,
-                "landlock_abi": landlock_abi,
-            }
-            env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}
-            cmd = [
-                os.path.realpath(sys.executable),  # the base interpreter, not the project's venv
-                "-s", "-S", "-B", "-P", "-u", "-X", "utf8",
-                str(_CHILD), json.dumps(config),
-            ]
-            proc = subprocess.Popen(
-                cmd,
-                stdin=stdin_file,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=(payload.fileno(), status_w),
-                cwd=workdir,
-                env=env,
-                start_new_session=True,  # its own process group, killed as a whole
-            )
+            proc = _spawn(code, workdir=workdir, status_w=status_w, stdin=stdin_file, files=files, memory_mb=memory_mb,
+                          cpu_s=math.ceil(timeout_s) + 1, audit_hook=audit_hook, namespaces=namespaces, landlock_abi=landlock_abi)
         os.close(status_w)
         status_w = -1
         budget = _DiskBudget(workdir, max_bytes=DISK_MB * 1024 * 1024, max_entries=DISK_FILES, pgid=proc.pid)
@@ -277,6 +246,189 @@ def _run(
         duration_s=time.monotonic() - start,
         isolation=tuple(layers),
     )
+
+
+def _spawn(
+    code: str, *, workdir: str, status_w: int, stdin: object, files: dict[str, str], memory_mb: int, cpu_s: int,
+    audit_hook: bool, namespaces: bool = True, landlock_abi: int | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start `agents/_sandbox_child.py` on `code` in `workdir`, its own process group, with every
+    layer; `stdin` is a file or `subprocess.PIPE` (`SandboxWorker`)."""
+    root = os.geteuid() == 0
+    with tempfile.TemporaryFile() as payload:
+        payload.write(json.dumps({"code": code, "files": files}).encode())
+        payload.seek(0)
+        config = {
+            "workdir": workdir,
+            "uid": SANDBOX_UID if root else None,
+            "gid": SANDBOX_UID if root else None,
+            "mask_paths": _hidden_paths(),
+            "memory_mb": memory_mb,
+            "cpu_s": cpu_s,
+            "file_bytes": FILE_BYTES,
+            "disk_mb": DISK_MB,
+            "payload_fd": payload.fileno(),
+            "status_fd": status_w,
+            "audit_hook": audit_hook,
+            "namespaces": namespaces,
+            "landlock_abi": landlock_abi,
+        }
+        env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}
+        cmd = [
+            os.path.realpath(sys.executable),  # the base interpreter, not the project's venv
+            "-s", "-S", "-B", "-P", "-u", "-X", "utf8",
+            str(_CHILD), json.dumps(config),
+        ]
+        return subprocess.Popen(
+            cmd,
+            stdin=stdin,  # type: ignore[arg-type]
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(payload.fileno(), status_w),
+            cwd=workdir,
+            env=env,
+            start_new_session=True,  # its own process group, killed as a whole
+        )
+
+
+class SandboxWorkerError(RuntimeError):
+    """A `SandboxWorker` request failed; the process is gone. `reason`: "timeout", "output limit",
+    "disk limit", "memory limit", "cpu limit", "killed by SIGSEGV", "exited with status 1: <its last
+    stderr line>"..."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class SandboxWorker:
+    """A sandboxed Python process kept running and fed requests over a pipe, for code that serves
+    many requests (a Python grader grading a run's completions) without one sandbox start per request.
+
+    `code` runs as in `run_python`, with every layer (namespaces, nobody, rlimits, Landlock,
+    seccomp, audit hook) and the same memory limit; it reads one request per line on stdin and
+    answers each with one line on stdout. `request` sends a line and waits for the reply under its
+    own wall-clock `timeout_s`, with at most `max_reply_bytes` of stdout and stderr per request and
+    the disk budget checked while it waits; past any of these, or when the process dies, the whole
+    process group is killed and `SandboxWorkerError` says why (the caller starts a fresh worker).
+    `cpu_s` is RLIMIT_CPU for the process's whole life: a caller that bounds each request's wall
+    time retires the worker before it can spend it. Lines that do not start with `reply_prefix`
+    (the code's own chatter) are skipped, counted in the output cap. `close()` kills it (also at
+    garbage collection and interpreter exit); a worker whose stdin closes (its parent died) should
+    exit on EOF."""
+
+    def __init__(self, code: str, *, cpu_s: int, memory_mb: int = 256, max_reply_bytes: int = 16_384,
+                 reply_prefix: str = "", files: dict[str, str] | None = None) -> None:
+        files = files or {}
+        _check_file_names(files)
+        self.max_reply_bytes, self.reply_prefix = max_reply_bytes, reply_prefix.encode()
+        self.isolation: tuple[str, ...] = ()
+        self.error: str | None = None
+        self._workdir = tempfile.mkdtemp(prefix="troupe-sandbox-")
+        self._status_r, status_w = os.pipe()
+        try:
+            self._proc = _spawn(code, workdir=self._workdir, status_w=status_w, stdin=subprocess.PIPE, files=files,
+                                memory_mb=memory_mb, cpu_s=cpu_s, audit_hook=True)
+        except BaseException:
+            os.close(self._status_r)
+            _remove_tree(self._workdir)
+            raise
+        finally:
+            os.close(status_w)
+        self._finalizer = weakref.finalize(self, _stop_worker, self._proc, self._status_r, self._workdir)
+        self._disk = _DiskBudget(self._workdir, max_bytes=DISK_MB * 1024 * 1024, max_entries=DISK_FILES, pgid=self._proc.pid)
+        self._out = bytearray()
+        for pipe in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
+            assert pipe is not None
+            os.set_blocking(pipe.fileno(), False)
+
+    @property
+    def alive(self) -> bool:
+        return self.error is None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def request(self, line: str, *, timeout_s: float) -> str:
+        """Send `line` (no newline in it) and return the reply line, without its prefix."""
+        if not self.alive:
+            raise SandboxWorkerError(self.error or "the process has ended")
+        assert self._proc.stdin is not None and self._proc.stdout is not None and self._proc.stderr is not None
+        todo = memoryview((line.replace("\n", " ") + "\n").encode())
+        in_fd, out_fd, err_fd = self._proc.stdin.fileno(), self._proc.stdout.fileno(), self._proc.stderr.fileno()
+        deadline, seen, err_tail = time.monotonic() + timeout_s, 0, b""
+        with selectors.DefaultSelector() as sel:
+            sel.register(out_fd, selectors.EVENT_READ)
+            sel.register(err_fd, selectors.EVENT_READ)
+            sel.register(in_fd, selectors.EVENT_WRITE)
+            while True:
+                while b"\n" in self._out:
+                    reply, _, rest = bytes(self._out).partition(b"\n")
+                    self._out = bytearray(rest)
+                    if reply.startswith(self.reply_prefix):
+                        if not self.isolation:
+                            self.isolation = tuple(_read_status(self._status_r))
+                        return reply[len(self.reply_prefix):].decode("utf-8", errors="replace")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return self._fail("timeout")
+                if self._disk.check():
+                    return self._fail("disk limit")
+                for key, _ in sel.select(timeout=min(remaining, _DISK_CHECK_S)):
+                    fd = int(key.fd)
+                    if fd == in_fd:
+                        try:
+                            todo = todo[os.write(fd, todo):]
+                        except BrokenPipeError:
+                            todo = todo[:0]
+                        if not todo:
+                            sel.unregister(fd)
+                        continue
+                    try:
+                        chunk = os.read(fd, _READ_CHUNK)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        sel.unregister(fd)
+                        if fd == out_fd:  # the process closed its output: it is ending
+                            code = self._proc.wait(timeout=max(0.0, deadline - time.monotonic()) + 1.0)
+                            return self._fail(_classify(code, err_tail.decode("utf-8", "replace"), timed_out=False, truncated=False,
+                                                        started=True) or f"exited with status {code}: "
+                                              + (err_tail.decode("utf-8", "replace").strip().rsplit("\n", 1)[-1][:300] or "no message"))
+                        continue
+                    seen += len(chunk)
+                    if seen > self.max_reply_bytes:
+                        return self._fail("output limit")
+                    if fd == out_fd:
+                        self._out += chunk
+                    else:
+                        err_tail = (err_tail + chunk)[-4096:]
+
+    def _fail(self, reason: str) -> str:
+        self.error = reason
+        self.close()
+        raise SandboxWorkerError(reason)
+
+    def close(self) -> None:
+        """Kill the process group and remove the working directory (idempotent)."""
+        if self.error is None:
+            self.error = "closed"
+        self._finalizer()
+
+
+def _stop_worker(proc: subprocess.Popen[bytes], status_r: int, workdir: str) -> None:
+    if proc.poll() is None:
+        _kill(proc)
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            try:
+                pipe.close()
+            except OSError:
+                pass
+    os.close(status_r)
+    _remove_tree(workdir)
 
 
 class _DiskBudget:

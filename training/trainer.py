@@ -185,6 +185,9 @@ def setup(config: RunConfig, *, out_dir: str | Path, sink: EventSink, plan: Plan
         if sampler.vllm is not None:
             sampler.vllm.close()
         sampler.pool.shutdown()
+        close_env = getattr(env, "close", None)  # an environment's own processes (agents.envs.task: its Python graders)
+        if callable(close_env):
+            close_env()
 
 
 def loop(parts: Parts, hooks: Hooks) -> TrainResult:

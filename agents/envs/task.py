@@ -27,8 +27,10 @@ score on the team role's latest answer (this action's, when the team role is act
 fails (a Python grader that raised, hung or returned NaN) counts 0, and its reason goes to the run's
 log (`StepResult.info["problems"]`). Each grader's score, and each of its parts, is in
 `StepResult.info["reward_parts"]`, which the run page charts as the reward's breakdown.
-`step_many` grades a state's candidates together, so a Python grader starts one sandbox process per
-group of candidates rather than one per candidate.
+Python graders run in sandbox worker processes the environment keeps for the whole run
+(`agents.graders.GraderWorkers`: one per Python grader, fed every step's candidates over a pipe, a
+fresh one only after a grader hung or crashed); `close()`, called when the run ends, fails or is
+stopped, kills them.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import Any
 
 from agents.base import Message, RowField, State, StepResult
 from agents.envs._common import advance, check_roles, check_turn, clip
-from agents.graders import Grade, GraderError, Item, check_graders, grade_batch
+from agents.graders import Grade, GraderError, GraderWorkers, Item, check_graders, grade_batch
 
 ROLE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,59}$")
 MAX_ROLES = 8
@@ -149,6 +151,14 @@ class Task:
         self.solo_roles = self.roles[:1] if len(self.roles) == 1 else ()
         self.graders = self.definition["graders"]
         self._role = {r["name"]: r for r in self.definition["roles"]}
+        self.workers = GraderWorkers()
+        """The run's Python grader processes (started at their first completion)."""
+
+    def close(self) -> None:
+        """Stop the Python graders' processes (the trainer calls it at the run's end)."""
+        workers = getattr(self, "workers", None)
+        if workers is not None:
+            workers.close()
 
     def generate(self, n: int, *, seed: int) -> list[dict[str, Any]]:
         raise ValueError("a task defined in the browser has no generator: upload its rows as a dataset")
@@ -181,17 +191,17 @@ class Task:
         turns = tuple((m.role, m.text) for m in state.dialogue)
         items = [Item(action, state.row, turns) for action in actions]
         spec = self._role[role]
-        local: list[Grade | None] = list(grade_batch(self.graders, spec["grader"], items)) if spec["grader"] else [None] * len(items)
+        local: list[Grade | None] = list(grade_batch(self.graders, spec["grader"], items, self.workers)) if spec["grader"] else [None] * len(items)
         team: list[Grade | None] = [None] * len(items)
         team_spec = self.definition["team"]
         if team_spec is not None:
             if team_spec["role"] == role:
-                team = list(grade_batch(self.graders, team_spec["grader"], items))
+                team = list(grade_batch(self.graders, team_spec["grader"], items, self.workers))
             else:
                 earlier = [m for m in state.dialogue if m.role == team_spec["role"]]
                 if earlier:
                     before = tuple((m.role, m.text) for m in state.dialogue[: state.dialogue.index(earlier[-1])])
-                    (one,) = grade_batch(self.graders, team_spec["grader"], [Item(earlier[-1].text, state.row, before)])
+                    (one,) = grade_batch(self.graders, team_spec["grader"], [Item(earlier[-1].text, state.row, before)], self.workers)
                     team = [one] * len(items)
         done = state.turn + 1 >= state.data.get("played", len(self.roles)) * self.definition["rounds"]
         results = []

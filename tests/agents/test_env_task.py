@@ -1,5 +1,6 @@
 """The `task` environment: a team's task defined as data (roles, prompts over a row's columns,
-graders), and one run of it on the tiny model in which one grader hangs."""
+graders), its Python grader one sandbox process for all of a step's groups, and one run of it on
+the tiny model in which one grader hangs, after which no grader process is left."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from agents.graders import GraderError
 from training.config import RunConfig
 from training.events import NullSink
 from training.trainer import train
+from tests.agents.sandbox_procs import gone, spawned  # noqa: F401 - spawned is a fixture
 
 DEFINITION = {
     "roles": [
@@ -76,7 +78,20 @@ class Keep(NullSink):
         self.steps.append(m)
 
 
-def test_a_run_goes_on_when_a_grader_hangs_and_logs_why(tmp_path):
+def test_a_python_grader_is_one_process_for_a_steps_groups_until_close(spawned):
+    env = load_environment("task", definition=DEFINITION)
+    verdicts = []
+    for i, answer in enumerate(["4", "5", "4"]):  # three states, K=2 candidates each
+        state = env.reset(ROW, task_id=f"t{i}", roles=("answerer", "checker"))
+        (state,) = [env.step(state, agent="a", role="answerer", action=f"Answer: {answer}").state]
+        verdicts += [r.info["reward_parts"]["verdict"] for r in env.step_many(state, agent="c", role="checker", actions=["OK", "WRONG"])]
+    assert verdicts == [1.0, 0.0, 0.0, 1.0, 1.0, 0.0]
+    assert len(spawned) == 1 and env.workers.started == 1 and not gone(spawned[0])
+    env.close()
+    assert gone(spawned[0])
+
+
+def test_a_run_goes_on_when_a_grader_hangs_and_logs_why(tmp_path, spawned):
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"question": f"{i} + 1", "answer": str(i + 1)}) + "\n" for i in range(6)))
     hang = {**DEFINITION, "graders": {**DEFINITION["graders"], "verdict": {
@@ -94,3 +109,4 @@ def test_a_run_goes_on_when_a_grader_hangs_and_logs_why(tmp_path):
     assert result.status == "succeeded"
     assert "reward/fn/correct" in sink.steps[0].values and "reward/fn/verdict" not in sink.steps[0].values
     assert any(level == "warning" and "grader verdict failed on checker's turn: took longer than 0.2 s" in text for level, text in sink.logs)
+    assert len(spawned) == 1 and all(gone(p) for p in spawned)  # its own timer stopped it; the run's end closed it

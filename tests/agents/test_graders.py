@@ -1,12 +1,14 @@
 """Graders defined as data (`agents.graders`): each kind scores and gives its parts; a set is
 checked before it is stored; a hostile Python grader fails its own grades with the reason and
-nothing else (one sandbox process per batch)."""
+nothing else; a run's Python grader is one sandbox process reused across batches, replaced only
+after a candidate it hung on, and gone once closed."""
 
 from __future__ import annotations
 
 import pytest
 
-from agents.graders import GraderError, Item, check_graders, grade_all, grade_batch
+from agents.graders import GraderError, GraderWorkers, Item, check_graders, grade_all, grade_batch
+from tests.agents.sandbox_procs import gone, spawned  # noqa: F401 - spawned is a fixture
 
 ROWS = [Item("Work. Answer: 42", {"answer": "42"}), Item("answer: forty", {"answer": "42"}), Item('Here: {"a": 1}', {"answer": "7"})]
 
@@ -99,3 +101,24 @@ def test_a_hostile_python_grader_fails_its_grades_with_the_reason(what):
     code, says = HOSTILE[what]
     got = grade_batch(python(code), "g", [Item("Answer: 1", {"answer": "1"}), Item("Answer: 2", {"answer": "1"})])
     assert all(not g.ok and says in g.error for g in got), [g.error for g in got]
+
+
+def test_a_python_grader_is_one_process_for_every_group_of_a_step_and_none_after_close(spawned):
+    graders = python("def grade(c, r):\n    return float(c == r['answer'])")
+    with GraderWorkers() as workers:
+        groups = [[Item(str(a), {"answer": str(g)}) for a in range(3)] for g in range(3)]  # 3 states x K=3 candidates
+        got = [scores(grade_batch(graders, "g", items, workers)) for items in groups]
+        assert got == [[(1.0 if a == g else 0.0, None) for a in range(3)] for g in range(3)]
+        assert len(spawned) == 1 and workers.started == 1 and not gone(spawned[0])
+    assert gone(spawned[0])
+
+
+def test_a_hanging_candidate_fails_alone_and_the_next_gets_a_fresh_worker(spawned):
+    graders = python("import signal\ndef grade(c, r):\n    if c == 'hang':\n"  # its own timer ignored: the parent must stop it
+                     "        signal.signal(signal.SIGALRM, signal.SIG_IGN)\n        while True: pass\n    return len(c)", timeout_s=0.5)
+    with GraderWorkers() as workers:
+        got = grade_batch(graders, "g", [Item("ab", {}), Item("hang", {}), Item("abc", {}), Item("abcd", {})], workers)
+        assert [g.score for g in got] == [2.0, 0.0, 3.0, 4.0]
+        assert [g.ok for g in got] == [True, False, True, True] and "took longer than 0.5 s" in got[1].error
+        assert len(spawned) == 2 and gone(spawned[0]) and not gone(spawned[1])
+    assert all(gone(p) for p in spawned)
