@@ -38,6 +38,10 @@ says which ones this host grants the current user, and names the missing ones):
   objects, and file access outside the working directory (reading the standard library is
   allowed). It is a first line only: the layers above are what hold if code gets around it.
 
+`SandboxWorker` starts the same child with the same layers but keeps it running, fed requests
+over a pipe, each under its own timer and output cap (a Python grader grades a run's completions
+in one; `agents.graders.GraderWorkers`).
+
 `docs/security.md` says which layer holds what on each kernel (5.15, 6.1, 6.8, 6.12+).
 
 The data directory (`TROUPE_DATA_DIR`, where the worker keeps `secret_key`, the SQLite database
@@ -67,6 +71,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import IO
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 """The repository (or install) this package lives in; hidden from sandboxed code."""
@@ -249,7 +254,7 @@ def _run(
 
 
 def _spawn(
-    code: str, *, workdir: str, status_w: int, stdin: object, files: dict[str, str], memory_mb: int, cpu_s: int,
+    code: str, *, workdir: str, status_w: int, stdin: int | IO[bytes], files: dict[str, str], memory_mb: int, cpu_s: int,
     audit_hook: bool, namespaces: bool = True, landlock_abi: int | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start `agents/_sandbox_child.py` on `code` in `workdir`, its own process group, with every
@@ -281,7 +286,7 @@ def _spawn(
         ]
         return subprocess.Popen(
             cmd,
-            stdin=stdin,  # type: ignore[arg-type]
+            stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             pass_fds=(payload.fileno(), status_w),

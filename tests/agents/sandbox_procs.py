@@ -1,26 +1,8 @@
-"""Test helpers: the sandbox processes a test started (`spawned`), and whether one is gone."""
+"""Test helper: whether a sandbox process (and its process group) is gone (see the `spawned` fixture in conftest.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import pytest
-
-import agents.sandbox
-
-
-@pytest.fixture
-def spawned(monkeypatch):
-    """The process of every sandbox started while the test runs."""
-    procs = []
-    spawn = agents.sandbox._spawn
-
-    def counting(*args, **kwargs):
-        procs.append(spawn(*args, **kwargs))
-        return procs[-1]
-
-    monkeypatch.setattr(agents.sandbox, "_spawn", counting)
-    return procs
 
 
 def gone(proc) -> bool:

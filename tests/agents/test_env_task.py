@@ -10,10 +10,10 @@ import pytest
 
 from agents.envs import load_environment
 from agents.graders import GraderError
+from tests.agents.sandbox_procs import gone
 from training.config import RunConfig
 from training.events import NullSink
 from training.trainer import train
-from tests.agents.sandbox_procs import gone, spawned  # noqa: F401 - spawned is a fixture
 
 DEFINITION = {
     "roles": [

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from agents.graders import GraderError, GraderWorkers, Item, check_graders, grade_all, grade_batch
-from tests.agents.sandbox_procs import gone, spawned  # noqa: F401 - spawned is a fixture
+from tests.agents.sandbox_procs import gone
 
 ROWS = [Item("Work. Answer: 42", {"answer": "42"}), Item("answer: forty", {"answer": "42"}), Item('Here: {"a": 1}', {"answer": "7"})]
 
