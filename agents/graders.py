@@ -40,6 +40,7 @@ import re
 import secrets
 import string
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -429,8 +430,11 @@ START_S = 3.0
 """Seconds a Python grader's worker may take to start and load the grader's code, on top of `timeout_s`."""
 GRACE_S = 1.0
 """Seconds past `timeout_s` before the parent kills a worker whose grader swallowed its own timer."""
-ITEMS_PER_WORKER = 512
-"""Completions one worker grades before it is replaced: its CPU rlimit covers that many at `timeout_s` each."""
+WORKER_CPU_S = 60
+"""A worker's CPU rlimit, for its whole life. The server counts the wall time of each of its requests
+(more than the CPU the single-threaded process can have spent; it spends none while it waits for the
+next) and replaces it before that count could pass the limit, so a grader is never stopped by it;
+what it bounds is a worker whose server died while its grader spins with its own timer ignored."""
 
 
 class GraderWorkers:
@@ -445,7 +449,7 @@ class GraderWorkers:
     grader); a copy sent to another process (pickling) starts empty."""
 
     def __init__(self) -> None:
-        self._workers: dict[tuple[str, float], tuple[SandboxWorker, str, list[int]]] = {}
+        self._workers: dict[tuple[str, float], tuple[SandboxWorker, list[float]]] = {}
         self._broken: dict[tuple[str, float], Grade] = {}
         """Graders whose code failed to load: every completion gets that reason, with no new start."""
         self._lock = threading.Lock()
@@ -464,11 +468,11 @@ class GraderWorkers:
         with self._lock:
             return [self._grade_one(key, item, i) for i, item in enumerate(items)]
 
-    def _worker(self, key: tuple[str, float]) -> tuple[SandboxWorker, str, list[int]] | Grade:
+    def _worker(self, key: tuple[str, float]) -> tuple[SandboxWorker, list[float]] | Grade:
         if key in self._broken:
             return self._broken[key]
         held = self._workers.get(key)
-        if held is not None and held[0].alive and held[2][0] < ITEMS_PER_WORKER:
+        if held is not None and held[0].alive and held[1][0] + key[1] + GRACE_S < WORKER_CPU_S - 1:
             return held
         if held is not None:
             held[0].close()
@@ -477,9 +481,9 @@ class GraderWorkers:
         mark = "@@grade-" + secrets.token_hex(8) + "@@"
         harness = (_HARNESS.replace("__MARK__", repr(mark)).replace("__PER_ITEM_S__", repr(per_item))
                    .replace("__MAX_SCORE__", repr(MAX_SCORE)).replace("__MAX_PARTS__", repr(MAX_PARTS)))
-        worker = SandboxWorker(harness, cpu_s=math.ceil(START_S + (per_item + GRACE_S) * (ITEMS_PER_WORKER + 1)),
-                               memory_mb=PYTHON_MEMORY_MB, max_reply_bytes=8192, reply_prefix=mark)
+        worker = SandboxWorker(harness, cpu_s=WORKER_CPU_S, memory_mb=PYTHON_MEMORY_MB, max_reply_bytes=8192, reply_prefix=mark)
         self.started += 1
+        began = time.monotonic()
         try:
             reply = json.loads(worker.request(json.dumps({"code": code}), timeout_s=START_S + per_item))
         except SandboxWorkerError as exc:
@@ -489,7 +493,7 @@ class GraderWorkers:
             worker.close()
             self._broken[key] = Grade(error=f"the grader's code failed: {reply['setup']}")
             return self._broken[key]
-        held = (worker, mark, [0])
+        held = (worker, [time.monotonic() - began])
         self._workers[key] = held
         return held
 
@@ -497,15 +501,19 @@ class GraderWorkers:
         held = self._worker(key)
         if isinstance(held, Grade):
             return held
-        worker, _, served = held
-        served[0] += 1
+        worker, spent = held
         request = {"n": n, "completion": item.completion[-MAX_GRADE_TEXT:], "row": _plain(item.row),
                    "turns": [{"role": role, "text": text[-MAX_GRADE_TEXT:]} for role, text in item.turns]}
+        began = time.monotonic()
         try:
-            record = json.loads(worker.request(json.dumps(request), timeout_s=key[1] + GRACE_S))
+            reply = worker.request(json.dumps(request), timeout_s=key[1] + GRACE_S)
         except SandboxWorkerError as exc:
             del self._workers[key]
             return Grade(error=_worker_reason(exc.reason, key[1]))
+        finally:
+            spent[0] += time.monotonic() - began
+        try:
+            record = json.loads(reply)
         except ValueError:
             worker.close()
             del self._workers[key]
@@ -520,7 +528,7 @@ class GraderWorkers:
 
     def close(self) -> None:
         with self._lock:
-            for worker, _, _ in self._workers.values():
+            for worker, _ in self._workers.values():
                 worker.close()
             self._workers.clear()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+import agents.graders
 from agents.graders import GraderError, GraderWorkers, Item, check_graders, grade_all, grade_batch
 from tests.agents.sandbox_procs import gone
 
@@ -121,4 +122,13 @@ def test_a_hanging_candidate_fails_alone_and_the_next_gets_a_fresh_worker(spawne
         assert [g.score for g in got] == [2.0, 0.0, 3.0, 4.0]
         assert [g.ok for g in got] == [True, False, True, True] and "took longer than 0.5 s" in got[1].error
         assert len(spawned) == 2 and gone(spawned[0]) and not gone(spawned[1])
+    assert all(gone(p) for p in spawned)
+
+
+def test_a_worker_is_replaced_before_its_life_cpu_limit_could_stop_a_grader(spawned, monkeypatch):
+    monkeypatch.setattr(agents.graders, "WORKER_CPU_S", 3)  # room for about 2 completions of 0.3 s at timeout 0.5 s
+    graders = python("import time\ndef grade(c, r):\n    time.sleep(0.3)\n    return 1", timeout_s=0.5)
+    with GraderWorkers() as workers:
+        got = grade_batch(graders, "g", [Item(str(i), {}) for i in range(3)], workers)
+        assert [g.error for g in got] == [None] * 3 and workers.started >= 2 and len(spawned) == workers.started
     assert all(gone(p) for p in spawned)
