@@ -2,6 +2,7 @@
 
     GET  /api/v1/experiments/?page=&per_page=   the team's experiments, newest first
     POST /api/v1/experiments/                   JSON {topology, dataset, name, config, axes, seeds, metric, direction}
+    POST /api/v1/experiments/preview/           the same body, a dry run: the runs, arms and steps it would start, and how long
     GET  /api/v1/experiments/<id>/              arms (mean ± 95 % interval over seeds, per-seed runs), trials, best arm
     POST /api/v1/experiments/<id>/cancel/       cancel every queued and running trial
     POST /api/v1/experiments/<id>/resume/       start the trials that did not succeed
@@ -191,9 +192,8 @@ def experiments(request: HttpRequest, paging: QueryPaging) -> Any:
     return page_of(request, selectors.experiment_list(team=request.team).order_by("-created", "-id"), paging)
 
 
-@router.post("/", response=answers({201: ExperimentDetail}, 400, 413, 415),
-             summary="Launch an experiment: a base config, axes and seeds; every trial is queued as a run")
-def experiment_create(request: HttpRequest, response: HttpResponse, body: ExperimentIn) -> Any:
+def _spec(request: HttpRequest, body: ExperimentIn) -> tuple[Any, Any, Any]:
+    """(the spec, the topology, the dataset) of a launch body, or a 400 naming every problem."""
     team = request.team  # type: ignore[attr-defined]
     topology = catalog.team_topology(team=team, pk=body.topology)
     dataset = catalog.team_dataset(team=team, pk=body.dataset, valid=True)
@@ -213,14 +213,52 @@ def experiment_create(request: HttpRequest, response: HttpResponse, body: Experi
             direction=body.direction, advanced_yaml=config, search=body.search,
             overrides=run_services.run_source_overrides(team=team, conversations=conversations or None),
         )
-        experiment = services.experiment_create(team=team, user=request.user, spec=spec, topology=topology, dataset=dataset)
-    except ExperimentError as exc:  # every problem of the spec (or a search whose ranges give no valid run to start with)
-        fields: dict[str, list[str]] = {}
-        for problem in exc.problems:
-            fields.setdefault(problem.field, []).append(problem.message)
-        raise ApiError(400, str(exc), fields=fields) from None
+    except ExperimentError as exc:
+        raise _spec_error(exc) from None
+    return spec, topology, dataset
+
+
+def _spec_error(exc: ExperimentError) -> ApiError:
+    """Every problem of the spec (or a search whose ranges give no valid run to start with)."""
+    fields: dict[str, list[str]] = {}
+    for problem in exc.problems:
+        fields.setdefault(problem.field, []).append(problem.message)
+    return ApiError(400, str(exc), fields=fields)
+
+
+@router.post("/", response=answers({201: ExperimentDetail}, 400, 413, 415),
+             summary="Launch an experiment: a base config, axes and seeds; every trial is queued as a run")
+def experiment_create(request: HttpRequest, response: HttpResponse, body: ExperimentIn) -> Any:
+    spec, topology, dataset = _spec(request, body)
+    try:
+        experiment = services.experiment_create(team=request.team, user=request.user, spec=spec, topology=topology, dataset=dataset)  # type: ignore[attr-defined]
+    except ExperimentError as exc:
+        raise _spec_error(exc) from None
     response["Location"] = absolute(request, reverse("api_experiment", args=[experiment.pk]))
     return Status(201, _Detail(_experiment(request, experiment.pk)))
+
+
+class PreviewOut(Schema):
+    runs: int = Field(description="Runs it would start (a search: at most, the pruner may stop some early).")
+    arms: int
+    seeds: int
+    steps: int = Field(description="Training steps over all trials.")
+    parallel: int = Field(description="Trials that may run at once (the team's cap).")
+    seconds_per_step: float | None = Field(description="The team's recent seconds per step on this environment; null: no runs yet.")
+    duration_seconds: float | None = Field(description="Roughly how long the experiment takes; null without a recent step time.")
+    arm_labels: list[str] = Field(description="Each arm as field=value, ... (empty for a search).")
+
+
+@router.post("/preview/", response=answers({200: PreviewOut}, 400, 413, 415), url_name="api_experiment_preview",
+             summary="A dry run of a launch: the runs, arms and steps it would start and roughly how long, or every problem with it "
+                     "(the experiment form's preview); nothing is saved")
+def experiment_preview(request: HttpRequest, body: ExperimentIn) -> Any:
+    spec, _, _ = _spec(request, body)
+    estimate = selectors.experiment_estimate(team=request.team, spec=spec)  # type: ignore[attr-defined]
+    return {"runs": estimate.runs, "arms": estimate.arms, "seeds": estimate.seeds, "steps": estimate.steps, "parallel": estimate.parallel,
+            "seconds_per_step": estimate.seconds_per_step,
+            "duration_seconds": estimate.duration.total_seconds() if estimate.duration is not None else None,
+            "arm_labels": [] if spec.search is not None else [", ".join(f"{f}={v}" for f, v in arm) or "base" for arm in spec.arms()]}
 
 
 @router.get("/{int:id}/", response=answers({200: ExperimentDetail}, 404), url_name="api_experiment",

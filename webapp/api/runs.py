@@ -12,6 +12,8 @@ as on the pages. The catalog, jobs and experiments have their modules beside thi
     PATCH /api/v1/runs/<id>/                        tags, notes, archived (as the run page's actions)
     POST /api/v1/runs/<id>/cancel/
     POST /api/v1/runs/<id>/resume/                  a new run from a failed or cancelled run's latest checkpoint
+    POST /api/v1/runs/<id>/queue/                   {"direction": "up"|"down"}: move a queued run among its team's (team admins)
+    GET  POST /api/v1/runs/<id>/warm-start/         the SFT set a finished run's best episodes give; an SFT run on it
     GET  /api/v1/runs/<id>/metrics/?after=&limit=   metric points by step (paginated)
     GET  /api/v1/runs/<id>/rollouts/?after=&limit=&step=   episodes (paginated)
     GET  /api/v1/runs/<id>/artifacts/<file>         config.yaml, metrics.csv, metrics.jsonl, rollouts.jsonl,
@@ -24,7 +26,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from django.core.exceptions import RequestDataTooBig, ValidationError
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, ValidationError
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
@@ -43,7 +45,7 @@ from webapp.core.values import ID_MAX
 from webapp.history import selectors as history
 from webapp.history import services as history_services
 from webapp.models import Dataset, Job, Run
-from webapp.runs import lineage, selectors
+from webapp.runs import lineage, queue, selectors, warmstart
 from webapp.runs import services as run_services
 
 router = Router(tags=["runs"])
@@ -125,10 +127,33 @@ class Artifacts(Schema):
 
 class RunDetail(RunOut):
     config_yaml: str
+    phase: str = Field(description="What a running run is doing: loading, training, evaluating, checkpointing, ... (empty otherwise).")
+    phase_detail: str = Field(description="The engine's sentence about it, e.g. 'Evaluating at step 10: 50/100 held-out tasks'.")
+    phase_progress: float | None = Field(description="Share of the phase done (0..1), when the engine knows.")
+    eta: datetime | None = Field(description="When the engine expects the run to finish.")
+    eta_seconds: float | None = Field(description="Seconds from now to `eta`.")
+    queue_position: int | None = Field(description="A queued run's place in the shared queue (1: next to start); null otherwise.")
+    waiting_for: str = Field(description="What a queued run waits for, in a sentence (its place and the workers serving its queue).")
     evaluations: Evaluations
     started_from: StartedFrom | None
     warm_started: list[int] = Field(description="Runs started from one of this run's checkpoints.")
     artifacts: Artifacts
+
+    @staticmethod
+    def resolve_phase_progress(obj: Run) -> float | None:
+        return obj.phase_progress
+
+    @staticmethod
+    def resolve_eta_seconds(obj: Run) -> float | None:
+        return obj.eta_seconds()
+
+    @staticmethod
+    def resolve_queue_position(obj: Run) -> int | None:
+        return queue.run_queue_position(run=obj)
+
+    @staticmethod
+    def resolve_waiting_for(obj: Run) -> str:
+        return queue.run_waiting_for(run=obj)
 
     @staticmethod
     def resolve_evaluations(obj: Run) -> dict[str, Any]:
@@ -365,6 +390,89 @@ def run_change(request: HttpRequest, id: int) -> Any:
                      "resume is queued or running, the same one again")
 def run_resume(request: HttpRequest, response: HttpResponse, id: int) -> Any:
     new = run_services.run_resume(run=_run(request, id), user=request.user)
+    response["Location"] = absolute(request, reverse("api_run", args=[new.pk]))
+    return Status(201, _run(request, new.pk))
+
+
+class QueueMove(In):
+    direction: Literal["up", "down"] = Field(description="up: one place ahead of the team's previous queued run; down: behind its next.")
+
+
+@router.post("/runs/{int:id}/queue/", response=answers({200: RunDetail}, 400, 403, 404, 415), openapi_extra=body_doc(QueueMove),
+             url_name="api_run_queue_move", summary="Move a queued run up or down among its team's queued runs (the run page's "
+                                                    "arrows; team admins and staff): other teams' runs keep their places")
+def run_queue_move(request: HttpRequest, id: int) -> Any:
+    run = _run(request, id)
+    body, problems = read_body(request, QueueMove)
+    if problems:
+        raise invalid_fields(problems)
+    try:
+        queue.run_queue_move(run=run, user=request.user, direction=body["direction"])
+    except PermissionDenied as exc:
+        raise ApiError(403, str(exc)) from None
+    return _run(request, id)
+
+
+class WarmStartQuery(Schema):
+    threshold: float | None = Field(None, description="null: the episodes that succeeded; 0..1: those whose team reward reaches it.")
+
+
+class WarmStartSet(Schema):
+    rule: str = Field(description="Which episodes: succeeded, or team reward ≥ threshold.")
+    stored: int = Field(description="Episodes the run stored.")
+    episodes: int = Field(description="Of them, those that qualify.")
+    counts: dict[str, int] = Field(description="Agent -> its examples.")
+    duplicates: int = Field(description="Chosen candidates left out as identical to an earlier one.")
+    left_out: int = Field(description="Rows past the upload limits (the oldest episodes').")
+    truncated: int = Field(description="Chosen candidates left out because the length cap cut them.")
+    samples: dict[str, list[dict[str, str]]] = Field(description="A few examples per agent, shortened: the prompt's end, the completion.")
+    checkpoints: list[int] = Field(description="The steps of the run's kept checkpoints an SFT run may start from.")
+
+
+def _warm_set(run: Run, threshold: float | None) -> dict[str, Any]:
+    try:
+        episodes = warmstart.warm_start_set(run=run, threshold=threshold)
+    except ValidationError as exc:
+        raise ApiError(400, " ".join(exc.messages), fields=exc.message_dict if hasattr(exc, "error_dict") else {"run": exc.messages}) from None
+    return {"rule": episodes.rule, "stored": episodes.stored, "episodes": episodes.episodes, "counts": episodes.counts,
+            "duplicates": episodes.duplicates, "left_out": episodes.left_out, "truncated": episodes.truncated,
+            "samples": episodes.samples(), "checkpoints": [c.step for c in warmstart.warm_start_checkpoints(run=run)]}
+
+
+@router.get("/runs/{int:id}/warm-start/", response=answers({200: WarmStartSet}, 400, 404), url_name="api_run_warm_start",
+            summary="What a warm start from this finished run learns from: its best episodes as an SFT set (the Warm start page's preview)")
+def run_warm_start_set(request: HttpRequest, id: int, query: Query[WarmStartQuery]) -> Any:
+    return _warm_set(_run(request, id), query.threshold)
+
+
+class WarmStartIn(In):
+    threshold: float | None = Field(None, description="null: the episodes that succeeded; 0..1: those whose team reward reaches it.")
+    start_from: int | None = Field(None, ge=0, le=ID_MAX, description="The step of one of the run's kept checkpoints; null: the "
+                                                                     "weights the run itself started from.")
+    steps: int = Field(20, ge=1, le=100_000, description="SFT steps.")
+    batch_size: int = Field(8, ge=1, le=4096, description="Examples per step for each trained policy.")
+    lr: float | None = Field(None, gt=0, description="Learning rate; null: the run's own.")
+    name: str = Field("", max_length=200, description="Default: the run's name · SFT on its episodes.")
+
+    model_config = {**In.model_config, "json_schema_extra": {"examples": [{"threshold": 0.5, "steps": 20}]}}
+
+
+@router.post("/runs/{int:id}/warm-start/", response=answers({201: RunOut}, 400, 404, 415), openapi_extra=body_doc(WarmStartIn),
+             summary="Warm start from this run: its best episodes stored as a conversations dataset and an SFT run queued on them "
+                     "(the same run again while one with these settings is queued or running)")
+def run_warm_start(request: HttpRequest, response: HttpResponse, id: int) -> Any:
+    run = _run(request, id)
+    body, problems = read_body(request, WarmStartIn)
+    start_from = None
+    if body.get("start_from") is not None:
+        kept = {c.step: c for c in warmstart.warm_start_checkpoints(run=run)}
+        start_from = kept.get(body["start_from"])
+        if start_from is None:
+            problems["start_from"] = [f"Not a kept checkpoint of run #{run.pk} (its steps: {', '.join(map(str, kept)) or 'none'})."]
+    if problems:
+        raise invalid_fields(problems)
+    new = warmstart.warm_start_launch(run=run, user=request.user, start_from=start_from,
+                                      **{k: v for k, v in body.items() if k != "start_from"})  # ValidationError, ConfigError: 400
     response["Location"] = absolute(request, reverse("api_run", args=[new.pk]))
     return Status(201, _run(request, new.pk))
 

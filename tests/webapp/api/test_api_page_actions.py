@@ -8,6 +8,7 @@ from django.urls import reverse
 
 from tests.webapp.api.test_api import TINY_CONFIG
 from tests.webapp.api.test_catalog_api import api  # noqa: F401 (the fixture)
+from tests.webapp.runs.test_run_warm_start import finished  # noqa: F401 (a fixture)
 from webapp.models import Run
 
 
@@ -48,3 +49,66 @@ def test_a_cancelled_run_resumes_from_its_checkpoint(alice, alice_world, api, en
     new = Run.objects.get(resumed_from=run)
     assert response.json()["id"] == new.pk and response.json()["resumed_from"] == run.pk and enqueued == [new.pk]
     assert response["Location"].endswith(reverse("api_run", args=[new.pk]))
+
+
+def test_a_queued_run_s_detail_gives_its_place_and_phase_and_admins_move_it(alice, alice_world, bob_world, api):  # noqa: F811
+    from webapp.models import Membership
+
+    first = alice_world.run
+    second = Run.objects.create(team=first.team, name="second", topology=first.topology, dataset=first.dataset,
+                                config_yaml=first.config_yaml, total_steps=first.total_steps)
+    detail = api.get(reverse("api_run", args=[second.pk])).json()
+    assert detail["queue_position"] == 3 and "2 queued runs ahead" in detail["waiting_for"]  # behind Alpha's first and Bravo's
+    assert detail["phase"] == "" and detail["eta"] is None and detail["eta_seconds"] is None
+    moved = api.send("POST", reverse("api_run_queue_move", args=[second.pk]), {"direction": "up"})
+    assert moved.status_code == 200 and moved.json()["queue_position"] == 1, moved.content
+    assert api.get(reverse("api_run", args=[first.pk])).json()["queue_position"] == 3  # Bravo's run kept its place
+    assert api.send("POST", reverse("api_run_queue_move", args=[second.pk]), {"direction": "sideways"}).status_code == 400
+    Membership.objects.filter(user=alice.user).update(role=Membership.Role.MEMBER)
+    refused = api.send("POST", reverse("api_run_queue_move", args=[second.pk]), {"direction": "down"})
+    assert refused.status_code == 403 and "admins" in refused.json()["error"]
+    assert api.send("POST", reverse("api_run_queue_move", args=[bob_world.run.pk]), {"direction": "up"}).status_code == 404
+    Run.objects.filter(pk=first.pk).update(status="running", phase="evaluating", phase_detail="Evaluating at step 2: 4/8 held-out tasks",
+                                           phase_progress=0.5)
+    detail = api.get(reverse("api_run", args=[first.pk])).json()
+    assert (detail["phase"], detail["phase_progress"], detail["queue_position"]) == ("evaluating", 0.5, None)
+    assert detail["phase_detail"].startswith("Evaluating at step 2")
+
+
+def test_a_warm_start_from_a_run_s_best_episodes(alice, finished, api, enqueued, django_capture_on_commit_callbacks):  # noqa: F811
+    url = reverse("api_run_warm_start", args=[finished.pk])
+    preview = api.get(url)
+    assert preview.status_code == 200, preview.content
+    assert preview.json()["counts"] == {"tool": 1, "reasoner": 1} and preview.json()["episodes"] == 2 and preview.json()["rule"] == "succeeded"
+    assert api.get(url, threshold="0.5").json()["episodes"] == 3
+    assert api.get(url, threshold="7").status_code == 400
+    wrong = api.send("POST", url, {"start_from": 99, "steps": 0})
+    assert wrong.status_code == 400 and set(wrong.json()["fields"]) == {"start_from", "steps"}, wrong.json()
+    with django_capture_on_commit_callbacks(execute=True):
+        launched = api.send("POST", url, {"threshold": 0.5, "steps": 3, "name": "sft warm"})
+    assert launched.status_code == 201, launched.content
+    new = Run.objects.get(pk=launched.json()["id"])
+    assert new.algorithm == "sft" and new.name == "sft warm" and new.total_steps == 3 and enqueued == [new.pk]
+    again = api.send("POST", url, {"threshold": 0.5, "steps": 3, "name": "sft warm"})
+    assert again.json()["id"] == new.pk  # queued already: the same run
+
+
+def test_an_experiment_dry_run_says_what_it_would_start_and_saves_nothing(alice, alice_world, api, enqueued):  # noqa: F811
+    from webapp.models import Experiment
+
+    body = {"topology": alice_world.topology.pk, "dataset": alice_world.dataset.pk, "axes": {"optim.lr": [0.0001, 0.0003]}, "seeds": [0, 1],
+            "config": {"optim": {"steps": 2}}}
+    preview = api.send("POST", reverse("api_experiment_preview"), body)
+    assert preview.status_code == 200, preview.content
+    data = preview.json()
+    assert (data["runs"], data["arms"], data["seeds"], data["steps"]) == (4, 2, 2, 8) and data["arm_labels"] == ["optim.lr=0.0001", "optim.lr=0.0003"]
+    bad = api.send("POST", reverse("api_experiment_preview"), {**body, "axes": {"optim.nope": [1]}, "dataset": 999999})
+    assert bad.status_code == 400 and "dataset" in bad.json()["fields"]
+    assert not Experiment.objects.exists() and Run.objects.count() == 1 and enqueued == []
+
+
+def test_a_duplicate_agent_name_is_said_once(alice, alice_world, api):  # noqa: F811
+    response = api.send("POST", reverse("api_agents"), {"name": "tool", "role": "tool", "model_source": alice_world.source.pk})
+    assert response.status_code == 400 and response.json()["fields"] == {"name": ["Your team already has an agent named 'tool'."]}, response.json()
+    response = api.send("PATCH", reverse("api_agent", args=[alice_world.reasoner.pk]), {"name": "tool"})
+    assert response.status_code == 400 and response.json()["fields"] == {"name": ["Your team already has an agent named 'tool'."]}, response.json()

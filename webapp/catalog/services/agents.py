@@ -32,7 +32,10 @@ def agent_update(*, agent: Agent, **values: Any) -> Agent:
         if key in values:
             setattr(agent, key, values[key])
     problems: dict[str, list[str]] = defaultdict(list)
-    for check in (lambda: check_name_free(agent), agent.full_clean):
+    checks = (lambda: check_name_free(agent),  # the taken name said once, in Troupe's words: Django's own check of the
+              lambda: agent.full_clean(validate_constraints=False),  # unique constraint would say it again in its words
+              lambda: agent.validate_constraints(exclude={"name"}))
+    for check in checks:
         try:
             check()
         except ValidationError as exc:
