@@ -446,6 +446,9 @@ def _serve(conn: Connection, threads: int, closing: Any, beat: Any) -> None:
         pass
     finally:
         sampler.pool.shutdown(wait=False, cancel_futures=True)
+        close_env = getattr(env, "close", None)  # this process's copy's own processes (agents.envs.task: its Python graders)
+        if callable(close_env):
+            close_env()
 
 
 def shadow_policies(policies: PolicySet) -> tuple[PolicySet, list[tuple[torch.Tensor, torch.Tensor]]]:
