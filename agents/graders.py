@@ -451,7 +451,7 @@ class GraderWorkers:
     def __init__(self) -> None:
         self._workers: dict[tuple[str, float], tuple[SandboxWorker, list[float]]] = {}
         self._broken: dict[tuple[str, float], Grade] = {}
-        """Graders whose code failed to load: every completion gets that reason, with no new start."""
+        """Graders whose code raised while loading: every later completion gets that reason, with no new start."""
         self._lock = threading.Lock()
         self.started = 0
         """How many sandbox processes were started (a bench and test counter)."""
@@ -486,9 +486,8 @@ class GraderWorkers:
         began = time.monotonic()
         try:
             reply = json.loads(worker.request(json.dumps({"code": code}), timeout_s=START_S + per_item))
-        except SandboxWorkerError as exc:
-            self._broken[key] = Grade(error=f"the grader's code failed: {_worker_reason(exc.reason, per_item)}")
-            return self._broken[key]
+        except SandboxWorkerError as exc:  # not remembered: a busy machine's slow start is tried again
+            return Grade(error=f"the grader's code failed: {_worker_reason(exc.reason, per_item)}")
         if "setup" in reply:
             worker.close()
             self._broken[key] = Grade(error=f"the grader's code failed: {reply['setup']}")
