@@ -31,7 +31,7 @@ from ninja import Field, Router, Schema, Status
 from agents.graders import KINDS as GRADER_KINDS
 from webapp.api.app import Id, In, Page, QueryPaging, answers, body_doc, page_of, read_body
 from webapp.api.http import ApiError, absolute
-from webapp.catalog import graders, selectors, services
+from webapp.catalog import conversations, graders, selectors, services
 from webapp.catalog.forms import (
     AgentForm,
     DatasetGeneratorForm,
@@ -591,3 +591,58 @@ crud(router, Entity(
 def task_try(request: HttpRequest) -> Any:
     form, data = _task_form(request, None, *read_body(request, TaskIn))
     return _tried(services.task_try(team=request.team, task=form.instance, answers=data["try_answers"]))  # type: ignore[attr-defined]
+
+
+# == the pages' other catalog actions ==================================================================
+
+
+@router.post("/agents/{int:id}/duplicate/", response=answers({201: AgentOut}, 404), url_name="api_agent_duplicate",
+             operation_id="agent_duplicate", summary="Copy an agent under a free name (<name>-copy), as the agent list's Duplicate")
+def agent_duplicate(request: HttpRequest, response: HttpResponse, id: int) -> Any:
+    agent = selectors.team_catalog(team=request.team, model=Agent).get(pk=id)  # type: ignore[attr-defined]
+    return created(request, response, AgentOut, services.agent_duplicate(agent=agent, actor=request.user))
+
+
+@router.post("/topologies/{int:id}/duplicate/", response=answers({201: TopologySaved}, 404), url_name="api_topology_duplicate",
+             operation_id="topology_duplicate", summary="Copy a topology under a free name, with the same agents in the same order")
+def topology_duplicate(request: HttpRequest, response: HttpResponse, id: int) -> Any:
+    topology = selectors.team_catalog(team=request.team, model=Topology).get(pk=id)  # type: ignore[attr-defined]
+    return created(request, response, TopologySaved, services.topology_duplicate(topology=topology, actor=request.user))
+
+
+@router.post("/datasets/{int:id}/revalidate/", response=answers({200: DatasetDetail}, 404), url_name="api_dataset_revalidate",
+             operation_id="dataset_revalidate", summary="Check a dataset again against its environment (after a plugin changed, "
+                                                        "or its file was restored), as the dataset page's Revalidate")
+def dataset_revalidate(request: HttpRequest, id: int) -> Any:
+    dataset = selectors.team_catalog(team=request.team, model=Dataset).get(pk=id)  # type: ignore[attr-defined]
+    if dataset.kind == Dataset.Kind.CHATS:
+        conversations.conversations_revalidate(dataset=dataset)
+    else:
+        services.dataset_revalidate(dataset=dataset)
+    return selectors.team_catalog(team=request.team, model=Dataset).get(pk=id)  # type: ignore[attr-defined]
+
+
+class TaskTopologyIn(In):
+    model_source: Id = Field(description="The team's model source every new agent runs on.")
+    specialization: Literal["single", "prompt", "lora", "full"] = Field("lora", description="How the agents' weights are shared "
+                                                                                          "(one role: single).")
+
+
+@router.post("/tasks/{int:id}/topology/", response=answers({201: TopologySaved}, 400, 404, 415), url_name="api_task_topology",
+             operation_id="task_topology", openapi_extra=body_doc(TaskTopologyIn),
+             summary="A topology that plays the task: one new agent per role on the model given, in turn order (the task page's button)")
+def task_topology(request: HttpRequest, response: HttpResponse, id: int) -> Any:
+    task = next((t for t in graders.tasks_of(team=request.team) if t.pk == id), None)  # type: ignore[attr-defined]
+    if task is None:
+        raise Http404
+    body, problems = read_body(request, TaskTopologyIn)
+    source = None
+    if "model_source" in body:
+        source = selectors.team_catalog(team=request.team, model=ModelSource).filter(pk=body["model_source"]).first()  # type: ignore[attr-defined]
+        if source is None:
+            problems["model_source"] = ["Not one of your team's model sources."]
+    if problems or source is None:
+        raise ValidationError(problems)
+    topology = services.task_topology_create(task=task, model_source=source, specialization=body.get("specialization", "lora"),
+                                             actor=request.user)
+    return created(request, response, TopologySaved, topology)

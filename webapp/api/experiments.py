@@ -6,6 +6,7 @@
     GET  /api/v1/experiments/<id>/              arms (mean ± 95 % interval over seeds, per-seed runs), trials, best arm
     POST /api/v1/experiments/<id>/cancel/       cancel every queued and running trial
     POST /api/v1/experiments/<id>/resume/       start the trials that did not succeed
+    POST /api/v1/experiments/<id>/ablations/    {"ablation": ...}: ablate every finished trial
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from django.urls import reverse
 from ninja import Field, Router, Schema, Status
 
 from training.experiment import MAX_SEEDS, ExperimentError, Interval
-from webapp.api.app import Id, In, Page, QueryPaging, answers, page_of
+from webapp.api.app import Id, In, Page, QueryPaging, answers, body_doc, page_of, read_body
 from webapp.api.http import ApiError, absolute
 from webapp.catalog import selectors as catalog
 from webapp.core import trust
@@ -279,3 +280,24 @@ def experiment_cancel(request: HttpRequest, id: int) -> Any:
 def experiment_resume(request: HttpRequest, id: int) -> Any:
     services.experiment_resume(experiment=_experiment(request, id), user=request.user)  # ValidationError -> 400 (trials still active)
     return _experiment(request, id)
+
+
+class ExperimentAblationIn(In):
+    ablation: str = Field(max_length=200, description="role_swap, untrained, or alone:<agent>: queued for every finished trial.")
+
+
+class ExperimentAblated(Schema):
+    queued: int = Field(description="Finished trials whose ablation was queued (or found done already).")
+    refused: list[str] = Field(description="Why each other finished trial was not ablated: run #N: ...")
+
+
+@router.post("/{int:id}/ablations/", response=answers({202: ExperimentAblated}, 400, 404, 415), url_name="api_experiment_ablations",
+             openapi_extra=body_doc(ExperimentAblationIn),
+             summary="Ablate every finished trial at once (the experiment page's Ablate): the arms' ablation rows fill in as the jobs finish")
+def experiment_ablate(request: HttpRequest, id: int) -> Any:
+    experiment = _experiment(request, id)
+    body, problems = read_body(request, ExperimentAblationIn)
+    if problems:
+        raise ApiError(400, "; ".join(f"{k}: {' '.join(v)}" for k, v in problems.items()), fields=problems)
+    queued, refused = services.experiment_ablate(experiment=experiment, user=request.user, key=body["ablation"])
+    return Status(202, {"queued": queued, "refused": refused})

@@ -37,6 +37,7 @@ from webapp.api.app import Id, In, Page, Paging, answers, body_doc, page_of, rea
 from webapp.api.http import PER_PAGE_MAX, ApiError, absolute, invalid_fields
 from webapp.api.jobs import Evaluations, evaluations_of
 from webapp.artifacts import files as artifacts
+from webapp.artifacts import services as artifact_services
 from webapp.artifacts.downloads import checkpoint_download, merged_download, run_file_download
 from webapp.catalog import selectors as catalog
 from webapp.core import trust
@@ -44,7 +45,7 @@ from webapp.core.console import printable
 from webapp.core.values import ID_MAX
 from webapp.history import selectors as history
 from webapp.history import services as history_services
-from webapp.models import Dataset, Job, Run
+from webapp.models import Dataset, Job, Membership, Run
 from webapp.runs import lineage, queue, selectors, warmstart
 from webapp.runs import services as run_services
 
@@ -557,6 +558,35 @@ def checkpoint_file(request: HttpRequest, id: int, step: int, name: str) -> Http
             summary="A merged export, zipped", openapi_extra=_file("A zip", "application/zip"))
 def merged_file(request: HttpRequest, id: int, job: int) -> HttpResponse:
     return merged_download(request, job=selectors.run_jobs(run=_run(request, id), kind=Job.Kind.MERGE).get(pk=job))
+
+
+def _team_admin(request: HttpRequest) -> None:
+    """Deleting files is a team admin's (or site staff's), as on the pages."""
+    user = request.user
+    if not (user.is_staff or Membership.objects.filter(team=request.team, user=user, role=Membership.Role.ADMIN).exists()):  # type: ignore[attr-defined]
+        raise ApiError(403, "Only a team admin can delete checkpoints and exports.")
+
+
+@router.delete("/runs/{int:id}/artifacts/checkpoints/{int:step}/", response=answers({204: None}, 400, 403, 404),
+               url_name="api_checkpoint_delete", summary="Delete one of a finished run's older checkpoints from disk (team admins; "
+                                                         "400 naming what still needs it, e.g. a run started from it)")
+def checkpoint_delete(request: HttpRequest, id: int, step: int) -> Any:
+    run = _run(request, id)
+    checkpoint = selectors.run_checkpoint(run=run, step=step)
+    if checkpoint is None:
+        raise ApiError(404, f"Run #{run.pk} has no checkpoint at step {step}.")
+    _team_admin(request)
+    artifact_services.checkpoint_delete(checkpoint=checkpoint, actor=request.user)  # ValidationError: 400 with why
+    return Status(204, None)
+
+
+@router.delete("/runs/{int:id}/artifacts/merged/{int:job}/", response=answers({204: None}, 400, 403, 404), url_name="api_export_delete",
+               summary="Delete a finished merged export's files (team admins); the job stays, marked deleted")
+def export_delete(request: HttpRequest, id: int, job: int) -> Any:
+    export = selectors.run_jobs(run=_run(request, id), kind=Job.Kind.MERGE).get(pk=job)
+    _team_admin(request)
+    artifact_services.export_delete(job=export, actor=request.user)
+    return Status(204, None)
 
 
 @router.get("/runs/{int:id}/artifacts/{str:name}", response=answers({}, 404), url_name="api_run_file",

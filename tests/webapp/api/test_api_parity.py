@@ -25,6 +25,10 @@ API_CALLS: dict[str, tuple[str, str]] = {
     "experiment_new": ("POST", "api_experiments"), "experiment_preview": ("POST", "api_experiment_preview"),
     "experiment_cancel": ("POST", "api_experiment_cancel"), "experiment_resume": ("POST", "api_experiment_resume"),
     "playground": ("POST", "api_playground"),
+    "agent_duplicate": ("POST", "api_agent_duplicate"), "topology_duplicate": ("POST", "api_topology_duplicate"),
+    "dataset_revalidate": ("POST", "api_dataset_revalidate"), "task_topology": ("POST", "api_task_topology"),
+    "run_checkpoint_delete": ("DELETE", "api_checkpoint_delete"), "run_export_delete": ("DELETE", "api_export_delete"),
+    "experiment_ablate": ("POST", "api_experiment_ablations"),
 }
 """(The graders' and tasks' Try buttons post to their edit pages: POST /api/v1/graders/try/ and /api/v1/tasks/try/.)"""
 
@@ -43,11 +47,9 @@ PAGE_ONLY: dict[str, str] = {
 
 GAPS: dict[str, str] = {
     # Page actions the API does not have yet (issue 46, class 4): move each to API_CALLS when its operation exists.
-    "agent_duplicate": "agent_duplicate", "topology_duplicate": "topology_duplicate", "dataset_revalidate": "dataset_revalidate",
     "dataset_detail": "dataset_upload_update / dataset_generator_update (a dataset's name and settings)",
-    "dataset_upload_conversations": "conversations_upload", "task_topology": "task_topology_create",
-    "run_preview": "the run form's config preview and estimate", "run_checkpoint_delete": "checkpoint_delete",
-    "run_export_delete": "export_delete", "experiment_ablate": "experiment_ablate",
+    "dataset_upload_conversations": "conversations_upload (a conversations file for SFT)",
+    "run_preview": "the run form's resolved config and duration estimate (a run launch's dry run)",
 }
 
 

@@ -48,7 +48,8 @@ def _endpoints(world: Any) -> list[tuple[str, str, dict[str, Any]]]:
     document = document_for("http://testserver")
     grader = Grader.objects.create(team=world.run.team, name="g", kind="exact", settings={"column": "answer"})
     task = Task.objects.create(team=world.run.team, name="t", roles=[{"name": "a", "prompt": "{question}", "grader": "g"}])
-    ids = {"runs": world.run.pk, "models": world.source.pk, "agents": world.tool.pk, "topologies": world.topology.pk,
+    experiment = Experiment.objects.create(team=world.run.team, name="e", spec_yaml="")  # (its body is read before its spec)
+    ids = {"experiments": experiment.pk, "runs": world.run.pk, "models": world.source.pk, "agents": world.tool.pk, "topologies": world.topology.pk,
            "datasets": world.dataset.pk, "graders": grader.pk, "tasks": task.pk}
     out = []
     for path, item in document["paths"].items():
