@@ -7,6 +7,7 @@ as on the pages. The catalog, jobs and experiments have their modules beside thi
 
     GET  /api/v1/                                   who am I, and the endpoints
     GET  /api/v1/runs/?status=&tag=&q=&sort=&page=  runs, filtered like the run list
+    POST /api/v1/runs/preview/                      the same body: a launch's dry run (resolved config, duration estimate)
     POST /api/v1/runs/                              launch: a YAML config (body), or JSON {config, topology, dataset, conversations, start_from, name, tags, notes}
     GET  /api/v1/runs/<id>/                         one run: config, final metrics, evaluations, artifacts
     PATCH /api/v1/runs/<id>/                        tags, notes, archived (as the run page's actions)
@@ -46,7 +47,7 @@ from webapp.core.values import ID_MAX
 from webapp.history import selectors as history
 from webapp.history import services as history_services
 from webapp.models import Dataset, Job, Membership, Run
-from webapp.runs import lineage, queue, selectors, warmstart
+from webapp.runs import estimates, lineage, queue, selectors, warmstart
 from webapp.runs import services as run_services
 
 router = Router(tags=["runs"])
@@ -274,6 +275,35 @@ LAUNCH_BODY = body_doc(LaunchIn, **{"application/yaml": {"schema": {
              summary="Launch a run: a YAML config as the body, or JSON {config, topology, dataset, name, tags, notes}")
 def run_launch(request: HttpRequest, response: HttpResponse, query: Query[LaunchQuery]) -> Any:
     """Parse (YAML or JSON), one service call, the queued run."""
+    launch, parts = _launch_parts(request, query)
+    run = run_services.run_launch(team=request.team, user=request.user, tree=launch.tree, name=launch.name, notes=launch.notes,  # type: ignore[attr-defined]
+                                  tags=", ".join(launch.tags) if isinstance(launch.tags, list) else launch.tags, **parts)
+    response["Location"] = absolute(request, reverse("api_run", args=[run.pk]))
+    return Status(201, run)
+
+
+class RunPreview(Schema):
+    name: str
+    config_yaml: str = Field(description="The config as the run would be launched with it, every default filled in.")
+    steps: int
+    estimate_seconds: float | None = Field(description="Roughly how long it takes at the team's recent seconds per step on this "
+                                                       "environment; null without recent runs.")
+
+
+@router.post("/runs/preview/", response=answers({200: RunPreview}, 400, 413, 415), openapi_extra=LAUNCH_BODY, url_name="api_run_preview",
+             summary="A launch's dry run (the run form's preview): the resolved config and roughly how long it takes, or every "
+                     "problem with it; nothing is saved")
+def run_preview(request: HttpRequest, query: Query[LaunchQuery]) -> Any:
+    launch, parts = _launch_parts(request, query)
+    config = run_services.run_config_build(team=request.team, tree=launch.tree, name=launch.name, **parts)  # type: ignore[attr-defined]
+    estimate = estimates.run_estimate(team=request.team, config=config)  # type: ignore[attr-defined]
+    return {"name": config.name, "config_yaml": config.to_yaml(), "steps": config.optim.steps,
+            "estimate_seconds": estimate.total_seconds() if estimate is not None else None}
+
+
+def _launch_parts(request: HttpRequest, query: LaunchQuery) -> tuple[_Launch, dict[str, Any]]:
+    """The launch as sent, and its topology, dataset and overrides (conversations, start_from) as
+    `run_config_build` takes them; a 400 naming every object that is not the team's."""
     launch = _launch_request(request, query)
     team = request.team  # type: ignore[attr-defined]
     problems: dict[str, list[str]] = {}
@@ -287,13 +317,7 @@ def run_launch(request: HttpRequest, response: HttpResponse, query: Query[Launch
         problems["conversations"] = ["no conversations dataset with this id in your team"]
     if problems:
         raise invalid_fields(problems)
-    run = run_services.run_launch(
-        team=team, user=request.user, tree=launch.tree, name=launch.name, dataset=dataset, topology=topology, notes=launch.notes,
-        tags=", ".join(launch.tags) if isinstance(launch.tags, list) else launch.tags,
-        overrides=_source_overrides(request, conversations, launch.start_from),
-    )
-    response["Location"] = absolute(request, reverse("api_run", args=[run.pk]))
-    return Status(201, run)
+    return launch, {"dataset": dataset, "topology": topology, "overrides": _source_overrides(request, conversations, launch.start_from)}
 
 
 class _Launch(LaunchIn):

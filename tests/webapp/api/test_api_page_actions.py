@@ -112,3 +112,17 @@ def test_a_duplicate_agent_name_is_said_once(alice, alice_world, api):  # noqa: 
     assert response.status_code == 400 and response.json()["fields"] == {"name": ["Your team already has an agent named 'tool'."]}, response.json()
     response = api.send("PATCH", reverse("api_agent", args=[alice_world.reasoner.pk]), {"name": "tool"})
     assert response.status_code == 400 and response.json()["fields"] == {"name": ["Your team already has an agent named 'tool'."]}, response.json()
+
+
+def test_a_run_launch_s_dry_run_resolves_the_config_and_saves_nothing(alice, alice_world, api, enqueued):  # noqa: F811
+    preview = api.send("POST", reverse("api_run_preview"), TINY_CONFIG, content_type="application/yaml")
+    assert preview.status_code == 200, preview.content
+    assert preview.json()["name"] == "from a notebook" and "grpo:" in preview.json()["config_yaml"] and preview.json()["steps"] >= 1
+    preview = api.send("POST", reverse("api_run_preview"), {"topology": alice_world.topology.pk, "dataset": alice_world.dataset.pk,
+                                                             "config": {"optim": {"steps": 4}}})
+    assert preview.status_code == 200 and preview.json()["steps"] == 4 and "math_tool" in preview.json()["config_yaml"], preview.content
+    bad = api.send("POST", reverse("api_run_preview"), {"topology": 999999, "config": {"grpo": {"k": 1}}})
+    assert bad.status_code == 400 and bad.json()["field"] == "topology"
+    bad = api.send("POST", reverse("api_run_preview"), {"config": {"grpo": {"k": 1}}})
+    assert bad.status_code == 400 and {"grpo.k", "topology.agents"} <= set(bad.json()["fields"]), bad.json()  # every problem
+    assert Run.objects.count() == 1 and enqueued == []
