@@ -6,7 +6,7 @@ trail and blockers as a person.
     GET  POST         /api/v1/models/            GET PATCH DELETE  /api/v1/models/<id>/
     GET  POST         /api/v1/agents/            GET PATCH DELETE  /api/v1/agents/<id>/
     GET  POST         /api/v1/topologies/        GET PATCH DELETE  /api/v1/topologies/<id>/
-    GET  POST         /api/v1/datasets/          GET DELETE        /api/v1/datasets/<id>/
+    GET  POST         /api/v1/datasets/          GET PATCH DELETE  /api/v1/datasets/<id>/
     GET  POST         /api/v1/graders/           GET PATCH DELETE  /api/v1/graders/<id>/      POST /api/v1/graders/try/
     GET  POST         /api/v1/tasks/             GET PATCH DELETE  /api/v1/tasks/<id>/        POST /api/v1/tasks/try/
     (a dataset is uploaded as multipart/form-data, or made by a generator from JSON; a grader or
@@ -35,6 +35,7 @@ from webapp.catalog import conversations, graders, selectors, services
 from webapp.catalog.forms import (
     AgentForm,
     DatasetGeneratorForm,
+    DatasetUploadEditForm,
     DatasetUploadForm,
     GraderForm,
     ModelSourceForm,
@@ -68,6 +69,7 @@ class Entity:
     saved: type[Schema] | None = None  # what a create or change answers, where it says more than a read
     detail: type[Schema] | None = None  # what a detail read answers, where it says more than a list's row
     patch: bool = True
+    create: bool = True  # False: the collection's POST is a route of its own
 
 
 def crud(router: Router, entity: Entity) -> None:
@@ -90,7 +92,7 @@ def crud(router: Router, entity: Entity) -> None:
     def listing(request: HttpRequest, paging: QueryPaging) -> Any:
         return page_of(request, entity.rows(request.team), paging)  # type: ignore[attr-defined]
 
-    if entity.body is not None and entity.save is not None:
+    if entity.create and entity.body is not None and entity.save is not None:
         body, save = entity.body, entity.save
 
         @router.post(collection, response=answers({201: saved}, 400, 413, 415), operation_id=f"{entity.name}_create",
@@ -392,8 +394,38 @@ class DatasetDetail(DatasetOut):
         return list(obj.preview or [])
 
 
+class DatasetIn(In):
+    name: str = Field(max_length=100, description="Unique within the team.")
+    eval_fraction: float = Field(ge=0.0, le=0.9, description="An uploaded file's share of rows held out for evaluation.")
+    environment: str = Field(max_length=200, description="A generator's environment.")
+    env_args: dict[str, Any] = Field(description="A generator's arguments.")
+    size: int = Field(ge=1, le=10_000_000, description="A generator's training tasks.")
+    eval_size: int = Field(ge=0, le=1_000_000, description="A generator's held-out tasks.")
+
+
+UPLOAD_CHANGES = ("name", "eval_fraction")
+
+
+def _dataset_save(request: Any, dataset: Dataset | None, body: dict[str, Any], problems: Problems) -> Dataset:
+    """A dataset's change, as its page saves it: an uploaded file's name and split, a generator's settings."""
+    assert dataset is not None  # (no generic create: POST /datasets/ is its own route)
+    if dataset.kind != Dataset.Kind.GENERATOR:
+        problems = {**problems, **{k: ["An uploaded dataset changes only its name and eval_fraction; upload a new file for the rest."]
+                                   for k in body if k not in UPLOAD_CHANGES}}
+        form = DatasetUploadEditForm(form_data({"name": dataset.name, "eval_fraction": dataset.eval_fraction,
+                                                **{k: v for k, v in body.items() if k in UPLOAD_CHANGES}}), instance=dataset)
+        return services.dataset_upload_update(dataset=dataset, **checked(form, problems))
+    if "eval_fraction" in body:
+        problems = {**problems, "eval_fraction": ["A generator dataset has eval_size, not eval_fraction."]}
+    current = {"name": dataset.name, "environment": dataset.environment, "env_args": dataset.env_args or {}, "size": dataset.size,
+               "eval_size": dataset.eval_size}
+    form = DatasetGeneratorForm(form_data({**current, **{k: v for k, v in body.items() if k != "eval_fraction"}}), instance=dataset)
+    return services.dataset_generator_update(dataset=dataset, **checked(form, problems))
+
+
 crud(router, Entity(
-    noun="dataset", path="datasets", name="dataset", out=DatasetOut, detail=DatasetDetail, patch=False,
+    noun="dataset", path="datasets", name="dataset", out=DatasetOut, detail=DatasetDetail, body=DatasetIn, save=_dataset_save,
+    saved=DatasetDetail, create=False,
     rows=lambda team: selectors.team_catalog(team=team, model=Dataset),
     blocker=lambda dataset: selectors.dataset_delete_blocker(dataset=dataset),
     delete=lambda dataset, actor: services.dataset_delete(dataset=dataset, actor=actor),

@@ -8,6 +8,7 @@ from django.urls import reverse
 
 from tests.webapp.api.test_catalog_api import api  # noqa: F401 (the fixture)
 from tests.webapp.api.test_graders_api import ROLES
+from tests.webapp.catalog.test_graders_and_tasks import qa  # noqa: F401 (the fixture)
 from tests.webapp.history_helpers import with_out_dir
 from webapp.models import Agent, Checkpoint, Grader, Job, Membership, Run, Task, Topology
 
@@ -62,3 +63,19 @@ def test_an_experiment_s_finished_trials_are_ablated_at_once(alice, alice_world,
     response = api.send("POST", url, {"ablation": "role_swap"})
     assert response.status_code == 202 and response.json() == {"queued": 0, "refused": []}  # no trial has finished yet
     assert api.send("POST", url, {"ablation": 3}).status_code == 400
+
+
+def test_a_dataset_changes_as_on_its_page(alice, alice_world, api, qa):  # noqa: F811
+    url = reverse("api_dataset", args=[alice_world.dataset.pk])
+    changed = api.send("PATCH", url, {"name": "gen L1 bigger", "size": 64})
+    assert changed.status_code == 200 and (changed.json()["name"], changed.json()["size"], changed.json()["eval_size"]) == ("gen L1 bigger", 64, 8)
+    wrong = api.send("PATCH", url, {"eval_fraction": 0.2, "size": 0})
+    assert wrong.status_code == 400 and set(wrong.json()["fields"]) == {"eval_fraction", "size"}, wrong.json()
+    upload = reverse("api_dataset", args=[qa.pk])
+    assert api.send("PATCH", upload, {"eval_fraction": 0.5}).json()["eval_fraction"] == 0.5
+    wrong = api.send("PATCH", upload, {"size": 5, "name": "qa2"})
+    assert wrong.status_code == 400 and set(wrong.json()["fields"]) == {"size"}, wrong.json()  # not an upload's
+    taken = api.send("PATCH", upload, {"name": "gen L1 bigger"})
+    assert taken.status_code == 400 and taken.json()["field"] == "name", taken.json()
+    qa.refresh_from_db()
+    assert qa.name == "qa" and qa.eval_fraction == 0.5

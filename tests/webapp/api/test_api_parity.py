@@ -29,6 +29,7 @@ API_CALLS: dict[str, tuple[str, str]] = {
     "dataset_revalidate": ("POST", "api_dataset_revalidate"), "task_topology": ("POST", "api_task_topology"),
     "run_checkpoint_delete": ("DELETE", "api_checkpoint_delete"), "run_export_delete": ("DELETE", "api_export_delete"),
     "experiment_ablate": ("POST", "api_experiment_ablations"), "run_preview": ("POST", "api_run_preview"),
+    "dataset_detail": ("PATCH", "api_dataset"),
 }
 """(The graders' and tasks' Try buttons post to their edit pages: POST /api/v1/graders/try/ and /api/v1/tasks/try/.)"""
 
@@ -47,7 +48,6 @@ PAGE_ONLY: dict[str, str] = {
 
 GAPS: dict[str, str] = {
     # Page actions the API does not have yet (issue 46, class 4): move each to API_CALLS when its operation exists.
-    "dataset_detail": "dataset_upload_update / dataset_generator_update (a dataset's name and settings)",
     "dataset_upload_conversations": "conversations_upload (a conversations file for SFT)",
 }
 
