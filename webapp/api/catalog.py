@@ -34,6 +34,7 @@ from webapp.api.http import ApiError, absolute
 from webapp.catalog import conversations, graders, selectors, services
 from webapp.catalog.forms import (
     AgentForm,
+    ConversationsUploadForm,
     DatasetGeneratorForm,
     DatasetUploadEditForm,
     DatasetUploadForm,
@@ -678,3 +679,24 @@ def task_topology(request: HttpRequest, response: HttpResponse, id: int) -> Any:
     topology = services.task_topology_create(task=task, model_source=source, specialization=body.get("specialization", "lora"),
                                              actor=request.user)
     return created(request, response, TopologySaved, topology)
+
+
+_CONVERSATIONS = {"type": "object", "required": ["name", "environment", "file"], "properties": {
+    "name": {"type": "string", "maxLength": 100, "description": "Unique within the team."},
+    "environment": {"type": "string", "maxLength": 200, "description": "The environment of the topologies these conversations train."},
+    "file": {"type": "string", "format": "binary", "description": "JSONL of conversations (TRL's `messages` format), UTF-8."}}}
+
+
+@router.post("/datasets/conversations/", response=answers({201: DatasetDetail}, 400, 413, 415), url_name="api_conversations_upload",
+             operation_id="conversations_upload", summary="Upload a conversations file for SFT (multipart/form-data), as the "
+                                                          "conversations upload page does",
+             openapi_extra={"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": _CONVERSATIONS}}}})
+@upload_view
+def conversations_upload(request: HttpRequest, response: HttpResponse) -> Any:
+    if (request.content_type or "") != "multipart/form-data":
+        raise ApiError(415, f"Send the file as multipart/form-data, not {request.content_type or 'nothing'}.")
+    unknown = sorted(set(request.POST) - {"name", "environment"}) + sorted(set(request.FILES) - {"file"})
+    fields = checked(ConversationsUploadForm(request.POST, request.FILES),
+                     {k: ["Unknown field; send file, name, environment."] for k in unknown})
+    dataset = conversations.conversations_upload(team=request.team, upload=fields.pop("file"), actor=request.user, **fields)  # type: ignore[attr-defined]
+    return created(request, response, DatasetDetail, dataset)

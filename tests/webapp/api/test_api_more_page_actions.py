@@ -79,3 +79,19 @@ def test_a_dataset_changes_as_on_its_page(alice, alice_world, api, qa):  # noqa:
     assert taken.status_code == 400 and taken.json()["field"] == "name", taken.json()
     qa.refresh_from_db()
     assert qa.name == "qa" and qa.eval_fraction == 0.5
+
+
+def test_a_conversations_file_is_uploaded_as_on_its_page(alice, api, data_dir):  # noqa: F811
+    import json
+
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    line = json.dumps({"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}], "agent": "reasoner"})
+    url = reverse("api_conversations_upload")
+    response = api.client.post(url, {"name": "demos", "environment": "math_tool",
+                                     "file": SimpleUploadedFile("demos.jsonl", (line + "\n").encode())}, headers=api.headers)
+    assert response.status_code == 201, response.content
+    assert response.json()["kind"] == "chats" and response.json()["row_count"] == 1 and response.json()["status"] == "valid"
+    bad = api.client.post(url, {"name": "demos", "colour": "red", "file": SimpleUploadedFile("d.jsonl", b"{}\n")}, headers=api.headers)
+    assert bad.status_code == 400 and {"colour", "environment"} <= set(bad.json()["fields"]), bad.json()
+    assert api.send("POST", url, {"name": "x"}).status_code == 415

@@ -1,8 +1,7 @@
 """Each page action has its API call (issue 46, class 4): every view of webapp/urls.py that takes a
 POST is listed here with the API operation that does the same through the same service, or as
-page-only by its nature (with why), or as a gap still open. A new page action fails this test
-until it is put in one of the three lists; an API operation named here must exist and allow the
-method named."""
+page-only by its nature (with why). A new page action fails this test until it is put in one of the
+two lists; an API operation named here must exist and allow the method named."""
 
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ API_CALLS: dict[str, tuple[str, str]] = {
     "dataset_revalidate": ("POST", "api_dataset_revalidate"), "task_topology": ("POST", "api_task_topology"),
     "run_checkpoint_delete": ("DELETE", "api_checkpoint_delete"), "run_export_delete": ("DELETE", "api_export_delete"),
     "experiment_ablate": ("POST", "api_experiment_ablations"), "run_preview": ("POST", "api_run_preview"),
-    "dataset_detail": ("PATCH", "api_dataset"),
+    "dataset_detail": ("PATCH", "api_dataset"), "dataset_upload_conversations": ("POST", "api_conversations_upload"),
 }
 """(The graders' and tasks' Try buttons post to their edit pages: POST /api/v1/graders/try/ and /api/v1/tasks/try/.)"""
 
@@ -45,12 +44,6 @@ PAGE_ONLY: dict[str, str] = {
     # Pages that read, with no method decorator: a POST shows the same page.
     "run_detail": "the run page (GET /api/v1/runs/<id>/)", "experiment_detail": "the experiment page (GET /api/v1/experiments/<id>/)",
 }
-
-GAPS: dict[str, str] = {
-    # Page actions the API does not have yet (issue 46, class 4): move each to API_CALLS when its operation exists.
-    "dataset_upload_conversations": "conversations_upload (a conversations file for SFT)",
-}
-
 
 def _methods(callback: Any) -> set[str] | None:
     """The methods a page view allows (its require_http_methods list, or a class view's handlers); None: not limited."""
@@ -89,10 +82,10 @@ def test_every_page_action_has_its_api_call():
     patterns = _patterns()
     actions = {name for name, (route, view) in patterns.items()
                if not route.startswith("api/") and ((methods := _methods(view)) is None or "POST" in methods)}
-    listed = set(API_CALLS) | set(PAGE_ONLY) | set(GAPS)
+    listed = set(API_CALLS) | set(PAGE_ONLY)
     assert actions - listed == set(), f"page actions without an API call: {sorted(actions - listed)}"
     assert listed - actions == set(), f"listed but not a page action (any more): {sorted(listed - actions)}"
-    assert not set(API_CALLS) & set(GAPS) and not set(PAGE_ONLY) & (set(API_CALLS) | set(GAPS))
+    assert not set(API_CALLS) & set(PAGE_ONLY)
     for page, (method, api_name) in API_CALLS.items():
         assert api_name in patterns, f"{page}: no API URL named {api_name}"
         allowed = getattr(patterns[api_name][1], "api_methods", ())
