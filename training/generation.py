@@ -271,6 +271,16 @@ def reserved_cache(model: PreTrainedModel, capacity: int) -> DynamicCache | None
     return cache
 
 
+def _nucleus(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """(R, V) probabilities at `temperature`, those outside the top_p nucleus set to 0 (not renormalised)."""
+    probs = torch.softmax(logits / temperature, dim=-1)  # (R, V)
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)  # (R, V)
+        keep = sorted_p.cumsum(-1) - sorted_p < top_p  # (R, V) always keeps the top token
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p * keep)  # (R, V)
+    return probs
+
+
 def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
     """Next token per row from (R, V) logits: greedy at temperature 0, else nucleus sampling.
 
@@ -280,12 +290,7 @@ def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: t
     A token of probability 0 (cut by top_p) is never drawn: its cumulative sum equals its left neighbour's."""
     if temperature <= 0:
         return logits.argmax(dim=-1)  # (R,)
-    probs = torch.softmax(logits / temperature, dim=-1)  # (R, V)
-    if top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)  # (R, V)
-        keep = sorted_p.cumsum(-1) - sorted_p < top_p  # (R, V) always keeps the top token
-        sorted_p = sorted_p * keep
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)  # (R, V)
+    probs = _nucleus(logits, temperature, top_p)  # (R, V)
     # the run's seeded generator lives on the CPU: draw there, so a GPU run stays reproducible
     on_cpu = generator is not None and generator.device != probs.device
     cdf = (probs.cpu() if on_cpu else probs).double().cumsum(-1)  # (R, V)
@@ -298,12 +303,7 @@ def _multinomial_sample(logits: torch.Tensor, temperature: float, top_p: float, 
     """The sampler before bench/generation.py: `torch.multinomial` (kept as the benchmark's peer)."""
     if temperature <= 0:
         return logits.argmax(dim=-1)  # (R,)
-    probs = torch.softmax(logits / temperature, dim=-1)  # (R, V)
-    if top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)  # (R, V)
-        keep = sorted_p.cumsum(-1) - sorted_p < top_p  # (R, V) always keeps the top token
-        sorted_p = sorted_p * keep
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)  # (R, V)
+    probs = _nucleus(logits, temperature, top_p)  # (R, V)
     if generator is not None and generator.device != probs.device:
         return torch.multinomial(probs.float().cpu(), 1, generator=generator).squeeze(1).to(probs.device)  # (R,)
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (R,)

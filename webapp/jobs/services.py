@@ -255,19 +255,29 @@ def merge_request(*, run: Run, user: User | None, checkpoint: Checkpoint, agent:
     exists is returned instead of a new job."""
     if dtype not in MERGE_DTYPES:
         raise ValidationError({"dtype": f"Export as one of: {', '.join(MERGE_DTYPES)}."})
+    return _merge_job(run=run, user=user, checkpoint=checkpoint, agent=agent, params={"dtype": dtype},
+                      full_model=f"{agent} is a full model already; download it as it is.")
+
+
+def _merge_job(*, run: Run, user: User | None, checkpoint: Checkpoint, agent: str, params: dict[str, str], full_model: str) -> Job:
+    """A merge job for `agent`'s adapter at `checkpoint` with these `params` (a merged model's dtype,
+    or a GGUF export's format and type): one still queued or running, or a finished one whose folder
+    still exists, is returned instead of a new one. `full_model`: the refusal when the agent has
+    no adapter to merge."""
     _checked_checkpoint(run, checkpoint)
     try:
         _, policy = artifacts.policy_folder(run=run, checkpoint=checkpoint, name=agent)
     except artifacts.ArtifactMissing as exc:
         raise ValidationError({"agent": str(exc)}) from None
     if policy.kind != "adapter":
-        raise ValidationError({"agent": f"{agent} is a full model already; download it as it is."})
-    existing = Job.objects.filter(run=run, kind=Job.Kind.MERGE, checkpoint=checkpoint, params__agent=agent, params__dtype=dtype) \
+        raise ValidationError({"agent": full_model})
+    same = {f"params__{key}": value for key, value in params.items()}
+    existing = Job.objects.filter(run=run, kind=Job.Kind.MERGE, checkpoint=checkpoint, params__agent=agent, **same) \
         .exclude(status=Job.Status.FAILED).order_by("-created").first()
     if existing is not None and (existing.is_active or Path(existing.output or "/nonexistent").is_dir()):
         return existing
     return job_create(team=run.team, user=user, kind=Job.Kind.MERGE, run=run, checkpoint=checkpoint,
-                      params={"agent": agent, "checkpoint_step": checkpoint.step, "dtype": dtype})
+                      params={"agent": agent, "checkpoint_step": checkpoint.step, **params})
 
 
 def merge_out_dir(job: Job) -> Path:
@@ -289,19 +299,8 @@ def gguf_request(*, run: Run, user: User | None, checkpoint: Checkpoint, agent: 
     llama.cpp's converter does not know fails the job with that said, before anything is merged."""
     if gguf_type not in GGUF_TYPES:
         raise ValidationError({"gguf_type": f"Export GGUF as one of: {', '.join(GGUF_TYPES)}."})
-    _checked_checkpoint(run, checkpoint)
-    try:
-        _, policy = artifacts.policy_folder(run=run, checkpoint=checkpoint, name=agent)
-    except artifacts.ArtifactMissing as exc:
-        raise ValidationError({"agent": str(exc)}) from None
-    if policy.kind != "adapter":
-        raise ValidationError({"agent": f"{agent} is a full model, not a LoRA adapter: there is nothing to merge for a GGUF export."})
-    existing = Job.objects.filter(run=run, kind=Job.Kind.MERGE, checkpoint=checkpoint, params__agent=agent, params__format="gguf",
-                                  params__gguf_type=gguf_type).exclude(status=Job.Status.FAILED).order_by("-created").first()
-    if existing is not None and (existing.is_active or Path(existing.output or "/nonexistent").is_dir()):
-        return existing
-    return job_create(team=run.team, user=user, kind=Job.Kind.MERGE, run=run, checkpoint=checkpoint,
-                      params={"agent": agent, "checkpoint_step": checkpoint.step, "format": "gguf", "gguf_type": gguf_type})
+    return _merge_job(run=run, user=user, checkpoint=checkpoint, agent=agent, params={"format": "gguf", "gguf_type": gguf_type},
+                      full_model=f"{agent} is a full model, not a LoRA adapter: there is nothing to merge for a GGUF export.")
 
 
 def _gguf_work(job: Job) -> dict[str, Any]:
