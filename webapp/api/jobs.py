@@ -17,7 +17,6 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from ninja import Field, Router, Schema, Status
@@ -28,7 +27,8 @@ from webapp.catalog import environments
 from webapp.catalog import selectors as catalog
 from webapp.core.values import ID_MAX
 from webapp.jobs import ablations, services
-from webapp.models import Checkpoint, Dataset, Job, Run, Team
+from webapp.jobs.selectors import team_jobs
+from webapp.models import Checkpoint, Dataset, Job, Run
 from webapp.runs import selectors
 from webapp.runs.selectors import run_jobs, team_run
 
@@ -324,17 +324,9 @@ class JobQuery(Paging):
 @router.get("/jobs/", response=answers({200: Page[JobOut]}, 400, 404), url_name="api_jobs",
             summary="The team's evaluation, export and playground jobs, newest first")
 def jobs(request: HttpRequest, query: Query[JobQuery]) -> Any:
-    return page_of(request, _team_jobs(team=request.team, kind=query.kind, status=query.status), query)  # type: ignore[attr-defined]
+    return page_of(request, team_jobs(team=request.team, kind=query.kind, status=query.status), query)  # type: ignore[attr-defined]
 
 
 @router.get("/jobs/{int:id}/", response=answers({200: JobOut}, 404), url_name="api_job", summary="One job; poll it until it has finished")
 def job_detail(request: HttpRequest, id: int) -> Any:
-    return _team_jobs(team=request.team).get(pk=id)  # type: ignore[attr-defined]
-
-
-def _team_jobs(*, team: Team, kind: str | None = None, status: str | None = None) -> QuerySet[Job]:
-    """The team's jobs (of a kind, in a status, if given), newest first. (A read for the jobs domain's
-    selectors, where it moves once that module is in.)"""
-    rows = Job.objects.filter(team=team).select_related("owner").order_by("-created", "-pk")
-    rows = rows.filter(kind=kind) if kind else rows
-    return rows.filter(status=status) if status else rows
+    return team_jobs(team=request.team).get(pk=id)  # type: ignore[attr-defined]

@@ -14,6 +14,13 @@ from webapp.core.enqueue import GPU_QUEUE
 from webapp.models import Job, Run, Team, Worker
 
 
+def team_jobs(*, team: Team, kind: str | None = None, status: str | None = None) -> QuerySet[Job]:
+    """The team's jobs (of a kind, in a status, if given), newest first."""
+    rows = Job.objects.filter(team=team).select_related("owner").order_by("-created", "-pk")
+    rows = rows.filter(kind=kind) if kind else rows
+    return rows.filter(status=status) if status else rows
+
+
 def job_lane() -> QuerySet[Job]:
     """Every team's queued jobs, in the order workers take them (oldest first)."""
     return Job.objects.filter(status=Job.Status.QUEUED).order_by("created", "id")
