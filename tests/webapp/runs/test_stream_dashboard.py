@@ -22,10 +22,11 @@ def test_it_polls_its_runs_part_and_serves_it_alone(alice, alice_world):
     assert partial.lstrip().startswith('<div id="dashboard-runs"') and "<html" not in partial
     assert "3/10" in partial and "Running" in partial
     assert "ETA 1m 10s · evaluating" in partial or "ETA 1m 0" in partial  # the engine expects it to end in 70 s
+    assert "Evaluating at step 3: 25/100 held-out tasks" in partial
     Run.objects.filter(pk=alice_world.run.pk).update(phase="loading", phase_detail="Loading the models", eta=None)
     partial = alice.client.get(reverse("dashboard"), headers={"HX-Request": "true"}).content.decode()
     assert "ETA after the first step · loading" in partial  # not blank while it loads (issue 46, class 3)
-    assert "Evaluating at step 3: 25/100 held-out tasks" in partial
+    assert "Loading the models" in partial and "Evaluating at step 3" not in partial
 
 
 def test_it_polls_slowly_when_nothing_runs(alice, alice_world):
