@@ -66,9 +66,13 @@ def test_resume_clicked_together_makes_one_run(alice, alice_world, enqueued):
     assert len(resumes) == 1, [r.pk for r in resumes]
     assert {a.status_code for a in answers} == {302} and {a["Location"] for a in answers} == {resumes[0].get_absolute_url()}
     assert enqueued == [resumes[0].pk]
-    Run.objects.filter(pk=resumes[0].pk).update(status=Run.Status.FAILED)  # once that resume has ended, another may start
+    # once that resume has failed, the lineage goes on from it (from the checkpoint it started from,
+    # `Run.resume_point`), never as a second fork of the original
+    Run.objects.filter(pk=resumes[0].pk).update(status=Run.Status.FAILED)
     alice.client.post(reverse("run_resume", args=[run.pk]))
-    assert Run.objects.filter(resumed_from=run).count() == 2
+    assert Run.objects.filter(resumed_from=run).count() == 1
+    alice.client.post(reverse("run_resume", args=[resumes[0].pk]))
+    assert Run.objects.filter(resumed_from=resumes[0]).count() == 1
 
 
 def test_resume_unfinished_clicked_together_queues_each_trial_once(alice, alice_world, enqueued):
