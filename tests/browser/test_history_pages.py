@@ -85,7 +85,7 @@ def test_it_finds_labels_and_compares_runs(stack: Processes, alice: Member, hist
         page.wait_for_function("() => window.troupeCompare.plot().series.length === 5")  # 2 runs x 2 agents
         page.select_option("#compare-metric", "loss")
         page.wait_for_function("() => window.troupeCompare.data().metric === 'loss'")
-        assert "0.1 → 0.45" in page.locator("#compare-held-out").inner_text()
+        assert "10% → 45% (+35 pts)" in page.locator("#compare-held-out").inner_text()  # percentages, the change in points
         rows_all = page.locator("#config-diff tbody tr").count()
         page.check("#diff-only")
         page.wait_for_function(f"() => document.querySelectorAll('#config-diff tbody tr').length < {rows_all}")
@@ -137,7 +137,8 @@ def test_it_runs_jobs_on_the_worker(stack: Processes, alice: Member, history: di
         assert download.value.suggested_filename == f"run-{a.pk}-step-40-tool-merged.zip"
 
         # The playground: the trained agents and the base models play the same typed task.
-        page.click("a:has-text('Try in playground')")
+        page.click("#run-more summary")  # the secondary actions sit in the head's 'More actions' menu
+        page.click("#run-more a:has-text('Try in playground')")
         page.wait_for_selector("#task-fields textarea[name=task_question]")
         page.click("#task-fields button:has-text('example')")
         page.wait_for_function("() => document.querySelector('textarea[name=task_question]').value.startsWith('Compute')")

@@ -48,7 +48,8 @@ def test_an_open_page_follows_the_run_from_queued_to_succeeded(web: Processes, a
         wait_for_status(page, "running", 180)
         page.wait_for_selector("#run-phase:not([hidden])", timeout=180_000)
         wait_for_status(page, "succeeded", 300)
-        page.wait_for_selector("#run-actions a:has-text('Try in playground')", timeout=60_000)
+        # the finished run's head (its secondary actions sit in the closed 'More actions' menu)
+        page.wait_for_selector("#run-actions #run-more a:has-text('Try in playground')", state="attached", timeout=60_000)
         page.wait_for_function("() => !document.getElementById('held-out-note').dataset.empty", timeout=60_000)
         # the run's plan reached the open page when the engine reported it (no reload): the Execution line
         page.wait_for_selector("dd.plan:has-text('one process on cpu; HF generate; synchronous rollouts; queue gpu')",
@@ -76,6 +77,10 @@ def test_an_open_page_follows_the_run_from_queued_to_succeeded(web: Processes, a
     head = page.locator("#run-actions")
     assert head.locator("button", has_text="Stop").count() == 0
     assert head.locator("button", has_text="Archive").count() == 1 and head.locator("a", has_text="Try in playground").count() == 1
+    # the menu opens on a click and shows them
+    assert head.locator("a", has_text="Try in playground").is_hidden()
+    head.locator("#run-more summary").click()
+    assert head.locator("a", has_text="Try in playground").is_visible() and head.locator("button", has_text="Archive").is_visible()
     assert page.locator(".flash li", has_text="Queued run").count() == 0
     # held-out results, artifacts and the evaluate form as the database has them
     evaluations = Evaluation.objects.filter(run_id=run_id)
