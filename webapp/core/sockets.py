@@ -27,10 +27,13 @@ GONE). Not 1012 ("service restart"): an application may close only with 1000 or 
 the websocket library refuses any other code with an exception (a traceback per socket)."""
 
 
-MAX_MESSAGE_BYTES = 4096
-"""The largest websocket message Daphne accepts from a client, before any of Troupe's code runs
-(Autobahn buffers a whole message, 1 MiB by default, before the consumer sees it). A page only
-sends pings (`{"t": "ping"}`; the consumer reads at most 1,024 characters, 4 KiB in UTF-8)."""
+MAX_MESSAGE_BYTES = 1 << 20
+"""The largest websocket message Daphne passes, in either direction: Autobahn applies
+`--websocket-max-message-size` to what the server sends as well as to what it receives, so it must
+hold the largest message Troupe sends (a backlog's metrics part, `webapp.runs.series.split_metrics`,
+kept well under 1 MiB). A 4 KiB limit, tried first, dropped every run page's larger backlog
+messages (the per-agent charts never drew). A page sends only pings, and the consumer reads at most
+1,024 characters of one; a message over the limit closes the socket (1009) before it is held."""
 
 DAPHNE_ARGS = ("--websocket-max-message-size", str(MAX_MESSAGE_BYTES), "--websocket-max-frame-size", str(MAX_MESSAGE_BYTES))
 """The arguments every start of Daphne passes (`manage.py troupe`, docker/Dockerfile,

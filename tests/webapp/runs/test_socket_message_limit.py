@@ -26,7 +26,7 @@ def _flags(argv: list[str]) -> dict[str, str]:
 
 def test_the_limit_holds_the_largest_message_a_page_sends():
     assert sockets.MAX_MESSAGE_BYTES >= 4 * MAX_PING_CHARS  # 1,024 characters of UTF-8
-    assert _flags(list(sockets.DAPHNE_ARGS)) == {"--websocket-max-message-size": "4096", "--websocket-max-frame-size": "4096"}
+    assert _flags(list(sockets.DAPHNE_ARGS)) == {"--websocket-max-message-size": "1048576", "--websocket-max-frame-size": "1048576"}
 
 
 def test_every_start_of_daphne_passes_the_limit():
@@ -57,7 +57,7 @@ def test_daphne_closes_a_socket_sent_a_larger_message_and_serves_the_rest(alice_
         stack.start(worker=False)
         path, cookie = f"/ws/runs/{alice_world.run.pk}/", client.cookies["sessionid"].value
         big = _Client(stack.port, path, cookie)
-        big.send(0x1, b'{"t": "ping", "pad": "' + b"x" * 65536 + b'"}')
+        big.send(0x1, b'{"t": "ping", "pad": "' + b"x" * (sockets.MAX_MESSAGE_BYTES + 65536) + b'"}')
         try:
             opcode, payload = big.until(lambda op, data: op == 0x8)
             assert struct.unpack("!H", payload[:2])[0] == 1009  # "message too big"
@@ -65,7 +65,7 @@ def test_daphne_closes_a_socket_sent_a_larger_message_and_serves_the_rest(alice_
             pass
         big.sock.close()
         ws = _Client(stack.port, path, cookie)  # the largest message a page sends still goes through
-        ws.send(0x1, b'{"t": "ping", "pad": "' + b"x" * (sockets.MAX_MESSAGE_BYTES - 64) + b'"}')
+        ws.send(0x1, b'{"t": "ping", "pad": "' + b"x" * (4 * MAX_PING_CHARS - 64) + b'"}')
         ws.send(0x1, b'{"t": "ping"}')
         ws.until(lambda op, data: op == 0x1 and b'"pong"' in data)
         ws.sock.close()
