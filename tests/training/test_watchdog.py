@@ -75,6 +75,17 @@ def gone(pid: int) -> bool:
         return True
 
 
+def ends(pid: int, bound_s: float = 60.0) -> bool:
+    """The process dies: a signal sent to a process group is delivered after `killpg` returns, so
+    wait for the death itself (the bound only stops a hang)."""
+    deadline = time.monotonic() + bound_s
+    while not gone(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def test_a_rank_that_dies_ends_the_launch(tmp_path):
     proc, ready = fake_launch(tmp_path, "die")
     assert watch(proc, tmp_path, NullSink()) == (None, None)
@@ -88,7 +99,7 @@ def test_a_stopped_rank_is_killed_with_its_group_and_named(tmp_path):
                                                   r"TROUPE_CHILD_SILENT_SECONDS=2\): the launch was killed"):
         watch(proc, tmp_path, NullSink(), limit=2.0)
     assert proc.returncode is not None and ready.exists()
-    assert gone(int(Path(str(ready) + ".pid").read_text()))
+    assert ends(int(Path(str(ready) + ".pid").read_text()))
 
 
 def test_a_stop_that_the_ranks_ignore_ends_the_launch_after_the_grace(tmp_path):
@@ -97,7 +108,7 @@ def test_a_stop_that_the_ranks_ignore_ends_the_launch_after_the_grace(tmp_path):
     with pytest.raises(DistributedRunError, match=r"stop requested, and the launch had not ended 1 s later \(TROUPE_STOP_GRACE_SECONDS\)"):
         watch(proc, tmp_path, StopAfter(ready), grace=1.0)
     assert (tmp_path / "STOP").exists() and time.monotonic() - start < 60
-    assert proc.returncode is not None and gone(int(Path(str(ready) + ".pid").read_text()))
+    assert proc.returncode is not None and ends(int(Path(str(ready) + ".pid").read_text()))
 
 
 def test_a_launch_where_no_rank_ever_beats_is_killed(tmp_path):
