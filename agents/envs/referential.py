@@ -13,7 +13,8 @@ with none, or with two different ones, is no message, and the listener is told s
 shown that code word alone, never the speaker's text, so nothing but the code passes (a speaker
 that writes "yellow, code 3" sends "3"). The listener's action is valid when its first line is one
 candidate letter, optionally after "Answer:", in brackets or followed by that candidate's own name
-("B", "Answer: B", "(B)", "B. yellow"); a letter with another candidate's name is no answer.
+("B", "Answer: B", "(B)", "B. yellow"), or one candidate's name alone ("yellow"); a letter with
+another candidate's name is no answer.
 
 Rewards: team reward 1.0 when the listener picks the target, else 0.0 (both agents share it);
 local reward -1 for an action that does not parse, else 0. The episode ends after the listener's
@@ -63,9 +64,13 @@ def parse_code(text: str, codes: tuple[str, ...]) -> str | None:
 def parse_choice(text: str, k: int, candidates: tuple[str, ...] | list[str] | None = None) -> int | None:
     """The index (0-based) of the candidate the listener picked: its first line is one letter of
     the first `k`, optionally after `Answer:`, in brackets, or followed by `.`, `)` or `:` and that
-    candidate's name (when `candidates` are given); None otherwise."""
+    candidate's name, or (when `candidates` are given) one candidate's name alone; None otherwise."""
     line = clean_first_line(text)
     line = re.sub(r"^answer\s*:\s*", "", line, flags=re.IGNORECASE).strip(_STRIP)
+    if candidates is not None and len(line) > 1:
+        names = [c.lower() for c in candidates[:k]]
+        if line.lower() in names:
+            return names.index(line.lower())
     m = re.fullmatch(r"\(?([A-Za-z])\)?(?:\s*[.):]\s*(.*))?", line)
     if m is None or m.group(1).upper() not in LETTERS[:k]:
         return None
@@ -92,15 +97,9 @@ class Referential:
     }
     """What a dataset row holds (checked on upload; see `agents.base.RowField`)."""
     required_fields: tuple[str, ...] = required_of(row_fields)
-    default_instructions: dict[str, str] = {
-        "speaker": (
-            "You are the speaker in a guessing game. You see a target; your partner sees several "
-            "candidates and only your message. Reply with exactly one code word from the list, nothing else."
-        ),
-        "listener": (
-            "You are the listener in a guessing game. Your partner saw the target and sent you one code "
-            "word. Pick the candidate it means. Reply with exactly one letter, nothing else."
-        ),
+    default_instructions: dict[str, str] = {  # short: the prompt is most of a step's cost
+        "speaker": "Guessing game, speaker: send your partner one code word for the target.",
+        "listener": "Guessing game, listener: pick the candidate your partner's code word means.",
     }
     stop_patterns: dict[str, str] = {"speaker": r"\S[^\n]*\n", "listener": r"\S[^\n]*\n"}
     """End an action at the end of its first non-empty line (only that line is read)."""
@@ -176,7 +175,8 @@ class Referential:
             message = NO_MESSAGE
         else:
             message = said
-        return f"Candidates:\n{shown}\nSpeaker's message: {message}\nReply with one letter ({', '.join(LETTERS[: self.k])})."
+        return (f"Candidates:\n{shown}\nSpeaker's message: {message}\n"
+                f"Reply with one letter ({', '.join(LETTERS[: self.k])}) or one candidate's name.")
 
     def step(self, state: State, *, agent: str, role: str, action: str) -> StepResult:
         check_turn(self.name, self.roles, state, role)
@@ -202,3 +202,40 @@ def _lone_guess(task_id: str, k: int) -> int:
     """The letter a team without a listener picks: fixed per task, independent of everything the
     speaker did (a seeded draw from the task id), so `step` stays pure."""
     return random.Random(f"referential:{task_id}").randrange(k)
+
+
+def format_demos(env: Referential, n: int, *, seed: int) -> list[dict[str, Any]]:
+    """`n` conversations per role that teach the actions' form and nothing else (a format warm
+    start, docs/benchmarks.md "Referential game"): the speaker sends a code word drawn uniformly,
+    whatever the target; the listener names a candidate drawn uniformly, whatever the message. A
+    team that learned only these is at chance by construction, with every code and every
+    candidate equally likely, so RL starts from varied, valid actions. TRL's conversational format,
+    one line per agent turn (`training.conversations`)."""
+    rng = random.Random(seed)
+    rows = env.generate(n, seed=seed)
+    out: list[dict[str, Any]] = []
+    for i, row in enumerate(rows):
+        state = env.reset(row, task_id=f"demo-{i}", roles=env.roles)
+        code = rng.choice(env.codes)
+        spoken = env.step(state, agent="speaker", role="speaker", action=code).state
+        for role, seen, action in (("speaker", state, code),
+                                   ("listener", spoken, rng.choice(spoken.data["candidates"]))):
+            out.append({"agent": role, "messages": [
+                {"role": "system", "content": env.default_instructions[role]},
+                {"role": "user", "content": env.observe(seen, role)},
+                {"role": "assistant", "content": action},
+            ]})
+    return out
+
+
+if __name__ == "__main__":  # python -m agents.envs.referential demos OUT.jsonl [N] [K]
+    import json
+    import sys
+
+    if len(sys.argv) < 3 or sys.argv[1] != "demos":
+        sys.exit("usage: python -m agents.envs.referential demos OUT.jsonl [N per role, 512] [k, 4]")
+    n = int(sys.argv[3]) if len(sys.argv) > 3 else 512
+    game = Referential(k=int(sys.argv[4]) if len(sys.argv) > 4 else 4)
+    with open(sys.argv[2], "w", encoding="utf-8") as f:
+        for conversation in format_demos(game, n, seed=7):
+            f.write(json.dumps(conversation) + "\n")

@@ -26,9 +26,9 @@ def test_code_words_match_without_case() -> None:
 
 @pytest.mark.parametrize("text, index", [
     ("B", 1), ("b", 1), ("Answer: C", 2), ("D.", 3), ("A)", 0), (" 'A' ", 0), ("(C)", 2), ("B. yellow", 1), ("C) blue.", 2),
-    ("E", None), ("AB", None), ("B because", None), ("B. red", None), ("blue", None), ("2", None), ("", None),
+    ("E", None), ("AB", None), ("B because", None), ("B. red", None), ("blue", 2), ("Answer: Green", 3), ("purple", None), ("blue green", None), ("2", None), ("", None),
 ])
-def test_the_listener_answers_one_letter(text: str, index: int | None) -> None:
+def test_the_listener_answers_one_letter_or_one_name(text: str, index: int | None) -> None:
     assert parse_choice(text, 4, ["red", "yellow", "blue", "green"]) == index
 
 

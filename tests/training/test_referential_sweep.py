@@ -35,7 +35,7 @@ def spec(**changes) -> ExperimentSpec:
     base = ExperimentSpec.load(ROOT / "configs" / "experiments" / "referential-apart.yaml").base
     base = base.replace(**{"model.source": "tiny-random:llama", "data.train_size": 16, "data.eval_size": 8, "eval.size": 8,
                            "eval.every": 2, "optim.steps": 2, "optim.tasks_per_step": 2, "grpo.k": 2, "lora.r": 4, "lora.alpha": 8,
-                           "data.reward_fn": SPREAD})
+                           "data.reward_fn": SPREAD, "model.init_from.run": ""})
     data = {"name": "referential-apart", "axes": {"topology.agents": [SPEAKER_ONLY, LISTENER_ONLY]}, "seeds": [0], "ablations": ["apart", "role_swap"]}
     return ExperimentSpec.from_dict({**data, **changes}, base=base)
 
