@@ -106,7 +106,7 @@ def protocol(folder: Path, codes: tuple[str, ...], k: int, last_steps: int) -> d
                 code = parse_code(text, codes)
                 speaker[target][code or "-"] += 1
             elif turn["role"] == "listener":
-                shown = re.findall(r"^([A-I])\. (.+)$", turn["prompt"], flags=re.MULTILINE)
+                shown = re.findall(r"(?:^|, |: )([A-I])\. ([A-Za-z]+)", turn["prompt"], flags=re.MULTILINE)
                 names = [name for _, name in shown][:k]
                 choice = parse_choice(text, k, names) if len(names) == k else None
                 listener[code or "-"][names[choice] if choice is not None else "-"] += 1

@@ -98,8 +98,8 @@ class Referential:
     """What a dataset row holds (checked on upload; see `agents.base.RowField`)."""
     required_fields: tuple[str, ...] = required_of(row_fields)
     default_instructions: dict[str, str] = {  # short: the prompt is most of a step's cost
-        "speaker": "Guessing game, speaker: send your partner one code word for the target.",
-        "listener": "Guessing game, listener: pick the candidate your partner's code word means.",
+        "speaker": "Speaker: reply with one code word for the target.",
+        "listener": "Listener: reply with the candidate the code word means.",
     }
     stop_patterns: dict[str, str] = {"speaker": r"\S[^\n]*\n", "listener": r"\S[^\n]*\n"}
     """End an action at the end of its first non-empty line (only that line is read)."""
@@ -166,8 +166,8 @@ class Referential:
     def observe(self, state: State, role: str) -> str:
         codes = " ".join(self.codes)
         if role == "speaker":
-            return f"Target: {state.data['target']}\nCode words: {codes}\nReply with one code word."
-        shown = "\n".join(f"{LETTERS[i]}. {c}" for i, c in enumerate(state.data["candidates"]))
+            return f"Target: {state.data['target']}\nCode words: {codes}"
+        shown = ", ".join(f"{LETTERS[i]}. {c}" for i, c in enumerate(state.data["candidates"]))
         said = state.data["code"]
         if "speaker" not in state.data["roles"]:
             message = "(there is no speaker)"
@@ -175,8 +175,7 @@ class Referential:
             message = NO_MESSAGE
         else:
             message = said
-        return (f"Candidates:\n{shown}\nSpeaker's message: {message}\n"
-                f"Reply with one letter ({', '.join(LETTERS[: self.k])}) or one candidate's name.")
+        return f"Candidates: {shown}\nSpeaker's message: {message}"
 
     def step(self, state: State, *, agent: str, role: str, action: str) -> StepResult:
         check_turn(self.name, self.roles, state, role)

@@ -3,6 +3,8 @@ information, and a chance level of 1/k for any listener that ignores the message
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agents.envs import load_environment
@@ -108,3 +110,46 @@ def test_bad_rows_are_refused_at_reset(row: dict, message: str) -> None:
 
 def test_no_role_can_play_alone() -> None:
     assert Referential.solo_roles == ()
+
+
+def test_format_demos_teach_the_form_and_carry_no_information(tmp_path) -> None:
+    """The warm start's demonstrations: every action parses, and the code word is independent of
+    the target and the pick of the message (each spread over all its values), so a team that
+    learned them is at chance."""
+    from collections import Counter
+
+    from agents.envs.referential import format_demos
+    from training.conversations import read_conversations
+
+    env = Referential(k=4)
+    demos = format_demos(env, 400, seed=3)
+    assert [d["agent"] for d in demos[:4]] == ["speaker", "listener", "speaker", "listener"]
+    codes, picks, hits = Counter(), Counter(), 0
+    for speaker, listener in zip(demos[::2], demos[1::2]):
+        target = speaker["messages"][1]["content"].split("\n")[0].removeprefix("Target: ")
+        code = parse_code(speaker["messages"][2]["content"], env.codes)
+        assert code is not None and f"Speaker's message: {code}" in listener["messages"][1]["content"]
+        shown = listener["messages"][1]["content"].split("\n")[0].removeprefix("Candidates: ").split(", ")
+        names = [c.split(". ", 1)[1] for c in shown]
+        choice = parse_choice(listener["messages"][2]["content"], 4, names)
+        assert choice is not None
+        codes[(target, code)] += 1
+        picks[code, names[choice]] += 1
+        hits += names[choice] == target
+    assert len(codes) == 16 and len(picks) == 16  # every code for every target, every pick for every code
+    assert 0.18 < hits / 400 < 0.32  # chance is 0.25
+    path = tmp_path / "demos.jsonl"
+    path.write_text("".join(json.dumps(d) + "\n" for d in demos), encoding="utf-8")
+    assert len(read_conversations(path)) == 800  # the SFT run's reader takes them
+
+
+def test_the_shipped_demos_are_what_the_generator_writes() -> None:
+    """configs/referential-format.jsonl is `python -m agents.envs.referential demos ... 512`: the
+    prompts in it are the environment's own (a changed observation needs the file written again)."""
+    from pathlib import Path
+
+    from agents.envs.referential import format_demos
+
+    shipped = Path(__file__).resolve().parents[2] / "configs" / "referential-format.jsonl"
+    lines = shipped.read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line) for line in lines] == format_demos(Referential(k=4), 512, seed=7)
