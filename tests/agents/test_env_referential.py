@@ -144,7 +144,7 @@ def test_format_demos_teach_the_form_and_carry_no_information(tmp_path) -> None:
 
 
 def test_the_shipped_demos_are_what_the_generator_writes() -> None:
-    """configs/referential-format.jsonl is `python -m agents.envs.referential demos ... 512`: the
+    """configs/referential-format.jsonl is `python -m agents.envs.referential demos ... 512 2`: the
     prompts in it are the environment's own (a changed observation needs the file written again)."""
     from pathlib import Path
 
@@ -152,4 +152,4 @@ def test_the_shipped_demos_are_what_the_generator_writes() -> None:
 
     shipped = Path(__file__).resolve().parents[2] / "configs" / "referential-format.jsonl"
     lines = shipped.read_text(encoding="utf-8").splitlines()
-    assert [json.loads(line) for line in lines] == format_demos(Referential(k=4), 512, seed=7)
+    assert [json.loads(line) for line in lines] == format_demos(Referential(k=2), 512, seed=7)
