@@ -5,16 +5,21 @@ Each trial trains in `<out>/trial-<index>/` like `python -m training run` does (
 rollouts.jsonl, checkpoints) and leaves `trial.json` (its arm, seed, status and held-out metrics)
 when it ends. Running the same sweep again keeps the trials that have a `trial.json` and starts the
 others over, so an interrupted sweep picks up where it stopped. `results.csv` holds one row per trial.
+The same command run again while a sweep runs shares the trials with it: each trial is claimed by
+one process (`claim`), so N shells train N trials at once; each prints the trials that had
+finished when it passed them, and ablations that pair trials wait for the last to finish.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
@@ -62,7 +67,13 @@ def sweep_main(path: str, *, out: str | None = None) -> int:
     folder = Path(out or f"runs/{spec.name.replace(' ', '-')}")
     try:
         if spec.search is not None:
-            print(format_search(spec, run_search(spec, folder)))
+            folder.mkdir(parents=True, exist_ok=True)
+            with claim(folder, "search") as other:
+                if other is not None:
+                    print(f"experiment error: a search of {folder} already runs (pid {other}); a search asks each "
+                          "point from the finished ones, so it runs in one process", file=sys.stderr)
+                    return 2
+                print(format_search(spec, run_search(spec, folder)))
             print(f"results: {folder / 'results.csv'}")
             return 0
         summaries = run_sweep(spec, folder)
@@ -92,20 +103,72 @@ def run_sweep(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None, 
     stream, train_fn = _start(spec, out, train=train, stream=stream)
     trials = spec.trials()
     records = []
+    ran: list[Trial] = []
     for trial in trials:
         folder = out / f"trial-{trial.index:03d}"
         record = _read_record(folder)
         if record is None:
-            print(f"[{trial.index + 1}/{len(trials)}] {trial.config.name}", file=stream, flush=True)
-            record = run_trial(trial, folder, train=train_fn)
-            metric = record["metrics"].get(spec.metric)
-            shown = f"{spec.metric} {metric:.3f}" if metric is not None else "no held-out evaluation"
-            print(f"    {record['status']} in {record['seconds']:.0f}s: {shown}", file=stream, flush=True)
+            with claim(out, f"trial-{trial.index:03d}") as other:
+                if other is not None:  # another sweep of the same folder trains it
+                    print(f"[{trial.index + 1}/{len(trials)}] {trial.config.name}: running in another sweep (pid {other}), left to it",
+                          file=stream, flush=True)
+                    continue
+                if (record := _read_record(folder)) is None:  # it may have finished while this one waited
+                    print(f"[{trial.index + 1}/{len(trials)}] {trial.config.name}", file=stream, flush=True)
+                    record = run_trial(trial, folder, train=train_fn)
+                    metric = record["metrics"].get(spec.metric)
+                    shown = f"{spec.metric} {metric:.3f}" if metric is not None else "no held-out evaluation"
+                    print(f"    {record['status']} in {record['seconds']:.0f}s: {shown}", file=stream, flush=True)
         else:
             print(f"[{trial.index + 1}/{len(trials)}] {trial.config.name}: done before, kept", file=stream, flush=True)
+        ran.append(trial)
         records.append(record)
-    _write_csv(spec, trials, records, out / "results.csv")
-    return summarize(spec.arms(), [(t.arm, t.seed, r["metrics"]) for t, r in zip(trials, records) if r["status"] == "succeeded"])
+    _write_csv(spec, ran, records, out / "results.csv")
+    return summarize(spec.arms(), [(t.arm, t.seed, r["metrics"]) for t, r in zip(ran, records) if r["status"] == "succeeded"])
+
+
+@contextmanager
+def claim(out: Path, name: str) -> Iterator[int | None]:
+    """Claim `name` (a trial, `trial-007`, or the whole `search`) of the sweep in `out` for this
+    process while the block runs (`<out>/<name>.claim` holds its pid): yields None when this
+    process holds it, or the pid of the live process that does. Two sweeps of one folder
+    (the same command in two shells, a machine with cores to spare) so share its trials: each takes
+    the next one nobody holds. A claim left by a process that died is taken over."""
+    path = out / f"{name}.claim"
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = _claim_holder(path)
+            if holder is not None:
+                yield holder
+                return
+            path.unlink(missing_ok=True)  # its process is gone
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        try:
+            yield None
+        finally:
+            path.unlink(missing_ok=True)
+        return
+    raise RuntimeError(f"could not claim {path}: it keeps reappearing")
+
+
+def _claim_holder(path: Path) -> int | None:
+    """The pid in a claim file when that process is alive (None: dead, or the file is unreadable
+    or half-written, which a live claimer leaves only for an instant: treated as gone)."""
+    try:
+        pid = int(path.read_text(encoding="utf-8").strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def unfinished(spec: ExperimentSpec, out: Path) -> list[int]:
+    """The indices of the sweep's trials with no record yet (not started, or running)."""
+    return [t.index for t in spec.trials() if _read_record(out / f"trial-{t.index:03d}") is None]
 
 
 ABLATIONS_FILE = "ablations.json"
@@ -124,6 +187,7 @@ def run_ablations(spec: ExperimentSpec, out: Path, *, evaluate: Callable[..., li
     run_eval: Callable[..., list[dict[str, Any]]] = evaluate or evaluate_ablation
     trials = spec.trials()
     done = {t.index: r for t in trials if (r := _read_record(out / f"trial-{t.index:03d}")) is not None and r["status"] == "succeeded"}
+    waiting = unfinished(spec, out)
     results: dict[str, list[tuple[tuple[tuple[str, Any], ...], int, dict[str, float]]]] = {k: [] for k in spec.ablations}
     env = None
     for trial in trials:
@@ -144,6 +208,9 @@ def run_ablations(spec: ExperimentSpec, out: Path, *, evaluate: Callable[..., li
                     if ablation.kind == "apart":
                         partner = next((out / f"trial-{t.index:03d}" for t in trials if t.index in done and t.seed == trial.seed
                                         and t.index != trial.index and _partners(partner_agents, trial.config, t.config)), None)
+                        if partner is None and waiting:  # its partner may yet succeed, in another sweep of this folder
+                            print(f"trial {trial.index}: {ablation.label} waits for trials {waiting} to finish", file=stream, flush=True)
+                            continue
                         if partner is None:
                             raise AblationError(f"no succeeded trial of seed {trial.seed} trained the agents this one froze")
                     mirror = _read_json(partner / ABLATIONS_FILE).get(key, {}) if partner is not None else {}

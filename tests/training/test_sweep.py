@@ -55,6 +55,57 @@ def test_it_runs_every_trial_then_keeps_finished_ones_on_a_second_run(make_confi
     assert calls == []  # every trial left a trial.json, the failed one included
 
 
+def test_two_sweeps_of_one_folder_share_its_trials(make_config, tmp_path):
+    """The same sweep started twice at once: every trial is trained exactly once, by one of them,
+    whichever takes it first (the order the two take them in is not assumed)."""
+    import threading
+
+    spec = ExperimentSpec.from_dict({"name": "lr", "axes": {"optim.lr": [1e-3, 2e-3]}, "seeds": [0, 1, 2]},
+                                    base=make_config(**{"eval.every": 1}))
+    calls: list = []
+    started: list = []
+    both_in = threading.Barrier(2)
+
+    def train(config, *, out_dir, sink):
+        started.append(config.seed)
+        if len(started) <= 2:
+            both_in.wait(timeout=60)  # the first two trials are trained at the same time, one by each sweep
+        return fake_train(calls)(config, out_dir=out_dir, sink=sink)
+
+    sweeps = [threading.Thread(target=run_sweep, args=(spec, tmp_path), kwargs={"train": train, "stream": io.StringIO()})
+              for _ in range(2)]
+    for t in sweeps:
+        t.start()
+    for t in sweeps:
+        t.join()
+    assert sorted(calls) == sorted((lr, seed) for lr in (1e-3, 2e-3) for seed in (0, 1, 2))
+    assert not list(tmp_path.glob("*.claim"))  # each claim went with its trial
+    out = io.StringIO()
+    summaries = run_sweep(spec, tmp_path, train=fake_train(calls), stream=out)  # a third run finds them all done
+    assert len(calls) == 6 and [s.metrics["team.success"].n for s in summaries] == [3, 3]
+
+
+def test_a_live_claim_is_left_alone_and_a_dead_ones_trial_is_taken_over(make_config, tmp_path):
+    import subprocess
+
+    spec = ExperimentSpec.from_dict({"name": "lr", "axes": {"optim.lr": [1e-3]}, "seeds": [0, 1]}, base=make_config(**{"eval.every": 1}))
+    tmp_path.mkdir(exist_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        (tmp_path / "trial-000.claim").write_text(str(holder.pid))
+        calls: list = []
+        out = io.StringIO()
+        summaries = run_sweep(spec, tmp_path, train=fake_train(calls), stream=out)
+        assert calls == [(1e-3, 1)] and f"running in another sweep (pid {holder.pid}), left to it" in out.getvalue()
+        assert summaries[0].metrics["team.success"].n == 1
+    finally:
+        holder.kill()
+        holder.wait()
+    calls.clear()
+    run_sweep(spec, tmp_path, train=fake_train(calls), stream=io.StringIO())  # its holder died: taken over
+    assert calls == [(1e-3, 0)] and not (tmp_path / "trial-000.claim").exists()
+
+
 @pytest.mark.slow  # the feature's end-to-end path: `python -m training sweep` as a real process
 def test_the_cli_sweeps_a_tiny_experiment(tmp_path):
     spec = {"name": "tiny", "base": str(ROOT / "configs" / "tiny-lora.yaml"), "axes": {"optim.lr": [1.0e-3]}, "seeds": [0, 1]}
@@ -75,3 +126,19 @@ def test_the_cli_refuses_a_bad_experiment_with_every_problem(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "axes.optim.lr: value 2 (item 1) is refused" in err and "axes.optim.speed: unknown field" in err
     assert not (tmp_path / "out").exists()  # nothing ran
+
+
+def test_a_second_search_of_one_folder_is_refused(tmp_path, capsys):
+    """A search asks each point from the finished ones: a second process on its folder is refused
+    with the pid of the one that runs, and trains nothing."""
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        (out / "search.claim").write_text(str(holder.pid))
+        rc = main(["sweep", str(ROOT / "configs" / "experiments" / "tiny-search.yaml"), "--out", str(out)])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert rc == 2 and f"a search of {out} already runs (pid {holder.pid})" in capsys.readouterr().err
+    assert not list(out.glob("trial-*"))
