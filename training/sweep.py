@@ -13,6 +13,7 @@ finished when it passed them, and ablations that pair trials wait for the last t
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import os
 import shutil
@@ -128,47 +129,44 @@ def run_sweep(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None, 
 
 
 @contextmanager
-def claim(out: Path, name: str) -> Iterator[int | None]:
+def claim(out: Path, name: str) -> Iterator[str | None]:
     """Claim `name` (a trial, `trial-007`, or the whole `search`) of the sweep in `out` for this
-    process while the block runs (`<out>/<name>.claim` holds its pid): yields None when this
-    process holds it, or the pid of the live process that does. Two sweeps of one folder
-    (the same command in two shells, a machine with cores to spare) so share its trials: each takes
-    the next one nobody holds. A claim left by a process that died is taken over."""
+    process while the block runs: yields None when this process holds it, or the pid of the live
+    process that does. Two sweeps of one folder (the same command in two shells, a machine with
+    cores to spare) so share its trials: each takes the next one nobody holds.
+
+    The claim is an exclusive `flock` on `<out>/<name>.claim`, which holds the holder's pid. The
+    kernel drops the lock when its process dies, so a dead sweep's claim is taken over; after
+    locking, the file must still be the one at that path (a holder that finished unlinks it)."""
     path = out / f"{name}.claim"
-    for _ in range(2):
+    while True:
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            holder = _claim_holder(path)
-            if holder is not None:
-                yield holder
-                return
-            path.unlink(missing_ok=True)  # its process is gone
-            continue
-        with os.fdopen(fd, "w") as f:
-            f.write(str(os.getpid()))
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            yield holder
+            return
         try:
-            yield None
+            if os.fstat(fd).st_ino != _inode(path):  # its holder finished and removed it: claim afresh
+                continue
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
+            try:
+                yield None
+            finally:
+                path.unlink(missing_ok=True)
+            return
         finally:
-            path.unlink(missing_ok=True)
-        return
-    raise RuntimeError(f"could not claim {path}: it keeps reappearing")
+            os.close(fd)
 
 
-def _claim_holder(path: Path) -> int | None:
-    """The pid in a claim file when that process is alive (None: dead, or the file is unreadable
-    or half-written, which a live claimer leaves only for an instant: treated as gone)."""
+def _inode(path: Path) -> int | None:
     try:
-        pid = int(path.read_text(encoding="utf-8").strip())
-        os.kill(pid, 0)
-    except (OSError, ValueError):
+        return path.stat().st_ino
+    except FileNotFoundError:
         return None
-    return pid
-
-
-def unfinished(spec: ExperimentSpec, out: Path) -> list[int]:
-    """The indices of the sweep's trials with no record yet (not started, or running)."""
-    return [t.index for t in spec.trials() if _read_record(out / f"trial-{t.index:03d}") is None]
 
 
 ABLATIONS_FILE = "ablations.json"
@@ -186,8 +184,9 @@ def run_ablations(spec: ExperimentSpec, out: Path, *, evaluate: Callable[..., li
     stream = stream or sys.stdout
     run_eval: Callable[..., list[dict[str, Any]]] = evaluate or evaluate_ablation
     trials = spec.trials()
-    done = {t.index: r for t in trials if (r := _read_record(out / f"trial-{t.index:03d}")) is not None and r["status"] == "succeeded"}
-    waiting = unfinished(spec, out)
+    recorded = {t.index: _read_record(out / f"trial-{t.index:03d}") for t in trials}
+    done = {i for i, r in recorded.items() if r is not None and r["status"] == "succeeded"}
+    waiting = [i for i, r in recorded.items() if r is None]  # not started, or running in another sweep
     results: dict[str, list[tuple[tuple[tuple[str, Any], ...], int, dict[str, float]]]] = {k: [] for k in spec.ablations}
     env = None
     for trial in trials:

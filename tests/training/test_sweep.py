@@ -85,14 +85,21 @@ def test_two_sweeps_of_one_folder_share_its_trials(make_config, tmp_path):
     assert len(calls) == 6 and [s.metrics["team.success"].n for s in summaries] == [3, 3]
 
 
-def test_a_live_claim_is_left_alone_and_a_dead_ones_trial_is_taken_over(make_config, tmp_path):
-    import subprocess
+def hold_claim(path: Path) -> subprocess.Popen:
+    """A process that holds the claim `path` as a sweep does (an exclusive flock, its pid inside)
+    until killed; returned once it holds it (it says so on its stdout)."""
+    code = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR); fcntl.flock(fd, fcntl.LOCK_EX); "
+            "os.write(fd, str(os.getpid()).encode()); print('held', flush=True); time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
 
+
+def test_a_live_claim_is_left_alone_and_a_dead_ones_trial_is_taken_over(make_config, tmp_path):
     spec = ExperimentSpec.from_dict({"name": "lr", "axes": {"optim.lr": [1e-3]}, "seeds": [0, 1]}, base=make_config(**{"eval.every": 1}))
     tmp_path.mkdir(exist_ok=True)
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    holder = hold_claim(tmp_path / "trial-000.claim")
     try:
-        (tmp_path / "trial-000.claim").write_text(str(holder.pid))
         calls: list = []
         out = io.StringIO()
         summaries = run_sweep(spec, tmp_path, train=fake_train(calls), stream=out)
@@ -133,9 +140,8 @@ def test_a_second_search_of_one_folder_is_refused(tmp_path, capsys):
     with the pid of the one that runs, and trains nothing."""
     out = tmp_path / "out"
     out.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    holder = hold_claim(out / "search.claim")
     try:
-        (out / "search.claim").write_text(str(holder.pid))
         rc = main(["sweep", str(ROOT / "configs" / "experiments" / "tiny-search.yaml"), "--out", str(out)])
     finally:
         holder.kill()
