@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agents.envs.referential import Referential  # noqa: E402
+from agents.envs.referential import OBJECTS, Referential  # noqa: E402
 from training.config import RunConfig  # noqa: E402
 from training.policies import build_policies  # noqa: E402
 from training.warmstart import init_from  # noqa: E402
@@ -53,11 +53,11 @@ def main() -> int:
     init_from(config, policies)
     env = Referential(**config.topology.env_args)
     lr = args.lr or config.optim.lr
-    row = {"target": "red", "candidates": ["red", "blue"]}
+    row = {"target": "red", "candidates": list(OBJECTS[: env.k])}  # red, blue, ...: the targets compared are the first two
     cases = {
         "speaker": (lambda target: env.observe(env.reset({**row, "target": target}, task_id="t", roles=env.roles), "speaker"),
                     "red", "blue", "1", env.codes),
-        "listener": (lambda code: env.observe(_heard(env, row, code), "listener"), "1", "2", "red", ("red", "blue")),
+        "listener": (lambda code: env.observe(_heard(env, row, code), "listener"), "1", "2", "red", tuple(row["candidates"])),
     }
     print(f"one Adam step at lr {lr:g} on one sample; coupling = Δ log P(answer | other) / Δ log P(answer | trained)")
     for agent, (observe, trained, other, answer, answers) in cases.items():
