@@ -48,8 +48,8 @@ from agents.envs.arithmetic import Arithmetic
 from agents.envs.code_tests import CodeTests
 from agents.envs.math_tool import MathTool
 from agents.envs.plan_path import PlanPath
-from agents.envs.task import Task
 from agents.envs.referential import Referential
+from agents.envs.task import Task
 from agents.plugins import ENVIRONMENT, PluginError, lookup
 
 BUILTIN: dict[str, type[Any]] = {
