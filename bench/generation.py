@@ -1,20 +1,29 @@
 """Generation on CPU against this machine's roofline: Troupe's decode loop and its candidates side by side.
 
     .venv/bin/python bench/generation.py [--rounds 3] [--prompts 4] [--n 4] [--max-new-tokens 48]
-                                         [--threads 1] [--no-llama] [--profile] [--out bench/results/generation.json]
+                                         [--threads 1] [--no-llama] [--compile] [--profile] [--out bench/results/generation.json]
 
 - Roofline: the model's matmuls at the decode shapes (each layer's q, k, v, o, gate, up and down
   projections and the output head, at a batch of prompts x n rows, fp32, the torch threads given),
   each timed in blocks of calls, best block kept (what the core can do at that shape). One decode
   step's matmuls take layers x (sum of the layer's shapes) + head; the roofline is rows / that time,
   in tokens/s. The model's per-token FLOPs are 2 x its matmul weights (attention over the context
-  is left out: a few % at these lengths).
+  is left out: a few % at these lengths). Each weight stays in the cache across its block, so
+  this is the core's compute side only.
+- Matmul floor (`MatmulFloor`): the same matmuls with the model's own weights, in the model's order,
+  so each comes from memory as it does in a forward (the model is many times the caches). Each
+  candidate's call is charged what its own work costs there: the prefill of its prompt tokens
+  plus one decode step per token position at the rows still running then (a shrinking batch
+  reads the same weights for fewer tokens). `% matmul floor` = that / the call's CPU time: the
+  share of the call that an fp32 engine doing nothing but those matmuls would still need.
 - Candidates, on the same chat-templated prompts, interleaved round by round (each round runs every
   candidate once, temperature 1, the round's seed; every other round in reverse order; a short
   warm-up call each first), so the neighbours' load falls on all of them:
   `before` (the loop as it was: transformers' DynamicCache, `torch.multinomial`), `reserved cache`
   (keys/values written in place into reserved room), `cdf sampler (default)` (one uniform draw per
-  row: what `training.generation.generate` now does), and `both`. `llama.cpp f16`: llama-cpp-python on a GGUF
+  row, inverted in two levels: what `training.generation.generate` now does), and `both`.
+  `--compile`: `HF static cache + torch.compile` (transformers' `generate` with a static cache and
+  its decode step compiled, `CompiledArm`; its start-up is the compile). `llama.cpp f16`: llama-cpp-python on a GGUF
   written from the same weights by `training.export.gguf_convert`, one sequence at a time through
   `Llama.generate` (its prompt prefix is reused for the n samples of a prompt); its start-up (save,
   convert, load) is the per-step weight-sync cost of a run that changes the weights every step.
@@ -111,6 +120,59 @@ def roofline(config: Any, rows: int, *, blocks: int = 5) -> dict[str, Any]:
     }
 
 
+def streamed_seconds(model: Any, rows: int, head_rows: int, *, blocks: int = 5) -> float:
+    """Best CPU seconds of one forward's matmuls with the model's own weights, in the model's order:
+    every `nn.Linear` (each layer's projections, then the output head) once, `rows` rows through the
+    layers and `head_rows` through the head. Unlike `roofline`, whose one weight stays in the cache
+    across a block of calls, each weight here comes from memory as it does in a real forward (the
+    model is far larger than the caches), so this is the floor of an fp32 forward on this core: the
+    same matmuls and nothing else (no attention, norms, sampling or framework)."""
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    head = model.get_output_embeddings()
+    inputs = {(m.in_features, head_rows if m is head else rows) for m in linears}
+    x = {(i, r): torch.randn(r, i) for i, r in inputs}
+    with torch.inference_mode():
+        for m in linears:  # warm-up: first-touch allocations
+            F.linear(x[(m.in_features, head_rows if m is head else rows)], m.weight)
+        best = float("inf")
+        for _ in range(blocks):
+            c = cpu_now()
+            for m in linears:
+                F.linear(x[(m.in_features, head_rows if m is head else rows)], m.weight)
+            best = min(best, cpu_now() - c)
+    return best
+
+
+class MatmulFloor:
+    """The matmul floor of a generate call's own work (`streamed_seconds`): the prefill of its real
+    prompt tokens (the head at one row per prompt, as `logits_to_keep=1` computes) plus one decode
+    forward per step at the rows still running then. Rows leave the batch as they finish, and a
+    step of 3 rows reads the same weights as a step of 16: a shrinking batch costs more per token,
+    which a roofline at the full batch does not see. Step times are measured once per row count."""
+
+    def __init__(self, model: Any) -> None:
+        self.model, self.steps, self.prefills = model, {}, {}  # type: ignore[var-annotated]
+
+    def decode_step(self, rows: int) -> float:
+        if rows not in self.steps:
+            self.steps[rows] = streamed_seconds(self.model, rows, rows)
+        return self.steps[rows]
+
+    def prefill(self, tokens: int, prompts: int) -> float:
+        if (tokens, prompts) not in self.prefills:
+            self.prefills[(tokens, prompts)] = streamed_seconds(self.model, tokens, prompts, blocks=2)
+        return self.prefills[(tokens, prompts)]
+
+    def seconds(self, prompts: list[list[int]], completions: list[tuple[int, ...]]) -> float:
+        """Floor seconds for `prompts` each sampled len(completions) / len(prompts) times. A row of
+        length L needed L - 1 decode forwards (its first token came from the prefill's logits)."""
+        lengths = [len(c) for c in completions]
+        total = self.prefill(sum(len(p) for p in prompts), len(prompts))
+        for t in range(max(lengths, default=1) - 1):
+            total += self.decode_step(sum(1 for n in lengths if n > t + 1))
+        return total
+
+
 # == candidates ====================================================================================
 
 
@@ -127,6 +189,46 @@ class HFArm:
         finally:
             gen._sample = real
         return [[g.token_ids for g in group] for group in out]
+
+
+class CompiledArm:
+    """Hugging Face `generate` with a static KV cache and its decode step under `torch.compile`
+    (transformers' own auto-compile, allowed on CPU by `CompileConfig(_compile_all_devices=True)`).
+    Its prefill is not shared by the n samples (`num_return_sequences` repeats the prompts first),
+    and a finished row keeps its place in the static batch until every row is done. Each new batch
+    shape compiles again; `startup_s` is the first call at the measured shape, compile included."""
+
+    def __init__(self, model: Any, tokenizer: Any) -> None:
+        from transformers import CompileConfig
+
+        self.name, self.model, self.tokenizer = "HF static cache + torch.compile", model, tokenizer
+        self.stops = gen.stop_token_ids(model, tokenizer)
+        self.compile = CompileConfig(mode="default")  # "reduce-overhead" means CUDA graphs
+        self.compile._compile_all_devices = True
+        self.startup_s: dict[str, float] = {}
+
+    def generate(self, prompts: list[list[int]], *, n: int, max_new_tokens: int, temperature: float, seed: int) -> list[list[tuple[int, ...]]]:
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])  # (B, P) left padded
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])  # (B, P)
+        sample = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 else {"do_sample": False}
+        torch.manual_seed(seed)
+        with torch.inference_mode():
+            out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, num_return_sequences=n,
+                                      cache_implementation="static", compile_config=self.compile, eos_token_id=self.stops,
+                                      pad_token_id=pad, **sample)
+        rows = []
+        for row in out[:, width:].tolist():
+            cut = next((i + 1 for i, t in enumerate(row) if t in self.stops), len(row))  # through the end-of-turn token
+            rows.append(tuple(row[:cut]))
+        return [rows[b * n:(b + 1) * n] for b in range(len(prompts))]
+
+    def warm(self, prompts: list[list[int]], *, n: int, max_new_tokens: int) -> None:
+        for temperature, k in ((1.0, n), (0.0, 1)):  # the rounds' shape and the greedy check's
+            c = cpu_now()
+            self.generate(prompts, n=k, max_new_tokens=max_new_tokens, temperature=temperature, seed=0)
+            self.startup_s[f"{len(prompts)}x{k}"] = cpu_now() - c
 
 
 class LlamaCppArm:
@@ -199,9 +301,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-llama", action="store_true", help="leave out llama.cpp")
+    parser.add_argument("--compile", action="store_true", help="add Hugging Face generate with a static cache under torch.compile")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--out", default=str(RESULTS / "generation.json"))
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     torch.set_num_threads(args.threads)
     from training.models import load_model
 
@@ -217,6 +322,11 @@ def main(argv: list[str] | None = None) -> int:
                 [[k, v["in"], v["out"], v["seconds"] * 1e3, v["gflops"]] for k, v in roof["per_shape"].items()]))
     print(f"roofline at {rows} rows: {roof['tokens_per_s']:.0f} tokens/s ({roof['gflops']:.1f} GFLOPS, "
           f"{roof['flops_per_token'] / 1e9:.3f} GFLOP/token, {roof['step_seconds'] * 1e3:.1f} ms per decode step)", flush=True)
+    floor = MatmulFloor(model)
+    streamed = floor.decode_step(rows)
+    roof["streamed_step_seconds"], roof["streamed_tokens_per_s"] = streamed, rows / streamed
+    print(f"the same step with the model's own weights read from memory: {streamed * 1e3:.1f} ms, {rows / streamed:.0f} tokens/s "
+          f"({roof['flops_per_token'] * rows / streamed / 1e9:.1f} GFLOPS)", flush=True)
 
     arms: list[Any] = [
         HFArm("before", model, tok, kv_cache="dynamic", sampler=gen._multinomial_sample),
@@ -224,6 +334,12 @@ def main(argv: list[str] | None = None) -> int:
         HFArm("cdf sampler (default)", model, tok, kv_cache="dynamic", sampler=gen._sample),
         HFArm("both", model, tok, kv_cache="reserved", sampler=gen._sample),
     ]
+    compiled = None
+    if args.compile:
+        compiled = CompiledArm(model, tok)
+        compiled.warm(prompts, n=args.n, max_new_tokens=args.max_new_tokens)
+        arms.append(compiled)
+        print(f"torch.compile start-up, CPU s per batch shape (compile + first call): {compiled.startup_s}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="troupe-bench-gen-"))
     llama = None
     if not args.no_llama:
@@ -246,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
             out = arm.generate(prompts, temperature=1.0, seed=r, **kw)
             w, c = time.perf_counter() - w, cpu_now() - c
             tokens = sum(len(t) for group in out for t in group)
-            runs[arm.name].append({"wall_s": w, "cpu_s": c, "tokens": tokens, "load_1min": os.getloadavg()[0]})
+            floor_s = floor.seconds(prompts, [t for group in out for t in group])
+            runs[arm.name].append({"wall_s": w, "cpu_s": c, "tokens": tokens, "floor_s": floor_s, "load_1min": os.getloadavg()[0]})
         print(f"round {r}: " + " | ".join(f"{a.name} {runs[a.name][-1]['tokens'] / runs[a.name][-1]['cpu_s']:.1f} tok/cpu-s"
                                           for a in arms if runs[a.name]), flush=True)
 
@@ -263,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_s_median": statistics.median(x["cpu_s"] for x in rs),
             "tokens_mean": statistics.fmean(x["tokens"] for x in rs),
             "roofline_share": tok_cpu / roof["tokens_per_s"],
+            "floor_share": sum(x["floor_s"] for x in rs) / sum(x["cpu_s"] for x in rs),
             "greedy_rows_identical": sum(a == b for a, b in zip(mine, ref)) / len(ref),
         }
     base = summary["before"]["tokens_per_cpu_s"]
@@ -275,10 +393,12 @@ def main(argv: list[str] | None = None) -> int:
             diffs += [abs(x - y) for x, y in zip(a, b)]
         summary[llama.name]["logprob_abs_diff"] = {"mean": statistics.fmean(diffs), "max": max(diffs)}
         summary[llama.name]["sync"] = llama.sync
+    if compiled is not None:
+        summary[compiled.name]["startup_cpu_s"] = compiled.startup_s
     shutil.rmtree(work, ignore_errors=True)  # the saved model and its GGUF
     end = machine()
-    print(table(["candidate", "tok/cpu-s", "x before", "% roofline", "tok/wall-s", "mean tokens", "greedy rows = before"],
-                [[k, v["tokens_per_cpu_s"], v["x_before"], 100 * v["roofline_share"], v["tokens_per_wall_s"], v["tokens_mean"],
+    print(table(["candidate", "tok/cpu-s", "x before", "% roofline", "% matmul floor", "tok/wall-s", "mean tokens", "greedy rows = before"],
+                [[k, v["tokens_per_cpu_s"], v["x_before"], 100 * v["roofline_share"], 100 * v["floor_share"], v["tokens_per_wall_s"], v["tokens_mean"],
                   f"{v['greedy_rows_identical']:.0%}"] for k, v in summary.items()]))
     if llama is not None:
         print(f"llama.cpp log-prob |diff| against the trainer on its greedy tokens: {summary[llama.name]['logprob_abs_diff']}")

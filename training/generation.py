@@ -281,21 +281,38 @@ def _nucleus(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Te
     return probs
 
 
+SAMPLE_BLOCK = 512
+"""Vocabulary entries per block of `_sample`'s two-level inversion."""
+
+
 def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
     """Next token per row from (R, V) logits: greedy at temperature 0, else nucleus sampling.
 
-    One uniform draw per row, inverted through the row's cumulative distribution (float64, so the
-    sum of 49k probabilities keeps its last digits), instead of `torch.multinomial`, which draws an
-    exponential variate for every token of the vocabulary (8 % of a CPU decode step, bench/generation.py).
-    A token of probability 0 (cut by top_p) is never drawn: its cumulative sum equals its left neighbour's."""
+    One uniform draw per row, inverted through the row's cumulative distribution, instead of
+    `torch.multinomial`, which draws an exponential variate for every token of the vocabulary (8 %
+    of a CPU decode step, bench/generation.py). The inversion is two-level, in float64 (so the sum
+    of 49k probabilities keeps its last digits): the cumulative sums of blocks of `SAMPLE_BLOCK`
+    entries pick the block, then the cumulative sum of that block alone picks the token. A float64
+    cumulative sum of the whole vocabulary is sequential work, 6 % of a step. A token of
+    probability 0 (cut by top_p) is never drawn: the draw inside its block is kept below the
+    block's total, and a zero adds nothing to the running sum."""
     if temperature <= 0:
         return logits.argmax(dim=-1)  # (R,)
     probs = _nucleus(logits, temperature, top_p)  # (R, V)
     # the run's seeded generator lives on the CPU: draw there, so a GPU run stays reproducible
     on_cpu = generator is not None and generator.device != probs.device
-    cdf = (probs.cpu() if on_cpu else probs).double().cumsum(-1)  # (R, V)
-    u = torch.rand((cdf.shape[0], 1), generator=generator, dtype=torch.float64, device=cdf.device) * cdf[:, -1:]  # (R, 1)
-    picked = torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=cdf.shape[1] - 1)  # (R,)
+    p = probs.cpu() if on_cpu else probs
+    rows, vocab = p.shape
+    blocks = -(-vocab // SAMPLE_BLOCK)
+    p = torch.nn.functional.pad(p, (0, blocks * SAMPLE_BLOCK - vocab)).view(rows, blocks, SAMPLE_BLOCK)  # (R, NB, S)
+    mass = p.sum(-1, dtype=torch.float64)  # (R, NB)
+    cdf = mass.cumsum(-1)  # (R, NB)
+    u = torch.rand((rows, 1), generator=generator, dtype=torch.float64, device=cdf.device) * cdf[:, -1:]  # (R, 1)
+    block = torch.searchsorted(cdf, u, right=True).clamp_(max=blocks - 1)  # (R, 1)
+    u = u - (cdf.gather(1, block) - mass.gather(1, block))  # (R, 1) the draw's place inside its block
+    inner = p.gather(1, block[:, :, None].expand(rows, 1, SAMPLE_BLOCK)).squeeze(1).double().cumsum(-1)  # (R, S)
+    u = torch.minimum(u.clamp_(min=0.0), torch.nextafter(inner[:, -1:], torch.zeros_like(u)))  # (R, 1) below the block's total
+    picked = block.squeeze(1) * SAMPLE_BLOCK + torch.searchsorted(inner, u, right=True).squeeze(1)  # (R,)
     return picked.to(probs.device)
 
 

@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from training.generation import _multinomial_sample, _sample, generate, reserved_cache
+from training.generation import SAMPLE_BLOCK, _multinomial_sample, _sample, generate, reserved_cache
 from training.models import load_model
 
 
@@ -84,3 +84,35 @@ def test_the_one_draw_sampler_draws_the_nucleus_distribution(top_p):
         freq = torch.bincount(drawn, minlength=5).double() / len(drawn)
         assert int(drawn[expected[drawn] == 0].numel()) == 0, f"{sample.__name__} drew a token outside the nucleus"
         assert torch.allclose(freq, expected.double(), atol=0.01), f"{sample.__name__}: {freq.tolist()}"
+
+
+def _one_level(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """The inversion through the whole vocabulary's float64 cumulative sum, with the same draw per row."""
+    cdf = torch.softmax(logits, dim=-1).double().cumsum(-1)  # (R, V)
+    u = torch.rand((cdf.shape[0], 1), generator=generator, dtype=torch.float64) * cdf[:, -1:]  # (R, 1)
+    return torch.searchsorted(cdf, u, right=True).squeeze(1)  # (R,)
+
+
+def test_the_two_level_inversion_picks_the_token_the_whole_vocabulary_inversion_picks():
+    logits = torch.randn(64, 3 * SAMPLE_BLOCK + 77, generator=torch.Generator().manual_seed(1)) * 3  # (R, V): a ragged last block
+    two = _sample(logits, 1.0, 1.0, torch.Generator().manual_seed(5))
+    one = _one_level(logits, torch.Generator().manual_seed(5))
+    assert torch.equal(two, one)
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.8])
+def test_the_sampler_never_draws_a_token_of_probability_zero_across_blocks(top_p):
+    vocab = 4 * SAMPLE_BLOCK + 3
+    live = torch.tensor([0, SAMPLE_BLOCK - 1, SAMPLE_BLOCK, 3 * SAMPLE_BLOCK + 5, vocab - 1])  # block edges, the ragged tail
+    weights = torch.tensor([0.3, 0.25, 0.2, 0.15, 0.1])
+    logits = torch.full((20000, vocab), float("-inf"))  # (R, V)
+    logits[:, live] = weights.log()
+    drawn = _sample(logits, 1.0, top_p, torch.Generator().manual_seed(0))
+    expected = weights.clone()
+    if top_p < 1.0:
+        expected[4] = 0.0  # the mass before the fifth token is 0.9, past 0.8: the nucleus is the first four
+        expected /= expected.sum()
+    index = {int(t): i for i, t in enumerate(live)}
+    assert set(drawn.tolist()) <= {int(t) for t, w in zip(live, expected) if w > 0}
+    freq = torch.bincount(torch.tensor([index[int(t)] for t in drawn]), minlength=5).double() / len(drawn)
+    assert torch.allclose(freq, expected.double(), atol=0.015), freq.tolist()
