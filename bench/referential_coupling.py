@@ -9,6 +9,8 @@ coupling, Δ log P(c | blue) / Δ log P(c | red): 1 means the update cannot tell
 word 1, measured after code word 2.
 
     .venv/bin/python bench/referential_coupling.py runs/referential-format/checkpoints/step-000010
+    .venv/bin/python bench/referential_coupling.py runs/referential-format-prompt/checkpoints/step-000010 \
+        --config configs/referential-format-prompt.yaml --lr 2e-5     # the `prompt` arm's shared model
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def main() -> int:
     }
     print(f"one Adam step at lr {lr:g} on one sample; coupling = Δ log P(answer | other) / Δ log P(answer | trained)")
     for agent, (observe, trained, other, answer, answers) in cases.items():
-        policy = policies.policies[agent]
+        policy = policies.for_agent(agent)
         model, tok = policy.model, policy.tokenizer
         with policy.active():
             params = [p for p in model.parameters() if p.requires_grad]
