@@ -100,32 +100,36 @@ def _start(spec: ExperimentSpec, out: Path, *, train: TrainFn | None, stream: Te
     return stream or sys.stdout, train
 
 def run_sweep(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None, stream: TextIO | None = None) -> list[ArmSummary]:
-    """Run every trial not yet finished under `out`, in order; the arms' summaries."""
+    """Run every trial not yet finished under `out`, in order; the arms' summaries.
+
+    The summaries and `results.csv` are read back from the folder at the end, so they hold every
+    trial finished there, whichever sweep of the folder trained it (one that another sweep was
+    still training when this one passed it, and finished since, included); a trial still running
+    elsewhere is named as such and left out."""
     stream, train_fn = _start(spec, out, train=train, stream=stream)
     trials = spec.trials()
-    records = []
-    ran: list[Trial] = []
     for trial in trials:
         folder = out / f"trial-{trial.index:03d}"
-        record = _read_record(folder)
-        if record is None:
-            with claim(out, f"trial-{trial.index:03d}") as other:
-                if other is not None:  # another sweep of the same folder trains it
-                    print(f"[{trial.index + 1}/{len(trials)}] {trial.config.name}: running in another sweep (pid {other}), left to it",
-                          file=stream, flush=True)
-                    continue
-                if (record := _read_record(folder)) is None:  # it may have finished while this one waited
-                    print(f"[{trial.index + 1}/{len(trials)}] {trial.config.name}", file=stream, flush=True)
-                    record = run_trial(trial, folder, train=train_fn)
-                    metric = record["metrics"].get(spec.metric)
-                    shown = f"{spec.metric} {metric:.3f}" if metric is not None else "no held-out evaluation"
-                    print(f"    {record['status']} in {record['seconds']:.0f}s: {shown}", file=stream, flush=True)
-        else:
+        if _read_record(folder) is not None:
             print(f"[{trial.index + 1}/{len(trials)}] {trial.config.name}: done before, kept", file=stream, flush=True)
-        ran.append(trial)
-        records.append(record)
-    _write_csv(spec, ran, records, out / "results.csv")
-    return summarize(spec.arms(), [(t.arm, t.seed, r["metrics"]) for t, r in zip(ran, records) if r["status"] == "succeeded"])
+            continue
+        with claim(out, f"trial-{trial.index:03d}") as other:
+            if other is not None:  # another sweep of the same folder trains it
+                print(f"[{trial.index + 1}/{len(trials)}] {trial.config.name}: running in another sweep (pid {other}), left to it",
+                      file=stream, flush=True)
+            elif _read_record(folder) is None:  # it may have finished while this one waited
+                print(f"[{trial.index + 1}/{len(trials)}] {trial.config.name}", file=stream, flush=True)
+                record = run_trial(trial, folder, train=train_fn)
+                metric = record["metrics"].get(spec.metric)
+                shown = f"{spec.metric} {metric:.3f}" if metric is not None else "no held-out evaluation"
+                print(f"    {record['status']} in {record['seconds']:.0f}s: {shown}", file=stream, flush=True)
+    finished = [(t, r) for t in trials if (r := _read_record(out / f"trial-{t.index:03d}")) is not None]
+    unfinished = sorted(set(t.index for t in trials) - {t.index for t, _ in finished})
+    if unfinished:
+        names = ", ".join(f"trial-{i:03d}" for i in unfinished)
+        print(f"not finished, so left out of the table: {names} (another sweep of {out} trains them)", file=stream, flush=True)
+    _write_csv(spec, [t for t, _ in finished], [r for _, r in finished], out / "results.csv")
+    return summarize(spec.arms(), [(t.arm, t.seed, r["metrics"]) for t, r in finished if r["status"] == "succeeded"])
 
 
 @contextmanager

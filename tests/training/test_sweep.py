@@ -104,13 +104,40 @@ def test_a_live_claim_is_left_alone_and_a_dead_ones_trial_is_taken_over(make_con
         out = io.StringIO()
         summaries = run_sweep(spec, tmp_path, train=fake_train(calls), stream=out)
         assert calls == [(1e-3, 1)] and f"running in another sweep (pid {holder.pid}), left to it" in out.getvalue()
-        assert summaries[0].metrics["team.success"].n == 1
+        assert summaries[0].metrics["team.success"].n == 1 and "left out of the table: trial-000" in out.getvalue()
     finally:
         holder.kill()
         holder.wait()
     calls.clear()
     run_sweep(spec, tmp_path, train=fake_train(calls), stream=io.StringIO())  # its holder died: taken over
     assert calls == [(1e-3, 0)] and not (tmp_path / "trial-000.claim").exists()
+
+
+def test_the_table_holds_a_trial_another_sweep_finished_after_this_one_passed_it(make_config, tmp_path):
+    """The last sweep of a shared folder to end reports every trial there, not only its own: here
+    trial-000 is held by another sweep when this one reaches it, and that sweep finishes it (its
+    record appears) while this one trains trial-001."""
+    spec = ExperimentSpec.from_dict({"name": "lr", "axes": {"optim.lr": [1e-3]}, "seeds": [0, 1]}, base=make_config(**{"eval.every": 1}))
+    tmp_path.mkdir(exist_ok=True)
+    holder = hold_claim(tmp_path / "trial-000.claim")
+    calls: list = []
+
+    def train(config, *, out_dir, sink):
+        other = tmp_path / "trial-000"
+        other.mkdir()
+        (other / "trial.json").write_text(json.dumps({"index": 0, "arm": [["optim.lr", 1e-3]], "seed": 0, "status": "succeeded",
+                                                       "error": "", "metrics": {"team.success": 0.75}, "seconds": 1.0}))
+        return fake_train(calls)(config, out_dir=out_dir, sink=sink)
+
+    try:
+        out = io.StringIO()
+        summaries = run_sweep(spec, tmp_path, train=train, stream=out)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert calls == [(1e-3, 1)] and "left out of the table" not in out.getvalue()
+    assert summaries[0].metrics["team.success"].n == 2 and summaries[0].trials[0] == (0, {"team.success": 0.75})
+    assert [r["trial"] for r in csv.DictReader(open(tmp_path / "results.csv"))] == ["0", "1"]
 
 
 @pytest.mark.slow  # the feature's end-to-end path: `python -m training sweep` as a real process
