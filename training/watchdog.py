@@ -65,17 +65,22 @@ def stop_grace(environ: Mapping[str, str] | None = None) -> float:
 
 @contextmanager
 def heartbeat_file(path: Path) -> Iterator[None]:
-    """While the block runs, a daemon thread rewrites `path` (its mtime is the heartbeat) every
-    `BEAT_S`; a stopped or wedged process stops writing it."""
+    """While the block runs, a daemon thread touches `path` (its mtime is the heartbeat) every
+    `BEAT_S`; a stopped or wedged process stops touching it. The file holds this process's pid,
+    written whole once, before the block (a temporary file renamed into place), and never
+    truncated after: a process stopped in the middle of a beat still names its pid."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    _write_pid(path)
     done = threading.Event()
 
     def beat() -> None:
         while True:
             try:
-                path.write_text(str(os.getpid()), encoding="utf-8")
+                os.utime(path)
+            except FileNotFoundError:  # removed under it: written afresh
+                _write_pid(path)
             except OSError:
-                pass  # a full disk: the watcher sees the silence
+                pass  # the watcher sees the silence
             if done.wait(BEAT_S):
                 return
 
@@ -87,6 +92,16 @@ def heartbeat_file(path: Path) -> Iterator[None]:
         done.set()
         thread.join()
         path.unlink(missing_ok=True)  # ended: a finished rank is not a silent one
+
+
+def _write_pid(path: Path) -> None:
+    """`path` holding this process's pid, put in place whole (the watcher skips the hidden temporary)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(str(os.getpid()), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk: the watcher sees the silence
 
 
 def silent_heartbeats(folder: Path, *, limit: float, since: float, now: float | None = None,
@@ -101,6 +116,7 @@ def silent_heartbeats(folder: Path, *, limit: float, since: float, now: float | 
         entries = sorted(folder.iterdir())
     except FileNotFoundError:
         entries = []
+    entries = [path for path in entries if not path.name.startswith(".")]  # a heartbeat being put in place
     for path in entries:
         try:
             age = now - path.stat().st_mtime

@@ -131,3 +131,27 @@ def test_a_bad_limit_names_its_variable_before_anything_starts(make_config, tmp_
     with pytest.raises(ValueError, match=f"{name} must be a positive number of seconds, got 'soon'"):
         distributed.launch(make_config("lora"), tmp_path / "out", NullSink())
     assert not (tmp_path / "out").exists()
+
+
+def test_a_heartbeat_file_always_names_its_pid(tmp_path, monkeypatch):
+    """The pid is written whole before the block and a beat never truncates it, so a process stopped
+    in the middle of a beat still names itself ("rank-1 (pid ?)" was the symptom)."""
+    monkeypatch.setattr(watchdog, "BEAT_S", 0.0005)
+    path = tmp_path / "beats" / "rank-0"
+    with watchdog.heartbeat_file(path):
+        seen = {path.read_text() for _ in range(3000)}
+        first = path.stat().st_mtime_ns
+        deadline = time.monotonic() + 60
+        while path.stat().st_mtime_ns == first and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert path.stat().st_mtime_ns != first  # it beats
+    assert seen == {str(os.getpid())}
+    assert not path.exists() and not list(path.parent.iterdir())  # no temporary left
+
+
+def test_a_heartbeat_being_put_in_place_is_not_a_child(tmp_path):
+    beats = tmp_path / "beats"
+    beats.mkdir()
+    (beats / ".rank-1.123.tmp").write_text("")
+    os.utime(beats / ".rank-1.123.tmp", (0, 0))
+    assert watchdog.silent_heartbeats(beats, limit=2.0, since=time.time()) == []
