@@ -1,7 +1,7 @@
 """Generation on CPU against this machine's roofline: Troupe's decode loop and its candidates side by side.
 
     .venv/bin/python bench/generation.py [--rounds 3] [--prompts 4] [--n 4] [--max-new-tokens 48]
-                                         [--threads 1] [--no-llama] [--compile] [--profile] [--out bench/results/generation.json]
+                                         [--threads 1] [--no-llama] [--compile] [--probes] [--profile] [--out bench/results/generation.json]
 
 - Roofline: the model's matmuls at the decode shapes (each layer's q, k, v, o, gate, up and down
   projections and the output head, at a batch of prompts x n rows, fp32, the torch threads given),
@@ -31,6 +31,8 @@
   time measures the neighbours. Wall tokens/s are printed beside it.
 - Exactness: greedy (temperature 0, one row per prompt) tokens of each candidate against `before`'s; for llama.cpp also
   its log-probs of its own greedy tokens against the trainer's (teacher-forced, transformers fp32).
+- `--probes`: the floor's decode step at fewer rows, with q/k/v and gate/up fused into one matmul
+  each, and the output head in fp32 against bf16 (`layout_probes`).
 - `--profile`: torch.profiler over one `before` and one `cdf sampler (default)` call, top operators by self time.
 
 The machine is shared: read the load averages printed at the start and end (also in the JSON).
@@ -141,6 +143,41 @@ def streamed_seconds(model: Any, rows: int, head_rows: int, *, blocks: int = 5) 
                 F.linear(x[(m.in_features, head_rows if m is head else rows)], m.weight)
             best = min(best, cpu_now() - c)
     return best
+
+
+def layout_probes(model: Any, rows: int, *, blocks: int = 6) -> dict[str, float]:
+    """What a different weight layout or precision would change in the floor's decode step, in
+    seconds: the step at rows/2 and rows/4 (a shrinking batch), the step with each layer's q/k/v
+    and gate/up weights concatenated into one matmul each (fewer, wider calls over the same bytes),
+    and the output head alone in fp32 and in bf16 (half the bytes; not the trainer's numbers)."""
+    out = {f"step_{r}_rows": streamed_seconds(model, r, r) for r in (rows, max(1, rows // 2), max(1, rows // 4))}
+    fused = []
+    for m in model.modules():
+        attn, mlp = getattr(m, "self_attn", None), getattr(m, "mlp", None)
+        if attn is None or mlp is None or not hasattr(attn, "q_proj") or not hasattr(mlp, "gate_proj"):
+            continue
+        fused += [torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]), attn.o_proj.weight,
+                  torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), mlp.down_proj.weight]
+    head = model.get_output_embeddings().weight
+    fused.append(head)
+    x = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in fused}
+
+    def best(calls: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
+        with torch.inference_mode():
+            for a, w in calls:
+                F.linear(a, w)
+            top = float("inf")
+            for _ in range(blocks):
+                c = cpu_now()
+                for a, w in calls:
+                    F.linear(a, w)
+                top = min(top, cpu_now() - c)
+        return top
+
+    out["step_fused_qkv_gate_up"] = best([(x[w.shape[1]], w) for w in fused])
+    out["head_fp32"] = best([(x[head.shape[1]], head)])
+    out["head_bf16"] = best([(x[head.shape[1]].bfloat16(), head.bfloat16())])
+    return out
 
 
 class MatmulFloor:
@@ -302,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-llama", action="store_true", help="leave out llama.cpp")
     parser.add_argument("--compile", action="store_true", help="add Hugging Face generate with a static cache under torch.compile")
+    parser.add_argument("--probes", action="store_true", help="also time the floor's step at fewer rows, with fused q/k/v and gate/up "
+                        "weights, and the output head in fp32 and bf16 (`layout_probes`)")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--out", default=str(RESULTS / "generation.json"))
     args = parser.parse_args(argv)
@@ -334,6 +373,10 @@ def main(argv: list[str] | None = None) -> int:
         HFArm("cdf sampler (default)", model, tok, kv_cache="dynamic", sampler=gen._sample),
         HFArm("both", model, tok, kv_cache="reserved", sampler=gen._sample),
     ]
+    probes: dict[str, float] = {}
+    if args.probes:
+        probes = layout_probes(model, rows)
+        print(table(["probe", "ms"], [[k, v * 1e3] for k, v in probes.items()]), flush=True)
     compiled = None
     if args.compile:
         compiled = CompiledArm(model, tok)
@@ -403,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     if llama is not None:
         print(f"llama.cpp log-prob |diff| against the trainer on its greedy tokens: {summary[llama.name]['logprob_abs_diff']}")
     print(f"load average: start {start['loadavg']}, end {end['loadavg']}")
-    payload = {"command": command_line(), "machine_start": start, "machine_end": end, "roofline": roof, "candidates": summary, "rounds": runs,
+    payload = {"command": command_line(), "machine_start": start, "machine_end": end, "roofline": roof, "candidates": summary, "rounds": runs, "probes": probes,
                "profile": profile_rows, "setup": {"prompts": args.prompts, "n": args.n, "max_new_tokens": args.max_new_tokens, "model": args.model}}
     print(f"wrote {write_json(args.out, payload)}")
     return 0
