@@ -219,15 +219,25 @@ def trial_name(name: str, arm: tuple[tuple[str, Any], ...], seed: int) -> str:
 
 
 def arm_label(arm: tuple[tuple[str, Any], ...]) -> str:
-    """`optim.lr=0.001, topology.specialization=lora`; `base` for the experiment without axes."""
-    return ", ".join(f"{f}={_show(v)}" for f, v in arm) or "base"
+    """`optim.lr=0.001, topology.specialization=lora`; `base` for the experiment without axes. A
+    value that is a mapping (an agent of a `topology.agents` axis) shows only its set fields: those
+    left empty (None, '', [], {}) are its defaults and would bury what the arm changes."""
+    return ", ".join(f"{f}={_show(_set_fields(v))}" for f, v in arm) or "base"
+
+
+def _set_fields(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _set_fields(v) for k, v in value.items() if v is not None and v != "" and v != [] and v != {}}
+    if isinstance(value, (list, tuple)):
+        return [_set_fields(v) for v in value]
+    return value
 
 
 def _show(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, (list, tuple, dict)):
-        return yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
+        return yaml.safe_dump(value, default_flow_style=True, width=10_000, sort_keys=False).strip()
     return str(value)
 
 

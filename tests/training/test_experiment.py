@@ -155,3 +155,18 @@ def test_the_specialization_is_an_axis_of_a_team_single_being_its_first_agent_al
         assert [a.name for a in by_arm[team].topology.agents] == ["writer", "echo"]
         assert by_arm[team].topology.specialization == team and by_arm[team].seed == 1
     assert len(spec.trials()) == 6
+
+
+def test_an_agents_axis_is_labelled_by_the_fields_it_sets():
+    """An arm of a `topology.agents` axis holds validated agents, every field filled in; its label
+    shows only the fields that are set, in the agents' own order, so the frozen one stands out."""
+    from pathlib import Path
+
+    spec = ExperimentSpec.load(Path(__file__).resolve().parents[2] / "configs" / "experiments" / "referential-apart.yaml")
+    labels = [t.config.name for t in spec.trials() if t.seed == 0]
+    assert labels == [
+        "referential-apart [topology.agents=[{name: speaker, role: speaker, trainable: true}, "
+        "{name: listener, role: listener, trainable: false}]] seed 0",
+        "referential-apart [topology.agents=[{name: speaker, role: speaker, trainable: false}, "
+        "{name: listener, role: listener, trainable: true}]] seed 0",
+    ]

@@ -19,7 +19,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from ninja import Field, Router, Schema, Status
 
-from training.experiment import MAX_SEEDS, ExperimentError, Interval
+from training.experiment import MAX_SEEDS, ExperimentError, Interval, arm_label
 from webapp.api.app import Id, In, Page, QueryPaging, answers, body_doc, page_of, read_body
 from webapp.api.http import ApiError, absolute
 from webapp.catalog import selectors as catalog
@@ -259,7 +259,7 @@ def experiment_preview(request: HttpRequest, body: ExperimentIn) -> Any:
     return {"runs": estimate.runs, "arms": estimate.arms, "seeds": estimate.seeds, "steps": estimate.steps, "parallel": estimate.parallel,
             "seconds_per_step": estimate.seconds_per_step,
             "duration_seconds": estimate.duration.total_seconds() if estimate.duration is not None else None,
-            "arm_labels": [] if spec.search is not None else [", ".join(f"{f}={v}" for f, v in arm) or "base" for arm in spec.arms()]}
+            "arm_labels": [] if spec.search is not None else [arm_label(arm) for arm in spec.arms()]}
 
 
 @router.get("/{int:id}/", response=answers({200: ExperimentDetail}, 404), url_name="api_experiment",
