@@ -131,16 +131,25 @@ def streamed_seconds(model: Any, rows: int, head_rows: int, *, blocks: int = 5) 
     same matmuls and nothing else (no attention, norms, sampling or framework)."""
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     head = model.get_output_embeddings()
-    inputs = {(m.in_features, head_rows if m is head else rows) for m in linears}
-    x = {(i, r): torch.randn(r, i) for i, r in inputs}
+    inputs: dict[tuple[int, int], torch.Tensor] = {}  # (in, rows) -> x, shared by the weights of that shape
+    calls = []
+    for m in linears:
+        n = head_rows if m is head else rows
+        calls.append((inputs.setdefault((m.in_features, n), torch.randn(n, m.in_features)), m.weight))
+    return best_cpu_seconds(calls, blocks=blocks)
+
+
+def best_cpu_seconds(calls: list[tuple[torch.Tensor, torch.Tensor]], *, blocks: int) -> float:
+    """Best CPU seconds over `blocks` runs of `F.linear(x, w)` for each (x, w) of `calls` in turn,
+    after one warm-up run (first-touch allocations)."""
     with torch.inference_mode():
-        for m in linears:  # warm-up: first-touch allocations
-            F.linear(x[(m.in_features, head_rows if m is head else rows)], m.weight)
+        for a, w in calls:
+            F.linear(a, w)
         best = float("inf")
         for _ in range(blocks):
             c = cpu_now()
-            for m in linears:
-                F.linear(x[(m.in_features, head_rows if m is head else rows)], m.weight)
+            for a, w in calls:
+                F.linear(a, w)
             best = min(best, cpu_now() - c)
     return best
 
@@ -162,21 +171,9 @@ def layout_probes(model: Any, rows: int, *, blocks: int = 6) -> dict[str, float]
     fused.append(head)
     x = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in fused}
 
-    def best(calls: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
-        with torch.inference_mode():
-            for a, w in calls:
-                F.linear(a, w)
-            top = float("inf")
-            for _ in range(blocks):
-                c = cpu_now()
-                for a, w in calls:
-                    F.linear(a, w)
-                top = min(top, cpu_now() - c)
-        return top
-
-    out["step_fused_qkv_gate_up"] = best([(x[w.shape[1]], w) for w in fused])
-    out["head_fp32"] = best([(x[head.shape[1]], head)])
-    out["head_bf16"] = best([(x[head.shape[1]].bfloat16(), head.bfloat16())])
+    out["step_fused_qkv_gate_up"] = best_cpu_seconds([(x[w.shape[1]], w) for w in fused], blocks=blocks)
+    out["head_fp32"] = best_cpu_seconds([(x[head.shape[1]], head)], blocks=blocks)
+    out["head_bf16"] = best_cpu_seconds([(x[head.shape[1]].bfloat16(), head.bfloat16())], blocks=blocks)
     return out
 
 

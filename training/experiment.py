@@ -227,7 +227,7 @@ def arm_label(arm: tuple[tuple[str, Any], ...]) -> str:
 
 def _set_fields(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _set_fields(v) for k, v in value.items() if v is not None and v != "" and v != [] and v != {}}
+        return {k: _set_fields(v) for k, v in value.items() if not (v is None or (isinstance(v, (str, list, tuple, dict)) and not v))}
     if isinstance(value, (list, tuple)):
         return [_set_fields(v) for v in value]
     return value

@@ -293,7 +293,7 @@ def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: t
     of a CPU decode step, bench/generation.py). The inversion is two-level, in float64 (so the sum
     of 49k probabilities keeps its last digits): the cumulative sums of blocks of `SAMPLE_BLOCK`
     entries pick the block, then the cumulative sum of that block alone picks the token. A float64
-    cumulative sum of the whole vocabulary is sequential work, 6 % of a step. A token of
+    cumulative sum of the whole vocabulary is sequential work, 5 % of a call. A token of
     probability 0 (cut by top_p) is never drawn: the draw inside its block is kept below the
     block's total, and a zero adds nothing to the running sum."""
     if temperature <= 0:

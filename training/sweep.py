@@ -123,8 +123,9 @@ def run_sweep(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None, 
                 metric = record["metrics"].get(spec.metric)
                 shown = f"{spec.metric} {metric:.3f}" if metric is not None else "no held-out evaluation"
                 print(f"    {record['status']} in {record['seconds']:.0f}s: {shown}", file=stream, flush=True)
-    finished = [(t, r) for t in trials if (r := _read_record(out / f"trial-{t.index:03d}")) is not None]
-    unfinished = sorted(set(t.index for t in trials) - {t.index for t, _ in finished})
+    recorded = _records(trials, out)
+    finished = [(t, r) for t in trials if (r := recorded[t.index]) is not None]
+    unfinished = [i for i, r in recorded.items() if r is None]
     if unfinished:
         names = ", ".join(f"trial-{i:03d}" for i in unfinished)
         print(f"not finished, so left out of the table: {names} (another sweep of {out} trains them)", file=stream, flush=True)
@@ -188,7 +189,7 @@ def run_ablations(spec: ExperimentSpec, out: Path, *, evaluate: Callable[..., li
     stream = stream or sys.stdout
     run_eval: Callable[..., list[dict[str, Any]]] = evaluate or evaluate_ablation
     trials = spec.trials()
-    recorded = {t.index: _read_record(out / f"trial-{t.index:03d}") for t in trials}
+    recorded = _records(trials, out)
     done = {i for i, r in recorded.items() if r is not None and r["status"] == "succeeded"}
     waiting = [i for i, r in recorded.items() if r is None]  # not started, or running in another sweep
     results: dict[str, list[tuple[tuple[tuple[str, Any], ...], int, dict[str, float]]]] = {k: [] for k in spec.ablations}
@@ -354,6 +355,12 @@ def run_trial(trial: Trial, folder: Path, *, train: TrainFn, sink: EventSink | N
     folder.mkdir(parents=True, exist_ok=True)
     (folder / TRIAL_FILE).write_text(json.dumps(record, indent=1), encoding="utf-8")
     return record
+
+
+def _records(trials: list[Trial], out: Path) -> dict[int, dict[str, Any] | None]:
+    """Each trial's record under `out` by index, None where it has none yet (not started, or
+    running in another sweep of the folder)."""
+    return {t.index: _read_record(out / f"trial-{t.index:03d}") for t in trials}
 
 
 def _read_record(folder: Path) -> dict[str, Any] | None:
