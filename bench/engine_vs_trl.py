@@ -28,6 +28,10 @@ Part `single` (Troupe against TRL). One task, one model, one process, steps inte
   processes. With `--threads 1` it uses two cores where the other arms use one: that is the point.
   A second async arm runs its sampler in a thread of the trainer's process instead (what a GPU
   run gets), so the two are compared in the same run.
+- The bf16 arms (`generation.dtype: bfloat16`, stop patterns on): the rollouts come from a bfloat16
+  copy of the weights, refreshed before each step's rollouts, and the update corrects its numbers
+  with truncated importance sampling (as for vLLM); synchronous, and async with the sampler process.
+  `--no-bf16` leaves them out.
 - Interleaving: TRL's trainer runs; after each of its optimizer steps a callback runs one step of
   each Troupe arm. A TRL step's time is the wall time between its step ends minus the Troupe
   time spent in between, so it counts everything TRL does per step. Medians over the steps after
@@ -161,6 +165,10 @@ def run_single(args: argparse.Namespace) -> dict[str, Any]:
         async_cfg = troupe_config("single", args, **topo, **{"generation.async": "one_step_off"})
         arms.append(TroupeArm("troupe async (stop patterns)", async_cfg, args))  # a sampler process: what a CPU run gets
         arms.append(TroupeArm("troupe async thread (stop patterns)", async_cfg.replace(**{"generation.async_sampler": "thread"}), args))
+    if not args.no_bf16:  # rollouts from a bfloat16 copy (generation.dtype), importance-corrected
+        arms.append(TroupeArm("troupe bf16 copy (stop patterns)", arms[0].config.replace(**{"generation.dtype": "bfloat16"}), args))
+        if not args.no_async:
+            arms.append(TroupeArm("troupe async bf16 copy (stop patterns)", async_cfg.replace(**{"generation.dtype": "bfloat16"}), args))
     cfg = arms[0].config
     trl_steps: list[dict[str, float]] = []
 
@@ -257,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--no-async", action="store_true", help="leave out the async arms (generation.async: one_step_off, its sampler a process and a thread)")
+    parser.add_argument("--no-bf16", action="store_true", help="leave out the arms sampling from a bfloat16 copy (generation.dtype: bfloat16)")
     parser.add_argument("--work-dir", default="/tmp/troupe-bench")
     parser.add_argument("--out", default=str(RESULTS / "engine_vs_trl.json"))
     args = parser.parse_args(argv)

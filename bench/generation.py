@@ -56,6 +56,10 @@ import torch.nn.functional as F  # noqa: E402
 from _common import RESULTS, command_line, machine, table, write_json  # noqa: E402
 
 from training import generation as gen  # noqa: E402
+from training.async_rollout import shadow_policies  # noqa: E402
+from training.policies import Policy, PolicySet  # noqa: E402
+
+BF16 = "bf16 copy (generation.dtype)"
 
 QUESTIONS = [
     "A shop sells pens at 3 dollars each. Tom buys 17 pens and pays with a 100 dollar bill. How much change does he get?",
@@ -88,9 +92,9 @@ def decode_shapes(config: Any) -> tuple[int, dict[str, tuple[int, int]], tuple[i
     return config.num_hidden_layers, layer, (h, config.vocab_size)
 
 
-def time_linear(rows: int, shape: tuple[int, int], *, calls: int, blocks: int) -> float:
+def time_linear(rows: int, shape: tuple[int, int], *, calls: int, blocks: int, dtype: torch.dtype = torch.float32) -> float:
     """Best seconds per call of x (rows, in) @ W (out, in)^T, by CPU time, over `blocks` blocks of `calls`."""
-    x, w = torch.randn(rows, shape[0]), torch.randn(shape[1], shape[0])
+    x, w = torch.randn(rows, shape[0], dtype=dtype), torch.randn(shape[1], shape[0], dtype=dtype)
     for _ in range(3):
         F.linear(x, w)
     best = float("inf")
@@ -102,12 +106,12 @@ def time_linear(rows: int, shape: tuple[int, int], *, calls: int, blocks: int) -
     return best
 
 
-def roofline(config: Any, rows: int, *, blocks: int = 5) -> dict[str, Any]:
+def roofline(config: Any, rows: int, *, blocks: int = 5, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
     layers, layer, head = decode_shapes(config)
     per_shape = {}
     for name, shape in [*layer.items(), ("head", head)]:
         calls = min(400, max(20, int(2e8 / (2 * rows * shape[0] * shape[1]))))  # about 0.1-0.2 s per block on one core
-        secs = time_linear(rows, shape, calls=calls, blocks=blocks)
+        secs = time_linear(rows, shape, calls=calls, blocks=blocks, dtype=dtype)
         per_shape[name] = {"in": shape[0], "out": shape[1], "seconds": secs, "gflops": 2 * rows * shape[0] * shape[1] / secs / 1e9}
     step = layers * sum(per_shape[k]["seconds"] for k in layer) + per_shape["head"]["seconds"]
     weights = layers * sum(i * o for i, o in layer.values()) + head[0] * head[1]
@@ -335,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-llama", action="store_true", help="leave out llama.cpp")
+    parser.add_argument("--no-bf16", action="store_true", help="leave out the bfloat16 sampling copy (generation.dtype: bfloat16)")
     parser.add_argument("--compile", action="store_true", help="add Hugging Face generate with a static cache under torch.compile")
     parser.add_argument("--probes", action="store_true", help="also time the floor's step at fewer rows, with fused q/k/v and gate/up "
                         "weights, and the output head in fp32 and bf16 (`layout_probes`)")
@@ -370,6 +375,15 @@ def main(argv: list[str] | None = None) -> int:
         HFArm("cdf sampler (default)", model, tok, kv_cache="dynamic", sampler=gen._sample),
         HFArm("both", model, tok, kv_cache="reserved", sampler=gen._sample),
     ]
+    bf16 = None
+    if not args.no_bf16:  # the run's sampling copy of `generation.dtype: bfloat16`, made as a run makes it
+        copies, _ = shadow_policies(PolicySet({"m": Policy("m", model, tok, ("m",), trainable=False)}, {"m": "m"}, "single"), torch.bfloat16)
+        bf16 = HFArm(BF16, copies.for_agent("m").model, tok, kv_cache="dynamic", sampler=gen._sample)
+        arms.append(bf16)
+        roof_bf16 = roofline(model.config, rows, dtype=torch.bfloat16)
+        roof["bf16"] = {k: roof_bf16[k] for k in ("step_seconds", "tokens_per_s", "gflops")}
+        print(f"bf16 roofline at {rows} rows: {roof_bf16['tokens_per_s']:.0f} tokens/s ({roof_bf16['gflops']:.1f} GFLOPS, "
+              f"{roof_bf16['step_seconds'] * 1e3:.1f} ms per decode step)", flush=True)
     probes: dict[str, float] = {}
     if args.probes:
         probes = layout_probes(model, rows)
@@ -435,6 +449,13 @@ def main(argv: list[str] | None = None) -> int:
         summary[llama.name]["sync"] = llama.sync
     if compiled is not None:
         summary[compiled.name]["startup_cpu_s"] = compiled.startup_s
+    if bf16 is not None:  # the copy's own log-probs of its greedy tokens (what the importance weights read) against the trainer's
+        diffs = []
+        got = gen.generate(bf16.model, tok, prompts, n=1, max_new_tokens=args.max_new_tokens, temperature=0.0, logprobs=True)
+        for p, (g,) in zip(prompts, got):
+            diffs += [abs(x - y) for x, y in zip(g.logprobs, trainer_logprobs(model, p, g.token_ids))]
+        summary[BF16]["logprob_abs_diff"] = {"mean": statistics.fmean(diffs), "max": max(diffs)}
+        summary[BF16]["bf16_roofline_share"] = summary[BF16]["tokens_per_cpu_s"] / roof["bf16"]["tokens_per_s"]
     shutil.rmtree(work, ignore_errors=True)  # the saved model and its GGUF
     end = machine()
     print(table(["candidate", "tok/cpu-s", "x before", "% roofline", "% matmul floor", "tok/wall-s", "mean tokens", "greedy rows = before"],
@@ -442,6 +463,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{v['greedy_rows_identical']:.0%}"] for k, v in summary.items()]))
     if llama is not None:
         print(f"llama.cpp log-prob |diff| against the trainer on its greedy tokens: {summary[llama.name]['logprob_abs_diff']}")
+    if bf16 is not None:
+        print(f"{BF16}: {100 * summary[BF16]['bf16_roofline_share']:.1f} % of the bf16 roofline; its log-prob |diff| against the "
+              f"trainer on its greedy tokens: {summary[BF16]['logprob_abs_diff']}")
     print(f"load average: start {start['loadavg']}, end {end['loadavg']}")
     payload = {"command": command_line(), "machine_start": start, "machine_end": end, "roofline": roof, "candidates": summary, "rounds": runs, "probes": probes,
                "profile": profile_rows, "setup": {"prompts": args.prompts, "n": args.n, "max_new_tokens": args.max_new_tokens, "model": args.model}}

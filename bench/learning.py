@@ -149,7 +149,7 @@ def arm_config(arm: str, args: argparse.Namespace, *, roles: tuple[str, ...] | N
         overrides["optim.lr"] = args.lr
     if arm == "single-async":
         overrides["generation.async"] = "one_step_off"
-    return RunConfig.load(CONFIGS / f"math-{spec}.yaml").replace(**overrides)
+    return RunConfig.load(CONFIGS / f"math-{spec}.yaml", list(args.set)).replace(**overrides)
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
@@ -571,6 +571,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "disagrees), and the `self` arms' turns; results go to ARM-Nturns.json")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for every arm, as `python -m training run --set` takes it (e.g. generation.dtype=bfloat16)")
     parser.add_argument("--work-dir", default="/tmp/troupe-bench")
     parser.add_argument("--out-dir", default=None)
     args = parser.parse_args(argv)

@@ -16,6 +16,11 @@ importance sampling that already corrects vLLM's sampler (`training.grpo.truncat
 On-policy rollouts (staleness 0) drop those log-probs: their weight is exactly 1 (not vLLM's,
 whose kernels differ from the trainer's: its log-probs stay, as in a synchronous vLLM run).
 
+The same sampler at lag 0 serves a synchronous run whose rollouts come from a bfloat16 copy
+(`generation.dtype: bfloat16`, `training.collect.start_async_rollouts`): `shadow_policies` casts
+the copy, each step's rollouts wait for the push before them, and the copy's log-probs stay at
+staleness 0 (its numbers are not the trainer's), so the update corrects them as it does vLLM's.
+
 The sampler runs in a process of its own where it can (`process=True`: a run of one process on
 CPU, the trainer's choice in `training.trainer.start_async_rollouts`), else in a thread:
 
@@ -125,14 +130,19 @@ class AsyncRollouts:
     and starts the next step's; `settle` waits for the batch in flight; `close` ends the sampler."""
 
     def __init__(self, sampler: Sampler, tasks: list[Any], collect: Collect, *, lag: int, total_steps: int,
-                 process: bool = False) -> None:
+                 process: bool = False, dtype: torch.dtype | None = None) -> None:
         self.trainer = sampler
         self.lag, self.total = lag, total_steps
-        policies, self.pairs = shadow_policies(sampler.policies)
+        self.dtype = dtype
+        """The copy's dtype when it differs from the trainer's (`generation.dtype`): its
+        log-probs are kept even for on-policy rollouts, whose weights are the trainer's but not
+        its numbers."""
+        policies, self.pairs = shadow_policies(sampler.policies, dtype)
         self.tasks, self.collect = tasks, collect
-        threads = max(1, torch.get_num_threads() // 2)
+        threads = max(1, torch.get_num_threads() // 2) if lag else torch.get_num_threads()
         self.threads = threads
-        """Torch threads of each side: the sampler and the update split the run's budget."""
+        """Torch threads of each side: the sampler and the update split the run's budget when they
+        run at once (lag 1); at lag 0 they take turns, each with all of it."""
         self._threads_before = torch.get_num_threads()
         self.worker: SamplerProcess | None = None
         self.note = ""
@@ -181,7 +191,7 @@ class AsyncRollouts:
         except Exception as exc:
             reason = str(exc) if isinstance(exc, SamplerFailed) else f"{type(exc).__name__}: {exc}"
             raise RuntimeError(f"the sampler {self.kind} failed making the rollouts of step {step}: {reason}") from exc
-        if self.staleness(got) == 0 and self.trainer.vllm is None:  # the trainer's own weights and kernels: weight 1, exactly
+        if self.staleness(got) == 0 and self.trainer.vllm is None and self.dtype is None:  # the trainer's own weights and kernels: weight 1, exactly
             for ep in got.episodes:
                 for turn in ep.turns:
                     for c in turn.candidates:
@@ -451,20 +461,29 @@ def _serve(conn: Connection, threads: int, closing: Any, beat: Any) -> None:
             close_env()
 
 
-def shadow_policies(policies: PolicySet) -> tuple[PolicySet, list[tuple[torch.Tensor, torch.Tensor]]]:
+def shadow_policies(policies: PolicySet, dtype: torch.dtype | None = None) -> tuple[PolicySet, list[tuple[torch.Tensor, torch.Tensor]]]:
     """The sampler's copy of the policies, and the (trainer tensor, copy) pairs a push copies.
 
     Each model is deep-copied once (the `lora` policies share one PeftModel, so they share one
     copy) with every tensor no optimizer updates left shared: a LoRA copy adds only the adapters.
-    Tokenizers are copied too: a fast tokenizer refuses calls from two threads at once."""
+    Tokenizers are copied too: a fast tokenizer refuses calls from two threads at once.
+
+    `dtype` (`generation.dtype: bfloat16`): every floating-point parameter of the copy is in
+    `dtype`, the frozen ones too (cast once here, no longer shared); buffers stay as they are (the
+    rotary frequencies keep their precision). A push then casts as it copies."""
     trained = {id(p) for pol in policies.trainable() for p in pol.params}
     models: dict[int, torch.nn.Module] = {}
     tokenizers: dict[int, object] = {}
     out: dict[str, Policy] = {}
     for name, pol in policies.policies.items():
         if id(pol.model) not in models:
-            memo: dict[int, object] = {id(t): t for t in [*pol.model.parameters(), *pol.model.buffers()] if id(t) not in trained}
+            memo: dict[int, object] = {id(t): t for t in pol.model.buffers()}
+            for t in pol.model.parameters():
+                if id(t) not in trained and id(t) not in memo:
+                    memo[id(t)] = t if dtype is None else _cast(t, dtype)
             models[id(pol.model)] = copy.deepcopy(pol.model, memo)
+            if dtype is not None:
+                _cast_parameters(models[id(pol.model)], dtype)
         if id(pol.tokenizer) not in tokenizers:
             tokenizers[id(pol.tokenizer)] = copy.deepcopy(pol.tokenizer)
         out[name] = Policy(pol.name, models[id(pol.model)], tokenizers[id(pol.tokenizer)], pol.agents, pol.trainable,  # type: ignore[arg-type]
@@ -475,6 +494,23 @@ def shadow_policies(policies: PolicySet) -> tuple[PolicySet, list[tuple[torch.Te
         theirs = dict(models[id(pol.model)].named_parameters())
         pairs += [(p, theirs[names[id(p)]]) for p in pol.params]
     return PolicySet(out, dict(policies.agent_policy), policies.specialization), pairs
+
+
+def _cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A parameter's copy in `dtype` (integer and already-`dtype` tensors as they are)."""
+    if not t.is_floating_point() or t.dtype == dtype:
+        return t
+    return torch.nn.Parameter(t.detach().to(dtype), requires_grad=t.requires_grad)
+
+
+def _cast_parameters(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Every floating-point parameter of `model` in `dtype`, in place; a parameter two modules
+    share (tied embeddings) stays one parameter."""
+    done: dict[int, torch.Tensor] = {}
+    for module in model.modules():
+        for key, param in list(module._parameters.items()):
+            if param is not None:
+                module._parameters[key] = done.setdefault(id(param), _cast(param, dtype))  # type: ignore[assignment]
 
 
 @torch.no_grad()

@@ -8,6 +8,8 @@ import time
 from collections import defaultdict
 from typing import Any
 
+import torch
+
 from training.async_rollout import LAGS, AsyncRollouts, Collect, StepRollouts
 from training.config import RunConfig
 from training.data import Task, batch_indices
@@ -18,15 +20,18 @@ from training.rollout import Episode, Sampler, rollout_independent, rollout_tree
 
 def start_async_rollouts(sampler: Sampler, tasks: list[Task], *, plan: Plan, total_steps: int,
                          collect: Collect | None = None) -> AsyncRollouts | None:
-    """The sampler of `generation.async` (training.async_rollout), working one step ahead of the
-    update on `tasks`, in a process or a thread as `plan.sampler` says; None when the run's
-    rollouts are synchronous. `collect` replaces `collect_rollouts` (bench/engine_vs_trl.py rolls
-    out each step from an empty sandbox cache)."""
-    if plan.sampler == "off":
+    """The sampler that makes the run's rollouts on a copy of its weights (training.async_rollout):
+    `generation.async`'s, working one step ahead of the update on `tasks`, in a process or a thread
+    as `plan.sampler` says; or, for a synchronous run whose rollouts come from a bfloat16 copy
+    (`plan.sampler_dtype`), one that makes each step's rollouts when the step asks (lag 0). None
+    when the trainer's own weights make them. `collect` replaces `collect_rollouts`
+    (bench/engine_vs_trl.py rolls out each step from an empty sandbox cache)."""
+    dtype = getattr(torch, plan.sampler_dtype) if plan.sampler_dtype else None
+    if plan.sampler == "off" and dtype is None:
         return None
-    mode = sampler.config.generation.async_
-    return AsyncRollouts(sampler, tasks, collect or collect_rollouts, lag=LAGS[mode], total_steps=total_steps,
-                         process=plan.sampler == "process")
+    lag = LAGS[sampler.config.generation.async_] if plan.sampler != "off" else 0
+    return AsyncRollouts(sampler, tasks, collect or collect_rollouts, lag=lag, total_steps=total_steps,
+                         process=plan.sampler == "process", dtype=dtype)
 
 
 def collect_rollouts(sampler: Sampler, tasks: list[Task], step: int) -> StepRollouts:

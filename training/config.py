@@ -38,6 +38,7 @@ RATIO_LEVELS = ("token", "sequence")
 BACKENDS = ("auto", "hf", "vllm")
 ASYNC_MODES = ("off", "one_step_off")
 ASYNC_SAMPLERS = ("auto", "process", "thread")
+SAMPLER_DTYPES = ("model", "bfloat16")
 ZERO_SIGNAL = ("drop", "count")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "4bit")
@@ -445,6 +446,16 @@ class GenerationConfig:
     """Where `one_step_off`'s sampler runs: `auto` (a process of its own where the run's plan
     allows one, `training.plan`), `thread` (always a thread of the trainer's process) or `process`
     (a process where the plan allows one; the run's log says why when it does not)."""
+    dtype: str = "model"
+    """The dtype the HF backend samples the training rollouts in. `model`: the trainer's own weights
+    (exact: the tokens and log-probs are the trainer's). `bfloat16`: a bfloat16 copy of each trained
+    model, refreshed from the trainer's weights before each step's rollouts (or by the async
+    sampler's push), for CPUs whose bfloat16 matmuls are faster than float32's (avx512_bf16, AMX:
+    bench/generation.py measures it). Its numbers differ from the trainer's, as vLLM's do: the
+    sampler keeps each token's log-prob and the update corrects with truncated importance sampling
+    (`grpo.importance_sampling`); `mismatch/logp_diff` reports the gap. Held-out evaluation always
+    runs on the trainer's weights. A model that already trains in bfloat16 (`model.dtype`, or `auto`
+    on a GPU) needs no copy; one process, HF backend, no 4-bit base."""
 
 
 @dataclass(frozen=True)
@@ -494,6 +505,10 @@ def config_warnings(config: RunConfig) -> list[str]:
         out.append(f"generation.async: {config.generation.async_} with grpo.importance_sampling: false trains on rollouts sampled by "
                    "the weights of one update before with no correction for it (truncated importance sampling corrects the "
                    "staleness, as it does vLLM's mismatch)")
+    if config.generation.dtype != "model" and not g.importance_sampling:
+        out.append(f"generation.dtype: {config.generation.dtype} with grpo.importance_sampling: false trains on tokens sampled by "
+                   "a lower-precision copy with no correction for the difference (truncated importance sampling corrects it, "
+                   "as it does vLLM's)")
     return out
 
 
@@ -725,6 +740,7 @@ class RunConfig:
         p.choice("generation.backend", gen.backend, BACKENDS)
         p.choice("generation.async", gen.async_, ASYNC_MODES)
         p.choice("generation.async_sampler", gen.async_sampler, ASYNC_SAMPLERS)
+        p.choice("generation.dtype", gen.dtype, SAMPLER_DTYPES)
         if self.data.eval_seed is not None:
             p.int_range("data.eval_seed", self.data.eval_seed, 0, 2**31 - 1)
         if gen.async_ == "one_step_off" and not p.has("generation.async"):
@@ -749,6 +765,7 @@ class RunConfig:
         if r.hosts > 1 and r.parallel == "agents" and not p.has("resources.hosts"):
             p.add("resources.hosts", "several hosts train data-parallel ranks; `agents` places models on one host's GPUs")
         self._launch_problems(p)
+        self._sampler_dtype_problems(p)
         if r.placement:
             self._placement_problems(p)
         if r.placement and r.hosts > 1 and not p.has("resources.hosts"):
@@ -871,6 +888,21 @@ class RunConfig:
                                          "(data.reward_fn, then data.reward_fns)")
         for i, w in enumerate(d.reward_weights):
             p.range(f"data.reward_weights[{i}]", w, -100.0, 100.0)
+
+    def _sampler_dtype_problems(self, p: _Problems) -> None:
+        """`generation.dtype: bfloat16` copies whole models in the one process that trains them, for
+        the HF backend to sample from."""
+        gen, r = self.generation, self.resources
+        if gen.dtype == "model" or p.has("generation.dtype"):
+            return
+        if gen.backend == "vllm" and not p.has("generation.backend"):
+            p.add("generation.dtype", "is the HF backend's sampling copy; vLLM generates in model.dtype (use generation.backend: hf, "
+                                      "or leave generation.dtype at model)")
+        elif r.launcher != "one process" or r.parallel == "fsdp" or (r.parallel == "agents" and r.gpus > 1) or r.placement:
+            p.add("generation.dtype", "a bfloat16 sampling copy runs in one process on one device: not under a launch of several "
+                                      "processes, resources.parallel fsdp, agents over several GPUs, or a placement")
+        elif self.model.quantization != "none" and not p.has("model.quantization"):
+            p.add("generation.dtype", "a 4-bit base (model.quantization) has no bfloat16 copy to sample from")
 
     def _launch_problems(self, p: _Problems) -> None:
         """What the engine cannot do across ranks, each refused at the field that asks for it rather

@@ -5,6 +5,7 @@ in a process or a thread, on which queue".
     plan = Plan.resolve(config)      # the runner, before it launches anything (the worker's host)
     plan.launcher                    # "one process" | "torchrun" | "ray"
     plan.sampler, plan.sampler_why   # "off" | "process" | "thread", and why a thread
+    plan.sampler_dtype               # "" (the trainer's weights sample) | "bfloat16" (a copy samples)
 
 Every other module asks the plan (or `ResourcesConfig.launcher`, the rule it reads) instead of
 re-deriving any of it. The runner logs the plan once at the run's start (`describe`) and reports it
@@ -133,6 +134,9 @@ class Plan:
     """Why the sampler is a thread (empty for `process` and `off`)."""
     queue: str
     """The Celery queue the run goes to (`queue_for`)."""
+    sampler_dtype: str = ""
+    """`bfloat16` when the training rollouts come from a bfloat16 copy of the trained models
+    (`generation.dtype`, TIS-corrected), "" when from the trainer's own weights (or vLLM)."""
 
     @classmethod
     def resolve(cls, config: RunConfig, *, cuda: bool | None = None) -> Plan:
@@ -150,6 +154,9 @@ class Plan:
         plan = cls(launcher=launcher, hosts=r.hosts, ranks=r.ranks, parallel=parallel, device="cuda" if cuda else "cpu",
                    placement=dict(r.placement), backend=backend, backend_why=backend_why, sampler="off", sampler_why="",
                    queue=queue_for(hosts=r.hosts, gpus=r.gpus))
+        trains_in = config.model.dtype if config.model.dtype != "auto" else ("bfloat16" if cuda else "float32")
+        if config.generation.dtype != "model" and backend == "hf" and trains_in != config.generation.dtype:
+            plan = replace(plan, sampler_dtype=config.generation.dtype)
         if config.generation.async_ == "off":
             return plan
         why = plan._no_sampler_process(config)
@@ -195,6 +202,8 @@ class Plan:
         if self.placement:
             where += "; placement " + ", ".join(f"{a}: {n} rank{'s' if n != 1 else ''}" for a, n in self.placement.items())
         gen = "vLLM" if self.backend == "vllm" else "HF generate"
+        if self.sampler_dtype:
+            gen += f" from a {self.sampler_dtype} copy (importance-corrected)"
         if self.backend == "hf" and self.backend_why.startswith("asked for vllm"):
             gen += f" ({self.backend_why})"
         sampler = {"off": "synchronous rollouts", "process": "async sampler: a process of its own"}.get(

@@ -169,9 +169,14 @@ def setup(config: RunConfig, *, out_dir: str | Path, sink: EventSink, plan: Plan
             if rollouts.note:  # the host cannot hold the sampler process's shared weights
                 plan = plan.sampler_thread(rollouts.note)
             resumed = bool(config.checkpoint.resume_from) and rollouts.load(Path(str(config.checkpoint.resume_from)), start_step)
-            sink.log(f"generation.async: {config.generation.async_}: the sampler generates each next step's rollouts during the update "
-                     f"({rollouts.threads} torch thread{'s' if rollouts.threads != 1 else ''} each)"
-                     f"{'; the next rollouts come from the checkpoint' if resumed else ''}")
+            if rollouts.lag:
+                sink.log(f"generation.async: {config.generation.async_}: the sampler generates each next step's rollouts during the "
+                         f"update ({rollouts.threads} torch thread{'s' if rollouts.threads != 1 else ''} each)"
+                         f"{'; the next rollouts come from the checkpoint' if resumed else ''}")
+            if plan.sampler_dtype:
+                sink.log(f"generation.dtype: {plan.sampler_dtype}: the rollouts come from a {plan.sampler_dtype} copy of the trained "
+                         "weights, refreshed before each step's rollouts; the update corrects its numbers with truncated importance "
+                         "sampling (mismatch/logp_diff); held-out evaluation runs on the trainer's weights")
             if sampler.vllm is not None and not sampler.vllm.cuda:
                 sink.log("generation.async with vLLM on CPU: the engine, driven from the sampler thread, shares the cores with the update "
                          "and was measured slower per step than a synchronous vLLM run (docs/benchmarks.md, \"vLLM and generation.async\"); "
@@ -335,7 +340,7 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink, 
         tokens_per_s=gen_tokens / gen_secs if gen_secs else 0.0,
         generated_tokens=float(gen_tokens),
     )
-    if rollouts is not None:  # how old the rollouts were, and what the step waited for them
+    if rollouts is not None and rollouts.lag:  # how old the rollouts were, and what the step waited for them
         stale = float(rollouts.staleness(got))
         values.update({"async/staleness": stale, "async/wait_time": t_wait, "async/push_time": rollouts.push_seconds})
         for agent in per_agent:
