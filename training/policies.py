@@ -219,8 +219,7 @@ def _prepare(policy: Policy, config: RunConfig) -> None:
     if config.model.gradient_checkpointing and policy.trainable and not model.is_activation_checkpointing:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=CHECKPOINT_KWARGS)
     if policy.adapter is not None:
-        suffix = f".{policy.adapter}.weight"
-        params = [p for n, p in model.named_parameters() if "lora_" in n and n.endswith(suffix)]
+        params = [p for n, p in model.named_parameters() if is_adapter_param(n, policy.adapter)]
         for p in params:
             p.requires_grad_(policy.trainable)
     else:
@@ -232,6 +231,14 @@ def _prepare(policy: Policy, config: RunConfig) -> None:
         policy.optimizer = torch.optim.AdamW(
             policy.params, lr=config.optim.lr, weight_decay=config.optim.weight_decay, betas=(config.optim.adam_beta1, config.optim.adam_beta2), eps=config.optim.adam_eps
         )
+
+
+def is_adapter_param(name: str, adapter: str) -> bool:
+    """Whether the parameter `name` is one of `adapter`'s LoRA weights: a layer's
+    `...lora_A.<adapter>.weight` (a Linear per adapter) or an embedding's
+    `...lora_embedding_A.<adapter>` (a Parameter per adapter, `lora.target_modules: [embed_tokens]`)."""
+    return "lora_" in name and (name.endswith(f".{adapter}.weight") or name.endswith(f".lora_embedding_A.{adapter}")
+                                or name.endswith(f".lora_embedding_B.{adapter}"))
 
 
 def disable_dropout(model: torch.nn.Module) -> None:

@@ -1,0 +1,51 @@
+"""`lora.target_modules` reaches every module it names: an embedding's adapter (peft keeps its
+weights as `lora_embedding_A.<adapter>`, no `.weight`) is trained, saved and loaded like a
+projection's, and each agent trains only its own."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agents import plugins
+from training.events import NullSink
+from training.policies import build_policies, load_policy_weights
+from training.trainer import train
+
+LENGTH = "tests.training.test_lora_targets:length"
+TARGETS = ("q_proj", "embed_tokens")
+
+
+def length(prompts, completions, **columns):
+    return [len(c) / 50 for c in completions]
+
+
+@pytest.fixture(autouse=True)
+def dense_reward():
+    plugins.register(LENGTH, kind=plugins.REWARD_FUNCTION)
+    yield
+    plugins.unregister(LENGTH, kind=plugins.REWARD_FUNCTION)
+
+
+def embedding_params(policy):
+    return {n: p for n, p in policy.model.named_parameters() if "lora_embedding" in n and n.endswith(f".{policy.adapter}")}
+
+
+def test_an_embedding_adapter_is_each_agents_own_and_is_trained_saved_and_loaded(make_config, tmp_path):
+    config = make_config("lora", **{"lora.target_modules": list(TARGETS), "data.reward_fn": LENGTH})
+    policies = build_policies(config, device=torch.device("cpu"))
+    for name in ("writer", "echo"):
+        pol = policies.for_agent(name)
+        mine = embedding_params(pol)
+        assert len(mine) == 2, f"{name}: its embedding adapter's A and B"
+        assert {id(p) for p in mine.values()} <= {id(p) for p in pol.params}, f"{name}: the embedding adapter is not trained"
+        other = policies.for_agent("echo" if name == "writer" else "writer")
+        assert not {id(p) for p in embedding_params(other).values()} & {id(p) for p in pol.params}
+    start = {n: p.detach().clone() for pol in policies.trainable() for n, p in embedding_params(pol).items()}
+
+    result = train(config, out_dir=tmp_path, sink=NullSink())
+    after = build_policies(config, device=torch.device("cpu"))
+    load_policy_weights(after, result.checkpoint)
+    moved = {n: p.detach() for pol in after.trainable() for n, p in embedding_params(pol).items()}
+    assert moved.keys() == start.keys()
+    assert all(not torch.equal(moved[n], start[n]) for n in moved if "lora_embedding_A" in n), "an embedding adapter did not train"
