@@ -31,7 +31,9 @@ Part `single` (Troupe against TRL). One task, one model, one process, steps inte
 - The bf16 arms (`generation.dtype: bfloat16`, stop patterns on): the rollouts come from a bfloat16
   copy of the weights, refreshed before each step's rollouts, and the update corrects its numbers
   with truncated importance sampling (as for vLLM); synchronous, and async with the sampler process.
-  `--no-bf16` leaves them out.
+  And the bf16-base arms (`model.dtype: bfloat16`): the frozen base in bfloat16, the LoRA adapters
+  in fp32 (peft keeps them so), the same weights sampling and training (exact, no correction).
+  `--no-bf16` leaves all four out.
 - Interleaving: TRL's trainer runs; after each of its optimizer steps a callback runs one step of
   each Troupe arm. A TRL step's time is the wall time between its step ends minus the Troupe
   time spent in between, so it counts everything TRL does per step. Medians over the steps after
@@ -169,6 +171,10 @@ def run_single(args: argparse.Namespace) -> dict[str, Any]:
         arms.append(TroupeArm("troupe bf16 copy (stop patterns)", arms[0].config.replace(**{"generation.dtype": "bfloat16"}), args))
         if not args.no_async:
             arms.append(TroupeArm("troupe async bf16 copy (stop patterns)", async_cfg.replace(**{"generation.dtype": "bfloat16"}), args))
+        # the LoRA adapters (fp32: peft keeps them so) on a bfloat16 base (model.dtype): the sampler is the trainer, exact
+        arms.append(TroupeArm("troupe bf16 base (stop patterns)", arms[0].config.replace(**{"model.dtype": "bfloat16"}), args))
+        if not args.no_async:
+            arms.append(TroupeArm("troupe async bf16 base (stop patterns)", async_cfg.replace(**{"model.dtype": "bfloat16"}), args))
     cfg = arms[0].config
     trl_steps: list[dict[str, float]] = []
 
