@@ -29,10 +29,10 @@ module level, so the web process can ask which ablations a run allows (`ablation
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from training.config import RunConfig
 
@@ -43,9 +43,12 @@ if TYPE_CHECKING:
 KINDS = ("role_swap", "untrained", "alone")
 """The ablations, in the order a page shows them."""
 PAIRED_KINDS = ("apart",)
-"""Ablations that need a second run (a partner): the command line and experiments run them."""
+"""Ablations that need a second run (a partner): the command line, a sweep's `ablations:` and the
+experiment page's Ablate (`apart_pairs` teams the trials) run them."""
 STATE_FILE = "trainer_state.pt"
 """`training.trainer.STATE_FILE`, named here so asking about ablations needs no torch."""
+
+T = TypeVar("T")
 
 
 class AblationError(ValueError):
@@ -213,6 +216,35 @@ def partner_agents(config: RunConfig, partner: RunConfig) -> tuple[str, ...]:
         raise AblationError(f"the partner must train exactly the agents this run froze ({', '.join(frozen)}); "
                             f"it trained {', '.join(trained_agents(partner)) or 'none'}")
     return frozen
+
+
+def is_partner(config: RunConfig, other: RunConfig) -> bool:
+    """Whether `other` can be `config`'s partner in the `apart` team (`partner_agents`)."""
+    try:
+        partner_agents(config, other)
+    except AblationError:
+        return False
+    return True
+
+
+def apart_pairs(trials: Sequence[tuple[T, int, RunConfig]]) -> tuple[list[tuple[T, T]], list[T]]:
+    """The `apart` teams among finished trials, each given as (key, seed, config): each trial in
+    order is teamed with the first later trial of the same seed that trained exactly the agents it
+    froze (and that one is taken), so a pair is evaluated once. Returns (the pairs, the trials that
+    froze agents and found no partner)."""
+    pairs: list[tuple[T, T]] = []
+    alone: list[T] = []
+    taken: set[int] = set()
+    for i, (key, seed, config) in enumerate(trials):
+        if i in taken or not any(not config.agent(a).trainable for a in acting_agents(config)):
+            continue
+        j = next((j for j in range(i + 1, len(trials)) if j not in taken and trials[j][1] == seed and is_partner(config, trials[j][2])), None)
+        if j is None:
+            alone.append(key)
+            continue
+        taken.add(j)
+        pairs.append((key, trials[j][0]))
+    return pairs, alone
 
 
 @contextlib.contextmanager

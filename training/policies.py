@@ -237,8 +237,7 @@ def is_adapter_param(name: str, adapter: str) -> bool:
     """Whether the parameter `name` is one of `adapter`'s LoRA weights: a layer's
     `...lora_A.<adapter>.weight` (a Linear per adapter) or an embedding's
     `...lora_embedding_A.<adapter>` (a Parameter per adapter, `lora.target_modules: [embed_tokens]`)."""
-    return "lora_" in name and (name.endswith(f".{adapter}.weight") or name.endswith(f".lora_embedding_A.{adapter}")
-                                or name.endswith(f".lora_embedding_B.{adapter}"))
+    return "lora_" in name and name.endswith((f".{adapter}.weight", f".lora_embedding_A.{adapter}", f".lora_embedding_B.{adapter}"))
 
 
 def disable_dropout(model: torch.nn.Module) -> None:

@@ -184,7 +184,7 @@ def run_ablations(spec: ExperimentSpec, out: Path, *, evaluate: Callable[..., li
     reason it does not apply: `{"skipped": ...}`), and a second run keeps what it holds. `apart`
     pairs a trial with the succeeded trial of the same seed that trained exactly the agents this
     one froze (`training.ablation.partner_agents`). The summaries per ablation key, one per arm."""
-    from training.ablation import Ablation, AblationError, check_ablation, evaluate_ablation, partner_agents, run_folder
+    from training.ablation import Ablation, AblationError, check_ablation, evaluate_ablation, is_partner, run_folder
 
     stream = stream or sys.stdout
     run_eval: Callable[..., list[dict[str, Any]]] = evaluate or evaluate_ablation
@@ -211,7 +211,7 @@ def run_ablations(spec: ExperimentSpec, out: Path, *, evaluate: Callable[..., li
                     check_ablation(trial.config, ablation, env)
                     if ablation.kind == "apart":
                         partner = next((out / f"trial-{t.index:03d}" for t in trials if t.index in done and t.seed == trial.seed
-                                        and t.index != trial.index and _partners(partner_agents, trial.config, t.config)), None)
+                                        and t.index != trial.index and is_partner(trial.config, t.config)), None)
                         if partner is None and waiting:  # its partner may yet succeed, in another sweep of this folder
                             print(f"trial {trial.index}: {ablation.label} waits for trials {waiting} to finish", file=stream, flush=True)
                             continue
@@ -235,16 +235,6 @@ def run_ablations(spec: ExperimentSpec, out: Path, *, evaluate: Callable[..., li
             if "metrics" in saved[key]:
                 results[key].append((trial.arm, trial.seed, saved[key]["metrics"]))
     return {key: summarize(spec.arms(), found) for key, found in results.items()}
-
-
-def _partners(check: Callable[..., Any], config: RunConfig, other: RunConfig) -> bool:
-    from training.ablation import AblationError
-
-    try:
-        check(config, other)
-    except AblationError:
-        return False
-    return True
 
 
 def _read_json(path: Path) -> dict[str, Any]:

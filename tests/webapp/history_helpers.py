@@ -68,7 +68,7 @@ def save_checkpoint(run: Run, step: int, *, perturb: float = 0.05) -> Checkpoint
     out = Path(run.out_dir)
     folder = out / "checkpoints" / f"step-{step:06d}"
     save_policies(policies, folder)
-    torch.save({"step": step}, folder / "trainer_state.pt")
+    torch.save({"step": step, "config": config.to_yaml()}, folder / "trainer_state.pt")
     return Checkpoint.objects.create(run=run, step=step, path=str(folder))
 
 

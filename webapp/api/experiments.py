@@ -283,7 +283,8 @@ def experiment_resume(request: HttpRequest, id: int) -> Any:
 
 
 class ExperimentAblationIn(In):
-    ablation: str = Field(max_length=200, description="role_swap, untrained, or alone:<agent>: queued for every finished trial.")
+    ablation: str = Field(max_length=200, description="role_swap, untrained, or alone:<agent>: queued for every finished trial; "
+                          "apart: one job per pair of finished trials of a seed, one of which trained the agents the other froze.")
 
 
 class ExperimentAblated(Schema):

@@ -18,7 +18,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from training.ablation import Ablation, ablations_for
+from training.ablation import Ablation, ablations_for, apart_pairs
 from training.config import ConfigError, RunConfig
 from training.experiment import ExperimentError, ExperimentSpec, Trial, arm_label, with_fields
 from webapp.catalog import environments
@@ -228,12 +228,16 @@ def experiment_resume(*, experiment: Experiment, user: User) -> int:
 
 def experiment_ablate(*, experiment: Experiment, user: User | None, key: str) -> tuple[int, list[str]]:
     """Queue the ablation `key` (`role_swap`, `untrained`, `alone:<agent>`) of every succeeded
-    trial (its latest run), each an evaluation job (`webapp.jobs.ablations`). Returns how many
-    jobs were queued or found already done, and why the others were refused (`run #N: ...`)."""
+    trial (its latest run), each an evaluation job (`webapp.jobs.ablations`); for `apart`, one job
+    per team of two succeeded trials of the same seed, one of which trained exactly the agents the
+    other froze (`training.ablation.apart_pairs`), on the first of the two. Returns how many jobs
+    were queued or found already done, and why the others were refused (`run #N: ...`)."""
     queued, refused = 0, []
-    for index, run in sorted(experiment_latest_runs(experiment=experiment).items()):
-        if run.status != Run.Status.SUCCEEDED:
-            continue
+    finished = [(index, run) for index, run in sorted(experiment_latest_runs(experiment=experiment).items())
+                if run.status == Run.Status.SUCCEEDED]
+    if key == "apart":
+        return _ablate_apart(finished, user=user)
+    for index, run in finished:
         try:
             ablation_request(run=run, user=user, key=key)
         except ValidationError as exc:
@@ -243,11 +247,43 @@ def experiment_ablate(*, experiment: Experiment, user: User | None, key: str) ->
     return queued, refused
 
 
+def _ablate_apart(finished: list[tuple[int, Run]], *, user: User | None) -> tuple[int, list[str]]:
+    """`experiment_ablate`'s `apart`: each finished trial that froze agents, teamed with its partner."""
+    items, refused = [], []
+    for index, run in finished:
+        try:
+            config = run.to_config()
+        except ConfigError as exc:
+            refused.append(f"trial {index} (run #{run.pk}): its config no longer validates: {exc}")
+            continue
+        items.append(((index, run), config.seed, config))
+    pairs, alone = apart_pairs(items)
+    queued = 0
+    for (index, run), (_, partner) in pairs:
+        try:
+            ablation_request(run=run, user=user, key="apart", partner=partner)
+        except ValidationError as exc:
+            refused.append(f"trial {index} (run #{run.pk}): {' '.join(exc.messages)}")
+        else:
+            queued += 1
+    refused += [f"trial {index} (run #{run.pk}): no finished trial of its seed trained exactly the agents it froze"
+                for index, run in alone]
+    if not pairs and not alone and not refused:
+        refused.append("trained apart teams a trial that froze some agents with one of the same seed that trained them; "
+                       "no finished trial froze any")
+    return queued, refused
+
+
 def experiment_ablation_choices(*, experiment: Experiment) -> list[Ablation]:
-    """The ablations the experiment's base topology allows (what the page offers for its trials)."""
+    """The ablations the experiment's base topology allows (what the page offers for its trials),
+    and trained apart when two of its arms can be teamed (`training.ablation.apart_pairs`)."""
     try:
-        config = experiment.to_spec().base
+        spec = experiment.to_spec()
+        config = spec.base
         env = environments.environment_load(name=config.topology.environment, env_args=config.topology.env_args)
     except (ExperimentError, ValidationError):
         return []
-    return ablations_for(config, env)
+    choices = ablations_for(config, env)
+    if spec.search is None and apart_pairs([(t.index, t.seed, t.config) for t in spec.trials()])[0]:
+        choices.append(Ablation.parse("apart", paired=True))
+    return choices

@@ -1,10 +1,13 @@
-"""Ablations of a finished team run, as evaluation jobs: role swap, untrained team, an agent alone.
+"""Ablations of a finished team run, as evaluation jobs: role swap, untrained team, an agent alone,
+and (from an experiment's page, which pairs its trials) trained apart.
 
 An ablation is an evaluation job (`Job.Kind.EVALUATE`) whose `params["ablation"]` names it
-(`role_swap`, `untrained`, `alone:<agent>`): it is claimed, run and recorded like any evaluation
-(`services.evaluation_execute`, which hands it to `training.ablation.evaluate_ablation`), and its
-result lands in the run's evaluation jobs, labelled. It plays the run's own held-out tasks with the
-run's newest checkpoint (the base weights for `untrained`), greedily.
+(`role_swap`, `untrained`, `alone:<agent>`, `apart`): it is claimed, run and recorded like any
+evaluation (`services.evaluation_execute`, which hands it to `training.ablation.evaluate_ablation`),
+and its result lands in the run's evaluation jobs, labelled. It plays the run's own held-out tasks
+with the run's newest checkpoint (the base weights for `untrained`), greedily. `apart` also names a
+partner run (`params["partner_run"]`, `["partner_checkpoint"]`): the agents this run froze act with
+the weights the partner trained for them.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from training.ablation import Ablation, AblationError, ablations_for, check_ablation
+from training.ablation import Ablation, AblationError, ablations_for, check_ablation, partner_agents
 from training.config import ConfigError, RunConfig
 from webapp.artifacts import files as artifacts
 from webapp.catalog import environments
@@ -47,22 +50,29 @@ def newest_checkpoint(*, run: Run) -> Checkpoint | None:
     return run.checkpoints.kept().newest()
 
 
-def ablation_request(*, run: Run, user: User | None, key: str) -> Job:
+def ablation_request(*, run: Run, user: User | None, key: str, partner: Run | None = None) -> Job:
     """Queue the ablation `key` of a finished team run (a ValidationError on `ablation` saying why
     not). An ablation already queued, running or done at the same checkpoint is returned instead,
     also to a request at the same moment: the lookup and the insert hold the run's row lock, so
-    concurrent requests make one job."""
+    concurrent requests make one job. `partner` (`apart` only): the finished run of the team that
+    trained exactly the agents this run froze; its newest checkpoint gives those agents."""
     if run.is_active:
         raise ValidationError({"ablation": "The run is still going: ablate it once it has finished."})
     try:
-        ablation = Ablation.parse(key)
+        ablation = Ablation.parse(key, paired=True)
     except AblationError as exc:
         raise ValidationError({"ablation": str(exc)}) from None
+    if (ablation.kind == "apart") != (partner is not None):
+        raise ValidationError({"ablation": "trained apart teams two trials: ablate it from their experiment's page" if partner is None
+                                           else f"{ablation.label} takes no partner run"})
     config, env = _config_and_env(run)
     try:
         check_ablation(config, ablation, env)
     except AblationError as exc:
         raise ValidationError({"ablation": str(exc)}) from None
+    extra: dict[str, Any] = {}
+    if partner is not None:
+        extra = _partner_params(run, config, partner)
     checkpoint = None
     if ablation.kind != "untrained":
         checkpoint = newest_checkpoint(run=run)
@@ -74,16 +84,40 @@ def ablation_request(*, run: Run, user: User | None, key: str) -> Job:
             raise ValidationError({"ablation": str(exc)}) from None
     with transaction.atomic():  # the check and the insert under the run's lock (SQLite: the write lock taken at BEGIN)
         Run.objects.select_for_update().filter(pk=run.pk).first()
-        existing = (Job.objects.filter(run=run, kind=Job.Kind.EVALUATE, params__ablation=ablation.key, checkpoint=checkpoint)
-                    .exclude(status=Job.Status.FAILED).order_by("-created").first())
+        same = Job.objects.filter(run=run, kind=Job.Kind.EVALUATE, params__ablation=ablation.key, checkpoint=checkpoint)
+        if partner is not None:
+            same = same.filter(params__partner_checkpoint=extra["partner_checkpoint"])
+        existing = same.exclude(status=Job.Status.FAILED).order_by("-created").first()
         if existing is not None:
             return existing
         return job_create(
             team=run.team, user=user, kind=Job.Kind.EVALUATE, run=run, checkpoint=checkpoint, dataset=run.dataset,
             params={"config_yaml": config.to_yaml(), "checkpoint_step": checkpoint.step if checkpoint else None,
                     "dataset_name": run.dataset.name if run.dataset else "the run's held-out tasks",
-                    "ablation": ablation.key, "ablation_label": ablation.label},
+                    "ablation": ablation.key, "ablation_label": ablation.label, **extra},
         )
+
+
+def _partner_params(run: Run, config: RunConfig, partner: Run) -> dict[str, Any]:
+    """The job's params naming `partner`'s newest checkpoint, once `partner` is checked: the same
+    team, finished, a config that trained exactly the agents `run` froze, a checkpoint on disk."""
+    if partner.team_id != run.team_id or partner.pk == run.pk:
+        raise ValidationError({"ablation": "trained apart needs another run of the same team as the partner"})
+    if partner.status != Run.Status.SUCCEEDED:
+        raise ValidationError({"ablation": f"the partner run #{partner.pk} has not succeeded"})
+    try:
+        trained = partner_agents(config, partner.to_config())
+    except (AblationError, ConfigError) as exc:
+        raise ValidationError({"ablation": f"run #{partner.pk} cannot be the partner: {exc}"}) from None
+    checkpoint = newest_checkpoint(run=partner)
+    if checkpoint is None:
+        raise ValidationError({"ablation": f"the partner run #{partner.pk} saved no checkpoint"})
+    try:
+        artifacts.checkpoint_folder(run=partner, checkpoint=checkpoint)
+    except artifacts.ArtifactMissing as exc:
+        raise ValidationError({"ablation": str(exc)}) from None
+    return {"partner_run": partner.pk, "partner_checkpoint": checkpoint.pk, "partner_step": checkpoint.step,
+            "partner_agents": list(trained)}
 
 
 def ablation_results(*, runs: list[Run]) -> dict[int, dict[str, list[dict[str, Any]]]]:

@@ -151,6 +151,16 @@ def _checkpoint_path(job: Job) -> str | None:
     return str(artifacts.checkpoint_folder(run=job.run, checkpoint=job.checkpoint))
 
 
+def _partner_path(job: Job) -> str | None:
+    """The partner run's checkpoint folder an `apart` ablation reads (None for any other job)."""
+    if job.params.get("partner_checkpoint") is None:
+        return None
+    checkpoint = Checkpoint.objects.filter(pk=job.params["partner_checkpoint"], run_id=job.params.get("partner_run")).first()
+    if checkpoint is None:
+        raise FileNotFoundError(f"the partner run #{job.params.get('partner_run')}'s checkpoint was deleted")
+    return str(artifacts.checkpoint_folder(run=checkpoint.run, checkpoint=checkpoint))
+
+
 def _checked_checkpoint(run: Run, checkpoint: Checkpoint | None) -> None:
     if checkpoint is None:
         return
@@ -220,8 +230,10 @@ def evaluation_execute(*, job_id: int, evaluate: EvaluateFn | None = None, worke
         config = RunConfig.from_yaml(job.params["config_yaml"])
         trust.check_config(team=job.team, config=config)
         ablation = job.params.get("ablation")  # webapp.jobs.ablations: the run's team with one thing changed
+        partner = _partner_path(job)  # `apart`: the trials' other half
         if ablation:
-            results = (evaluate or _evaluate_ablation)(config, _checkpoint_path(job), ablation=ablation)
+            results = (evaluate or _evaluate_ablation)(config, _checkpoint_path(job), ablation=ablation,
+                                                       **({"partner": partner} if partner is not None else {}))
         else:
             results = (evaluate or _evaluate_checkpoint)(config, _checkpoint_path(job))
         return {"result": {"evaluations": storable(results)}}
@@ -235,10 +247,10 @@ def _evaluate_checkpoint(config: RunConfig, checkpoint: str | None) -> list[dict
     return evaluate_checkpoint(config, checkpoint)
 
 
-def _evaluate_ablation(config: RunConfig, checkpoint: str | None, *, ablation: str) -> list[dict[str, Any]]:
+def _evaluate_ablation(config: RunConfig, checkpoint: str | None, *, ablation: str, partner: str | None = None) -> list[dict[str, Any]]:
     from training.ablation import Ablation, evaluate_ablation  # imports torch: only in the worker
 
-    return evaluate_ablation(config, checkpoint, Ablation.parse(ablation))
+    return evaluate_ablation(config, checkpoint, Ablation.parse(ablation, paired=partner is not None), partner=partner)
 
 
 # == merged export ====================================================================================
