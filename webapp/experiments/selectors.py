@@ -286,11 +286,10 @@ def experiment_curves(*, experiment: Experiment, metric: str) -> dict[str, Any]:
         groups = [(f"#{i}", [run]) for i, run in sorted(latest.items())]
     else:
         by_index = {t.index: t for t in spec.trials()}
-        labels = {arm: arm_label(arm) for arm in spec.arms()}
-        grouped: dict[str, list[Run]] = {label: [] for label in labels.values()}
+        grouped: dict[str, list[Run]] = {arm_label(arm): [] for arm in spec.arms()}  # (an arm's values may be lists: keyed by label)
         for index, run in sorted(latest.items()):
             if index in by_index:
-                grouped[labels[by_index[index].arm]].append(run)
+                grouped[arm_label(by_index[index].arm)].append(run)
         groups = list(grouped.items())
     runs = [run for _, rs in groups for run in rs]
     series: dict[int, dict[int, float]] = {}

@@ -88,3 +88,23 @@ def _same_arm_copy(run: Run) -> Run:
     """Another succeeded run with the same config (it trained the tool too: no partner)."""
     return Run.objects.create(team=run.team, name="twin", topology=run.topology, dataset=run.dataset, config_yaml=run.config_yaml,
                               total_steps=2, status="succeeded")
+
+
+def test_every_view_of_an_experiment_whose_arms_are_lists_of_agents_answers(alice, apart):
+    """An axis over `topology.agents` makes each arm's value a list of dicts: the learning curves
+    keyed arms by that value, which cannot be hashed, and answered 500 ("Could not load the curves")."""
+    from tests.webapp.api.test_api import Api
+    from tests.webapp.experiments.helpers import finish
+    from webapp.teams import services as tokens
+
+    experiment, runs = apart
+    for run in runs:
+        finish(run, 0.5)
+    curves = alice.client.get(reverse("experiment_curves", args=[experiment.pk]))
+    assert curves.status_code == 200 and [len(arm["steps"]) for arm in curves.json()["arms"]] == [2, 2]
+    assert "trainable: false" in curves.json()["arms"][0]["label"]
+    assert alice.client.get(reverse("experiment_export", args=[experiment.pk])).status_code == 200
+    assert alice.client.get(experiment.get_absolute_url()).status_code == 200
+    api = Api(tokens.api_token_create(user=alice.user, team=alice.team, name="notebook")[1])
+    detail = api.get(f"/api/v1/experiments/{experiment.pk}/")
+    assert detail.status_code == 200 and len(detail.json()["arms"]) == 2
