@@ -28,6 +28,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -119,9 +120,10 @@ class ExperimentSpec:
         out: list[Trial] = []
         if self.search is not None:
             return out
-        for arm in self.arms():
+        arms = self.arms()
+        for arm in arms:
             for seed in self.seeds:
-                config = with_fields(self.base, **dict(arm), seed=seed, name=trial_name(self.name, arm, seed)[:200])
+                config = with_fields(self.base, **dict(arm), seed=seed, name=trial_name(self.name, arm, seed, among=arms)[:200])
                 out.append(Trial(index=len(out), arm=arm, seed=seed, config=config))
         return out
 
@@ -214,15 +216,39 @@ def _count(n: int) -> str:
     return f"{n:,}" if n < 10**15 else f"about 10^{len(str(n)) - 1}"
 
 
-def trial_name(name: str, arm: tuple[tuple[str, Any], ...], seed: int) -> str:
-    return f"{name} [{arm_label(arm)}] seed {seed}" if arm else f"{name} seed {seed}"
+def trial_name(name: str, arm: tuple[tuple[str, Any], ...], seed: int, *, among: Sequence[tuple[tuple[str, Any], ...]] = ()) -> str:
+    return f"{name} [{arm_label(arm, among)}] seed {seed}" if arm else f"{name} seed {seed}"
 
 
-def arm_label(arm: tuple[tuple[str, Any], ...]) -> str:
+def arm_label(arm: tuple[tuple[str, Any], ...], among: Sequence[tuple[tuple[str, Any], ...]] = ()) -> str:
     """`optim.lr=0.001, topology.specialization=lora`; `base` for the experiment without axes. A
     value that is a mapping (an agent of a `topology.agents` axis) shows only its set fields: those
-    left empty (None, '', [], {}) are its defaults and would bury what the arm changes."""
-    return ", ".join(f"{f}={_show(_set_fields(v))}" for f, v in arm) or "base"
+    left empty (None, '', [], {}) are its defaults and would bury what the arm changes. `among`: the
+    experiment's arms; an agent then shows its name and only the fields in which the arms' agents at
+    its place differ (`[{name: tool, trainable: true}, {name: reasoner, trainable: false}]`, not
+    every instruction of both)."""
+    return ", ".join(f"{f}={_show(_set_fields(_differing(f, v, among)))}" for f, v in arm) or "base"
+
+
+def _differing(field: str, value: Any, among: Sequence[tuple[tuple[str, Any], ...]]) -> Any:
+    """`value` (the arm's value of `field`) with each mapping, or each mapping of a list, reduced
+    to `name` and the keys whose values differ across `among`'s values of `field` at its place;
+    unchanged when the arms' values do not share its shape."""
+    others = [dict(a).get(field) for a in among]
+    if len(others) < 2:
+        return value
+    if isinstance(value, dict) and all(isinstance(o, dict) for o in others):
+        return _reduced(value, others)
+    if isinstance(value, (list, tuple)) and all(isinstance(o, (list, tuple)) and len(o) == len(value) for o in others):
+        if all(isinstance(v, dict) for v in value) and all(isinstance(x, dict) for o in others for x in o):
+            return [_reduced(v, [o[i] for o in others]) for i, v in enumerate(value)]
+    return value
+
+
+def _reduced(value: dict[str, Any], others: list[dict[str, Any]]) -> dict[str, Any]:
+    keys = {k for o in others for k in o} | set(value)
+    differ = {k for k in keys if len({repr(o.get(k)) for o in others}) > 1}
+    return {k: v for k, v in value.items() if k == "name" or k in differ}
 
 
 def _set_fields(value: Any) -> Any:
@@ -438,10 +464,12 @@ class ArmSummary:
     trials: list[tuple[int, dict[str, float]]]
     """(seed, metrics) of every finished trial of the arm."""
     metrics: dict[str, Interval]
+    among: Sequence[tuple[tuple[str, Any], ...]] = ()
+    """The experiment's arms (`arm_label`'s `among`)."""
 
     @property
     def label(self) -> str:
-        return arm_label(self.arm)
+        return arm_label(self.arm, self.among)
 
 
 def summarize(arms: list[tuple[tuple[str, Any], ...]], results: list[tuple[tuple[tuple[str, Any], ...], int, dict[str, float]]]) -> list[ArmSummary]:
@@ -455,7 +483,7 @@ def summarize(arms: list[tuple[tuple[str, Any], ...]], results: list[tuple[tuple
             interval = mean_interval([m[name] for _, m in mine if name in m])
             if interval is not None:
                 metrics[name] = interval
-        out.append(ArmSummary(arm=arm, trials=mine, metrics=metrics))
+        out.append(ArmSummary(arm=arm, trials=mine, metrics=metrics, among=arms))
     return out
 
 

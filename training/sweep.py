@@ -366,8 +366,9 @@ def _write_csv(spec: ExperimentSpec, trials: list[Trial], records: list[dict[str
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["trial", "arm", *[a.field for a in spec.axes], "seed", "status", *names])
+        arms = spec.arms()
         for trial, record in zip(trials, records):
-            writer.writerow([trial.index, arm_label(trial.arm), *[v for _, v in trial.arm], trial.seed, record["status"],
+            writer.writerow([trial.index, arm_label(trial.arm, arms), *[v for _, v in trial.arm], trial.seed, record["status"],
                              *[record["metrics"].get(n, "") for n in names]])
 
 

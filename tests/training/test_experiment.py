@@ -157,16 +157,28 @@ def test_the_specialization_is_an_axis_of_a_team_single_being_its_first_agent_al
     assert len(spec.trials()) == 6
 
 
-def test_an_agents_axis_is_labelled_by_the_fields_it_sets():
+def test_an_agents_axis_is_labelled_by_what_tells_its_arms_apart():
     """An arm of a `topology.agents` axis holds validated agents, every field filled in; its label
-    shows only the fields that are set, in the agents' own order, so the frozen one stands out."""
+    shows each agent's name and only the fields in which the arms differ, in the agents' own order,
+    so the frozen one stands out; a lone arm shows the fields it sets."""
     from pathlib import Path
+
+    from training.experiment import arm_label
 
     spec = ExperimentSpec.load(Path(__file__).resolve().parents[2] / "configs" / "experiments" / "referential-apart.yaml")
     labels = [t.config.name for t in spec.trials() if t.seed == 0]
     assert labels == [
-        "referential-apart [topology.agents=[{name: speaker, role: speaker, trainable: true}, "
-        "{name: listener, role: listener, trainable: false}]] seed 0",
-        "referential-apart [topology.agents=[{name: speaker, role: speaker, trainable: false}, "
-        "{name: listener, role: listener, trainable: true}]] seed 0",
+        "referential-apart [topology.agents=[{name: speaker, trainable: true}, {name: listener, trainable: false}]] seed 0",
+        "referential-apart [topology.agents=[{name: speaker, trainable: false}, {name: listener, trainable: true}]] seed 0",
+    ]
+    arms = spec.arms()
+    assert arm_label(arms[0]) == ("topology.agents=[{name: speaker, role: speaker, trainable: true}, "
+                                  "{name: listener, role: listener, trainable: false}]")
+    long = [({"name": "tool", "role": "tool", "instructions": "Write one ```python block.", "tools": ["python"], "trainable": t},
+             {"name": "reasoner", "role": "reasoner", "instructions": "Answer.", "temperature": temp}) for t, temp in ((True, 0.5), (False, 0.5), (False, 1.0))]
+    among = [(("topology.agents", agents), ("optim.lr", 1e-4)) for agents in long]
+    assert [arm_label(a, among) for a in among] == [
+        "topology.agents=[{name: tool, trainable: true}, {name: reasoner, temperature: 0.5}], optim.lr=0.0001",
+        "topology.agents=[{name: tool, trainable: false}, {name: reasoner, temperature: 0.5}], optim.lr=0.0001",
+        "topology.agents=[{name: tool, trainable: false}, {name: reasoner, temperature: 1.0}], optim.lr=0.0001",
     ]

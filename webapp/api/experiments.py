@@ -259,7 +259,7 @@ def experiment_preview(request: HttpRequest, body: ExperimentIn) -> Any:
     return {"runs": estimate.runs, "arms": estimate.arms, "seeds": estimate.seeds, "steps": estimate.steps, "parallel": estimate.parallel,
             "seconds_per_step": estimate.seconds_per_step,
             "duration_seconds": estimate.duration.total_seconds() if estimate.duration is not None else None,
-            "arm_labels": [] if spec.search is not None else [arm_label(arm) for arm in spec.arms()]}
+            "arm_labels": [] if spec.search is not None else [arm_label(arm, spec.arms()) for arm in spec.arms()]}
 
 
 @router.get("/{int:id}/", response=answers({200: ExperimentDetail}, 404), url_name="api_experiment",

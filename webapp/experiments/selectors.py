@@ -251,8 +251,9 @@ def experiment_csv_rows(*, results: ExperimentResults) -> Iterator[list[Any]]:
                    "" if row.value is None else row.value]
         return
     yield ["trial", "arm", *[a.field for a in spec.axes], "seed", "run", "status", *names]
+    arms = spec.arms()
     for t in results.trials:
-        yield [t.trial.index, arm_label(t.trial.arm), *[v for _, v in t.trial.arm], t.trial.seed,
+        yield [t.trial.index, arm_label(t.trial.arm, arms), *[v for _, v in t.trial.arm], t.trial.seed,
                t.run.pk if t.run else "", t.run.status if t.run else "not started", *[t.metrics.get(n, "") for n in names]]
     yield []
     yield ["arm", "runs", *[f"{n} {part}" for n in names for part in ("mean", "ci95_low", "ci95_high")]]
@@ -286,10 +287,11 @@ def experiment_curves(*, experiment: Experiment, metric: str) -> dict[str, Any]:
         groups = [(f"#{i}", [run]) for i, run in sorted(latest.items())]
     else:
         by_index = {t.index: t for t in spec.trials()}
-        grouped: dict[str, list[Run]] = {arm_label(arm): [] for arm in spec.arms()}  # (an arm's values may be lists: keyed by label)
+        arms = spec.arms()
+        grouped: dict[str, list[Run]] = {arm_label(arm, arms): [] for arm in arms}  # (an arm's values may be lists: keyed by label)
         for index, run in sorted(latest.items()):
             if index in by_index:
-                grouped[arm_label(by_index[index].arm)].append(run)
+                grouped[arm_label(by_index[index].arm, arms)].append(run)
         groups = list(grouped.items())
     runs = [run for _, rs in groups for run in rs]
     series: dict[int, dict[int, float]] = {}

@@ -73,7 +73,7 @@ def experiment_spec_build(
         try:
             trust.check_config(team=team, config=trial.config)
         except ConfigError as exc:
-            problems.append(ConfigError("axes", f"the arm {arm_label(trial.arm)}: {exc}"))
+            problems.append(ConfigError("axes", f"the arm {arm_label(trial.arm, spec.arms())}: {exc}"))
     for config in _search_corners(spec):
         try:
             trust.check_config(team=team, config=config)
