@@ -234,7 +234,7 @@ def _differing(field: str, value: Any, among: Sequence[tuple[tuple[str, Any], ..
     """`value` (the arm's value of `field`) with each mapping, or each mapping of a list, reduced
     to `name` and the keys whose values differ across `among`'s values of `field` at its place;
     unchanged when the arms' values do not share its shape."""
-    others = [dict(a).get(field) for a in among]
+    others: list[Any] = [dict(a).get(field) for a in among]
     if len(others) < 2:
         return value
     if isinstance(value, dict) and all(isinstance(o, dict) for o in others):
