@@ -272,3 +272,65 @@ class PlanPath:
         next_state = advance(state, Message(agent, role, action, tool_output), done=done, success=team_ok, **updates)
         info = {"moves": moves, "reached": reached, **parts}
         return StepResult(next_state, local_reward=local, team_reward=1.0 if team_ok else 0.0, tool_output=tool_output, info=info)
+
+
+BFS_PROGRAM = """from collections import deque
+grid = {grid!r}
+cells = {{(r, c): x for r, row in enumerate(grid) for c, x in enumerate(row)}}
+start = [p for p in cells if cells[p] == "S"][0]
+path = {{start: ""}}
+queue = deque([start])
+while queue:
+    r, c = p = queue.popleft()
+    for m, n in (("U", (r - 1, c)), ("D", (r + 1, c)), ("L", (r, c - 1)), ("R", (r, c + 1))):
+        if cells.get(n, "#") != "#" and n not in path:
+            path[n] = path[p] + m
+            queue.append(n)
+print(" ".join(path[[p for p in cells if cells[p] == "G"][0]]))"""
+"""The tool's demonstration (`demos`): breadth-first search over the grid it is given."""
+
+
+def shortest_moves(grid: tuple[str, ...]) -> list[str]:
+    """One shortest move sequence from S to G (what `BFS_PROGRAM` prints)."""
+    start, goal = find(grid, "S"), find(grid, "G")
+    dist = distances(grid, goal)
+    moves, at = [], start
+    while at != goal:
+        m, nxt = next((m, (at[0] + dr, at[1] + dc)) for m, (dr, dc) in MOVES.items() if dist.get((at[0] + dr, at[1] + dc)) == dist[at] - 1)
+        moves.append(m)
+        at = nxt
+    return moves
+
+
+def demos(env: PlanPath, n: int, *, seed: int) -> list[dict[str, Any]]:
+    """Supervised demonstrations for a warm start (issue 40, Part 2's pilot): per grid, the tool
+    writing `BFS_PROGRAM` for it; the planner copying the moves that program printed (its turn in
+    the team); and the planner alone (no tool) stating a shortest path. TRL's conversational
+    format, one line per agent turn, `agent` naming the role (`training.conversations`)."""
+    out: list[dict[str, Any]] = []
+    for i, row in enumerate(env.generate(n, seed=seed)):
+        team = env.reset(row, task_id=f"demo-{i}", roles=("tool", "plan"))
+        program = "```python\n" + BFS_PROGRAM.format(grid=list(team.data["grid"])) + "\n```"
+        after = env.step(team, agent="tool", role="tool", action=program).state
+        moves = " ".join(shortest_moves(team.data["grid"]))
+        alone = env.reset(row, task_id=f"demo-{i}-alone", roles=("plan",))
+        for role, seen, action in (("tool", team, program), ("plan", after, f"Moves: {after.data['tool_output'].strip()}"),
+                                   ("plan", alone, f"Moves: {moves}")):
+            out.append({"agent": role, "messages": [
+                {"role": "system", "content": env.default_instructions[role]},
+                {"role": "user", "content": env.observe(seen, role)},
+                {"role": "assistant", "content": action},
+            ]})
+    return out
+
+
+if __name__ == "__main__":  # python -m agents.envs.plan_path demos OUT.jsonl [N grids] [size]
+    import json
+    import sys
+
+    if len(sys.argv) < 3 or sys.argv[1] != "demos":
+        sys.exit("usage: python -m agents.envs.plan_path demos OUT.jsonl [N grids, 256] [size, 3]")
+    maze = PlanPath(size=int(sys.argv[4]) if len(sys.argv) > 4 else 3)
+    with open(sys.argv[2], "w", encoding="utf-8") as f:
+        for conversation in demos(maze, int(sys.argv[3]) if len(sys.argv) > 3 else 256, seed=7):
+            f.write(json.dumps(conversation) + "\n")

@@ -114,3 +114,28 @@ def test_it_ends_after_one_action_for_a_single_role(env: PlanPath) -> None:
 def test_it_rejects_bad_grids(env: PlanPath, grid: str) -> None:
     with pytest.raises(ValueError, match="plan_path"):
         env.reset({"grid": grid}, task_id="t", roles=("plan",))
+
+
+def test_its_demonstrations_solve_every_grid_through_the_environment() -> None:
+    """The warm start's demonstrations (`demos`): the tool's program, run by the environment's own
+    sandbox, prints a shortest path; the planner's turn copies it and the team reaches G; the lone
+    planner states a shortest path; every prompt is what a run shows that role."""
+    from agents.envs.plan_path import demos
+
+    env = PlanPath(size=3)
+    rows = demos(env, 6, seed=3)
+    assert [r["agent"] for r in rows] == ["tool", "plan", "plan"] * 6
+    for i, row in enumerate(env.generate(6, seed=3)):
+        tool, team_plan, alone = rows[3 * i: 3 * i + 3]
+        state = env.reset(row, task_id="t", roles=("tool", "plan"))
+        assert tool["messages"][1]["content"] == env.observe(state, "tool")
+        assert tool["messages"][0]["content"] == env.default_instructions["tool"]
+        after = env.step(state, agent="tool", role="tool", action=tool["messages"][2]["content"])
+        assert after.info["moves"] is not None and len(after.info["moves"]) == row["shortest"], after.tool_output
+        assert team_plan["messages"][1]["content"] == env.observe(after.state, "plan")
+        done = env.step(after.state, agent="planner", role="plan", action=team_plan["messages"][2]["content"])
+        assert done.team_reward == 1.0 and done.state.done
+        lone = env.reset(row, task_id="t", roles=("plan",))
+        assert alone["messages"][1]["content"] == env.observe(lone, "plan")
+        solo = env.step(lone, agent="planner", role="plan", action=alone["messages"][2]["content"])
+        assert solo.team_reward == 1.0 and len(solo.info["moves"]) == row["shortest"]
