@@ -93,11 +93,17 @@ def _turn_done(report: Callable[[int, float], None], before: int, size: int, tur
         report(before + finished, before + finished + (size - finished) * turn / turns)
 
 def evaluate_checkpoint(config: RunConfig, checkpoint: str | Path | None, *, sink: EventSink | None = None) -> list[dict[str, Any]]:
-    """Evaluate base models (checkpoint None) or a saved checkpoint on the run's held-out tasks."""
+    """Evaluate a saved checkpoint on the run's held-out tasks, or (checkpoint None) the weights a
+    run of `config` starts from: the base models, or its warm start (`model.init_from`), as the run's
+    step-0 evaluation sees them."""
+    from training.warmstart import init_from
+
     env = load_environment(config.topology.environment, **config.topology.env_args)
     _, eval_tasks = load_tasks(config, env)
     step = 0
     if checkpoint is not None and (state_file := Path(checkpoint) / STATE_FILE).exists():
         step = int(torch.load(state_file, weights_only=False)["step"])
     with checkpoint_sampler(config, env, checkpoint) as sampler:
+        if checkpoint is None:
+            init_from(config, sampler.policies)
         return evaluate(sampler, eval_tasks, step=step, sink=sink)

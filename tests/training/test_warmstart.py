@@ -110,3 +110,20 @@ def test_after_a_warm_start_the_kl_reference_is_the_policy_the_run_starts_from(m
                 moved = policy.model(input_ids=ids).logits
         with torch.no_grad(), policy.reference() as ref:
             assert torch.equal(ref(input_ids=ids).logits, theirs) and not torch.equal(moved, theirs), policy.name
+
+
+def test_evaluating_a_warm_started_config_without_a_checkpoint_evaluates_the_warm_start(make_config, tmp_path):
+    """`python -m training eval CONFIG --set model.init_from.run=...` (no --checkpoint) evaluated the
+    base models and said nothing: it now evaluates the weights a run of CONFIG starts from, the same
+    examples as evaluating the source checkpoint itself."""
+    from training.evaluation import evaluate_checkpoint
+
+    config = make_config("lora", **{"eval.size": 4, "generation.temperature": 1.0})
+    _trained_run(config, tmp_path / "src")
+    def texts(results):
+        return [[c["text"] for t in ep["turns"] for c in t["candidates"]] for ep in results[0]["examples"]]
+
+    warm = texts(evaluate_checkpoint(config.replace(**{"model.init_from.run": str(tmp_path / "src")}), None))
+    source = texts(evaluate_checkpoint(config, tmp_path / "src" / "checkpoints" / "step-000003"))
+    base = texts(evaluate_checkpoint(config, None))
+    assert warm == source and warm != base
