@@ -93,8 +93,18 @@ def init_from(config: RunConfig, policies: PolicySet) -> WarmStart | None:
             raise ConfigError(where, f"{src} holds a LoRA adapter: merge it into its base first (python -m training export) and use that as model.source")
         if adapter and source is not None and source.model.source != config.model.source:
             raise ConfigError(where, f"the adapter {src} was trained on {source.model.source}, this run's base is {config.model.source}")
+        if adapter and source is not None:
+            for field in ("r", "alpha", "target_modules"):  # the adapter's shape and scale: loaded otherwise, a torch size error
+                theirs_v, mine_v = _show(getattr(source.lora, field)), _show(getattr(config.lora, field))
+                if theirs_v != mine_v:
+                    raise ConfigError(where, f"the adapter {src} has lora.{field} {theirs_v}, this run's is {mine_v}: "
+                                             f"set lora.{field}: {theirs_v} to start from it")
         load_policy_folder(pol, src)
         if config.grpo.beta > 0 and pol.trainable:
             pol.pin_reference()  # the KL is to the policy the run starts from, not the base before the warm start
         loaded[name] = theirs
     return WarmStart(folder, _step_of(folder), loaded)
+
+
+def _show(value: object) -> str:
+    return "[" + ", ".join(map(str, value)) + "]" if isinstance(value, (list, tuple)) else str(value)

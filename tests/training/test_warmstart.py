@@ -1,6 +1,8 @@
 """Starting a run from another run's weights (`model.init_from`): each policy holds the source
 checkpoint's weights after init, mapped per agent; the wrong kind of folder is refused by name."""
 
+import re
+
 import pytest
 import torch
 
@@ -67,6 +69,13 @@ def test_it_refuses_an_adapter_for_a_whole_model_and_a_missing_step(make_config,
     config = make_config("lora").replace(**{"model.init_from.run": str(tmp_path / "nothing")})
     with pytest.raises(ConfigError, match="holds no checkpoint"):
         init_from(config, build_policies(config, device=torch.device("cpu")))
+    for field, value, said in (("lora.r", 8, "lora.r 4, this run's is 8: set lora.r: 4"),
+                               ("lora.alpha", 16, "lora.alpha 8, this run's is 16"),
+                               ("lora.target_modules", ["q_proj"], "this run's is [q_proj]")):
+        config = make_config("lora").replace(**{"model.init_from.run": str(tmp_path / "src"), field: value})
+        with pytest.raises(ConfigError, match=re.escape(said)) as err:  # not torch's "size mismatch for base_model.model..."
+            init_from(config, build_policies(config, device=torch.device("cpu")))
+        assert err.value.field == "model.init_from.run"
 
 
 def test_a_grpo_run_starts_from_the_warm_start(make_config, tmp_path):
