@@ -169,7 +169,7 @@ def setup(config: RunConfig, *, out_dir: str | Path, sink: EventSink, plan: Plan
             if rollouts.note:  # the host cannot hold the sampler process's shared weights
                 plan = plan.sampler_thread(rollouts.note)
             resumed = bool(config.checkpoint.resume_from) and rollouts.load(Path(str(config.checkpoint.resume_from)), start_step)
-            if rollouts.lag:
+            if config.generation.async_ != "off":
                 sink.log(f"generation.async: {config.generation.async_}: the sampler generates each next step's rollouts during the "
                          f"update ({rollouts.threads} torch thread{'s' if rollouts.threads != 1 else ''} each)"
                          f"{'; the next rollouts come from the checkpoint' if resumed else ''}")
@@ -340,7 +340,7 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink, 
         tokens_per_s=gen_tokens / gen_secs if gen_secs else 0.0,
         generated_tokens=float(gen_tokens),
     )
-    if rollouts is not None and rollouts.lag:  # how old the rollouts were, and what the step waited for them
+    if rollouts is not None and cfg.generation.async_ != "off":  # how old the rollouts were, and what the step waited for them
         stale = float(rollouts.staleness(got))
         values.update({"async/staleness": stale, "async/wait_time": t_wait, "async/push_time": rollouts.push_seconds})
         for agent in per_agent:

@@ -26,7 +26,9 @@ def test_it_compares_troupe_with_trl_and_the_specializations(tmp_path):
     run("engine_vs_trl.py", *TINY, "--steps", "1", "--warmup", "0", "--max-new-tokens", "6", "--work-dir", str(tmp_path), "--out", str(out))
     data = json.loads(out.read_text())
     assert set(data["single"]["arms"]) == {"trl", "troupe (stop patterns)", "troupe (no stop patterns)", "troupe async (stop patterns)",
-                                           "troupe async thread (stop patterns)"}
+                                           "troupe async thread (stop patterns)", "troupe bf16 copy (stop patterns)",
+                                           "troupe async bf16 copy (stop patterns)", "troupe bf16 base (stop patterns)",
+                                           "troupe async bf16 base (stop patterns)"}
     assert data["single"]["arms"]["trl"]["ratio_to_trl"] == 1.0
     assert all(len(arm["load_1min"]) == 3 and arm["ratio_min"] <= arm["ratio_max"] for arm in data["single"]["arms"].values())
     assert data["single"]["machine_start"]["libraries"]["trl"]
