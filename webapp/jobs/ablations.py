@@ -75,13 +75,7 @@ def ablation_request(*, run: Run, user: User | None, key: str, partner: Run | No
         extra = _partner_params(run, config, partner)
     checkpoint = None
     if ablation.kind != "untrained":
-        checkpoint = newest_checkpoint(run=run)
-        if checkpoint is None:
-            raise ValidationError({"ablation": f"{ablation.label} needs the run's trained weights, and it saved no checkpoint."})
-        try:
-            artifacts.checkpoint_folder(run=run, checkpoint=checkpoint)
-        except artifacts.ArtifactMissing as exc:
-            raise ValidationError({"ablation": str(exc)}) from None
+        checkpoint = _checkpoint_on_disk(run, f"{ablation.label} needs the run's trained weights, and it saved no checkpoint.")
     with transaction.atomic():  # the check and the insert under the run's lock (SQLite: the write lock taken at BEGIN)
         Run.objects.select_for_update().filter(pk=run.pk).first()
         same = Job.objects.filter(run=run, kind=Job.Kind.EVALUATE, params__ablation=ablation.key, checkpoint=checkpoint)
@@ -109,15 +103,22 @@ def _partner_params(run: Run, config: RunConfig, partner: Run) -> dict[str, Any]
         trained = partner_agents(config, partner.to_config())
     except (AblationError, ConfigError) as exc:
         raise ValidationError({"ablation": f"run #{partner.pk} cannot be the partner: {exc}"}) from None
-    checkpoint = newest_checkpoint(run=partner)
-    if checkpoint is None:
-        raise ValidationError({"ablation": f"the partner run #{partner.pk} saved no checkpoint"})
-    try:
-        artifacts.checkpoint_folder(run=partner, checkpoint=checkpoint)
-    except artifacts.ArtifactMissing as exc:
-        raise ValidationError({"ablation": str(exc)}) from None
+    checkpoint = _checkpoint_on_disk(partner, f"the partner run #{partner.pk} saved no checkpoint")
     return {"partner_run": partner.pk, "partner_checkpoint": checkpoint.pk, "partner_step": checkpoint.step,
             "partner_agents": list(trained)}
+
+
+def _checkpoint_on_disk(run: Run, none: str) -> Checkpoint:
+    """`run`'s newest checkpoint, whose folder is still there; a ValidationError on `ablation`
+    saying `none` when it kept none, or what is missing."""
+    checkpoint = newest_checkpoint(run=run)
+    if checkpoint is None:
+        raise ValidationError({"ablation": none})
+    try:
+        artifacts.checkpoint_folder(run=run, checkpoint=checkpoint)
+    except artifacts.ArtifactMissing as exc:
+        raise ValidationError({"ablation": str(exc)}) from None
+    return checkpoint
 
 
 def ablation_results(*, runs: list[Run]) -> dict[int, dict[str, list[dict[str, Any]]]]:
