@@ -5,6 +5,8 @@ import pytest
 from training.config import RunConfig
 
 TOY = "tests.training.toy_env:LetterEnv"
+DENSE_REWARD = "tests.training.toy_env:completion_length"
+"""A reward by completion length (`toy_env.completion_length`), registered by the `dense_reward` fixture."""
 
 
 def toy_config(specialization: str = "lora", **overrides) -> RunConfig:
@@ -54,3 +56,13 @@ def lora_checkpoint(tmp_path_factory):
     folder = tmp_path_factory.mktemp("checkpoint") / "step-000001"
     save_policies(policies, folder)
     return config, folder
+
+
+@pytest.fixture
+def dense_reward():
+    """`DENSE_REWARD` registered as a reward plugin for the test: a run's `data.reward_fn` may name it."""
+    from agents import plugins
+
+    plugins.register(DENSE_REWARD, kind=plugins.REWARD_FUNCTION)
+    yield DENSE_REWARD
+    plugins.unregister(DENSE_REWARD, kind=plugins.REWARD_FUNCTION)

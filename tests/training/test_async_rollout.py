@@ -15,23 +15,20 @@ import pytest
 import torch
 
 from agents import plugins
+from tests.training.conftest import DENSE_REWARD
+from tests.training.toy_env import completion_length
 from training import async_rollout, collect, watchdog
 from training.config import ConfigError, RunConfig
 from training.events import NullSink
 from training.policies import build_policies, load_policy_weights
 from training.trainer import train
 
-LENGTH = "tests.training.test_async_rollout:length"
+LENGTH = DENSE_REWARD
 BREAKS = "tests.training.test_async_rollout:breaks_in_the_sampler_process"
 
 
-def length(prompts, completions, **columns):
-    """A dense reward (every group has a signal, so every step updates)."""
-    return [len(c) / 50 for c in completions]
-
-
 def breaks_in_the_sampler_process(prompts, completions, **columns):
-    """`length`, until the file named by TROUPE_TEST_BREAK_WHEN exists: then, in the sampler
+    """`completion_length`, until the file named by TROUPE_TEST_BREAK_WHEN exists: then, in the sampler
     process only, it raises (TROUPE_TEST_BREAK_HOW=raise), ends the process (exit) or stops it
     (stop: SIGSTOP, as a hung process looks from outside)."""
     if multiprocessing.parent_process() is not None and Path(os.environ["TROUPE_TEST_BREAK_WHEN"]).exists():
@@ -40,7 +37,7 @@ def breaks_in_the_sampler_process(prompts, completions, **columns):
         if os.environ["TROUPE_TEST_BREAK_HOW"] == "stop":
             os.kill(os.getpid(), signal.SIGSTOP)
         raise OSError("disk full in the sampler")
-    return length(prompts, completions)
+    return completion_length(prompts, completions)
 
 
 def sampler_processes():

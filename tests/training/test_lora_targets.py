@@ -7,24 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents import plugins
+from tests.training.conftest import DENSE_REWARD
 from training.events import NullSink
 from training.policies import build_policies, load_policy_weights
 from training.trainer import train
 
-LENGTH = "tests.training.test_lora_targets:length"
 TARGETS = ("q_proj", "embed_tokens")
 
-
-def length(prompts, completions, **columns):
-    return [len(c) / 50 for c in completions]
-
-
-@pytest.fixture(autouse=True)
-def dense_reward():
-    plugins.register(LENGTH, kind=plugins.REWARD_FUNCTION)
-    yield
-    plugins.unregister(LENGTH, kind=plugins.REWARD_FUNCTION)
+pytestmark = pytest.mark.usefixtures("dense_reward")
 
 
 def embedding_params(policy):
@@ -32,7 +22,7 @@ def embedding_params(policy):
 
 
 def test_an_embedding_adapter_is_each_agents_own_and_is_trained_saved_and_loaded(make_config, tmp_path):
-    config = make_config("lora", **{"lora.target_modules": list(TARGETS), "data.reward_fn": LENGTH})
+    config = make_config("lora", **{"lora.target_modules": list(TARGETS), "data.reward_fn": DENSE_REWARD})
     policies = build_policies(config, device=torch.device("cpu"))
     for name in ("writer", "echo"):
         pol = policies.for_agent(name)

@@ -9,46 +9,21 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents import plugins
+from tests.training.conftest import DENSE_REWARD
+from tests.training.test_async_rollout import Recorder
 from training import async_rollout
 from training.config import ConfigError, RunConfig, config_warnings
-from training.events import NullSink
 from training.generation import generate
 from training.grpo import token_logprobs
 from training.plan import Plan
 from training.policies import build_policies
 from training.trainer import train
 
-LENGTH = "tests.training.test_sampler_dtype:length"
-
-
-def length(prompts, completions, **columns):
-    """A dense reward: every group has a signal, so every step updates every agent."""
-    return [len(c) / 50 for c in completions]
-
-
-@pytest.fixture(autouse=True)
-def dense_reward():
-    plugins.register(LENGTH, kind=plugins.REWARD_FUNCTION)
-    yield
-    plugins.unregister(LENGTH, kind=plugins.REWARD_FUNCTION)
-
-
-class Recorder(NullSink):
-    def __init__(self):
-        self.steps: list = []
-        self.lines: list[str] = []
-        self.evaluations: list = []
-
-    def log(self, message, *, level="info"):
-        self.lines.append(message)
-
-    def metrics(self, metrics):
-        self.steps.append(metrics)
+pytestmark = pytest.mark.usefixtures("dense_reward")
 
 
 def bf16(make_config, specialization, **overrides):
-    return make_config(specialization, **{"optim.steps": 2, "data.reward_fn": LENGTH, "generation.dtype": "bfloat16", **overrides})
+    return make_config(specialization, **{"optim.steps": 2, "data.reward_fn": DENSE_REWARD, "generation.dtype": "bfloat16", **overrides})
 
 
 @pytest.mark.parametrize("specialization", ["single", "prompt", "lora", "full"])

@@ -39,3 +39,9 @@ class LetterEnv:
             state, turn=turn, dialogue=state.dialogue + (Message(agent, role, action),), done=done, success=share > 0.5
         )
         return StepResult(state=new, local_reward=share, team_reward=share)
+
+
+def completion_length(prompts: list[Any], completions: list[str], **columns: Any) -> list[float]:
+    """A dense reward plugin (`DENSE_REWARD` in conftest): every group has a signal, so every step
+    updates every agent."""
+    return [len(c) / 50 for c in completions]
