@@ -209,7 +209,7 @@ def _ablate(args: argparse.Namespace) -> int:
 
 
 def _playground(config: RunConfig, args: argparse.Namespace) -> int:
-    from training.playground import lane, play
+    from training.playground import lane, play, untrained_label
 
     try:
         row = json.loads(args.task)
@@ -224,7 +224,7 @@ def _playground(config: RunConfig, args: argparse.Namespace) -> int:
         return 2
     lanes = [lane(f"checkpoint {args.checkpoint}", trained=True)] if args.checkpoint else []
     if not args.checkpoint or args.with_base:
-        lanes.append(lane("base models", trained=False))
+        lanes.append(lane(untrained_label(config), trained=False))
     printed = {id(each): 0 for each in lanes}
 
     def show(lanes: list[dict]) -> None:  # each new turn, as a JSON line, as soon as it is played

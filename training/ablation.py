@@ -9,7 +9,8 @@ holds out for the run's seed), greedily, with one thing changed:
   (one shared model) the agents exchange their role prompts instead. With two acting agents this
   is an exchange; with more, each agent (in turn order) takes the next one's policy, the last the
   first's (a rotation: no agent keeps its own).
-- `untrained`: the same topology with the base weights (LoRA adapters at their identity init).
+- `untrained`: the same topology with the weights the run started from: its warm start
+  (`model.init_from`) when it had one, else the base weights (LoRA adapters at their identity init).
 - `alone`: one agent plays the episode by itself with its trained policy (the topology reduced to
   that agent, its turn order just it). Only where the environment says the role can act alone:
   its `solo_roles` (`agents.base.Environment`) lists the role.
@@ -256,7 +257,7 @@ def ablated_sampler(config: RunConfig, checkpoint: str | Path | None, ablation: 
 
     from agents.envs import load_environment
     from training.data import load_tasks
-    from training.rollout import checkpoint_sampler
+    from training.evaluation import starting_sampler
 
     env = load_environment(config.topology.environment, **config.topology.env_args)
     check_ablation(config, ablation, env)
@@ -275,7 +276,7 @@ def ablated_sampler(config: RunConfig, checkpoint: str | Path | None, ablation: 
         taken = {a: partner_checkpoint / a for a in partner_agents(config, partner_config)}
     cfg = ablation_config(config, ablation)
     _, eval_tasks = load_tasks(config, env)  # the run's own held-out tasks, whatever acts on them
-    with checkpoint_sampler(cfg, env, None if ablation.kind == "untrained" else checkpoint) as sampler:
+    with starting_sampler(cfg, env, None if ablation.kind == "untrained" else checkpoint) as sampler:
         for agent, folder in taken.items():  # `apart`: the partner's trained agents over this run's frozen ones
             load_policy_folder(sampler.policies.policies[agent], folder)
         if ablation.kind == "role_swap":

@@ -3,8 +3,9 @@ and sampled (`evaluate`), during a run and on a saved checkpoint (`evaluate_chec
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -96,14 +97,24 @@ def evaluate_checkpoint(config: RunConfig, checkpoint: str | Path | None, *, sin
     """Evaluate a saved checkpoint on the run's held-out tasks, or (checkpoint None) the weights a
     run of `config` starts from: the base models, or its warm start (`model.init_from`), as the run's
     step-0 evaluation sees them."""
-    from training.warmstart import init_from
-
     env = load_environment(config.topology.environment, **config.topology.env_args)
     _, eval_tasks = load_tasks(config, env)
     step = 0
     if checkpoint is not None and (state_file := Path(checkpoint) / STATE_FILE).exists():
         step = int(torch.load(state_file, weights_only=False)["step"])
-    with checkpoint_sampler(config, env, checkpoint) as sampler:
+    with starting_sampler(config, env, checkpoint) as sampler:
+        return evaluate(sampler, eval_tasks, step=step, sink=sink)
+
+
+@contextlib.contextmanager
+def starting_sampler(config: RunConfig, env: Any, checkpoint: str | Path | None, *, seed: int | None = None) -> Iterator[Sampler]:
+    """`training.rollout.checkpoint_sampler`, where no checkpoint means the weights a run of
+    `config` starts from: its warm start (`model.init_from`) when it names one, else the base
+    models. Evaluations, the `untrained` ablation and the playground's untrained lanes all see
+    the run's step 0 through it."""
+    from training.warmstart import init_from
+
+    with checkpoint_sampler(config, env, checkpoint, seed=seed) as sampler:
         if checkpoint is None:
             init_from(config, sampler.policies)
-        return evaluate(sampler, eval_tasks, step=step, sink=sink)
+        yield sampler

@@ -33,11 +33,13 @@ def play(
 ) -> list[Lane]:
     """Play the task `row` (a dataset row of the config's environment) in every lane for up to
     `topology.max_turns` turns: a lane whose `trained` is true loads the weights of `checkpoint`,
-    the others keep the base models. Every lane's turn is appended to its `turns` as it is played,
+    the others the weights a run of `config` starts from (its warm start, `model.init_from`, else
+    the base models). Every lane's turn is appended to its `turns` as it is played,
     then `on_turn(lanes)`; at the end every lane is `done` with the episode's `success`. A row
     without a field the environment requires is a ValueError naming it."""
     from agents.envs import load_environment
-    from training.rollout import checkpoint_sampler, start_episodes
+    from training.evaluation import starting_sampler
+    from training.rollout import start_episodes
 
     if max_new_tokens:
         config = config.replace(**{"generation.max_new_tokens": int(max_new_tokens)})
@@ -48,7 +50,7 @@ def play(
     samplers, episodes = [], []
     with contextlib.ExitStack() as stack:
         for each in lanes:
-            sampler = stack.enter_context(checkpoint_sampler(config, env, checkpoint if each["trained"] else None))
+            sampler = stack.enter_context(starting_sampler(config, env, checkpoint if each["trained"] else None))
             samplers.append(sampler)
             (episode,) = start_episodes(sampler, [("playground", row)])
             episodes.append(episode)
@@ -78,7 +80,16 @@ def play(
     return lanes
 
 
+def untrained_label(config: RunConfig) -> str:
+    """An untrained lane's name: `base models`, or `warm start` when the run starts from one."""
+    return "warm start" if config.model.init_from.run else "base models"
+
+
 def base_label(config: RunConfig, agent: str) -> str:
-    """What plays `agent` in an untrained lane: its base model. (A `lora` lane's fresh adapters
-    start with B = 0, so they add nothing to the base; naming them would read like a trained one.)"""
+    """What plays `agent` in an untrained lane: the run's warm start (`model.init_from`) when it
+    has one, else its base model. (A `lora` lane's fresh adapters start with B = 0, so they add
+    nothing to the base; naming them would read like a trained one.)"""
+    init = config.model.init_from
+    if init.run:
+        return f"warm start {init.run}" + (f" (step {init.step})" if init.step else "")
     return f"base model {config.agent_model(config.agent(agent))}"

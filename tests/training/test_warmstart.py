@@ -136,3 +136,32 @@ def test_evaluating_a_warm_started_config_without_a_checkpoint_evaluates_the_war
     source = texts(evaluate_checkpoint(config, tmp_path / "src" / "checkpoints" / "step-000003"))
     base = texts(evaluate_checkpoint(config, None))
     assert warm == source and warm != base
+
+
+def test_the_untrained_ablation_and_the_playground_s_untrained_lane_start_from_the_warm_start(make_config, tmp_path):
+    """Every place that shows a run's step 0 without a checkpoint (the `untrained` ablation, the
+    playground's untrained lane) plays the weights the run started from: its warm start, the same
+    text as the source checkpoint itself, not the base models'; the lane says so by name."""
+    from training.ablation import Ablation, evaluate_ablation
+    from training.playground import lane, play
+
+    config = make_config("lora", **{"eval.size": 2})
+    _trained_run(config, tmp_path / "src")
+    warm_config = config.replace(**{"model.init_from.run": str(tmp_path / "src")})
+    checkpoint = tmp_path / "src" / "checkpoints" / "step-000003"
+
+    def ablation_texts(cfg):
+        results = evaluate_ablation(cfg, None, Ablation("untrained"))
+        return [[c["text"] for t in ep["turns"] for c in t["candidates"]] for ep in results[0]["examples"]]
+
+    assert ablation_texts(warm_config) != ablation_texts(config)
+
+    def lane_texts(cfg, trained):
+        (played,) = play(cfg, {"question": "2+3", "answer": "5"}, lanes=[lane("x", trained=trained)],
+                         checkpoint=checkpoint if trained else None)
+        return [(t["text"], t["policy"]) for t in played["turns"]]
+
+    warm_lane, base_lane, source_lane = lane_texts(warm_config, False), lane_texts(config, False), lane_texts(config, True)
+    assert [t for t, _ in warm_lane] == [t for t, _ in source_lane] != [t for t, _ in base_lane]
+    assert all(p == f"warm start {tmp_path / 'src'}" for _, p in warm_lane)
+    assert all(p.startswith("base model ") for _, p in base_lane)

@@ -37,6 +37,7 @@ from kombu.exceptions import OperationalError
 
 from training.config import ConfigError, RunConfig
 from training.playground import lane as playground_lane
+from training.playground import untrained_label
 from webapp.artifacts import files as artifacts
 from webapp.catalog import environments
 from webapp.catalog import selectors as catalog_selectors
@@ -417,7 +418,7 @@ def playground_start(
     if checkpoint is not None:
         lanes.append(playground_lane(f"Run #{checkpoint.run_id} · step {checkpoint.step}", trained=True))
     if checkpoint is None or with_base:
-        lanes.append(playground_lane("Base models", trained=False))
+        lanes.append(playground_lane(untrained_label(config).capitalize(), trained=False))
     return job_create(
         team=team, user=user, kind=Job.Kind.PLAYGROUND, topology=topology, checkpoint=checkpoint,
         run=checkpoint.run if checkpoint else None,
