@@ -203,19 +203,32 @@ def _lone_guess(task_id: str, k: int) -> int:
     return random.Random(f"referential:{task_id}").randrange(k)
 
 
-def format_demos(env: Referential, n: int, *, seed: int) -> list[dict[str, Any]]:
+def format_demos(env: Referential, n: int, *, seed: int, lean: float | None = None) -> list[dict[str, Any]]:
     """`n` conversations per role that teach the actions' form and nothing else (a format warm
     start, docs/benchmarks.md "Referential game"): the speaker sends a code word drawn uniformly,
     whatever the target; the listener names a candidate drawn uniformly, whatever the message. A
     team that learned only these is at chance by construction, with every code and every
     candidate equally likely, so RL starts from varied, valid actions. TRL's conversational format,
-    one line per agent turn (`training.conversations`)."""
+    one line per agent turn (`training.conversations`).
+
+    `lean` (a probability above 1/pool): the speaker sends the target's own code word (the i-th
+    code for the i-th object) with that probability and another one uniformly otherwise, a weak
+    lean that breaks the symmetry a protocol has to start from. The listener's picks stay uniform
+    whatever the message, so the team it leaves is still at chance; a listener trained alone
+    against this speaker can read the lean and no more."""
+    if lean is not None and not 1.0 / env.pool < lean <= 1.0:
+        raise ValueError(f"referential demos: lean must be above 1/pool ({1.0 / env.pool:.3f}) and at most 1, not {lean!r}")
     rng = random.Random(seed)
     rows = env.generate(n, seed=seed)
     out: list[dict[str, Any]] = []
     for i, row in enumerate(rows):
         state = env.reset(row, task_id=f"demo-{i}", roles=env.roles)
-        code = rng.choice(env.codes)
+        if lean is None:
+            code = rng.choice(env.codes)
+        else:
+            own = env.codes[OBJECTS.index(state.data["target"].lower())]
+            others = [c for c in env.codes[: env.pool] if c != own]
+            code = own if rng.random() < lean else rng.choice(others)
         spoken = env.step(state, agent="speaker", role="speaker", action=code).state
         for role, seen, action in (("speaker", state, code),
                                    ("listener", spoken, rng.choice(spoken.data["candidates"]))):
@@ -227,14 +240,15 @@ def format_demos(env: Referential, n: int, *, seed: int) -> list[dict[str, Any]]
     return out
 
 
-if __name__ == "__main__":  # python -m agents.envs.referential demos OUT.jsonl [N] [K]
+if __name__ == "__main__":  # python -m agents.envs.referential demos OUT.jsonl [N] [K] [LEAN]
     import json
     import sys
 
     if len(sys.argv) < 3 or sys.argv[1] != "demos":
-        sys.exit("usage: python -m agents.envs.referential demos OUT.jsonl [N per role, 512] [k, 4]")
+        sys.exit("usage: python -m agents.envs.referential demos OUT.jsonl [N per role, 512] [k, 4] [speaker's lean]")
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 512
     game = Referential(k=int(sys.argv[4]) if len(sys.argv) > 4 else 4)
+    lean = float(sys.argv[5]) if len(sys.argv) > 5 else None
     with open(sys.argv[2], "w", encoding="utf-8") as f:
-        for conversation in format_demos(game, n, seed=7):
+        for conversation in format_demos(game, n, seed=7, lean=lean):
             f.write(json.dumps(conversation) + "\n")

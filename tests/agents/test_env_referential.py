@@ -153,3 +153,32 @@ def test_the_shipped_demos_are_what_the_generator_writes() -> None:
     shipped = Path(__file__).resolve().parents[2] / "configs" / "referential-format.jsonl"
     lines = shipped.read_text(encoding="utf-8").splitlines()
     assert [json.loads(line) for line in lines] == format_demos(Referential(k=2), 512, seed=7)
+    leaning = Path(__file__).resolve().parents[2] / "configs" / "referential-lean.jsonl"
+    lines = leaning.read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line) for line in lines] == format_demos(Referential(k=2), 512, seed=7, lean=0.65)
+
+
+def test_a_leaning_speaker_sends_the_target_s_own_code_that_often_and_the_listener_stays_uniform() -> None:
+    """`lean`: the speaker's code is the target's own (the i-th code for the i-th object) with that
+    probability, every other code otherwise; the listener's pick ignores the message, so the
+    demonstrated team is at chance. A lean at or below 1/pool, or above 1, is refused by name."""
+    from collections import Counter
+
+    from agents.envs.referential import OBJECTS, format_demos
+
+    env = Referential(k=3)
+    demos = format_demos(env, 600, seed=5, lean=0.7)
+    own, codes, hits = 0, Counter(), 0
+    for speaker, listener in zip(demos[::2], demos[1::2]):
+        target = speaker["messages"][1]["content"].split("\n")[0].removeprefix("Target: ")
+        code = parse_code(speaker["messages"][2]["content"], env.codes)
+        own += code == env.codes[OBJECTS.index(target)]
+        codes[target, code] += 1
+        shown = listener["messages"][1]["content"].split("\n")[0].removeprefix("Candidates: ").split(", ")
+        names = [c.split(". ", 1)[1] for c in shown]
+        hits += names[parse_choice(listener["messages"][2]["content"], 3, names)] == target
+    assert 0.64 < own / 600 < 0.76 and len(codes) == 9  # the lean, and every other code still sent
+    assert 0.27 < hits / 600 < 0.40  # chance is 1/3
+    for bad in (1 / 3, 0.2, 1.5):
+        with pytest.raises(ValueError, match="lean must be above 1/pool"):
+            format_demos(env, 4, seed=0, lean=bad)
