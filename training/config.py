@@ -194,6 +194,13 @@ class ModelConfig:
     init_from: InitFromConfig = field(default_factory=InitFromConfig)
     """A finished run's checkpoint to start from (`training.warmstart`); empty `run`: the base weights."""
 
+    def trains_in(self, *, cuda: bool) -> str:
+        """The dtype the weights load and train in: `dtype`, where `auto` is bfloat16 with CUDA
+        and float32 without (the one place that rule lives: the loader and the plan both ask)."""
+        if self.dtype == "auto":
+            return "bfloat16" if cuda else "float32"
+        return self.dtype
+
 
 @dataclass(frozen=True)
 class AgentConfig:

@@ -154,8 +154,7 @@ class Plan:
         plan = cls(launcher=launcher, hosts=r.hosts, ranks=r.ranks, parallel=parallel, device="cuda" if cuda else "cpu",
                    placement=dict(r.placement), backend=backend, backend_why=backend_why, sampler="off", sampler_why="",
                    queue=queue_for(hosts=r.hosts, gpus=r.gpus))
-        trains_in = config.model.dtype if config.model.dtype != "auto" else ("bfloat16" if cuda else "float32")
-        if config.generation.dtype != "model" and backend == "hf" and trains_in != config.generation.dtype:
+        if config.generation.dtype != "model" and backend == "hf" and config.model.trains_in(cuda=cuda) != config.generation.dtype:
             plan = replace(plan, sampler_dtype=config.generation.dtype)
         if config.generation.async_ == "off":
             return plan

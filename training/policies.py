@@ -270,7 +270,9 @@ def save_policies(policies: PolicySet, folder: Path, *, skip: Collection[str] = 
         if pol.adapter is not None:
             assert isinstance(pol.model, PeftModel)
             tmp = folder / f".{pol.name}.tmp"
-            pol.model.save_pretrained(str(tmp), selected_adapters=[pol.adapter])
+            # The vocabulary is never resized, so an adapter on `embed_tokens` saves its LoRA
+            # weights alone: peft's `auto` would add the whole base embedding (113 MB for SmolLM2).
+            pol.model.save_pretrained(str(tmp), selected_adapters=[pol.adapter], save_embedding_layers=False)
             # PEFT writes non-default adapters into a subfolder named after the adapter.
             src = tmp / pol.adapter if (tmp / pol.adapter).is_dir() else tmp
             src.rename(target)

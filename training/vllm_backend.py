@@ -344,7 +344,7 @@ def save_adapter(policy: Policy, folder: Path) -> Path:
     """Write one agent's PEFT adapter (adapter_config.json + safetensors) and return the folder
     that holds it (PEFT puts a non-default adapter in a subfolder named after it)."""
     assert policy.adapter is not None
-    policy.model.save_pretrained(str(folder), selected_adapters=[policy.adapter])
+    policy.model.save_pretrained(str(folder), selected_adapters=[policy.adapter], save_embedding_layers=False)
     nested = folder / policy.adapter
     return nested if (nested / "adapter_config.json").is_file() else folder
 

@@ -4,6 +4,8 @@ projection's, and each agent trains only its own."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -39,3 +41,10 @@ def test_an_embedding_adapter_is_each_agents_own_and_is_trained_saved_and_loaded
     moved = {n: p.detach() for pol in after.trainable() for n, p in embedding_params(pol).items()}
     assert moved.keys() == start.keys()
     assert all(not torch.equal(moved[n], start[n]) for n in moved if "lora_embedding_A" in n), "an embedding adapter did not train"
+    # Saved, each adapter holds its LoRA weights and not a copy of the base's whole embedding.
+    from safetensors import safe_open
+
+    for pol in after.trainable():
+        with safe_open(str(Path(result.checkpoint) / pol.name / "adapter_model.safetensors"), "pt") as f:
+            keys = list(f.keys())
+        assert any("lora_embedding_A" in k for k in keys) and not any("embed_tokens.base_layer" in k or k.endswith("embed_tokens.weight") for k in keys), keys
