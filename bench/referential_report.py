@@ -54,7 +54,7 @@ def read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-NAMED = ("referential-together", "referential-prompt", "referential-apart")
+NAMED = ("referential-together", "referential-prompt", "referential-apart", "referential-lean", "referential-lean-seeds")
 """The experiments whose arms are named by what they train alone; another's carry its name too."""
 
 
