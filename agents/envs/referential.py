@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from agents.base import Message, RowField, State, StepResult, required_of
@@ -203,7 +204,7 @@ def _lone_guess(task_id: str, k: int) -> int:
     return random.Random(f"referential:{task_id}").randrange(k)
 
 
-def format_demos(env: Referential, n: int, *, seed: int, lean: float | None = None) -> list[dict[str, Any]]:
+def format_demos(env: Referential, n: int, *, seed: int, lean: float | Sequence[float] | None = None) -> list[dict[str, Any]]:
     """`n` conversations per role that teach the actions' form and nothing else (a format warm
     start, docs/benchmarks.md "Referential game"): the speaker sends a code word drawn uniformly,
     whatever the target; the listener names a candidate drawn uniformly, whatever the message. A
@@ -211,13 +212,17 @@ def format_demos(env: Referential, n: int, *, seed: int, lean: float | None = No
     candidate equally likely, so RL starts from varied, valid actions. TRL's conversational format,
     one line per agent turn (`training.conversations`).
 
-    `lean` (a probability above 1/pool): the speaker sends the target's own code word (the i-th
-    code for the i-th object) with that probability and another one uniformly otherwise, a weak
-    lean that breaks the symmetry a protocol has to start from. The listener's picks stay uniform
-    whatever the message, so the team it leaves is still at chance; a listener trained alone
-    against this speaker can read the lean and no more."""
-    if lean is not None and not 1.0 / env.pool < lean <= 1.0:
-        raise ValueError(f"referential demos: lean must be above 1/pool ({1.0 / env.pool:.3f}) and at most 1, not {lean!r}")
+    `lean`: the probability that the speaker sends the target's own code word (the i-th code for
+    the i-th object), another one uniformly otherwise; one number for every target, or one per
+    object of the pool in order (red, blue, ...). It breaks the symmetry a protocol has to start
+    from. The listener's picks stay uniform whatever the message, so the team it leaves is still
+    at chance. (`configs/referential-lean.yaml`: 1.0 for red and 0.8 for blue, so code 1 is the
+    more likely one for both targets and only more so for red: a greedy speaker sends 1 whatever
+    the target, and the lean shows only in sampled codes.)"""
+    if lean is not None:
+        leans = [float(lean)] * env.pool if isinstance(lean, (int, float)) else [float(x) for x in lean]
+        if len(leans) != env.pool or not all(0.0 <= x <= 1.0 for x in leans):
+            raise ValueError(f"referential demos: lean must be one probability or {env.pool} (one per object), each from 0 to 1, not {lean!r}")
     rng = random.Random(seed)
     rows = env.generate(n, seed=seed)
     out: list[dict[str, Any]] = []
@@ -226,9 +231,10 @@ def format_demos(env: Referential, n: int, *, seed: int, lean: float | None = No
         if lean is None:
             code = rng.choice(env.codes)
         else:
-            own = env.codes[OBJECTS.index(state.data["target"].lower())]
+            index = OBJECTS.index(state.data["target"].lower())
+            own = env.codes[index]
             others = [c for c in env.codes[: env.pool] if c != own]
-            code = own if rng.random() < lean else rng.choice(others)
+            code = own if rng.random() < leans[index] else rng.choice(others)
         spoken = env.step(state, agent="speaker", role="speaker", action=code).state
         for role, seen, action in (("speaker", state, code),
                                    ("listener", spoken, rng.choice(spoken.data["candidates"]))):
@@ -245,10 +251,10 @@ if __name__ == "__main__":  # python -m agents.envs.referential demos OUT.jsonl 
     import sys
 
     if len(sys.argv) < 3 or sys.argv[1] != "demos":
-        sys.exit("usage: python -m agents.envs.referential demos OUT.jsonl [N per role, 512] [k, 4] [speaker's lean]")
+        sys.exit("usage: python -m agents.envs.referential demos OUT.jsonl [N per role, 512] [k, 4] [speaker's lean: p, or p1,p2,... per object]")
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 512
     game = Referential(k=int(sys.argv[4]) if len(sys.argv) > 4 else 4)
-    lean = float(sys.argv[5]) if len(sys.argv) > 5 else None
+    lean = [float(x) for x in sys.argv[5].split(",")] if len(sys.argv) > 5 else None  # 0.8 or 1.0,0.8
     with open(sys.argv[2], "w", encoding="utf-8") as f:
         for conversation in format_demos(game, n, seed=7, lean=lean):
             f.write(json.dumps(conversation) + "\n")

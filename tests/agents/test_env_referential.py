@@ -155,7 +155,7 @@ def test_the_shipped_demos_are_what_the_generator_writes() -> None:
     assert [json.loads(line) for line in lines] == format_demos(Referential(k=2), 512, seed=7)
     leaning = Path(__file__).resolve().parents[2] / "configs" / "referential-lean.jsonl"
     lines = leaning.read_text(encoding="utf-8").splitlines()
-    assert [json.loads(line) for line in lines] == format_demos(Referential(k=2), 512, seed=7, lean=1.0)
+    assert [json.loads(line) for line in lines] == format_demos(Referential(k=2), 512, seed=7, lean=[1.0, 0.8])
 
 
 def test_a_leaning_speaker_sends_the_target_s_own_code_that_often_and_the_listener_stays_uniform() -> None:
@@ -179,6 +179,14 @@ def test_a_leaning_speaker_sends_the_target_s_own_code_that_often_and_the_listen
         hits += names[parse_choice(listener["messages"][2]["content"], 3, names)] == target
     assert 0.64 < own / 600 < 0.76 and len(codes) == 9  # the lean, and every other code still sent
     assert 0.27 < hits / 600 < 0.40  # chance is 1/3
-    for bad in (1 / 3, 0.2, 1.5):
-        with pytest.raises(ValueError, match="lean must be above 1/pool"):
+    # One lean per object: red always its own code 1, blue its own code 2 one time in five.
+    two = Referential(k=2)
+    sent = Counter()
+    for speaker in format_demos(two, 400, seed=5, lean=[1.0, 0.2])[::2]:
+        target = speaker["messages"][1]["content"].split("\n")[0].removeprefix("Target: ")
+        sent[target, speaker["messages"][2]["content"]] += 1
+    assert sent["red", "2"] == 0 and sent["red", "1"] > 0
+    assert 0.1 < sent["blue", "2"] / (sent["blue", "1"] + sent["blue", "2"]) < 0.3
+    for bad in (1.5, -0.1, [0.5, 0.5], [0.5, 0.5, 2.0]):
+        with pytest.raises(ValueError, match="lean must be one probability or 3"):
             format_demos(env, 4, seed=0, lean=bad)
