@@ -4,7 +4,7 @@
 [--gguf f16|q8_0]` (merge a LoRA adapter into its base; with --gguf, as one GGUF file and an Ollama Modelfile), `python -m training playground CONFIG.yaml --task JSON
 [--checkpoint DIR [--with-base]]` (play one task turn by turn, one JSON line per turn), and
 `python -m training sweep EXPERIMENT.yaml [--out DIR]` (the trials of an experiment, in turn) and
-`python -m training ablate RUN_DIR --kind role_swap|untrained|alone|apart [--agent NAME] [--partner DIR]`
+`python -m training ablate RUN_DIR --kind role_swap|untrained|alone|apart [--agent NAME] [--partner DIR] [--sampled]`
 (a finished team run evaluated with its roles swapped, untrained, one agent alone, or teamed with the
 agents a partner run trained while this one froze them: `training.ablation`)."""
 
@@ -61,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--kind", required=True, choices=("role_swap", "untrained", "alone", "apart"), help="which ablation")
     p.add_argument("--partner", help="with --kind apart: the run that trained the agents this run froze (its folder or a checkpoint)")
     p.add_argument("--agent", action="append", default=[], help="with --kind alone: the agent acting alone (repeat for several; default: every agent that may)")
+    p.add_argument("--sampled", action="store_true", help="also evaluate sampled at the training temperature (greedy always)")
     p.add_argument("--checkpoint", help="a checkpoint folder other than the run's newest")
     return parser
 
@@ -196,13 +197,14 @@ def _ablate(args: argparse.Namespace) -> int:
     print(f"run {args.run_dir}: {'checkpoint ' + str(checkpoint) if checkpoint else 'no checkpoint'}; held-out tasks of seed {config.seed}")
     for ablation in chosen:
         try:
-            results = evaluate_ablation(config, checkpoint, ablation, partner=args.partner)
+            results = evaluate_ablation(config, checkpoint, ablation, partner=args.partner, sampled=args.sampled)
         except (AblationError, ConfigError, FileNotFoundError) as exc:
             print(f"error: {ablation.label}: {exc}", file=sys.stderr)
             return 2
         for r in results:
             agents = " ".join(f"{a} {v['success']:.3f}" for a, v in r["agents"].items())
-            print(f"{ablation.label} (step {r['step']}, {r['n']} tasks): team {r['team']['success']:.3f}  {agents}")
+            how = "greedy" if not r.get("temperature") else f"sampled at {r['temperature']:g}"
+            print(f"{ablation.label} (step {r['step']}, {r['n']} tasks, {how}): team {r['team']['success']:.3f}  {agents}")
             r.pop("examples", None)
             print(json.dumps(r))
     return 0

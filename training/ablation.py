@@ -137,10 +137,11 @@ def ablations_for(config: RunConfig, env: Any) -> list[Ablation]:
     return [Ablation("role_swap"), Ablation("untrained"), *alone]
 
 
-def ablation_config(config: RunConfig, ablation: Ablation) -> RunConfig:
-    """The config the ablation evaluates with: greedy only, no resume; for `alone` the topology
-    reduced to the one agent (same specialization, role, instructions and tools)."""
-    config = config.replace(**{"eval.sampled": False, "checkpoint.resume_from": None})
+def ablation_config(config: RunConfig, ablation: Ablation, *, sampled: bool = False) -> RunConfig:
+    """The config the ablation evaluates with: greedy (and sampled at the training temperature
+    when `sampled`), no resume; for `alone` the topology reduced to the one agent (same
+    specialization, role, instructions and tools)."""
+    config = config.replace(**{"eval.sampled": sampled, "checkpoint.resume_from": None})
     if ablation.kind != "alone":
         return config
     agent = next(a for a in config.to_dict()["topology"]["agents"] if a["name"] == ablation.agent)
@@ -250,7 +251,7 @@ def apart_pairs(trials: Sequence[tuple[T, int, RunConfig]]) -> tuple[list[tuple[
 
 @contextlib.contextmanager
 def ablated_sampler(config: RunConfig, checkpoint: str | Path | None, ablation: Ablation, *,
-                    partner: str | Path | None = None) -> Iterator[tuple[Sampler, list[Any]]]:
+                    partner: str | Path | None = None, sampled: bool = False) -> Iterator[tuple[Sampler, list[Any]]]:
     """(a sampler acting as the ablation says, the run's held-out tasks). `checkpoint` is the
     trained weights (required but for `untrained`, which ignores it); `partner` (`apart` only) the
     partner run's output folder or checkpoint folder."""
@@ -274,7 +275,7 @@ def ablated_sampler(config: RunConfig, checkpoint: str | Path | None, ablation: 
         if partner_checkpoint is None:
             raise AblationError(f"the partner run {partner} has no checkpoint")
         taken = {a: partner_checkpoint / a for a in partner_agents(config, partner_config)}
-    cfg = ablation_config(config, ablation)
+    cfg = ablation_config(config, ablation, sampled=sampled)
     _, eval_tasks = load_tasks(config, env)  # the run's own held-out tasks, whatever acts on them
     with starting_sampler(cfg, env, None if ablation.kind == "untrained" else checkpoint) as sampler:
         for agent, folder in taken.items():  # `apart`: the partner's trained agents over this run's frozen ones
@@ -287,14 +288,15 @@ def ablated_sampler(config: RunConfig, checkpoint: str | Path | None, ablation: 
 
 
 def evaluate_ablation(config: RunConfig, checkpoint: str | Path | None, ablation: Ablation, *,
-                      sink: EventSink | None = None, partner: str | Path | None = None) -> list[dict[str, Any]]:
-    """The ablation's greedy held-out evaluation (`training.trainer.evaluate`'s result, at the
+                      sink: EventSink | None = None, partner: str | Path | None = None,
+                      sampled: bool = False) -> list[dict[str, Any]]:
+    """The ablation's greedy held-out evaluation (and the sampled one too when `sampled`) (`training.trainer.evaluate`'s result, at the
     checkpoint's step), each result marked with `ablation` (its kind, agent, key and label) and,
     for `apart`, `partner` (the partner run's folder)."""
     from training.evaluation import evaluate
 
     step = 0 if ablation.kind == "untrained" else checkpoint_step(checkpoint)
-    with ablated_sampler(config, checkpoint, ablation, partner=partner) as (sampler, tasks):
+    with ablated_sampler(config, checkpoint, ablation, partner=partner, sampled=sampled) as (sampler, tasks):
         results = evaluate(sampler, tasks, step=step, sink=sink)
     extra = {"partner": str(partner)} if partner is not None else {}
     return [{**r, "ablation": ablation.to_dict(), **extra} for r in results]

@@ -145,6 +145,10 @@ def test_the_cli_ablates_a_run_folder(lora, tmp_path, capsys):
     (run / "checkpoints" / "step-000002").symlink_to(checkpoint)
     assert main(["ablate", str(run), "--kind", "role_swap"]) == 0
     out = capsys.readouterr().out
-    assert "role swap (step 2, 2 tasks): team " in out and "step-000002" in out
+    assert "role swap (step 2, 2 tasks, greedy): team " in out and "step-000002" in out and "sampled" not in out
+    assert main(["ablate", str(run), "--kind", "role_swap", "--sampled"]) == 0  # greedy, then at the training temperature
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("role swap")]
+    assert [line.split(": team")[0] for line in lines] == [
+        "role swap (step 2, 2 tasks, greedy)", f"role swap (step 2, 2 tasks, sampled at {config.generation.temperature:g})"]
     assert main(["ablate", str(run), "--kind", "alone", "--agent", "nobody"]) == 2
     assert "no acting agent 'nobody'" in capsys.readouterr().err
