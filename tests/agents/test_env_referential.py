@@ -155,7 +155,7 @@ def test_the_shipped_demos_are_what_the_generator_writes() -> None:
     assert [json.loads(line) for line in lines] == format_demos(Referential(k=2), 512, seed=7)
     leaning = Path(__file__).resolve().parents[2] / "configs" / "referential-lean.jsonl"
     lines = leaning.read_text(encoding="utf-8").splitlines()
-    assert [json.loads(line) for line in lines] == format_demos(Referential(k=2), 512, seed=7, lean=[1.0, 0.8])
+    assert [json.loads(line) for line in lines] == format_demos(Referential(k=2), 512, seed=7, lean=1.0)
 
 
 def test_a_leaning_speaker_sends_the_target_s_own_code_that_often_and_the_listener_stays_uniform() -> None:
