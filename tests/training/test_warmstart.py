@@ -143,7 +143,7 @@ def test_the_untrained_ablation_and_the_playground_s_untrained_lane_start_from_t
     playground's untrained lane) plays the weights the run started from: its warm start, the same
     text as the source checkpoint itself, not the base models'; the lane says so by name."""
     from training.ablation import Ablation, evaluate_ablation
-    from training.playground import lane, play
+    from training.playground import lane, play, untrained_label
 
     config = make_config("lora", **{"eval.size": 2})
     _trained_run(config, tmp_path / "src")
@@ -165,3 +165,4 @@ def test_the_untrained_ablation_and_the_playground_s_untrained_lane_start_from_t
     assert [t for t, _ in warm_lane] == [t for t, _ in source_lane] != [t for t, _ in base_lane]
     assert all(p == f"warm start {tmp_path / 'src'}" for _, p in warm_lane)
     assert all(p.startswith("base model ") for _, p in base_lane)
+    assert (untrained_label(warm_config), untrained_label(config)) == ("warm start", "base models")  # the lane's name
