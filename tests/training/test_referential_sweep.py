@@ -130,7 +130,7 @@ def test_the_cli_teams_two_runs_trained_apart(swept, capsys) -> None:
     assert main(["ablate", str(out / "trial-000"), "--kind", "apart", "--partner", str(out / "trial-001")]) == 0
     printed = capsys.readouterr().out
     stored = json.loads((out / "trial-000" / "ablations.json").read_text())["apart"]["metrics"]["team.success"]
-    assert f"trained apart (step 2, 8 tasks): team {stored:.3f}" in printed
+    assert f"trained apart (step 2, 8 tasks, greedy): team {stored:.3f}" in printed
 
 
 def test_the_report_is_built_from_the_stored_results(swept, tmp_path, capsys) -> None:
