@@ -290,8 +290,8 @@ def ablated_sampler(config: RunConfig, checkpoint: str | Path | None, ablation: 
 def evaluate_ablation(config: RunConfig, checkpoint: str | Path | None, ablation: Ablation, *,
                       sink: EventSink | None = None, partner: str | Path | None = None,
                       sampled: bool = False) -> list[dict[str, Any]]:
-    """The ablation's greedy held-out evaluation (and the sampled one too when `sampled`) (`training.trainer.evaluate`'s result, at the
-    checkpoint's step), each result marked with `ablation` (its kind, agent, key and label) and,
+    """The ablation's held-out evaluation (`training.evaluation.evaluate`'s results, at the
+    checkpoint's step): greedy, and at the training temperature too when `sampled`; each result marked with `ablation` (its kind, agent, key and label) and,
     for `apart`, `partner` (the partner run's folder)."""
     from training.evaluation import evaluate
 

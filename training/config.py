@@ -195,11 +195,16 @@ class ModelConfig:
     """A finished run's checkpoint to start from (`training.warmstart`); empty `run`: the base weights."""
 
     def trains_in(self, *, cuda: bool) -> str:
-        """The dtype the weights load and train in: `dtype`, where `auto` is bfloat16 with CUDA
-        and float32 without (the one place that rule lives: the loader and the plan both ask)."""
-        if self.dtype == "auto":
-            return "bfloat16" if cuda else "float32"
-        return self.dtype
+        """The dtype the weights load and train in (`trains_in`)."""
+        return trains_in(self.dtype, cuda=cuda)
+
+
+def trains_in(dtype: str, *, cuda: bool) -> str:
+    """The dtype a model whose `model.dtype` is `dtype` loads and trains in: `auto` is bfloat16
+    with CUDA and float32 without (the one place that rule lives: the loader and the plan ask)."""
+    if dtype == "auto":
+        return "bfloat16" if cuda else "float32"
+    return dtype
 
 
 @dataclass(frozen=True)

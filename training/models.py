@@ -40,7 +40,7 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from training.config import ConfigError, ModelConfig, check_model_source
+from training.config import ConfigError, check_model_source, trains_in
 
 # PEFT asks transformers whether gradient checkpointing is on through a name transformers 5
 # deprecates: a FutureWarning at every adapter, about code that is neither Troupe's nor the user's.
@@ -245,7 +245,7 @@ def trained_dtype(dtype: str) -> torch.dtype:
 
 
 def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    dtype = ModelConfig(dtype=dtype).trains_in(cuda=device.type == "cuda")
+    dtype = trains_in(dtype, cuda=device.type == "cuda")
     choices = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     if dtype not in choices:
         raise ModelLoadError(f"unknown dtype {dtype!r}; allowed: auto, {', '.join(choices)}")

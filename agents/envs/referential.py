@@ -216,9 +216,9 @@ def format_demos(env: Referential, n: int, *, seed: int, lean: float | Sequence[
     the i-th object), another one uniformly otherwise; one number for every target, or one per
     object of the pool in order (red, blue, ...). It breaks the symmetry a protocol has to start
     from. The listener's picks stay uniform whatever the message, so the team it leaves is still
-    at chance. (`configs/referential-lean.yaml`: 1.0 for red and 0.8 for blue, so code 1 is the
-    more likely one for both targets and only more so for red: a greedy speaker sends 1 whatever
-    the target, and the lean shows only in sampled codes.)"""
+    at chance. (`configs/referential-lean.yaml` uses 1.0, stopped early; a lean per object such as
+    1.0 for red and 0.8 for blue makes code 1 the likelier one for both targets, so a greedy
+    speaker sends no code: docs/benchmarks.md, "Referential game".)"""
     if lean is not None:
         leans = [float(lean)] * env.pool if isinstance(lean, (int, float)) else [float(x) for x in lean]
         if len(leans) != env.pool or not all(0.0 <= x <= 1.0 for x in leans):
