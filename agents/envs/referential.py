@@ -254,9 +254,9 @@ if __name__ == "__main__":  # python -m agents.envs.referential demos OUT.jsonl 
         sys.exit("usage: python -m agents.envs.referential demos OUT.jsonl [N per role, 512] [k, 4] [speaker's lean: p, or p1,p2,... per object]")
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 512
     game = Referential(k=int(sys.argv[4]) if len(sys.argv) > 4 else 4)
-    leans = [float(x) for x in sys.argv[5].split(",")] if len(sys.argv) > 5 else []  # 0.8, or 1.0,0.8 per object
-    lean = None if not leans else leans[0] if len(leans) == 1 else leans
     try:
+        leans = [float(x) for x in sys.argv[5].split(",")] if len(sys.argv) > 5 else []  # 0.8, or 1.0,0.8 per object
+        lean = None if not leans else leans[0] if len(leans) == 1 else leans
         demos = format_demos(game, n, seed=7, lean=lean)
     except ValueError as exc:
         sys.exit(f"error: {exc}")
