@@ -6,9 +6,10 @@ number is read from what `python -m training sweep` left in the experiments' fol
         --prompt runs/referential-prompt --apart runs/referential-apart --out bench/results/referential
 
 `--explore` is a further together experiment (`referential-together-explore`), its arms named
-after it. Each folder is optional (a missing or unfinished one leaves its rows out or partial). Read from:
-- each trial's `evaluations.jsonl` (greedy held-out success at every evaluated step; step 0 is the
-  untrained team) and `metrics.jsonl` (generated tokens per step, for the curves against tokens);
+after it. `--keep` an earlier `report.json`: its trials join the table where their experiment's
+folder is not among those given (results stored when that report was built). Each folder is optional (a missing or unfinished one leaves its rows out or partial). Read from:
+- each trial's `evaluations.jsonl` (greedy held-out success at every evaluated step, and sampled at
+  the training temperature where the run set `eval.sampled`; step 0 is the untrained team) and `metrics.jsonl` (generated tokens per step, for the curves against tokens);
 - each trial's `ablations.json` (`role_swap`, `apart`: `training.sweep.run_ablations`);
 - each trial's `rollouts.jsonl` (the protocol: over the last `--protocol-steps` training steps, the
   code word the speaker sent for each target, and the candidate the listener picked for each code
@@ -54,7 +55,8 @@ def read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-NAMED = ("referential-together", "referential-prompt", "referential-apart", "referential-lean", "referential-lean-seeds")
+NAMED = ("referential-together", "referential-prompt", "referential-apart", "referential-lean", "referential-lean-seeds",
+         "referential-lean-apart-seeds")
 """The experiments whose arms are named by what they train alone; another's carry its name too."""
 
 
@@ -70,9 +72,10 @@ def arm_name(trial: Trial) -> str:
     return f"{', '.join(trained)} trained, {', '.join(frozen)} frozen ({spec})"
 
 
-def greedy_curve(folder: Path) -> list[tuple[int, float]]:
-    """(step, greedy held-out team success) of each evaluation, in step order."""
-    evals = [e for e in read_jsonl(folder / "evaluations.jsonl") if e.get("temperature") == 0.0 and "ablation" not in e]
+def curve(folder: Path, *, sampled: bool = False) -> list[tuple[int, float]]:
+    """(step, held-out team success) of each evaluation in step order: greedy, or sampled at the
+    training temperature (the runs that set `eval.sampled`)."""
+    evals = [e for e in read_jsonl(folder / "evaluations.jsonl") if (e.get("temperature") != 0.0) == sampled and "ablation" not in e]
     return sorted({int(e["step"]): float(e["team"]["success"]) for e in evals}.items())
 
 
@@ -152,15 +155,18 @@ def collect(folder: Path, last_steps: int) -> list[dict[str, Any]]:
     for trial in spec.trials():
         tf = folder / f"trial-{trial.index:03d}"
         record = read_json(tf / "trial.json")
-        curve = greedy_curve(tf)
+        greedy, sampled = curve(tf), curve(tf, sampled=True)
         tokens = tokens_by_step(tf)
+        done = record.get("status") == "succeeded"
         out.append({
             "experiment": spec.name, "trial": tf.name, "seed": trial.seed,
             "arm": arm_name(trial) if spec.name in NAMED else f"{arm_name(trial)}, {spec.name}",
-            "status": record.get("status", "running" if curve else "not started"),
-            "curve": curve, "tokens": [[s, tokens.get(s)] for s, _ in curve],
-            "final": curve[-1][1] if record.get("status") == "succeeded" and curve else None,
-            "untrained": curve[0][1] if curve and curve[0][0] == 0 else None,
+            "status": record.get("status", "running" if greedy else "not started"),
+            "curve": greedy, "tokens": [[s, tokens.get(s)] for s, _ in greedy], "sampled_curve": sampled,
+            "final": greedy[-1][1] if done and greedy else None,
+            "final_sampled": sampled[-1][1] if done and sampled else None,
+            "untrained": greedy[0][1] if greedy and greedy[0][0] == 0 else None,
+            "untrained_sampled": sampled[0][1] if sampled and sampled[0][0] == 0 else None,
             "ablations": {k: v for k, v in read_json(tf / "ablations.json").items()},
             "protocol": protocol(tf, env.codes, env.k, last_steps),
             "seconds": record.get("seconds"), "chance": env.chance,
@@ -169,22 +175,26 @@ def collect(folder: Path, last_steps: int) -> list[dict[str, Any]]:
 
 
 def build(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The table's rows: untrained, each arm, and each arm's ablations, over seeds."""
+    """The table's rows: untrained, each arm, and each arm's ablations, over seeds; each row greedy
+    (its top-level numbers) and, where the runs evaluated so, `sampled` at the training temperature."""
     rows = []
     untrained = {t["seed"]: t["untrained"] for t in trials if t["untrained"] is not None and t["arm"] == "together (lora)"}
+    untrained_sampled = [t.get("untrained_sampled") for t in trials if t["arm"] == "together (lora)" and t.get("untrained_sampled") is not None]
     if untrained:
-        rows.append({"row": "untrained team (step 0)", **stat(list(untrained.values())), "seeds": sorted(untrained)})
+        rows.append({"row": "untrained team (step 0)", **stat(list(untrained.values())), "seeds": sorted(untrained),
+                     "sampled": stat(untrained_sampled)})
     for arm in dict.fromkeys(t["arm"] for t in trials):
         mine = [t for t in trials if t["arm"] == arm]
         done = [t for t in mine if t["final"] is not None]
         rows.append({"row": arm, **stat([t["final"] for t in done]), "seeds": [t["seed"] for t in done],
+                     "sampled": stat([t["final_sampled"] for t in done if t.get("final_sampled") is not None]),
                      "status": {t["seed"]: t["status"] for t in mine}})
         for key, label in (("role_swap", "roles swapped"), ("apart", "trained apart, then teamed")):
-            got = {t["seed"]: t["ablations"][key]["metrics"]["team.success"] for t in mine
-                   if "metrics" in t["ablations"].get(key, {})}
-            if got:
-                rows.append({"row": f"{arm}: {label}" if key != "apart" else label, **stat(list(got.values())), "seeds": sorted(got),
-                             "dedupe": key == "apart"})
+            stored = [(t["seed"], t["ablations"][key]["metrics"]) for t in mine if "metrics" in t["ablations"].get(key, {})]
+            if stored:
+                sampled = [m["sampled.team.success"] for _, m in stored if "sampled.team.success" in m]
+                rows.append({"row": f"{arm}: {label}" if key != "apart" else label, **stat([m["team.success"] for _, m in stored]),
+                             "seeds": sorted(seed for seed, _ in stored), "sampled": stat(sampled), "dedupe": key == "apart"})
     merged: list[dict[str, Any]] = []
     for r in rows:  # `apart` is reported from both halves of a seed: one row
         if r.get("dedupe") and any(m["row"] == r["row"] for m in merged):
@@ -228,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("together", "prompt", "apart", "explore"):
         parser.add_argument(f"--{name}", type=Path, help=f"the {name} experiment's sweep folder")
     parser.add_argument("--out", type=Path, default=Path("bench/results/referential"))
+    parser.add_argument("--keep", type=Path, help="an earlier report.json whose trials join the table where their experiment's "
+                        "folder is not given (its stored results, read when that report was built)")
     parser.add_argument("--protocol-steps", type=int, default=10, help="training steps the protocol is read from (the last ones)")
     args = parser.parse_args(argv)
     folders = [f for f in (args.together, args.prompt, args.apart, args.explore) if f is not None]
@@ -236,12 +248,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no experiment folder (experiment.yaml) at {', '.join(missing) or 'any of --together/--prompt/--apart'}", file=sys.stderr)
         return 2
     trials = [t for f in folders for t in collect(f, args.protocol_steps)]
+    if args.keep is not None:
+        read = {t["experiment"] for t in trials}
+        kept = read_json(args.keep).get("trials", [])
+        if not kept:
+            print(f"error: {args.keep} is not a report.json with trials", file=sys.stderr)
+            return 2
+        trials = [t for t in kept if t["experiment"] not in read] + trials
     rows = build(trials)
     args.out.mkdir(parents=True, exist_ok=True)
     chance = trials[0]["chance"]
-    lines = ["| arm | team success, mean ± 95% t-interval (min, max) | seeds | per seed |", "|---|---|---|---|"]
+    lines = ["| arm | greedy team success, mean ± 95% t-interval (min, max) | seeds | per seed | sampled (T=1), mean | per seed |",
+             "|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['row']} | {show(r)} | {r.get('n', 0)} | {' '.join(f'{v:.3f}' for v in r.get('values', []))} |")
+        sampled = r.get("sampled", {})
+        lines.append(f"| {r['row']} | {show(r)} | {r.get('n', 0)} | {' '.join(f'{v:.3f}' for v in r.get('values', []))} "
+                     f"| {show(sampled)} | {' '.join(f'{v:.3f}' for v in sampled.get('values', []))} |")
     lines.append(f"\nchance {chance:.3f}; target: together ≥ 0.8 (or ≥ chance + 0.5), apart and swapped ≤ chance + 0.1")
     lines.append("\n| trial | arm | seed | status | minutes | protocol |\n|---|---|---|---|---|---|")
     for t in trials:

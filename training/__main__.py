@@ -197,7 +197,7 @@ def _ablate(args: argparse.Namespace) -> int:
     print(f"run {args.run_dir}: {'checkpoint ' + str(checkpoint) if checkpoint else 'no checkpoint'}; held-out tasks of seed {config.seed}")
     for ablation in chosen:
         try:
-            results = evaluate_ablation(config, checkpoint, ablation, partner=args.partner, sampled=args.sampled)
+            results = evaluate_ablation(config, checkpoint, ablation, partner=args.partner, sampled=args.sampled or None)
         except (AblationError, ConfigError, FileNotFoundError) as exc:
             print(f"error: {ablation.label}: {exc}", file=sys.stderr)
             return 2

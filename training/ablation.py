@@ -1,7 +1,8 @@
 """Ablations of a finished multi-agent run: does the team need its roles, its training, each other?
 
 Each ablation evaluates the run on its own held-out tasks (the tasks `training.data.load_tasks`
-holds out for the run's seed), greedily, with one thing changed:
+holds out for the run's seed), greedily (and sampled at the training temperature too where the run
+evaluates so, `eval.sampled`, or the caller asks), with one thing changed:
 
 - `role_swap`: the agents' trained policies exchanged between roles. The environment still asks
   each role for its own action, with that role's observation and instructions, but the weights
@@ -137,11 +138,11 @@ def ablations_for(config: RunConfig, env: Any) -> list[Ablation]:
     return [Ablation("role_swap"), Ablation("untrained"), *alone]
 
 
-def ablation_config(config: RunConfig, ablation: Ablation, *, sampled: bool = False) -> RunConfig:
-    """The config the ablation evaluates with: greedy (and sampled at the training temperature
-    when `sampled`), no resume; for `alone` the topology reduced to the one agent (same
+def ablation_config(config: RunConfig, ablation: Ablation, *, sampled: bool | None = None) -> RunConfig:
+    """The config the ablation evaluates with: greedy, and sampled at the training temperature
+    when `sampled` (None: as the run itself evaluates, its `eval.sampled`); no resume; for `alone` the topology reduced to the one agent (same
     specialization, role, instructions and tools)."""
-    config = config.replace(**{"eval.sampled": sampled, "checkpoint.resume_from": None})
+    config = config.replace(**{"eval.sampled": config.eval.sampled if sampled is None else sampled, "checkpoint.resume_from": None})
     if ablation.kind != "alone":
         return config
     agent = next(a for a in config.to_dict()["topology"]["agents"] if a["name"] == ablation.agent)
@@ -251,7 +252,7 @@ def apart_pairs(trials: Sequence[tuple[T, int, RunConfig]]) -> tuple[list[tuple[
 
 @contextlib.contextmanager
 def ablated_sampler(config: RunConfig, checkpoint: str | Path | None, ablation: Ablation, *,
-                    partner: str | Path | None = None, sampled: bool = False) -> Iterator[tuple[Sampler, list[Any]]]:
+                    partner: str | Path | None = None, sampled: bool | None = None) -> Iterator[tuple[Sampler, list[Any]]]:
     """(a sampler acting as the ablation says, the run's held-out tasks). `checkpoint` is the
     trained weights (required but for `untrained`, which ignores it); `partner` (`apart` only) the
     partner run's output folder or checkpoint folder."""
@@ -289,9 +290,10 @@ def ablated_sampler(config: RunConfig, checkpoint: str | Path | None, ablation: 
 
 def evaluate_ablation(config: RunConfig, checkpoint: str | Path | None, ablation: Ablation, *,
                       sink: EventSink | None = None, partner: str | Path | None = None,
-                      sampled: bool = False) -> list[dict[str, Any]]:
+                      sampled: bool | None = None) -> list[dict[str, Any]]:
     """The ablation's held-out evaluation (`training.evaluation.evaluate`'s results, at the
-    checkpoint's step): greedy, and at the training temperature too when `sampled`; each result marked with `ablation` (its kind, agent, key and label) and,
+    checkpoint's step): greedy, and at the training temperature too when `sampled` (None: when the
+    run evaluates so, `eval.sampled`); each result marked with `ablation` (its kind, agent, key and label) and,
     for `apart`, `partner` (the partner run's folder)."""
     from training.evaluation import evaluate
 

@@ -17,7 +17,8 @@ or more trials than `MAX_TRIALS`.
       optim.lr: [3.0e-4, 1.0e-3]
       topology.specialization: [prompt, lora]
     seeds: [0, 1, 2]
-    metric: team.success          # what ranks the arms: team.success or <agent>.success / .reward
+    metric: team.success          # what ranks the arms: team.success or <agent>.success / .reward,
+                                  # each also as sampled.<name> when the base sets eval.sampled
     direction: maximize
 """
 
@@ -36,7 +37,7 @@ import yaml
 
 from training.config import ConfigError, RunConfig
 from training.search import SearchSpec, parse_search
-from training.trials import NOT_AXES, field_value, resolve_field, trial_metrics, with_fields
+from training.trials import NOT_AXES, SAMPLED, field_value, resolve_field, trial_metrics, with_fields
 
 __all__ = ["NOT_AXES", "field_value", "resolve_field", "trial_metrics", "with_fields"]  # re-exported: the trial helpers live in training.trials
 
@@ -400,11 +401,12 @@ def _check_metric(metric: Any, base: RunConfig, problems: _Problems) -> None:
 
 def metric_names(config: RunConfig) -> list[str]:
     """The held-out metrics a trial of this config reports: the team's success, and each acting
-    agent's success and mean local reward."""
+    agent's success and mean local reward; the same again prefixed `sampled.` when the config
+    evaluates at the training temperature too (`eval.sampled`)."""
     names = ["team.success"]
     for agent in dict.fromkeys(config.topology.order()):
         names += [f"{agent}.success", f"{agent}.reward"]
-    return names
+    return names + [SAMPLED + n for n in names] if config.eval.sampled else names
 
 
 T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,

@@ -111,15 +111,30 @@ def _strip_optional(hint: Any) -> Any:
 def trial_metrics(evaluations: list[dict[str, Any]]) -> dict[str, float]:
     """A trial's metrics from its evaluations (`training.trainer.evaluate`'s dicts): the last
     greedy one (lowest temperature at the highest step): `team.success`, `<agent>.success`,
-    `<agent>.reward`. Empty when the trial has not been evaluated; entries without a numeric team
-    success (a stored row of another shape) are passed over."""
+    `<agent>.reward`; and where the run also evaluated sampled at that step (`eval.sampled`), the
+    same names prefixed `sampled.` from the highest temperature there. Empty when the trial has not
+    been evaluated; entries without a numeric team success (a stored row of another shape) are
+    passed over."""
     usable = [e for e in evaluations if isinstance(e, dict) and isinstance(e.get("team"), dict) and _number(e["team"].get("success"))
               and _number(e.get("step", 0)) and _number(e.get("temperature", 0.0))]
     if not usable:
         return {}
     last = max(usable, key=lambda e: (e.get("step", 0), -float(e.get("temperature", 0.0))))
-    out = {"team.success": float(last["team"]["success"])}
-    agents: dict[Any, Any] = last["agents"] if isinstance(last.get("agents"), dict) else {}
+    out = _eval_metrics(last)
+    at_step = [e for e in usable if e.get("step", 0) == last.get("step", 0)]
+    hottest = max(at_step, key=lambda e: float(e.get("temperature", 0.0)))
+    if float(hottest.get("temperature", 0.0)) > float(last.get("temperature", 0.0)):
+        out.update({f"{SAMPLED}{name}": value for name, value in _eval_metrics(hottest).items()})
+    return out
+
+
+SAMPLED = "sampled."
+"""The prefix of a trial's metrics measured at the training temperature (`trial_metrics`)."""
+
+
+def _eval_metrics(evaluation: dict[str, Any]) -> dict[str, float]:
+    out = {"team.success": float(evaluation["team"]["success"])}
+    agents: dict[Any, Any] = evaluation["agents"] if isinstance(evaluation.get("agents"), dict) else {}
     for agent, values in agents.items():
         for key in ("success", "reward"):
             if isinstance(values, dict) and _number(values.get(key)):

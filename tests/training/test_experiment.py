@@ -78,6 +78,9 @@ def test_it_refuses_an_unknown_metric_and_a_base_without_held_out_evaluation(mak
     assert "writer.success" in found["metric"] and "team.success" in found["metric"]
     assert "maximize" in found["direction"]
     assert "eval.every" in found["base.eval.every"]
+    assert "sampled.team.success" not in found["metric"]  # only a base that evaluates sampled reports it
+    sampled = make_config().replace(**{"eval.every": 1, "eval.sampled": True})
+    assert ExperimentSpec.from_dict({"metric": "sampled.writer.success", "seeds": [0]}, base=sampled).metric == "sampled.writer.success"
 
 
 def test_it_resolves_list_items_and_mapping_keys_against_the_schema(make_config):
@@ -120,7 +123,9 @@ def test_it_summarises_arms_and_picks_the_best_in_the_metrics_direction():
     evals = lambda team, step=3: [{"step": 0, "temperature": 0.0, "team": {"success": 0.0}, "agents": {}},  # noqa: E731
                                   {"step": step, "temperature": 1.0, "team": {"success": 0.99}, "agents": {}},
                                   {"step": step, "temperature": 0.0, "team": {"success": team}, "agents": {"a": {"success": team, "reward": 1.0}}}]
-    assert trial_metrics(evals(0.25)) == {"team.success": 0.25, "a.success": 0.25, "a.reward": 1.0}  # the last greedy one
+    # the last greedy one, and the sampled one at its step (a sampled row of an earlier step is not the trial's)
+    assert trial_metrics(evals(0.25)) == {"team.success": 0.25, "a.success": 0.25, "a.reward": 1.0, "sampled.team.success": 0.99}
+    assert "sampled.team.success" not in trial_metrics(evals(0.25)[:1] + [{**evals(0.25)[1], "step": 2}] + evals(0.25)[2:])
     assert trial_metrics([{}, {"step": 1, "team": {}}, {"team": {"success": "high"}}]) == {}  # rows of another shape
     low, high = (("optim.lr", 1e-4),), (("optim.lr", 1e-3),)
     results = [(low, 0, trial_metrics(evals(0.2))), (low, 1, trial_metrics(evals(0.4))), (high, 0, trial_metrics(evals(0.5))),

@@ -35,7 +35,7 @@ def spec(**changes) -> ExperimentSpec:
     base = ExperimentSpec.load(ROOT / "configs" / "experiments" / "referential-apart.yaml").base
     base = base.replace(**{"model.source": "tiny-random:llama", "data.train_size": 16, "data.eval_size": 8, "eval.size": 8,
                            "eval.every": 2, "optim.steps": 2, "optim.tasks_per_step": 2, "grpo.k": 2, "lora.r": 4, "lora.alpha": 8,
-                           "data.reward_fn": SPREAD, "model.init_from.run": ""})
+                           "data.reward_fn": SPREAD, "model.init_from.run": "", "eval.sampled": True})
     data = {"name": "referential-apart", "axes": {"topology.agents": [SPEAKER_ONLY, LISTENER_ONLY]}, "seeds": [0], "ablations": ["apart", "role_swap"]}
     return ExperimentSpec.from_dict({**data, **changes}, base=base)
 
@@ -76,6 +76,9 @@ def test_apart_teams_the_two_trials_and_role_swap_is_stored_per_trial(swept) -> 
     assert first["apart"]["partner"] == "trial-001" and second["apart"]["partner"] == "trial-000"
     assert first["apart"]["metrics"] == second["apart"]["metrics"]  # one team, seen from either half
     assert 0.0 <= first["apart"]["metrics"]["team.success"] <= 1.0
+    # the runs evaluate sampled too (eval.sampled), so their ablations do: both numbers are stored
+    assert 0.0 <= first["apart"]["metrics"]["sampled.team.success"] <= 1.0 and "sampled.team.success" in first["role_swap"]["metrics"]
+    assert "sampled.team.success" in json.loads((out / "trial-000" / "trial.json").read_text())["metrics"]
     assert "team.success" in first["role_swap"]["metrics"]
     table = format_table(s, summaries, ablated)
     assert table.count("↳ trained apart") == 2 and table.count("↳ role swap") == 2
@@ -145,7 +148,18 @@ def test_the_report_is_built_from_the_stored_results(swept, tmp_path, capsys) ->
     stored = json.loads((out / "trial-000" / "ablations.json").read_text())["apart"]["metrics"]["team.success"]
     assert "| speaker trained, listener frozen (lora) |" in table and "| listener trained, speaker frozen (lora) |" in table
     assert table.count("| trained apart, then teamed |") == 1 and f"| 1 | {stored:.3f} |" in table
+    sampled = json.loads((out / "trial-000" / "ablations.json").read_text())["apart"]["metrics"]["sampled.team.success"]
+    # greedy per seed, then sampled (one seed: no interval)
+    assert f"| 1 | {stored:.3f} | {sampled:.3f} (min {sampled:.3f}, max {sampled:.3f}) | {sampled:.3f} |" in table
     data = json.loads((tmp_path / "report.json").read_text())
     assert [t["curve"][0][0] for t in data["trials"]] == [0, 0] and all(t["protocol"]["speaker"] for t in data["trials"])
     assert (tmp_path / "curves-steps.png").stat().st_size > 1000 and (tmp_path / "curves-tokens.png").stat().st_size > 1000
     assert report.main(["--together", str(tmp_path / "nowhere")]) == 2
+
+    # an earlier report's trials (another experiment, seed 1) join the arms they belong to
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps({"trials": [{**t, "experiment": "referential-lean", "seed": 1} for t in data["trials"]]}))
+    assert report.main(["--apart", str(out), "--keep", str(earlier), "--out", str(tmp_path / "kept")]) == 0
+    kept = (tmp_path / "kept" / "table.md").read_text()
+    assert f"| 2 | {stored:.3f} {stored:.3f} |" in kept and kept.count("| trained apart, then teamed |") == 1
+    assert report.main(["--apart", str(out), "--keep", str(tmp_path / "table.md"), "--out", str(tmp_path / "kept")]) == 2
