@@ -56,7 +56,7 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 NAMED = ("referential-together", "referential-prompt", "referential-apart", "referential-lean", "referential-lean-seeds",
-         "referential-lean-apart-seeds")
+         "referential-lean-apart-seeds", "referential-lean-prompt")
 """The experiments whose arms are named by what they train alone; another's carry its name too."""
 
 
@@ -215,16 +215,20 @@ def plot(trials: list[dict[str, Any]], out: Path) -> list[Path]:
         fig, axes = plt.subplots(1, max(len(arms), 1), figsize=(4.2 * max(len(arms), 1), 3.4), squeeze=False, sharey=True)
         for ax, arm in zip(axes[0], arms):
             for t in (t for t in trials if t["arm"] == arm and t["curve"]):
-                xs = [s for s, _ in t["curve"]] if x_key == "steps" else [tok for _, tok in t["tokens"]]
-                ys = [v for _, v in t["curve"]]
-                pairs = [(x, y) for x, y in zip(xs, ys) if x is not None]
-                ax.plot([x for x, _ in pairs], [y for _, y in pairs], marker="o", label=f"seed {t['seed']}")
+                at, color = dict(t["tokens"]), None
+                for points, style, how in ((t["curve"], "-", ""), (t.get("sampled_curve", []), "--", ", sampled")):
+                    pairs = [(s if x_key == "steps" else at.get(s), y) for s, y in points]
+                    pairs = [(x, y) for x, y in pairs if x is not None]
+                    if pairs:
+                        line = ax.plot([x for x, _ in pairs], [y for _, y in pairs], style, marker="o", label=f"seed {t['seed']}{how}",
+                                       color=color)
+                        color = line[0].get_color()
             ax.axhline(trials[0]["chance"], color="grey", linestyle=":", label="chance")
             ax.set_title(arm, fontsize=9)
             ax.set_xlabel(xlabel)
             ax.set_ylim(0, 1)
             ax.legend(fontsize=7)
-        axes[0][0].set_ylabel("held-out team success (greedy)")
+        axes[0][0].set_ylabel("held-out success (dashed: sampled)")
         fig.tight_layout()
         path = out / name
         fig.savefig(path, dpi=110)
