@@ -29,6 +29,18 @@ def test_it_shows_arms_with_mean_and_interval_and_each_seeds_run(alice, alice_wo
     assert 'hx-trigger="every 3s"' in page  # live while a trial is queued
 
 
+def test_a_trial_evaluated_sampled_too_shows_its_sampled_metric_beside_the_greedy_one(alice, alice_world):
+    experiment = launch(alice, alice_world, seeds=[0, 1])
+    for run, (greedy, sampled) in zip(trials(experiment), ((0.5, 0.25), (0.7, 0.35), (0.9, 0.45), (0.1, 0.05))):
+        finish(run, greedy, sampled=sampled)
+    page = alice.client.get(experiment.get_absolute_url()).content.decode()
+    assert "sampled.team.success" in page and "0.300 ± " in page and "0.600 ± " in page  # sampled and greedy means of lr 1e-4
+    response = alice.client.get(reverse("experiment_export", args=[experiment.pk]))
+    rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+    column = rows[0].index("sampled.team.success")
+    assert [row[column] for row in rows[1:5]] == ["0.25", "0.35", "0.45", "0.05"]
+
+
 def test_the_live_part_stops_polling_once_every_trial_has_ended(alice, alice_world):
     experiment = launch(alice, alice_world, seeds=[0])
     for run in trials(experiment):
