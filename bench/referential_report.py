@@ -178,11 +178,13 @@ def build(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The table's rows: untrained, each arm, and each arm's ablations, over seeds; each row greedy
     (its top-level numbers) and, where the runs evaluated so, `sampled` at the training temperature."""
     rows = []
-    untrained = {t["seed"]: t["untrained"] for t in trials if t["untrained"] is not None and t["arm"] == "together (lora)"}
-    untrained_sampled = [t.get("untrained_sampled") for t in trials if t["arm"] == "together (lora)" and t.get("untrained_sampled") is not None]
+    # step 0 of every `lora` trial is the same warm start, evaluated with the trial's seed: one value per seed
+    lora = [t for t in trials if t["arm"].endswith("(lora)")]
+    untrained = {t["seed"]: t["untrained"] for t in reversed(lora) if t["untrained"] is not None}
+    untrained_sampled = {t["seed"]: t["untrained_sampled"] for t in reversed(lora) if t.get("untrained_sampled") is not None}
     if untrained:
-        rows.append({"row": "untrained team (step 0)", **stat(list(untrained.values())), "seeds": sorted(untrained),
-                     "sampled": stat(untrained_sampled)})
+        rows.append({"row": "untrained team (step 0)", **stat([untrained[s] for s in sorted(untrained)]), "seeds": sorted(untrained),
+                     "sampled": stat([untrained_sampled[s] for s in sorted(untrained_sampled)])})
     for arm in dict.fromkeys(t["arm"] for t in trials):
         mine = [t for t in trials if t["arm"] == arm]
         done = [t for t in mine if t["final"] is not None]
