@@ -140,8 +140,8 @@ def ablations_for(config: RunConfig, env: Any) -> list[Ablation]:
 
 def ablation_config(config: RunConfig, ablation: Ablation, *, sampled: bool | None = None) -> RunConfig:
     """The config the ablation evaluates with: greedy, and sampled at the training temperature
-    when `sampled` (None: as the run itself evaluates, its `eval.sampled`); no resume; for `alone` the topology reduced to the one agent (same
-    specialization, role, instructions and tools)."""
+    when `sampled` (None: as the run itself evaluates, its `eval.sampled`); no resume; for `alone`
+    the topology reduced to the one agent (same specialization, role, instructions and tools)."""
     config = config.replace(**{"eval.sampled": config.eval.sampled if sampled is None else sampled, "checkpoint.resume_from": None})
     if ablation.kind != "alone":
         return config
@@ -293,8 +293,8 @@ def evaluate_ablation(config: RunConfig, checkpoint: str | Path | None, ablation
                       sampled: bool | None = None) -> list[dict[str, Any]]:
     """The ablation's held-out evaluation (`training.evaluation.evaluate`'s results, at the
     checkpoint's step): greedy, and at the training temperature too when `sampled` (None: when the
-    run evaluates so, `eval.sampled`); each result marked with `ablation` (its kind, agent, key and label) and,
-    for `apart`, `partner` (the partner run's folder)."""
+    run evaluates so, `eval.sampled`); each result marked with `ablation` (its kind, agent, key
+    and label) and, for `apart`, `partner` (the partner run's folder)."""
     from training.evaluation import evaluate
 
     step = 0 if ablation.kind == "untrained" else checkpoint_step(checkpoint)
