@@ -7,9 +7,11 @@ number is read from what `python -m training sweep` left in the experiments' fol
 
 `--explore` is a further together experiment (`referential-together-explore`), its arms named
 after it. `--keep` an earlier `report.json`: its trials join the table where their experiment's
-folder is not among those given (results stored when that report was built). Each folder is optional (a missing or unfinished one leaves its rows out or partial). Read from:
+folder is not among those given (results stored when that report was built). Each folder is
+optional (a missing or unfinished one leaves its rows out or partial). Read from:
 - each trial's `evaluations.jsonl` (greedy held-out success at every evaluated step, and sampled at
-  the training temperature where the run set `eval.sampled`; step 0 is the untrained team) and `metrics.jsonl` (generated tokens per step, for the curves against tokens);
+  the training temperature where the run set `eval.sampled`; step 0 is the untrained team) and
+  `metrics.jsonl` (generated tokens per step, for the curves against tokens);
 - each trial's `ablations.json` (`role_swap`, `apart`: `training.sweep.run_ablations`);
 - each trial's `rollouts.jsonl` (the protocol: over the last `--protocol-steps` training steps, the
   code word the speaker sent for each target, and the candidate the listener picked for each code
@@ -33,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agents.envs.referential import Referential, parse_choice, parse_code  # noqa: E402
 from training.experiment import ExperimentSpec, Trial, mean_interval  # noqa: E402
+from training.trials import SAMPLED  # noqa: E402
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -194,7 +197,7 @@ def build(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for key, label in (("role_swap", "roles swapped"), ("apart", "trained apart, then teamed")):
             stored = [(t["seed"], t["ablations"][key]["metrics"]) for t in mine if "metrics" in t["ablations"].get(key, {})]
             if stored:
-                sampled = [m["sampled.team.success"] for _, m in stored if "sampled.team.success" in m]
+                sampled = [m[SAMPLED + "team.success"] for _, m in stored if SAMPLED + "team.success" in m]
                 rows.append({"row": f"{arm}: {label}" if key != "apart" else label, **stat([m["team.success"] for _, m in stored]),
                              "seeds": sorted(seed for seed, _ in stored), "sampled": stat(sampled), "dedupe": key == "apart"})
     merged: list[dict[str, Any]] = []
