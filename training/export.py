@@ -148,29 +148,41 @@ def gguf_architecture(model_dir: str | Path) -> str:
     return architecture
 
 
-def gguf_convert(model_dir: str | Path, out_file: str | Path, *, gguf_type: str, name: str | None = None) -> str:
-    """Convert a Hugging Face model folder to one GGUF file (`gguf_type`: GGUF_TYPES) with llama.cpp's
-    converter; returns the architecture. The caller writes `out_file` somewhere it can throw away."""
+def gguf_convert(model_dir: str | Path, out_file: str | Path, *, gguf_type: str, name: str | None = None,
+                 converter_class: Any = None) -> Any:
+    """Convert a Hugging Face model folder to one GGUF file with llama.cpp's converter; returns the
+    converter (its `modify_tensors` maps a Hugging Face tensor to the file's). `gguf_type`: an
+    export's GGUF_TYPES, or `f32`/`bf16` (the llama.cpp backend's). `converter_class`: a subclass of
+    the architecture's converter (`gguf_converter_class`) to use instead of it. The caller writes
+    `out_file` somewhere it can throw away."""
     import gguf
-    from conversion import get_model_class
 
-    if gguf_type not in GGUF_TYPES:
+    file_types = {"f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+                  "f32": gguf.LlamaFileType.ALL_F32, "bf16": gguf.LlamaFileType.MOSTLY_BF16}
+    if gguf_type not in file_types:
         raise ValueError(f"unknown GGUF type {gguf_type!r}; allowed: {', '.join(GGUF_TYPES)}")
     architecture = gguf_architecture(model_dir)
-    file_type = {"f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[gguf_type]
-    converter = get_model_class(architecture)
+    converter = (converter_class or gguf_converter_class(architecture))(Path(model_dir), file_types[gguf_type], Path(out_file),
+                                                                        model_name=name)
     # The converter logs every tensor at INFO; a worker's log keeps its warnings only.
     converter_log = logging.getLogger("hf-to-gguf")
     level = converter_log.level
     converter_log.setLevel(max(level, logging.WARNING))
     try:
         with torch.inference_mode():
-            converter(Path(model_dir), file_type, Path(out_file), model_name=name).write()
+            converter.write()
     except NotImplementedError as exc:  # the converter's word for a part it cannot convert (a tokenizer, a layer)
         raise ValueError(f"llama.cpp's GGUF converter cannot convert this {architecture} model: {exc}") from None
     finally:
         converter_log.setLevel(level)
-    return architecture
+    return converter
+
+
+def gguf_converter_class(architecture: str) -> Any:
+    """llama.cpp's converter class for a Hugging Face architecture (`gguf_architecture` checked it)."""
+    from conversion import get_model_class
+
+    return get_model_class(architecture)
 
 
 def _modelfile(gguf_file: str, tokenizer: Any, about: Mapping[str, Any]) -> str:

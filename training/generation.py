@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
@@ -106,39 +106,62 @@ def generate(
     reserved for the prompt and `max_new_tokens`, `reserved_cache`). Both compute the same numbers;
     bench/generation.py measures them side by side: on CPU the reserved cache saves the copies but
     attention over its strided views costs as much again (0.95-0.97x), so dynamic stays the default."""
-    if not prompts:
-        return []
     if kv_cache not in ("reserved", "dynamic"):
         raise ValueError(f"unknown kv_cache {kv_cache!r}; allowed: reserved, dynamic")
-    t0 = time.perf_counter()
-    device = next(model.parameters()).device
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    stops = torch.tensor(stop_token_ids(model, tokenizer), device=device)
+    if not prompts:
+        return []
     was_training = model.training
     model.eval()
+    try:
+        return decode(_HFDecoder(model, tokenizer, kv_cache), tokenizer, prompts, n=n, max_new_tokens=max_new_tokens,
+                      temperature=temperature, top_p=top_p, generator=generator, stats=stats, stop=stop,
+                      stop_check_every=stop_check_every, logprobs=logprobs, stops=stop_token_ids(model, tokenizer))
+    finally:
+        if was_training:
+            model.train()
 
-    # -- prefill the B distinct prompts once (left padded); only the last position's logits --------
-    width = max(len(p) for p in prompts)
-    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)  # (B, P)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long, device=device)  # (B, P)
-    for i, p in enumerate(prompts):
-        input_ids[i, width - len(p):] = torch.tensor(p, device=device)
-        mask[i, width - len(p):] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P)
-    cache = reserved_cache(model, width + max_new_tokens) if kv_cache == "reserved" else None
-    out = model(
-        input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1
-    )
-    cache = out.past_key_values
-    logits = out.logits[:, -1, :].float()  # (B, V)
 
-    # -- share the prefill across the n candidates -----------------------------------------------
-    if n > 1:
-        cache.batch_repeat_interleave(n)
-        logits = logits.repeat_interleave(n, dim=0)  # (B*n, V)
-        mask = mask.repeat_interleave(n, dim=0)  # (B*n, P)
+class Decoder(Protocol):
+    """The model's side of `decode`: it holds the batch's KV cache and returns next-token logits.
+    The HF backend's is `_HFDecoder`; llama.cpp's is `training.llamacpp_backend`'s."""
+
+    def prefill(self, prompts: list[list[int]], n: int, max_new_tokens: int) -> torch.Tensor:
+        """Run the distinct prompts once; the (B*n, V) float logits of each prompt's last position,
+        row b*n+j for candidate j of prompt b, each row with its own copy of the prompt's cache."""
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Only `rows` (indices into the batch as it is now) go on decoding; the others leave it."""
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Append one token to each row still in the batch; (A,) -> their (A, V) float logits."""
+
+
+def decode(
+    decoder: Decoder,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[list[int]],
+    *,
+    n: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    generator: torch.Generator | None,
+    stats: GenerationStats | None,
+    stop: re.Pattern[str] | None,
+    stop_check_every: int,
+    logprobs: bool,
+    stops: list[int],
+) -> list[list[Generation]]:
+    """`generate`'s loop, for any `Decoder`: sample from the logits (`_sample`), end the rows that
+    wrote a stop token or matched `stop`, drop them from the batch, and decode the rest."""
+    if not prompts:
+        return []
+    t0 = time.perf_counter()
+    logits = decoder.prefill(prompts, n, max_new_tokens)  # (B*n, V)
+    device = logits.device
+    stop_ids = torch.tensor(stops, device=device, dtype=torch.long)
     rows = logits.shape[0]
-    next_pos = mask.sum(-1, keepdim=True)  # (B*n, 1)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long, device=device)  # (B*n, T)
     finished = torch.zeros(rows, dtype=torch.bool, device=device)  # (B*n,)
     lengths = torch.full((rows,), max_new_tokens, dtype=torch.long, device=device)  # (B*n,)
@@ -152,7 +175,7 @@ def generate(
         if token_logp is not None:
             scaled = logits / temperature if temperature > 0 else logits  # (A, V)
             token_logp[alive, t] = scaled.gather(1, nxt[:, None]).squeeze(1) - torch.logsumexp(scaled, dim=-1)  # (A,)
-        done = torch.isin(nxt, stops)  # (A,)
+        done = torch.isin(nxt, stop_ids)  # (A,)
         if stop is not None and (t + 1) % stop_check_every == 0:
             for a, r in enumerate(alive.tolist()):
                 if not done[a] and stop.search(str(tokenizer.decode(tokens[r, : t + 1].tolist(), skip_special_tokens=True))):
@@ -163,18 +186,10 @@ def generate(
             break
         if bool(done.any()):
             keep = (~done).nonzero().flatten()  # (A',)
-            alive, nxt, mask, next_pos = alive[keep], nxt[keep], mask[keep], next_pos[keep]
-            cache.batch_select_indices(keep)
-        mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)  # (A, P+t+1)
-        out = model(
-            input_ids=nxt.unsqueeze(1), attention_mask=mask, position_ids=next_pos, past_key_values=cache, use_cache=True
-        )
-        cache = out.past_key_values
-        logits = out.logits[:, -1, :].float()  # (A, V)
-        next_pos = next_pos + 1
+            alive, nxt = alive[keep], nxt[keep]
+            decoder.keep(keep)
+        logits = decoder.step(nxt)  # (A, V)
 
-    if was_training:
-        model.train()
     results: list[list[Generation]] = []
     total = 0
     for b in range(len(prompts)):
@@ -195,6 +210,50 @@ def generate(
         stats.tokens += total
         stats.seconds += time.perf_counter() - t0
     return results
+
+
+class _HFDecoder:
+    """A transformers model as `decode`'s `Decoder`: the B prompts are prefilled once (left
+    padded, only the last position's logits), the cache is then repeated n times."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, kv_cache: str) -> None:
+        self.model, self.kv_cache = model, kv_cache
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.device = next(model.parameters()).device
+        self.cache: Any = None
+        self.mask = self.next_pos = torch.empty(0)
+
+    def prefill(self, prompts: list[list[int]], n: int, max_new_tokens: int) -> torch.Tensor:
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long, device=self.device)  # (B, P)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long, device=self.device)  # (B, P)
+        for i, p in enumerate(prompts):
+            input_ids[i, width - len(p):] = torch.tensor(p, device=self.device)
+            mask[i, width - len(p):] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P)
+        cache = reserved_cache(self.model, width + max_new_tokens) if self.kv_cache == "reserved" else None
+        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
+                         logits_to_keep=1)
+        self.cache = out.past_key_values
+        logits = out.logits[:, -1, :].float()  # (B, V)
+        if n > 1:  # share the prefill across the n candidates
+            self.cache.batch_repeat_interleave(n)
+            logits = logits.repeat_interleave(n, dim=0)  # (B*n, V)
+            mask = mask.repeat_interleave(n, dim=0)  # (B*n, P)
+        self.mask, self.next_pos = mask, mask.sum(-1, keepdim=True)  # (B*n, P), (B*n, 1)
+        return logits
+
+    def keep(self, rows: torch.Tensor) -> None:
+        self.mask, self.next_pos = self.mask[rows], self.next_pos[rows]
+        self.cache.batch_select_indices(rows)
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=1)  # (A, P+t+1)
+        out = self.model(input_ids=tokens.unsqueeze(1), attention_mask=self.mask, position_ids=self.next_pos,
+                         past_key_values=self.cache, use_cache=True)
+        self.cache = out.past_key_values
+        self.next_pos = self.next_pos + 1
+        return out.logits[:, -1, :].float()  # (A, V)
 
 
 class _ReservedLayer(DynamicLayer):

@@ -53,6 +53,10 @@ def queue_for(*, hosts: int, gpus: int) -> str:
 # == the generation backend ==========================================================================
 
 
+ENGINES = {"hf": "HF generate", "vllm": "vLLM", "llamacpp": "llama.cpp"}
+"""A plan's backend -> its name in the run's log."""
+
+
 def vllm_installed() -> bool:
     """True when the vllm package is installed (it is not imported: that takes seconds)."""
     return importlib.util.find_spec("vllm") is not None
@@ -89,19 +93,33 @@ def vllm_unavailable_reason(config: RunConfig) -> str | None:
     return None
 
 
-def resolve_backend(config: RunConfig) -> tuple[str, str]:
-    """(`hf` or `vllm`, why) for this run from `generation.backend`: `hf` always the HF backend;
-    `auto` vLLM when it can serve the run, else HF; `vllm` vLLM, or HF with a warning when it
-    cannot (sharded and placed models are refused with `vllm` when the config is validated)."""
+def llamacpp_unavailable_reason(config: RunConfig, *, cuda: bool) -> str | None:
+    """Why llama.cpp cannot serve this run, or None when it can (`training.llamacpp_backend`)."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return "llama-cpp-python is not installed (requirements.txt: make install)"
+    if cuda:
+        return "the run is on a GPU, and Troupe's llama.cpp backend is the CPU build"
+    return None
+
+
+def resolve_backend(config: RunConfig, *, cuda: bool | None = None) -> tuple[str, str]:
+    """(`hf`, `vllm` or `llamacpp`, why) for this run from `generation.backend`: `hf` always the HF
+    backend; `auto` vLLM when it can serve the run, else HF; `vllm` or `llamacpp` that engine, or HF
+    with a warning when it cannot (what the config can know is refused when it is validated)."""
     requested = config.generation.backend
     if requested == "hf":
         return "hf", "generation.backend: hf"
-    reason = vllm_unavailable_reason(config)
+    if requested == "llamacpp":
+        import torch
+
+        reason = llamacpp_unavailable_reason(config, cuda=torch.cuda.is_available() if cuda is None else cuda)
+    else:
+        reason = vllm_unavailable_reason(config)
     if reason is None:
-        return "vllm", f"generation.backend: {requested}"
-    if requested == "vllm":
-        log.warning("generation.backend is vllm but %s: falling back to the HF backend", reason)
-        return "hf", f"asked for vllm, but {reason}"
+        return ("llamacpp" if requested == "llamacpp" else "vllm"), f"generation.backend: {requested}"
+    if requested in ("vllm", "llamacpp"):
+        log.warning("generation.backend is %s but %s: falling back to the HF backend", requested, reason)
+        return "hf", f"asked for {requested}, but {reason}"
     return "hf", f"generation.backend auto: {reason}"
 
 
@@ -126,7 +144,7 @@ class Plan:
     placement: dict[str, int]
     """Agent -> ranks holding its model (`resources.placement`); empty when every rank holds every model."""
     backend: str
-    """`hf` or `vllm`."""
+    """`hf`, `vllm` or `llamacpp` (`ENGINES`)."""
     backend_why: str
     sampler: str
     """`off` (synchronous rollouts), `process` or `thread`: where `generation.async`'s sampler runs."""
@@ -150,7 +168,7 @@ class Plan:
             parallel = r.parallel
         else:
             parallel = "agents" if r.parallel == "agents" and r.gpus > 1 else "none"
-        backend, backend_why = resolve_backend(config)
+        backend, backend_why = resolve_backend(config, cuda=cuda)
         plan = cls(launcher=launcher, hosts=r.hosts, ranks=r.ranks, parallel=parallel, device="cuda" if cuda else "cpu",
                    placement=dict(r.placement), backend=backend, backend_why=backend_why, sampler="off", sampler_why="",
                    queue=queue_for(hosts=r.hosts, gpus=r.gpus))
@@ -175,8 +193,8 @@ class Plan:
             return "resources.placement: the ranks answer each other's generations"
         if config.resources.parallel == "fsdp":
             return "resources.parallel fsdp: a sharded model is gathered to generate"
-        if self.backend == "vllm":
-            return "the vLLM engine lives in the trainer's process"
+        if self.backend in ("vllm", "llamacpp"):
+            return f"the {ENGINES[self.backend]} engine lives in the trainer's process"
         if self.device != "cpu":
             return "on a GPU the sampler shares the device's memory from a thread"
         return ""
@@ -200,10 +218,12 @@ class Plan:
             where += " (each agent's model on its own GPU)"
         if self.placement:
             where += "; placement " + ", ".join(f"{a}: {n} rank{'s' if n != 1 else ''}" for a, n in self.placement.items())
-        gen = "vLLM" if self.backend == "vllm" else "HF generate"
+        gen = ENGINES[self.backend]
         if self.sampler_dtype:
             gen += f" from a {self.sampler_dtype} copy (importance-corrected)"
-        if self.backend == "hf" and self.backend_why.startswith("asked for vllm"):
+        if self.backend == "llamacpp":
+            gen += " (importance-corrected)"
+        if self.backend == "hf" and self.backend_why.startswith("asked for"):
             gen += f" ({self.backend_why})"
         sampler = {"off": "synchronous rollouts", "process": "async sampler: a process of its own"}.get(
             self.sampler, f"async sampler: a thread ({self.sampler_why})")

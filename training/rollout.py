@@ -145,8 +145,9 @@ class Sampler:
     rewards: Sequence[tuple[str, RewardFn, float]] = ()
     """(name, TRL-style reward function, weight): each candidate's local reward gains their weighted sum."""
     stats: GenerationStats = field(default_factory=GenerationStats)
-    vllm: Any = None
-    """A `training.vllm_backend.VLLMGenerator` when the run generates with vLLM (GPU), else None."""
+    engine: Any = None
+    """The engine that generates instead of the HF backend: a `training.vllm_backend.VLLMGenerator`
+    (vLLM) or a `training.llamacpp_backend.LlamaCppGenerator` (llama.cpp), else None."""
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=4))
     dist: Dist = field(default_factory=Dist)
     """This process's place in a data-parallel launch (`training.distributed`); one process by default."""
@@ -217,7 +218,7 @@ class Sampler:
         `model_max_length` (from the model's config), or vLLM's `max_model_len` where set lower."""
         limit = getattr(self.policies.for_agent(agent).tokenizer, "model_max_length", None)
         limits = [int(limit)] if isinstance(limit, int) and 0 < limit < 10**9 else []  # 1e30: "unbounded"
-        if self.vllm is not None and self.config.generation.vllm_max_model_len:
+        if self.engine is not None and self.engine.label == "vLLM" and self.config.generation.vllm_max_model_len:
             limits.append(self.config.generation.vllm_max_model_len)
         return min(limits, default=10**9)
 
@@ -241,10 +242,10 @@ class Sampler:
         gen = self.config.generation
         if self.closing is not None and self.closing.is_set():
             raise SamplerClosed("the sampler was closed")
-        if self.vllm is not None:
+        if self.engine is not None:
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator))
-            self.served[agent] = self._served_by(agent, policy.adapter) + " (vLLM)"
-            return self.vllm.generate(
+            self.served[agent] = self._served_by(agent, policy.adapter) + f" ({self.engine.label})"
+            return self.engine.generate(
                 policy, [list(p) for p in prompt_ids], n=n, max_new_tokens=acfg.max_new_tokens or gen.max_new_tokens,
                 temperature=temperature, top_p=gen.top_p, seed=seed, stats=self.stats, stop=self.stop_pattern(acfg.role, tool_calls=tool_calls),
             )

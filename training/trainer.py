@@ -49,6 +49,7 @@ from training.data import Task, load_tasks
 from training.distributed import Dist
 from training.evaluation import evaluate
 from training.events import EventSink, StepMetrics, TrainResult
+from training.llamacpp_backend import LlamaCppGenerator
 from training.metrics import rollout_metrics
 from training.models import needs_conversion, resolve_model_dir
 from training.placement import Placement, generating
@@ -162,7 +163,9 @@ def setup(config: RunConfig, *, out_dir: str | Path, sink: EventSink, plan: Plan
         sink.log(f"resumed from {config.checkpoint.resume_from} at step {start_step}")
 
     if plan.backend == "vllm":
-        sampler.vllm = VLLMGenerator(config, policies)
+        sampler.engine = VLLMGenerator(config, policies)
+    elif plan.backend == "llamacpp":
+        sampler.engine = LlamaCppGenerator(config, policies)
     rollouts = start_async_rollouts(sampler, train_tasks, plan=plan, total_steps=config.optim.steps, collect=collect)
     try:
         if rollouts is not None:
@@ -177,7 +180,7 @@ def setup(config: RunConfig, *, out_dir: str | Path, sink: EventSink, plan: Plan
                 sink.log(f"generation.dtype: {plan.sampler_dtype}: the rollouts come from a {plan.sampler_dtype} copy of the trained "
                          "weights, refreshed before each step's rollouts; the update corrects its numbers with truncated importance "
                          "sampling (mismatch/logp_diff); held-out evaluation runs on the trainer's weights")
-            if sampler.vllm is not None and not sampler.vllm.cuda:
+            if plan.backend == "vllm" and not sampler.engine.cuda:
                 sink.log("generation.async with vLLM on CPU: the engine, driven from the sampler thread, shares the cores with the update "
                          "and was measured slower per step than a synchronous vLLM run (docs/benchmarks.md, \"vLLM and generation.async\"); "
                          "on CPU the HF backend's sampler process is the fast async path", level="warning")
@@ -187,8 +190,8 @@ def setup(config: RunConfig, *, out_dir: str | Path, sink: EventSink, plan: Plan
     finally:
         if rollouts is not None:
             rollouts.close()
-        if sampler.vllm is not None:
-            sampler.vllm.close()
+        if sampler.engine is not None:
+            sampler.engine.close()
         sampler.pool.shutdown()
         close_env = getattr(env, "close", None)  # an environment's own processes (agents.envs.task: its Python graders)
         if callable(close_env):
@@ -300,8 +303,8 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink, 
     t1 = time.perf_counter()
     per_agent: dict[str, dict[str, float]] = defaultdict(dict)
     placed: dict[str, list[Sample]] = {}
-    if sampler.vllm is not None and rollouts is None:
-        sampler.vllm.sleep()  # give the GPU memory to the update (an async sampler is generating during it)
+    if sampler.engine is not None and rollouts is None:
+        sampler.engine.sleep()  # give the GPU memory to the update (an async sampler is generating during it)
     counted = cfg.grpo.zero_signal == "count"  # groups without a signal stay in the loss's counts, as in TRL
     for policy in sampler.policies.trainable():
         samples = [
@@ -316,8 +319,8 @@ def train_step(sampler: Sampler, tasks: list[Task], step: int, sink: EventSink, 
             placed[policy.name] = samples  # updated below, each on its own rank group
             continue
         stats = update_policy(policy, samples, cfg, step, dist=dist)
-        if sampler.vllm is not None:
-            sampler.vllm.weights_changed(policy)
+        if sampler.engine is not None:
+            sampler.engine.weights_changed(policy)
         for agent in policy.agents:
             per_agent[agent].update(stats)
     if sampler.placement is not None:

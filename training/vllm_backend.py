@@ -125,6 +125,9 @@ class VLLMGenerator:
     `generation.vllm_gpu_memory_utilization` of the GPU's total memory, which must be free then.
     """
 
+    label = "vLLM"
+    """The engine's name in `Turn.policy` ("... (vLLM)") and the run's log."""
+
     def __init__(self, config: RunConfig, policies: PolicySet, *, engine_kwargs: dict[str, Any] | None = None):
         try:
             from vllm import LLM

@@ -1,0 +1,122 @@
+"""`generation.backend: llamacpp`: Troupe's sampler over llama.cpp's logits, the trained weights
+pushed into llama.cpp's mapped GGUF file after each update (`training.llamacpp_backend`).
+
+Exactness is checked against the trainer's model on the same prompts: greedy tokens identical in
+F32, the same draws from the same generator, log-probs within a bound; a push after the weights
+change is seen by the next generation (every specialization's weights: a whole model, a merged
+LoRA adapter per agent); and a run trains end to end through it, importance-corrected."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.training.conftest import DENSE_REWARD
+from tests.training.test_async_rollout import Recorder
+from training.config import ConfigError, RunConfig, config_warnings
+from training.generation import generate
+from training.plan import Plan, resolve_backend
+from training.policies import build_policies
+from training.trainer import train
+
+llama_cpp = pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (requirements.txt)")
+from training.llamacpp_backend import LlamaCppGenerator, hf_weights  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("dense_reward")
+
+
+def prompts_of(tok, questions=("What is 2+3?", "Name a colour.", "Write one word.")):
+    return [list(tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True,
+                                         return_dict=True)["input_ids"]) for q in questions]
+
+
+@pytest.fixture
+def lora_run(make_config):
+    config = make_config("lora", **{"generation.backend": "llamacpp"})
+    policies = build_policies(config, device=torch.device("cpu"))
+    engine = LlamaCppGenerator(config, policies)
+    yield config, policies, engine
+    engine.close()
+
+
+def both(engine, policy, prompts, **kw):
+    """The same generation from llama.cpp and from the trainer's model, with equal generators."""
+    mine = engine.generate(policy, prompts, generator=torch.Generator().manual_seed(7), **kw)
+    with policy.active() as model:
+        theirs = generate(model, policy.tokenizer, prompts, generator=torch.Generator().manual_seed(7), logprobs=True, **kw)
+    return mine, theirs
+
+
+def test_greedy_and_sampled_tokens_are_the_trainers_and_log_probs_agree(lora_run):
+    _, policies, engine = lora_run
+    policy = policies.for_agent("writer")
+    prompts = prompts_of(policy.tokenizer)
+
+    greedy, trainer = both(engine, policy, prompts, n=2, max_new_tokens=16, temperature=0.0)
+    assert [[g.token_ids for g in group] for group in greedy] == [[g.token_ids for g in group] for group in trainer]
+    sampled, trainer_sampled = both(engine, policy, prompts, n=3, max_new_tokens=16, temperature=1.0)
+    assert [[g.token_ids for g in group] for group in sampled] == [[g.token_ids for g in group] for group in trainer_sampled]
+    for group, theirs in zip(sampled, trainer_sampled):
+        assert len(group) == 3
+        for g, t in zip(group, theirs):
+            assert g.logprobs is not None and len(g.logprobs) == len(g.token_ids)
+            assert max(abs(a - b) for a, b in zip(g.logprobs, t.logprobs)) < 1e-3  # F32: summation order only
+            assert g.text == t.text and g.truncated == t.truncated
+
+
+def test_a_push_reaches_llamacpp_for_each_agents_merged_adapter(lora_run):
+    _, policies, engine = lora_run
+    writer, echo = policies.for_agent("writer"), policies.for_agent("echo")
+    prompts = prompts_of(writer.tokenizer)
+    before = engine.generate(writer, prompts, n=1, max_new_tokens=12, temperature=0.0)
+    with torch.no_grad():  # B is zero at the start: give the writer's adapter a large, non-zero update
+        for p in writer.params:
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(1)) * 0.5)
+    assert engine.generate(writer, prompts, n=1, max_new_tokens=12, temperature=0.0) == before, "no push before weights_changed"
+
+    engine.weights_changed(writer)
+    after, trainer = both(engine, writer, prompts, n=1, max_new_tokens=12, temperature=0.0)
+    assert [g[0].token_ids for g in after] == [g[0].token_ids for g in trainer]
+    assert [g[0].token_ids for g in after] != [g[0].token_ids for g in before], "the update changed nothing llama.cpp generates"
+    echo_now, echo_trainer = both(engine, echo, prompts, n=1, max_new_tokens=12, temperature=0.0)
+    assert [g[0].token_ids for g in echo_now] == [g[0].token_ids for g in echo_trainer], "the other agent's adapter is its own"
+    merged = hf_weights(writer)
+    assert not any("lora_" in name or "base_layer" in name for name in merged)
+
+
+def test_a_run_trains_through_llamacpp_importance_corrected(make_config, tmp_path):
+    sink = Recorder()
+    config = make_config("full", **{"optim.steps": 2, "data.reward_fn": DENSE_REWARD, "generation.backend": "llamacpp"})
+    result = train(config, out_dir=tmp_path, sink=sink)
+
+    assert result.status == "succeeded" and result.step == 2
+    (plan,) = [line for line in sink.lines if line.startswith("plan: ")]
+    assert "llama.cpp (importance-corrected); synchronous rollouts" in plan
+    for m in sink.steps:
+        for agent, values in m.agents.items():
+            assert "mismatch/logp_diff" in values and "mismatch/is_weight" in values, (m.step, agent)
+
+
+def test_the_async_sampler_is_a_thread_that_drives_the_engine(make_config):
+    config = make_config("lora", **{"generation.backend": "llamacpp", "generation.async": "one_step_off"})
+    plan = Plan.resolve(config, cuda=False)
+    assert (plan.backend, plan.sampler) == ("llamacpp", "thread")
+    assert "llama.cpp engine lives in the trainer's process" in plan.sampler_why
+
+
+def test_what_llamacpp_cannot_serve_is_refused_or_falls_back(make_config):
+    with pytest.raises(ConfigError, match=r"generation\.backend.*llamacpp"):
+        make_config("lora", **{"generation.backend": "llama.cpp"}).validate()
+    for overrides, why in [
+        ({"resources.parallel": "fsdp", "resources.gpus": 2}, "one process that trains"),
+        ({"model.quantization": "4bit"}, "4-bit base"),
+    ]:
+        with pytest.raises(ConfigError, match=why):
+            make_config("lora", **{"generation.backend": "llamacpp", **overrides}).validate()
+    config = make_config("lora", **{"generation.backend": "llamacpp"})
+    backend, why = resolve_backend(config, cuda=True)
+    assert backend == "hf" and "GPU" in why
+    assert Plan.resolve(config, cuda=False).backend == "llamacpp"
+    assert RunConfig.from_yaml(config.to_yaml()).generation.backend == "llamacpp"
+    unweighted = make_config("lora", **{"generation.backend": "llamacpp", "grpo.importance_sampling": False})
+    assert any("llamacpp" in w and "importance" in w for w in config_warnings(unweighted))
