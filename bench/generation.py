@@ -24,7 +24,7 @@
   row, inverted in two levels: what `training.generation.generate` now does), and `both`.
   `--compile`: `HF static cache + torch.compile` (transformers' `generate` with a static cache and
   its decode step compiled, `CompiledArm`; its start-up is the compile). `llama.cpp f16`: llama-cpp-python on a GGUF
-  written from the same weights by `training.export.gguf_convert`, one sequence at a time through
+  written from the same weights by `training.gguf_conversion.gguf_convert`, one sequence at a time through
   `Llama.generate` (its prompt prefix is reused for the n samples of a prompt); its start-up (save,
   convert, load) is the per-step weight-sync cost of a run that changes the weights every step.
 - Tokens/s by CPU time (user+system of this process, one torch thread): on a shared machine wall
@@ -275,7 +275,7 @@ class LlamaCppArm:
     def __init__(self, model: Any, tokenizer: Any, threads: int, work: Path) -> None:
         from llama_cpp import Llama
 
-        from training.export import gguf_convert
+        from training.gguf_conversion import gguf_convert
 
         self.name = "llama.cpp f16"
         self.stops = set(gen.stop_token_ids(model, tokenizer))

@@ -19,7 +19,6 @@ exported; anything else is refused before any merging starts.
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -30,6 +29,7 @@ from typing import Any
 import torch
 
 from training.config import RunConfig
+from training.gguf_conversion import GGUF_TYPES, gguf_architecture, gguf_convert
 
 EXPORT_DTYPES = ("bfloat16", "trained")
 """How a merged model may be saved: bfloat16, or the dtype the run trained in."""
@@ -106,10 +106,6 @@ def merge_adapter(
 
 # == GGUF (llama.cpp, Ollama) ==========================================================================
 
-GGUF_TYPES = ("f16", "q8_0")
-"""The GGUF weight types an export is written in: f16 (half precision) or q8_0 (8-bit blocks, about
-half the size of f16, what llama.cpp and Ollama serve on CPUs)."""
-
 MODELFILE = "Modelfile"
 """The Ollama Modelfile written beside the GGUF file (`ollama create NAME -f Modelfile`)."""
 
@@ -126,63 +122,6 @@ class GgufExport:
     """`f16` or `q8_0` (GGUF_TYPES)."""
     architecture: str
     """The Hugging Face architecture the converter read (`LlamaForCausalLM`, ...)."""
-
-
-def gguf_architecture(model_dir: str | Path) -> str:
-    """The Hugging Face architecture of the model folder (its config.json), when llama.cpp's
-    converter knows how to convert it; a ValueError naming it otherwise."""
-    from conversion import ModelBase, ModelType, get_model_architecture, get_model_class
-
-    model_dir = Path(model_dir)
-    if not (model_dir / "config.json").is_file():
-        raise ValueError(f"{model_dir} has no config.json; GGUF export needs a Hugging Face model folder")
-    try:
-        architecture = get_model_architecture(ModelBase.load_hparams(model_dir, False), ModelType.TEXT)
-    except ValueError:
-        raise ValueError(f"{model_dir}/config.json names no architecture, so the GGUF converter cannot tell how to convert it") from None
-    try:
-        get_model_class(architecture)
-    except NotImplementedError:
-        raise ValueError(f"llama.cpp's GGUF converter does not know the architecture {architecture}; "
-                         "export this agent as a merged model (safetensors) instead") from None
-    return architecture
-
-
-def gguf_convert(model_dir: str | Path, out_file: str | Path, *, gguf_type: str, name: str | None = None,
-                 converter_class: Any = None) -> Any:
-    """Convert a Hugging Face model folder to one GGUF file with llama.cpp's converter; returns the
-    converter (its `modify_tensors` maps a Hugging Face tensor to the file's). `gguf_type`: an
-    export's GGUF_TYPES, or `f32`/`bf16` (the llama.cpp backend's). `converter_class`: a subclass of
-    the architecture's converter (`gguf_converter_class`) to use instead of it. The caller writes
-    `out_file` somewhere it can throw away."""
-    import gguf
-
-    file_types = {"f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
-                  "f32": gguf.LlamaFileType.ALL_F32, "bf16": gguf.LlamaFileType.MOSTLY_BF16}
-    if gguf_type not in file_types:
-        raise ValueError(f"unknown GGUF type {gguf_type!r}; allowed: {', '.join(GGUF_TYPES)}")
-    architecture = gguf_architecture(model_dir)
-    converter = (converter_class or gguf_converter_class(architecture))(Path(model_dir), file_types[gguf_type], Path(out_file),
-                                                                        model_name=name)
-    # The converter logs every tensor at INFO; a worker's log keeps its warnings only.
-    converter_log = logging.getLogger("hf-to-gguf")
-    level = converter_log.level
-    converter_log.setLevel(max(level, logging.WARNING))
-    try:
-        with torch.inference_mode():
-            converter.write()
-    except NotImplementedError as exc:  # the converter's word for a part it cannot convert (a tokenizer, a layer)
-        raise ValueError(f"llama.cpp's GGUF converter cannot convert this {architecture} model: {exc}") from None
-    finally:
-        converter_log.setLevel(level)
-    return converter
-
-
-def gguf_converter_class(architecture: str) -> Any:
-    """llama.cpp's converter class for a Hugging Face architecture (`gguf_architecture` checked it)."""
-    from conversion import get_model_class
-
-    return get_model_class(architecture)
 
 
 def _modelfile(gguf_file: str, tokenizer: Any, about: Mapping[str, Any]) -> str:

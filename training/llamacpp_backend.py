@@ -65,7 +65,7 @@ def hf_weights(policy: Policy) -> dict[str, torch.Tensor]:
     """The policy's current weights under the Hugging Face names of a plain model: a `lora`
     policy's adapter merged into the base (peft's `get_delta_weight`: the scaled B @ A), the other
     adapters left out; a tied output head once, as the embedding."""
-    model = policy.model
+    model: Any = policy.model
     if policy.adapter is None:
         out = dict(model.state_dict())
     else:
@@ -73,9 +73,10 @@ def hf_weights(policy: Policy) -> dict[str, torch.Tensor]:
 
         base = model.get_base_model()
         out = {n.replace(".base_layer.", "."): t for n, t in base.state_dict().items() if ".lora_" not in n}
+        module: Any
         for name, module in base.named_modules():
             if isinstance(module, LoraLayer) and policy.adapter in module.lora_A:
-                out[f"{name}.weight"] = module.get_base_layer().weight + module.get_delta_weight(policy.adapter)
+                out[f"{name}.weight"] = module.get_base_layer().weight + module.get_delta_weight(policy.adapter)  # type: ignore[attr-defined]  # every LoRA layer kind has it
     if getattr(model.config, "tie_word_embeddings", False):
         out.pop("lm_head.weight", None)
     return {k: v.detach() for k, v in out.items()}
@@ -200,7 +201,7 @@ class LlamaCppGenerator:
         import gguf
         from safetensors.torch import save_file
 
-        from training.export import gguf_architecture, gguf_convert
+        from training.gguf_conversion import gguf_architecture, gguf_convert
 
         weights = hf_weights(policy)
         vocab = int(policy.model.config.vocab_size)
@@ -209,7 +210,8 @@ class LlamaCppGenerator:
         name = f"policy-{len(self._served)}-{re.sub(r'[^A-Za-z0-9_.-]', '_', policy.name)}"
         hf_dir = self.folder / f"{name}-hf"
         hf_dir.mkdir()
-        plain = policy.model.get_base_model() if policy.adapter is not None else policy.model
+        model: Any = policy.model
+        plain = model.get_base_model() if policy.adapter is not None else model
         config = plain.config.to_dict()
         config["architectures"] = config.get("architectures") or [type(plain).__name__]  # a model built in code has none
         (hf_dir / "config.json").write_text(json.dumps(config))
@@ -347,7 +349,7 @@ def _converter(architecture: str) -> Any:
     tokens for ids 0-255, then one name per id): llama.cpp is only ever handed token ids here."""
     import gguf
 
-    from training.export import gguf_converter_class
+    from training.gguf_conversion import gguf_converter_class
 
     base = gguf_converter_class(architecture)
 
