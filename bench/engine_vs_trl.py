@@ -34,6 +34,11 @@ Part `single` (Troupe against TRL). One task, one model, one process, steps inte
   And the bf16-base arms (`model.dtype: bfloat16`): the frozen base in bfloat16, the LoRA adapters
   in fp32 (peft keeps them so), the same weights sampling and training (exact, no correction).
   `--no-bf16` leaves all four out.
+- The llama.cpp arms (`generation.backend: llamacpp`, stop patterns on): Troupe's sampler over
+  llama.cpp's logits, the LoRA adapter merged into the base in a mapped GGUF file after each update
+  (`training.llamacpp_backend`), importance-corrected; in F32 and BF16 (`generation.dtype`), and the
+  BF16 one async (its sampler a thread: the engine lives in the trainer's process). `--no-llamacpp`
+  leaves them out.
 - Interleaving: TRL's trainer runs; after each of its optimizer steps a callback runs one step of
   each Troupe arm. A TRL step's time is the wall time between its step ends minus the Troupe
   time spent in between, so it counts everything TRL does per step. Medians over the steps after
@@ -175,6 +180,13 @@ def run_single(args: argparse.Namespace) -> dict[str, Any]:
         arms.append(TroupeArm("troupe bf16 base (stop patterns)", arms[0].config.replace(**{"model.dtype": "bfloat16"}), args))
         if not args.no_async:
             arms.append(TroupeArm("troupe async bf16 base (stop patterns)", async_cfg.replace(**{"model.dtype": "bfloat16"}), args))
+    if not args.no_llamacpp:  # llama.cpp's kernels over the merged weights, importance-corrected
+        llama = arms[0].config.replace(**{"generation.backend": "llamacpp"})
+        arms.append(TroupeArm("troupe llama.cpp f32 (stop patterns)", llama, args))
+        arms.append(TroupeArm("troupe llama.cpp bf16 (stop patterns)", llama.replace(**{"generation.dtype": "bfloat16"}), args))
+        if not args.no_async:
+            arms.append(TroupeArm("troupe async llama.cpp bf16 (stop patterns)", async_cfg.replace(
+                **{"generation.backend": "llamacpp", "generation.dtype": "bfloat16"}), args))
     cfg = arms[0].config
     trl_steps: list[dict[str, float]] = []
 
@@ -271,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--no-async", action="store_true", help="leave out the async arms (generation.async: one_step_off, its sampler a process and a thread)")
+    parser.add_argument("--no-llamacpp", action="store_true", help="leave out the arms generating with llama.cpp (generation.backend: llamacpp)")
     parser.add_argument("--no-bf16", action="store_true", help="leave out the arms sampling from a bfloat16 copy (generation.dtype: bfloat16)")
     parser.add_argument("--work-dir", default="/tmp/troupe-bench")
     parser.add_argument("--out", default=str(RESULTS / "engine_vs_trl.json"))

@@ -23,10 +23,10 @@
   (keys/values written in place into reserved room), `cdf sampler (default)` (one uniform draw per
   row, inverted in two levels: what `training.generation.generate` now does), and `both`.
   `--compile`: `HF static cache + torch.compile` (transformers' `generate` with a static cache and
-  its decode step compiled, `CompiledArm`; its start-up is the compile). `llama.cpp f16`: llama-cpp-python on a GGUF
-  written from the same weights by `training.gguf_conversion.gguf_convert`, one sequence at a time through
-  `Llama.generate` (its prompt prefix is reused for the n samples of a prompt); its start-up (save,
-  convert, load) is the per-step weight-sync cost of a run that changes the weights every step.
+  its decode step compiled, `CompiledArm`; its start-up is the compile). `llama.cpp f32 (backend)` and `llama.cpp bf16
+  (backend)`: the `llamacpp` generation backend as a run uses it (`LlamaCppArm`: Troupe's sampler over
+  llama.cpp's batched logits, the weights in a mapped GGUF file); its start-up (write the GGUF, load
+  it) and one push of every weight into the mapped file (what a run pays after each update) are printed.
 - Tokens/s by CPU time (user+system of this process, one torch thread): on a shared machine wall
   time measures the neighbours. Wall tokens/s are printed beside it.
 - Exactness: greedy (temperature 0, one row per prompt) tokens of each candidate against `before`'s; for llama.cpp also
@@ -42,10 +42,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -270,47 +268,38 @@ class CompiledArm:
 
 
 class LlamaCppArm:
-    """llama-cpp-python over a GGUF written from the model's current weights (f16)."""
+    """The `llamacpp` generation backend (`training.llamacpp_backend.LlamaCppGenerator`) as a run
+    uses it: Troupe's sampler over llama.cpp's logits, batched, on a GGUF file of the model's
+    weights in `dtype`'s type (`model`: F32, `bfloat16`: BF16). `sync`: the start-up (write the
+    GGUF, load it) and one push of every weight into the mapped file (a run's per-step cost)."""
 
-    def __init__(self, model: Any, tokenizer: Any, threads: int, work: Path) -> None:
-        from llama_cpp import Llama
+    def __init__(self, model: Any, tokenizer: Any, dtype: str, threads: int) -> None:
+        from training.config import RunConfig
+        from training.llamacpp_backend import LlamaCppGenerator
 
-        from training.gguf_conversion import gguf_convert
-
-        self.name = "llama.cpp f16"
-        self.stops = set(gen.stop_token_ids(model, tokenizer))
-        folder, out = work / "hf", work / "model-f16.gguf"
-        t0 = time.perf_counter()
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        t1 = time.perf_counter()
-        gguf_convert(folder, out, gguf_type="f16")
-        t2 = time.perf_counter()
-        self.llm = Llama(model_path=str(out), n_ctx=1024, n_batch=512, n_threads=threads, n_threads_batch=threads, logits_all=True, verbose=False)
-        t3 = time.perf_counter()
-        self.sync = {"save_s": t1 - t0, "convert_s": t2 - t1, "load_s": t3 - t2, "total_s": t3 - t0}
+        self.name = f"llama.cpp {'f32' if dtype == 'model' else 'bf16'} (backend)"
+        self.policy = Policy("m", model, tokenizer, ("m",), trainable=False)
+        # the engine reads only the run's generation settings; any valid run config carries them
+        config = RunConfig.load(Path(__file__).resolve().parents[1] / "configs" / "tiny-lora.yaml").replace(
+            **{"generation.backend": "llamacpp", "generation.dtype": dtype})
+        self.engine = LlamaCppGenerator(config, PolicySet({"m": self.policy}, {"m": "m"}, "single"), threads=threads)
+        t0, c0 = time.perf_counter(), cpu_now()
+        self.engine.generate(self.policy, [[0]], n=1, max_new_tokens=1, temperature=0.0)  # write and load the GGUF
+        t1, c1 = time.perf_counter(), cpu_now()
+        self.engine.weights_changed(self.policy)
+        self.engine.generate(self.policy, [[0]], n=1, max_new_tokens=1, temperature=0.0)  # one push of every weight
+        self.sync = {"startup_s": t1 - t0, "startup_cpu_s": c1 - c0, "push_s": time.perf_counter() - t1, "push_cpu_s": cpu_now() - c1}
 
     def generate(self, prompts: list[list[int]], *, n: int, max_new_tokens: int, temperature: float, seed: int) -> list[list[tuple[int, ...]]]:
-        self.llm.set_seed(seed)
-        out = []
-        for p in prompts:
-            group = []
-            for _ in range(n):
-                ids: list[int] = []
-                for tok in self.llm.generate(p, temp=temperature, top_k=0 if temperature > 0 else 1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True):
-                    ids.append(int(tok))
-                    if tok in self.stops or len(ids) >= max_new_tokens:
-                        break
-                group.append(tuple(ids))
-            out.append(group)
-        return out
+        out = self.engine.generate(self.policy, prompts, n=n, max_new_tokens=max_new_tokens, temperature=temperature,
+                                   generator=torch.Generator().manual_seed(seed))
+        return [[g.token_ids for g in group] for group in out]
 
     def logprobs(self, prompt: list[int], completion: tuple[int, ...]) -> list[float]:
-        """llama.cpp's log-prob of each completion token, teacher-forced on prompt + completion."""
-        self.llm.reset()
-        self.llm.eval(prompt + list(completion))
-        scores = torch.tensor(self.llm.scores[len(prompt) - 1: len(prompt) - 1 + len(completion)], dtype=torch.float64)  # (T, V)
-        return scores.log_softmax(-1).gather(1, torch.tensor(completion)[:, None]).squeeze(1).tolist()
+        """llama.cpp's log-prob of each token of its own greedy completion, as a run records it."""
+        (group,) = self.engine.generate(self.policy, [prompt], n=1, max_new_tokens=len(completion), temperature=0.0)
+        assert group[0].token_ids == completion and group[0].logprobs is not None
+        return list(group[0].logprobs)
 
 
 @torch.inference_mode()
@@ -394,12 +383,12 @@ def main(argv: list[str] | None = None) -> int:
         compiled.warm(prompts, n=args.n, max_new_tokens=args.max_new_tokens)
         arms.append(compiled)
         print(f"torch.compile start-up, CPU s per batch shape (compile + first call): {compiled.startup_s}", flush=True)
-    work = Path(tempfile.mkdtemp(prefix="troupe-bench-gen-"))
-    llama = None
+    llamas: list[LlamaCppArm] = []
     if not args.no_llama:
-        llama = LlamaCppArm(model, tok, args.threads, work)
-        arms.append(llama)
-        print(f"llama.cpp start-up (= per-step weight sync): {llama.sync}", flush=True)
+        llamas = [LlamaCppArm(model, tok, dtype, args.threads) for dtype in ("model", "bfloat16")]
+        arms += llamas
+        for llama in llamas:
+            print(f"{llama.name} start-up and one push of every weight: {llama.sync}", flush=True)
 
     profile_rows = []
     if args.profile:
@@ -440,13 +429,14 @@ def main(argv: list[str] | None = None) -> int:
     base = summary["before"]["tokens_per_cpu_s"]
     for s in summary.values():
         s["x_before"] = s["tokens_per_cpu_s"] / base
-    if llama is not None:
+    for llama in llamas:
         diffs = []
         for p, group in zip(prompts, greedy[llama.name]):
             a, b = llama.logprobs(p, group[0]), trainer_logprobs(model, p, group[0])
             diffs += [abs(x - y) for x, y in zip(a, b)]
         summary[llama.name]["logprob_abs_diff"] = {"mean": statistics.fmean(diffs), "max": max(diffs)}
         summary[llama.name]["sync"] = llama.sync
+        llama.engine.close()
     if compiled is not None:
         summary[compiled.name]["startup_cpu_s"] = compiled.startup_s
     if bf16 is not None:  # the copy's own log-probs of its greedy tokens (what the importance weights read) against the trainer's
@@ -456,13 +446,13 @@ def main(argv: list[str] | None = None) -> int:
             diffs += [abs(x - y) for x, y in zip(g.logprobs, trainer_logprobs(model, p, g.token_ids))]
         summary[BF16]["logprob_abs_diff"] = {"mean": statistics.fmean(diffs), "max": max(diffs)}
         summary[BF16]["bf16_roofline_share"] = summary[BF16]["tokens_per_cpu_s"] / roof["bf16"]["tokens_per_s"]
-    shutil.rmtree(work, ignore_errors=True)  # the saved model and its GGUF
     end = machine()
     print(table(["candidate", "tok/cpu-s", "x before", "% roofline", "% matmul floor", "tok/wall-s", "mean tokens", "greedy rows = before"],
                 [[k, v["tokens_per_cpu_s"], v["x_before"], 100 * v["roofline_share"], 100 * v["floor_share"], v["tokens_per_wall_s"], v["tokens_mean"],
                   f"{v['greedy_rows_identical']:.0%}"] for k, v in summary.items()]))
-    if llama is not None:
-        print(f"llama.cpp log-prob |diff| against the trainer on its greedy tokens: {summary[llama.name]['logprob_abs_diff']}")
+    for llama in llamas:
+        share = f"; {100 * summary[llama.name]['tokens_per_cpu_s'] / roof['bf16']['tokens_per_s']:.1f} % of the bf16 roofline" if "bf16" in roof else ""
+        print(f"{llama.name}: log-prob |diff| against the trainer on its greedy tokens {summary[llama.name]['logprob_abs_diff']}{share}")
     if bf16 is not None:
         print(f"{BF16}: {100 * summary[BF16]['bf16_roofline_share']:.1f} % of the bf16 roofline; its log-prob |diff| against the "
               f"trainer on its greedy tokens: {summary[BF16]['logprob_abs_diff']}")

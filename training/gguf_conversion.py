@@ -10,6 +10,8 @@ that names it.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 from pathlib import Path
 from typing import Any
@@ -61,8 +63,8 @@ def gguf_convert(model_dir: str | Path, out_file: str | Path, *, gguf_type: str,
     converter_log = logging.getLogger("hf-to-gguf")
     level = converter_log.level
     converter_log.setLevel(max(level, logging.WARNING))
-    try:
-        with torch.inference_mode():
+    try:  # nor its progress bar (tqdm, on stderr): a run's or a worker's log is no terminal
+        with torch.inference_mode(), contextlib.redirect_stderr(io.StringIO()):
             converter.write()
     except NotImplementedError as exc:  # the converter's word for a part it cannot convert (a tokenizer, a layer)
         raise ValueError(f"llama.cpp's GGUF converter cannot convert this {architecture} model: {exc}") from None

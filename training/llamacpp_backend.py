@@ -17,7 +17,8 @@ only holds the weights and the KV cache, through llama-cpp-python's low-level AP
   the same file through a shared mapping of our own changes what the next decode reads.
   `weights_changed(policy)` marks the policy stale; its next `generate` pushes every tensor again
   (converted by the converter's own `modify_tensors`, which permutes q/k for llama.cpp's rope).
-  The files live in /dev/shm where it exists, so the writes never go to a disk.
+  The files live in /dev/shm where it exists, so the writes never go to a disk, and are unlinked
+  as soon as both mappings hold them: a killed run leaves no file behind.
 - The prompts of one call are prefilled once, each in its own sequence, and copied to the n-1
   sibling sequences (`llama_memory_seq_cp` in a unified KV cache shares the cells); a finished
   row's sequence is removed from the cache, so the rows still running pay for no others.
@@ -35,7 +36,6 @@ import ctypes
 import json
 import os
 import re
-import shutil
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -84,9 +84,8 @@ def hf_weights(policy: Policy) -> dict[str, torch.Tensor]:
 
 @dataclass
 class _Served:
-    """One policy's GGUF file, llama.cpp model and context, and the views a push writes through."""
+    """One policy's llama.cpp model (its GGUF file mapped) and context, and the views a push writes through."""
 
-    path: Path
     converter: Any
     model: Any
     ctx: Any
@@ -113,7 +112,6 @@ class LlamaCppGenerator:
         self.L = llama_cpp
         llama_cpp.llama_backend_init()
         llama_cpp.llama_log_set(_quiet, ctypes.c_void_p(0))
-        self.folder = Path(tempfile.mkdtemp(prefix="troupe-llamacpp-", dir=_shm_dir()))
         self._served: dict[int, tuple[Policy, _Served]] = {}
         """id(policy) -> (the policy, what serves it): the trainer's policies and an async run's
         copies of them each have their own file."""
@@ -177,7 +175,6 @@ class LlamaCppGenerator:
             served.views.clear()
             served.mapping = None
         self._served.clear()
-        shutil.rmtree(self.folder, ignore_errors=True)
 
     # -- serving a policy -------------------------------------------------------------------------
 
@@ -207,26 +204,25 @@ class LlamaCppGenerator:
         vocab = int(policy.model.config.vocab_size)
         if vocab < 256:
             raise ValueError(f"generation.backend llamacpp needs a vocabulary of at least 256 tokens; this model has {vocab}")
-        name = f"policy-{len(self._served)}-{re.sub(r'[^A-Za-z0-9_.-]', '_', policy.name)}"
-        hf_dir = self.folder / f"{name}-hf"
-        hf_dir.mkdir()
         model: Any = policy.model
         plain = model.get_base_model() if policy.adapter is not None else model
         config = plain.config.to_dict()
         config["architectures"] = config.get("architectures") or [type(plain).__name__]  # a model built in code has none
-        (hf_dir / "config.json").write_text(json.dumps(config))
-        save_file({k: v.contiguous() for k, v in weights.items()}, str(hf_dir / "model.safetensors"))
-        path = self.folder / f"{name}.gguf"
-        converter = gguf_convert(hf_dir, path, gguf_type=self.gguf_type, converter_class=_converter(gguf_architecture(hf_dir)))
-        shutil.rmtree(hf_dir)
-        reader = gguf.GGUFReader(str(path), "r+")
-        views = {t.name: _view(t) for t in reader.tensors}
-        mp = self.L.llama_model_default_params()
-        mp.use_mmap = True
-        model = self.L.llama_model_load_from_file(str(path).encode(), mp)
-        if not model:
-            raise RuntimeError(f"llama.cpp could not load the GGUF written for policy {policy.name} ({path})")
-        served = _Served(path, converter, model, None, 0, views, reader.data, vocab)
+        # The folder goes when the file is mapped (both mappings keep it alive): a run killed later leaves nothing behind.
+        with tempfile.TemporaryDirectory(prefix="troupe-llamacpp-", dir=_shm_dir()) as tmp:
+            hf_dir, path = Path(tmp) / "hf", Path(tmp) / "weights.gguf"
+            hf_dir.mkdir()
+            (hf_dir / "config.json").write_text(json.dumps(config))
+            save_file({k: v.contiguous() for k, v in weights.items()}, str(hf_dir / "model.safetensors"))
+            converter = gguf_convert(hf_dir, path, gguf_type=self.gguf_type, converter_class=_converter(gguf_architecture(hf_dir)))
+            reader = gguf.GGUFReader(str(path), "r+")
+            views = {t.name: _view(t) for t in reader.tensors}
+            mp = self.L.llama_model_default_params()
+            mp.use_mmap = True
+            loaded = self.L.llama_model_load_from_file(str(path).encode(), mp)
+        if not loaded:
+            raise RuntimeError(f"llama.cpp could not load the GGUF written for policy {policy.name}")
+        served = _Served(converter, loaded, None, 0, views, reader.data, vocab)
         self._context(served, 4096)
         return served
 
