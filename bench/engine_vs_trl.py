@@ -37,8 +37,9 @@ Part `single` (Troupe against TRL). One task, one model, one process, steps inte
 - The llama.cpp arms (`generation.backend: llamacpp`, stop patterns on): Troupe's sampler over
   llama.cpp's logits, the LoRA adapter merged into the base in a mapped GGUF file after each update
   (`training.llamacpp_backend`), importance-corrected; in F32 and BF16 (`generation.dtype`), and the
-  BF16 one async (its sampler a thread: the engine lives in the trainer's process). `--no-llamacpp`
-  leaves them out.
+  BF16 ones async (its sampler a thread: the engine lives in the trainer's process); BF16 over the
+  fp32 adapters on a bf16 base too (`model.dtype: bfloat16`, GGUF BF16: the trainer's own dtype).
+  `--no-llamacpp` leaves them out; `--arms REGEX` keeps only the Troupe arms it names.
 - Interleaving: TRL's trainer runs; after each of its optimizer steps a callback runs one step of
   each Troupe arm. A TRL step's time is the wall time between its step ends minus the Troupe
   time spent in between, so it counts everything TRL does per step. Medians over the steps after
@@ -63,6 +64,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -164,29 +166,31 @@ def run_single(args: argparse.Namespace) -> dict[str, Any]:
 
     one_agent = {"specialization": "lora", "agents": [{"name": "tool", "role": "tool"}], "turn_order": ["tool"], "max_turns": 1}
     topo = {f"topology.{k}": v for k, v in one_agent.items()}
-    arms = [
-        TroupeArm("troupe (stop patterns)", troupe_config("single", args, **topo), args),
-        TroupeArm("troupe (no stop patterns)", troupe_config("single", args, **topo, **{"generation.stop_patterns": False}), args),
-    ]
+    base = troupe_config("single", args, **topo)
+    specs = [("troupe (stop patterns)", base),
+             ("troupe (no stop patterns)", troupe_config("single", args, **topo, **{"generation.stop_patterns": False}))]
+    async_cfg = troupe_config("single", args, **topo, **{"generation.async": "one_step_off"})
     if not args.no_async:
-        async_cfg = troupe_config("single", args, **topo, **{"generation.async": "one_step_off"})
-        arms.append(TroupeArm("troupe async (stop patterns)", async_cfg, args))  # a sampler process: what a CPU run gets
-        arms.append(TroupeArm("troupe async thread (stop patterns)", async_cfg.replace(**{"generation.async_sampler": "thread"}), args))
+        specs.append(("troupe async (stop patterns)", async_cfg))  # a sampler process: what a CPU run gets
+        specs.append(("troupe async thread (stop patterns)", async_cfg.replace(**{"generation.async_sampler": "thread"})))
     if not args.no_bf16:  # rollouts from a bfloat16 copy (generation.dtype), importance-corrected
-        arms.append(TroupeArm("troupe bf16 copy (stop patterns)", arms[0].config.replace(**{"generation.dtype": "bfloat16"}), args))
+        specs.append(("troupe bf16 copy (stop patterns)", base.replace(**{"generation.dtype": "bfloat16"})))
         if not args.no_async:
-            arms.append(TroupeArm("troupe async bf16 copy (stop patterns)", async_cfg.replace(**{"generation.dtype": "bfloat16"}), args))
+            specs.append(("troupe async bf16 copy (stop patterns)", async_cfg.replace(**{"generation.dtype": "bfloat16"})))
         # the LoRA adapters (fp32: peft keeps them so) on a bfloat16 base (model.dtype): the sampler is the trainer, exact
-        arms.append(TroupeArm("troupe bf16 base (stop patterns)", arms[0].config.replace(**{"model.dtype": "bfloat16"}), args))
+        specs.append(("troupe bf16 base (stop patterns)", base.replace(**{"model.dtype": "bfloat16"})))
         if not args.no_async:
-            arms.append(TroupeArm("troupe async bf16 base (stop patterns)", async_cfg.replace(**{"model.dtype": "bfloat16"}), args))
+            specs.append(("troupe async bf16 base (stop patterns)", async_cfg.replace(**{"model.dtype": "bfloat16"})))
     if not args.no_llamacpp:  # llama.cpp's kernels over the merged weights, importance-corrected
-        llama = arms[0].config.replace(**{"generation.backend": "llamacpp"})
-        arms.append(TroupeArm("troupe llama.cpp f32 (stop patterns)", llama, args))
-        arms.append(TroupeArm("troupe llama.cpp bf16 (stop patterns)", llama.replace(**{"generation.dtype": "bfloat16"}), args))
+        llama = {"generation.backend": "llamacpp"}
+        specs.append(("troupe llama.cpp f32 (stop patterns)", base.replace(**llama)))
+        specs.append(("troupe llama.cpp bf16 (stop patterns)", base.replace(**llama, **{"generation.dtype": "bfloat16"})))
+        specs.append(("troupe llama.cpp bf16 base (stop patterns)", base.replace(**llama, **{"model.dtype": "bfloat16"})))
         if not args.no_async:
-            arms.append(TroupeArm("troupe async llama.cpp bf16 (stop patterns)", async_cfg.replace(
-                **{"generation.backend": "llamacpp", "generation.dtype": "bfloat16"}), args))
+            specs.append(("troupe async llama.cpp bf16 (stop patterns)", async_cfg.replace(**llama, **{"generation.dtype": "bfloat16"})))
+            specs.append(("troupe async llama.cpp bf16 base (stop patterns)", async_cfg.replace(**llama, **{"model.dtype": "bfloat16"})))
+    keep = re.compile(args.arms) if args.arms else None  # the first arm always runs: TRL reads its sampler and tasks
+    arms = [TroupeArm(name, config, args) for i, (name, config) in enumerate(specs) if i == 0 or keep is None or keep.search(name)]
     cfg = arms[0].config
     trl_steps: list[dict[str, float]] = []
 
@@ -283,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--no-async", action="store_true", help="leave out the async arms (generation.async: one_step_off, its sampler a process and a thread)")
+    parser.add_argument("--arms", default="", help="part single: only the Troupe arms whose name this regex finds (the first, "
+                        "`troupe (stop patterns)`, always runs)")
     parser.add_argument("--no-llamacpp", action="store_true", help="leave out the arms generating with llama.cpp (generation.backend: llamacpp)")
     parser.add_argument("--no-bf16", action="store_true", help="leave out the arms sampling from a bfloat16 copy (generation.dtype: bfloat16)")
     parser.add_argument("--work-dir", default="/tmp/troupe-bench")

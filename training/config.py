@@ -471,8 +471,9 @@ class GenerationConfig:
     (`grpo.importance_sampling`); `mismatch/logp_diff` reports the gap. Held-out evaluation always
     runs on the trainer's weights. A model that already trains in bfloat16 (`model.dtype`, or `auto`
     on a GPU) needs no copy; one process, HF backend, no 4-bit base. With `generation.backend:
-    llamacpp` it is the type of llama.cpp's weights instead: `model` F32, `bfloat16` BF16 (the
-    weights llama.cpp reads are then bfloat16, held-out evaluation included)."""
+    llamacpp` it is the type of llama.cpp's weights instead: `model` the trainer's dtype (F32 on the
+    CPU), `bfloat16` BF16 (the weights llama.cpp reads are then bfloat16, held-out evaluation
+    included)."""
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ patterns and row bookkeeping as the HF backend) from the logits llama.cpp comput
 only holds the weights and the KV cache, through llama-cpp-python's low-level API:
 
 - One GGUF file per policy (a `lora` agent's adapter merged into its own copy of the base), in
-  `generation.dtype`'s type: `model` -> F32 (the trainer's numbers up to summation order),
-  `bfloat16` -> BF16 (half the bytes per weight; norms stay F32, as the converter writes them).
+  `generation.dtype`'s type (`gguf_type`): `model` -> the trainer's dtype (F32: its numbers up to
+  summation order), `bfloat16` -> BF16 (half the bytes per weight; norms stay F32, as the converter
+  writes them).
   llama.cpp's converter (`conversion`, the package `training.export` uses) writes it once,
   with a placeholder vocabulary: llama.cpp never tokenizes here, it is handed token ids.
 - Weights reach llama.cpp without a reload: llama.cpp maps the file (`use_mmap`) and reads F32
@@ -49,8 +50,14 @@ from training.config import RunConfig
 from training.generation import Generation, GenerationStats, decode, stop_token_ids
 from training.policies import Policy, PolicySet
 
-GGUF_TYPES = {"model": "f32", "bfloat16": "bf16"}
-"""`generation.dtype` -> the GGUF tensor type the policies are written in."""
+GGUF_TYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+"""The dtype llama.cpp's weights are in -> the GGUF tensor type the policies are written in."""
+
+
+def gguf_type(config: RunConfig) -> str:
+    """The GGUF type of the run's llama.cpp weights: `generation.dtype`, where `model` is the
+    dtype the trainer's weights are in (F32 on the CPU; BF16 or F16 with that `model.dtype`)."""
+    return GGUF_TYPES[config.model.trains_in(cuda=False) if config.generation.dtype == "model" else config.generation.dtype]
 MAX_SEQUENCES = 64
 """Rows (prompts x n) one decode batch holds; a call with more runs in chunks of prompts."""
 BATCH_TOKENS = 512
@@ -107,7 +114,7 @@ class LlamaCppGenerator:
         import llama_cpp
 
         self.config, self.policies = config, policies
-        self.gguf_type = GGUF_TYPES[config.generation.dtype]
+        self.gguf_type = gguf_type(config)
         self.threads = threads or torch.get_num_threads()
         self.L = llama_cpp
         llama_cpp.llama_backend_init()

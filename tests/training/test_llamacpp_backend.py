@@ -25,6 +25,15 @@ from training.llamacpp_backend import LlamaCppGenerator, hf_weights  # noqa: E40
 pytestmark = pytest.mark.usefixtures("dense_reward")
 
 
+class Evaluations(Recorder):
+    def __init__(self):
+        super().__init__()
+        self.evals: list = []
+
+    def evaluation(self, result):
+        self.evals.append(result)
+
+
 def prompts_of(tok, questions=("What is 2+3?", "Name a colour.", "Write one word.")):
     return [list(tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True,
                                          return_dict=True)["input_ids"]) for q in questions]
@@ -97,11 +106,21 @@ def test_a_run_trains_through_llamacpp_importance_corrected(make_config, tmp_pat
             assert "mismatch/logp_diff" in values and "mismatch/is_weight" in values, (m.step, agent)
 
 
-def test_the_async_sampler_is_a_thread_that_drives_the_engine(make_config):
-    config = make_config("lora", **{"generation.backend": "llamacpp", "generation.async": "one_step_off"})
+def test_the_async_sampler_is_a_thread_that_drives_the_engine_from_its_copies(make_config, tmp_path):
+    config = make_config("lora", **{"optim.steps": 3, "data.reward_fn": DENSE_REWARD, "generation.backend": "llamacpp",
+                                    "generation.dtype": "bfloat16", "generation.async": "one_step_off", "eval.every": 3})
     plan = Plan.resolve(config, cuda=False)
     assert (plan.backend, plan.sampler) == ("llamacpp", "thread")
     assert "llama.cpp engine lives in the trainer's process" in plan.sampler_why
+    sink = Evaluations()
+    result = train(config, out_dir=tmp_path, sink=sink)
+
+    assert result.status == "succeeded" and result.step == 3
+    assert [m.values["async/staleness"] for m in sink.steps] == [0.0, 1.0, 1.0]
+    for m in sink.steps:  # llama.cpp's numbers, on-policy or not: corrected from the first step
+        for agent, values in m.agents.items():
+            assert values["mismatch/logp_diff"] > 0 and "mismatch/is_weight" in values, (m.step, agent)
+    assert [e["step"] for e in sink.evals] == [0, 3], "the held-out evaluations ran (on the trainer's policies' own files)"
 
 
 def test_what_llamacpp_cannot_serve_is_refused_or_falls_back(make_config):
