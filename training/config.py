@@ -472,8 +472,8 @@ class GenerationConfig:
     runs on the trainer's weights. A model that already trains in bfloat16 (`model.dtype`, or `auto`
     on a GPU) needs no copy; one process, HF backend, no 4-bit base. With `generation.backend:
     llamacpp` it is the type of llama.cpp's weights instead: `model` the trainer's dtype (F32 on the
-    CPU), `bfloat16` BF16 (the weights llama.cpp reads are then bfloat16, held-out evaluation
-    included)."""
+    CPU; held-out evaluation then runs on llama.cpp too), `bfloat16` BF16 (held-out evaluation
+    then runs on the trainer's own weights)."""
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ import os
 import re
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,25 +69,35 @@ def _shm_dir() -> str | None:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
-def hf_weights(policy: Policy) -> dict[str, torch.Tensor]:
-    """The policy's current weights under the Hugging Face names of a plain model: a `lora`
-    policy's adapter merged into the base (peft's `get_delta_weight`: the scaled B @ A), the other
-    adapters left out; a tied output head once, as the embedding."""
+def hf_weights(policy: Policy) -> Iterator[tuple[str, torch.Tensor]]:
+    """The policy's current weights under the Hugging Face names of a plain model, one at a time
+    (a push streams them into the file: no second copy of the model at once): a `lora` policy's
+    adapter merged into the base (peft's `get_delta_weight`: the scaled B @ A), the other adapters
+    left out; a tied output head once, as the embedding."""
     model: Any = policy.model
+    tied = getattr(model.config, "tie_word_embeddings", False)
     if policy.adapter is None:
-        out = dict(model.state_dict())
-    else:
-        from peft.tuners.lora import LoraLayer
+        for name, tensor in model.state_dict().items():
+            if not (tied and name == "lm_head.weight"):
+                yield name, tensor.detach()
+        return
+    from peft.tuners.lora import LoraLayer
 
-        base = model.get_base_model()
-        out = {n.replace(".base_layer.", "."): t for n, t in base.state_dict().items() if ".lora_" not in n}
-        module: Any
-        for name, module in base.named_modules():
-            if isinstance(module, LoraLayer) and policy.adapter in module.lora_A:
-                out[f"{name}.weight"] = module.get_base_layer().weight + module.get_delta_weight(policy.adapter)  # type: ignore[attr-defined]  # every LoRA layer kind has it
-    if getattr(model.config, "tie_word_embeddings", False):
-        out.pop("lm_head.weight", None)
-    return {k: v.detach() for k, v in out.items()}
+    base = model.get_base_model()
+    merged = {}
+    module: Any
+    for name, module in base.named_modules():
+        if isinstance(module, LoraLayer) and policy.adapter in module.lora_A:
+            merged[f"{name}.weight"] = module
+    for name, tensor in base.state_dict().items():
+        name = name.replace(".base_layer.", ".")
+        if ".lora_" in name or (tied and name == "lm_head.weight"):
+            continue
+        module = merged.get(name)
+        if module is None:
+            yield name, tensor.detach()
+        else:  # every LoRA layer kind has get_delta_weight
+            yield name, (module.get_base_layer().weight + module.get_delta_weight(policy.adapter)).detach()
 
 
 @dataclass
@@ -115,6 +126,9 @@ class LlamaCppGenerator:
 
         self.config, self.policies = config, policies
         self.gguf_type = gguf_type(config)
+        self.evaluates = config.generation.dtype == "model"
+        """Held-out evaluation generates here only when llama.cpp's weights are in the trainer's
+        dtype; BF16 weights over an fp32 trainer leave it to the HF backend on the trainer's own."""
         self.threads = threads or torch.get_num_threads()
         self.L = llama_cpp
         llama_cpp.llama_backend_init()
@@ -207,7 +221,7 @@ class LlamaCppGenerator:
 
         from training.gguf_conversion import gguf_architecture, gguf_convert
 
-        weights = hf_weights(policy)
+        weights = dict(hf_weights(policy))
         vocab = int(policy.model.config.vocab_size)
         if vocab < 256:
             raise ValueError(f"generation.backend llamacpp needs a vocabulary of at least 256 tokens; this model has {vocab}")
@@ -259,7 +273,7 @@ class LlamaCppGenerator:
     @torch.no_grad()
     def _push(self, policy: Policy, served: _Served) -> None:
         """Write the policy's current weights into its mapped GGUF file, in place."""
-        for name, tensor in hf_weights(policy).items():
+        for name, tensor in hf_weights(policy):
             bid = next((int(part) for part in name.split(".") if part.isdecimal()), None)
             for gguf_name, data in served.converter.modify_tensors(tensor, name, bid):
                 view = served.views.get(gguf_name)

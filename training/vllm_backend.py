@@ -127,6 +127,9 @@ class VLLMGenerator:
 
     label = "vLLM"
     """The engine's name in `Turn.policy` ("... (vLLM)") and the run's log."""
+    evaluates = True
+    """Held-out evaluation generates here too (`training.evaluation.evaluate`): vLLM serves the
+    trainer's dtype (`model.dtype`)."""
 
     def __init__(self, config: RunConfig, policies: PolicySet, *, engine_kwargs: dict[str, Any] | None = None):
         try:

@@ -89,13 +89,26 @@ def test_a_push_reaches_llamacpp_for_each_agents_merged_adapter(lora_run):
     assert [g[0].token_ids for g in after] != [g[0].token_ids for g in before], "the update changed nothing llama.cpp generates"
     echo_now, echo_trainer = both(engine, echo, prompts, n=1, max_new_tokens=12, temperature=0.0)
     assert [g[0].token_ids for g in echo_now] == [g[0].token_ids for g in echo_trainer], "the other agent's adapter is its own"
-    merged = hf_weights(writer)
+    merged = dict(hf_weights(writer))
     assert not any("lora_" in name or "base_layer" in name for name in merged)
 
 
-def test_a_run_trains_through_llamacpp_importance_corrected(make_config, tmp_path):
-    sink = Recorder()
-    config = make_config("full", **{"optim.steps": 2, "data.reward_fn": DENSE_REWARD, "generation.backend": "llamacpp"})
+def temperatures(monkeypatch):
+    """The temperature of every generation llama.cpp makes in the test."""
+    seen: list[float] = []
+    real = LlamaCppGenerator.generate
+
+    def generate(self, policy, prompts, **kw):
+        seen.append(kw["temperature"])
+        return real(self, policy, prompts, **kw)
+
+    monkeypatch.setattr(LlamaCppGenerator, "generate", generate)
+    return seen
+
+
+def test_a_run_trains_through_llamacpp_importance_corrected(make_config, tmp_path, monkeypatch):
+    sink, seen = Recorder(), temperatures(monkeypatch)
+    config = make_config("full", **{"optim.steps": 2, "data.reward_fn": DENSE_REWARD, "generation.backend": "llamacpp", "eval.every": 2})
     result = train(config, out_dir=tmp_path, sink=sink)
 
     assert result.status == "succeeded" and result.step == 2
@@ -104,15 +117,16 @@ def test_a_run_trains_through_llamacpp_importance_corrected(make_config, tmp_pat
     for m in sink.steps:
         for agent, values in m.agents.items():
             assert "mismatch/logp_diff" in values and "mismatch/is_weight" in values, (m.step, agent)
+    assert 0.0 in seen and 1.0 in seen, "F32 weights are the trainer's dtype: the greedy held-out evaluation runs on llama.cpp too"
 
 
-def test_the_async_sampler_is_a_thread_that_drives_the_engine_from_its_copies(make_config, tmp_path):
+def test_the_async_sampler_is_a_thread_that_drives_the_engine_from_its_copies(make_config, tmp_path, monkeypatch):
     config = make_config("lora", **{"optim.steps": 3, "data.reward_fn": DENSE_REWARD, "generation.backend": "llamacpp",
                                     "generation.dtype": "bfloat16", "generation.async": "one_step_off", "eval.every": 3})
     plan = Plan.resolve(config, cuda=False)
     assert (plan.backend, plan.sampler) == ("llamacpp", "thread")
     assert "llama.cpp engine lives in the trainer's process" in plan.sampler_why
-    sink = Evaluations()
+    sink, seen = Evaluations(), temperatures(monkeypatch)
     result = train(config, out_dir=tmp_path, sink=sink)
 
     assert result.status == "succeeded" and result.step == 3
@@ -120,7 +134,8 @@ def test_the_async_sampler_is_a_thread_that_drives_the_engine_from_its_copies(ma
     for m in sink.steps:  # llama.cpp's numbers, on-policy or not: corrected from the first step
         for agent, values in m.agents.items():
             assert values["mismatch/logp_diff"] > 0 and "mismatch/is_weight" in values, (m.step, agent)
-    assert [e["step"] for e in sink.evals] == [0, 3], "the held-out evaluations ran (on the trainer's policies' own files)"
+    assert [e["step"] for e in sink.evals] == [0, 3], "the held-out evaluations ran"
+    assert set(seen) == {1.0}, "BF16 over an fp32 trainer: the greedy held-out evaluation runs on the trainer's own weights"
 
 
 def test_what_llamacpp_cannot_serve_is_refused_or_falls_back(make_config):
