@@ -96,7 +96,7 @@ def vllm_unavailable_reason(config: RunConfig) -> str | None:
 def llamacpp_unavailable_reason(config: RunConfig, *, cuda: bool) -> str | None:
     """Why llama.cpp cannot serve this run, or None when it can (`training.llamacpp_backend`)."""
     if importlib.util.find_spec("llama_cpp") is None:
-        return "llama-cpp-python is not installed (requirements.txt: make install)"
+        return "llama-cpp-python is not installed (requirements-llamacpp.txt, which make install builds)"
     if cuda:
         return "the run is on a GPU, and Troupe's llama.cpp backend is the CPU build"
     return None
