@@ -79,7 +79,7 @@ def test_mask_truncated_masks_a_candidate_whose_segment_hit_the_cap_not_one_whos
     monkeypatch.setattr(collect, "_rollout", lambda sampler, batch: episodes_of(cands))
     policy = type("P", (), {"agents": ("writer",)})()
     sampler = type("S", (), {
-        "config": config, "dist": trainer.Dist(), "vllm": None, "stats": type("G", (), {"tokens": 0, "seconds": 0.0})(),
+        "config": config, "dist": trainer.Dist(), "engine": None, "stats": type("G", (), {"tokens": 0, "seconds": 0.0})(),
         "policies": type("PS", (), {"trainable": lambda self: [policy], "policies": {}})(), "train_temperature": lambda self, a: 1.0,
         "placement": None,
     })()

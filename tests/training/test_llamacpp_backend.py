@@ -8,6 +8,8 @@ LoRA adapter per agent); and a run trains end to end through it, importance-corr
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -138,7 +140,7 @@ def test_the_async_sampler_is_a_thread_that_drives_the_engine_from_its_copies(ma
     assert set(seen) == {1.0}, "BF16 over an fp32 trainer: the greedy held-out evaluation runs on the trainer's own weights"
 
 
-def test_what_llamacpp_cannot_serve_is_refused_or_falls_back(make_config):
+def test_what_llamacpp_cannot_serve_is_refused_or_falls_back(make_config, monkeypatch):
     with pytest.raises(ConfigError, match=r"generation\.backend.*llamacpp"):
         make_config("lora", **{"generation.backend": "llama.cpp"}).validate()
     for overrides, why in [
@@ -154,3 +156,8 @@ def test_what_llamacpp_cannot_serve_is_refused_or_falls_back(make_config):
     assert RunConfig.from_yaml(config.to_yaml()).generation.backend == "llamacpp"
     unweighted = make_config("lora", **{"generation.backend": "llamacpp", "grpo.importance_sampling": False})
     assert any("llamacpp" in w and "importance" in w for w in config_warnings(unweighted))
+    real = importlib.util.find_spec  # where llama-cpp-python is not installed (a Docker image): HF, saying why
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llama_cpp" else real(name, *a))
+    plan = Plan.resolve(config, cuda=False)
+    assert plan.backend == "hf" and "llama-cpp-python is not installed" in plan.backend_why
+    assert "HF generate (asked for llamacpp, but llama-cpp-python is not installed" in plan.describe()
