@@ -183,7 +183,8 @@ def code_dir() -> Iterator[Path]:
     root = Path(tempfile.mkdtemp(prefix="troupe-sandbox-code-"))
     try:
         root.chmod(0o755)
-        (root / "agents").mkdir(mode=0o755)
+        (root / "agents").mkdir()
+        (root / "agents").chmod(0o755)  # not mkdir's mode, which the umask masks: a test that imported webapp.asgi set it to 077
         (root / "agents" / "__init__.py").write_text("")
         for name in ("sandbox.py", "_sandbox_child.py"):
             shutil.copy(AGENTS / name, root / "agents" / name)
