@@ -61,7 +61,7 @@ def _greedy_llama_cpp(llm, ids: list[int]) -> list[int]:
 @pytest.mark.slow
 @pytest.mark.parametrize("gguf_type", GGUF_TYPES)
 def test_llama_cpp_generates_what_the_merged_model_generates(bundled_lora, tmp_path, gguf_type):
-    llama_cpp = pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (requirements.txt) to load the GGUF file")
+    llama_cpp = pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (requirements-llamacpp.txt) to load the GGUF file")
     from peft import PeftModel
 
     from training.models import load_model

@@ -21,7 +21,7 @@ from training.plan import Plan, resolve_backend
 from training.policies import build_policies
 from training.trainer import train
 
-llama_cpp = pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (requirements.txt)")
+llama_cpp = pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (requirements-llamacpp.txt)")
 from training.llamacpp_backend import LlamaCppGenerator, hf_weights  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("dense_reward")
