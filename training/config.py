@@ -39,6 +39,9 @@ BACKENDS = ("auto", "hf", "vllm", "llamacpp")
 ASYNC_MODES = ("off", "one_step_off")
 ASYNC_SAMPLERS = ("auto", "process", "thread")
 SAMPLER_DTYPES = ("model", "bfloat16")
+LLAMACPP_MAX_SEQUENCES = 64
+"""The most candidates of one prompt the llama.cpp backend decodes together (its sequences per batch,
+`training.llamacpp_backend`): a `grpo.k` above it is refused with `generation.backend: llamacpp`."""
 ZERO_SIGNAL = ("drop", "count")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "4bit")
@@ -936,7 +939,10 @@ class RunConfig:
             if r.launcher != "one process" or r.parallel == "fsdp" or r.placement or r.gpus > 1:
                 p.add("generation.backend", "llamacpp generates on the CPU in the one process that trains: not under a launch of "
                                             "several processes, resources.parallel fsdp, a placement or several GPUs (use hf)")
-            elif self.model.quantization != "none" and not p.has("model.quantization"):
+            if self.grpo.k > LLAMACPP_MAX_SEQUENCES and not p.has("grpo.k"):
+                p.add("grpo.k", f"is {self.grpo.k}; generation.backend llamacpp decodes at most {LLAMACPP_MAX_SEQUENCES} candidates "
+                                "of a prompt together (use hf)")
+            if self.model.quantization != "none" and not p.has("model.quantization"):
                 p.add("generation.backend", "llamacpp reads the trained weights written out in F32 or BF16, and a "
                                             "4-bit base (model.quantization) has none to write (use hf)")
         if gen.backend == "vllm" and not p.has("generation.backend", "resources.parallel"):

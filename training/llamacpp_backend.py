@@ -47,22 +47,24 @@ from typing import Any
 import numpy as np
 import torch
 
-from training.config import RunConfig
+from training.config import LLAMACPP_MAX_SEQUENCES, RunConfig
 from training.generation import Generation, GenerationStats, decode, stop_token_ids
 from training.policies import Policy, PolicySet
 
-GGUF_TYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
-"""The dtype llama.cpp's weights are in -> the GGUF tensor type the policies are written in."""
+DTYPE_GGUF_TYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+"""The dtype llama.cpp's weights are in -> the GGUF tensor type the policies are written in (not
+the export's `training.gguf_conversion.GGUF_TYPES`)."""
+MAX_SEQUENCES = LLAMACPP_MAX_SEQUENCES
+"""Rows (prompts x n) one decode batch holds; a call with more runs in chunks of prompts (the
+config refuses a `grpo.k` above it)."""
+BATCH_TOKENS = 512
+"""Tokens per `llama_decode` call (a longer prefill is split)."""
 
 
 def gguf_type(config: RunConfig) -> str:
     """The GGUF type of the run's llama.cpp weights: `generation.dtype`, where `model` is the
     dtype the trainer's weights are in (F32 on the CPU; BF16 or F16 with that `model.dtype`)."""
-    return GGUF_TYPES[config.model.trains_in(cuda=False) if config.generation.dtype == "model" else config.generation.dtype]
-MAX_SEQUENCES = 64
-"""Rows (prompts x n) one decode batch holds; a call with more runs in chunks of prompts."""
-BATCH_TOKENS = 512
-"""Tokens per `llama_decode` call (a longer prefill is split)."""
+    return DTYPE_GGUF_TYPES[config.model.trains_in(cuda=False) if config.generation.dtype == "model" else config.generation.dtype]
 
 
 def _shm_dir() -> str | None:
@@ -211,6 +213,7 @@ class LlamaCppGenerator:
         if served.stale:
             with served.lock:
                 if served.stale:
+                    served.stale = False  # before the push: a weights_changed during it makes the next call push again
                     self._push(policy, served)
         return served
 
@@ -279,7 +282,6 @@ class LlamaCppGenerator:
                 view = served.views.get(gguf_name)
                 if view is not None:
                     view.copy_(data.reshape(-1))
-        served.stale = False
 
 
 class _LlamaDecoder:

@@ -93,7 +93,7 @@ def vllm_unavailable_reason(config: RunConfig) -> str | None:
     return None
 
 
-def llamacpp_unavailable_reason(config: RunConfig, *, cuda: bool) -> str | None:
+def llamacpp_unavailable_reason(*, cuda: bool) -> str | None:
     """Why llama.cpp cannot serve this run, or None when it can (`training.llamacpp_backend`)."""
     if importlib.util.find_spec("llama_cpp") is None:
         return "llama-cpp-python is not installed (requirements-llamacpp.txt, which make install builds)"
@@ -112,7 +112,7 @@ def resolve_backend(config: RunConfig, *, cuda: bool | None = None) -> tuple[str
     if requested == "llamacpp":
         import torch
 
-        reason = llamacpp_unavailable_reason(config, cuda=torch.cuda.is_available() if cuda is None else cuda)
+        reason = llamacpp_unavailable_reason(cuda=torch.cuda.is_available() if cuda is None else cuda)
     else:
         reason = vllm_unavailable_reason(config)
     if reason is None:

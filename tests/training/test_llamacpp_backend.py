@@ -146,9 +146,11 @@ def test_what_llamacpp_cannot_serve_is_refused_or_falls_back(make_config, monkey
     for overrides, why in [
         ({"resources.parallel": "fsdp", "resources.gpus": 2}, "one process that trains"),
         ({"model.quantization": "4bit"}, "4-bit base"),
+        ({"grpo.k": 65}, r"grpo\.k.*at most 64 candidates"),
     ]:
         with pytest.raises(ConfigError, match=why):
             make_config("lora", **{"generation.backend": "llamacpp", **overrides}).validate()
+    make_config("lora", **{"generation.backend": "llamacpp", "grpo.k": 64}).validate()
     config = make_config("lora", **{"generation.backend": "llamacpp"})
     backend, why = resolve_backend(config, cuda=True)
     assert backend == "hf" and "GPU" in why
