@@ -33,6 +33,9 @@ CPU, the trainer's choice in `training.trainer.start_async_rollouts`), else in a
   functions and the tasks once, and each step's request with the run's generator state; it sends
   back the rollouts and the generator state after them, so the one random stream runs exactly as
   in a thread. It is started with `spawn` (no fork of a process with threads and a torch pool).
+  A llama.cpp run's process makes its own engine (`training.llamacpp_backend`) over the shared
+  copies and has it push them into its GGUF files at each request, after the run's push; the
+  run's own engine serves the held-out evaluation on the trainer's policies.
 - A thread shares everything with the update: torch releases the interpreter lock inside its
   kernels, so the matmuls of both sides run at once. It serves the runs a process cannot: several
   processes of a launch, a placement, sharded models, GPUs (whose memory a thread shares) and a
@@ -287,8 +290,8 @@ class AsyncRollouts:
         """Push the trainer's weights (those of step `version`) and start step `step`'s rollouts."""
         t0 = time.perf_counter()
         push_weights(self.pairs)
-        if self.trainer.engine is not None:  # the engine reloads the pushed copies on its next generation
-            for policy in self.sampler.policies.trainable():
+        if self.trainer.engine is not None and self.worker is None:  # the engine reloads the pushed copies on its next generation
+            for policy in self.sampler.policies.trainable():  # (a process's own engine does so at each request)
                 self.trainer.engine.weights_changed(policy)
         self.push_seconds = time.perf_counter() - t0
         if self.worker is not None:  # the generator's state now: the run's one stream goes on in the process
@@ -358,7 +361,8 @@ class SamplerProcess:
         self.proc = ctx.Process(target=_serve, args=(theirs, threads, self.closing, self.beat), name="troupe-sampler", daemon=True)
         self.proc.start()
         theirs.close()  # the process's end: closed here, a dead process reads as EOF
-        self.setup: tuple[Any, ...] | None = (sampler.config, sampler.env, policies, list(sampler.rewards), list(tasks), collect)
+        engine = type(sampler.engine) if sampler.engine is not None else None  # the process makes its own (llama.cpp)
+        self.setup: tuple[Any, ...] | None = (sampler.config, sampler.env, policies, list(sampler.rewards), list(tasks), collect, engine)
         """Sent with the first request, from the waiting thread (not as the process's arguments:
         the process reports a failure to rebuild them, and the run does not wait for its start)."""
 
@@ -434,18 +438,26 @@ def _serve(conn: Connection, threads: int, closing: Any, beat: Any) -> None:
 
     threading.Thread(target=heartbeat, name="troupe-sampler-heartbeat", daemon=True).start()
     torch.set_num_threads(threads)
+    sampler: Sampler | None = None
     try:
-        config, env, policies, rewards, tasks, collect = conn.recv()
+        config, env, policies, rewards, tasks, collect, engine = conn.recv()
         sampler = Sampler(env, policies, config, torch.Generator(), rewards, logprobs=True, closing=closing)
+        if engine is not None:
+            sampler.engine = engine(config, policies, threads=threads)
     except EOFError:
         return
     except Exception as exc:
         conn.send(("error", f"setting the sampler up: {type(exc).__name__}: {exc}", None))
+        if sampler is not None:
+            sampler.pool.shutdown(wait=False)
         return
+    assert sampler is not None
     try:
         while (request := conn.recv()) is not None:
             step, state = request
             sampler.generator.set_state(state)
+            if sampler.engine is not None:  # the run pushed its weights into the shared copies before asking
+                sampler.engine.weights_changed()
             try:
                 conn.send(("ok", collect(sampler, tasks, step), sampler.generator.get_state()))
             except SamplerClosed as exc:
@@ -456,6 +468,8 @@ def _serve(conn: Connection, threads: int, closing: Any, beat: Any) -> None:
         pass
     finally:
         sampler.pool.shutdown(wait=False, cancel_futures=True)
+        if sampler.engine is not None:
+            sampler.engine.close()
         close_env = getattr(env, "close", None)  # this process's copy's own processes (agents.envs.task: its Python graders)
         if callable(close_env):
             close_env()

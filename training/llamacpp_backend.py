@@ -18,8 +18,9 @@ only holds the weights and the KV cache, through llama-cpp-python's low-level AP
   the same file through a shared mapping of our own changes what the next decode reads.
   `weights_changed(policy)` marks the policy stale; its next `generate` pushes every tensor again
   (converted by the converter's own `modify_tensors`, which permutes q/k for llama.cpp's rope).
-  The files live in /dev/shm where it exists, so the writes never go to a disk, and are unlinked
-  as soon as both mappings hold them: a killed run leaves no file behind.
+  The files live in /dev/shm where it has room for them (else in the temporary folder), so the
+  writes never go to a disk, and are unlinked as soon as both mappings hold them: a killed run
+  leaves no file behind. An async run's sampler process has an engine and files of its own.
 - The prompts of one call are prefilled once, each in its own sequence, and copied to the n-1
   sibling sequences (`llama_memory_seq_cp` in a unified KV cache shares the cells); a finished
   row's sequence is removed from the cache, so the rows still running pay for no others.
@@ -67,8 +68,14 @@ def gguf_type(config: RunConfig) -> str:
     return DTYPE_GGUF_TYPES[config.model.trains_in(cuda=False) if config.generation.dtype == "model" else config.generation.dtype]
 
 
-def _shm_dir() -> str | None:
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+def _shm_dir(need: int) -> str | None:
+    """/dev/shm when it has room for `need` bytes (a container's is 64 MB unless its `shm_size` says
+    more), else None: the system's temporary folder (its pages are written back to disk, slower)."""
+    try:
+        shm = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return "/dev/shm" if os.access("/dev/shm", os.W_OK) and shm.f_bavail * shm.f_frsize >= need * 1.1 else None
 
 
 def hf_weights(policy: Policy) -> Iterator[tuple[str, torch.Tensor]]:
@@ -233,7 +240,8 @@ class LlamaCppGenerator:
         config = plain.config.to_dict()
         config["architectures"] = config.get("architectures") or [type(plain).__name__]  # a model built in code has none
         # The folder goes when the file is mapped (both mappings keep it alive): a run killed later leaves nothing behind.
-        with tempfile.TemporaryDirectory(prefix="troupe-llamacpp-", dir=_shm_dir()) as tmp:
+        size = sum(t.numel() * t.element_size() for t in weights.values())  # the safetensors; the GGUF is no larger
+        with tempfile.TemporaryDirectory(prefix="troupe-llamacpp-", dir=_shm_dir(2 * size)) as tmp:
             hf_dir, path = Path(tmp) / "hf", Path(tmp) / "weights.gguf"
             hf_dir.mkdir()
             (hf_dir / "config.json").write_text(json.dumps(config))

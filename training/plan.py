@@ -184,7 +184,7 @@ class Plan:
         launch's ranks generate together (a sharded model is gathered, a placement's ranks answer
         each other), a GPU's memory is the thread's to share, and a vLLM engine lives in this
         process (its sampler thread drives it: vLLM's kernels release the interpreter lock as
-        torch's do)."""
+        torch's do). llama.cpp runs in the process too: the process makes its own engine."""
         if config.generation.async_sampler == "thread":
             return "generation.async_sampler: thread"
         if self.launcher != "one process":
@@ -193,7 +193,7 @@ class Plan:
             return "resources.placement: the ranks answer each other's generations"
         if config.resources.parallel == "fsdp":
             return "resources.parallel fsdp: a sharded model is gathered to generate"
-        if self.backend in ("vllm", "llamacpp"):
+        if self.backend == "vllm":
             return f"the {ENGINES[self.backend]} engine lives in the trainer's process"
         if self.device != "cpu":
             return "on a GPU the sampler shares the device's memory from a thread"
