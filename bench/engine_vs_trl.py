@@ -187,6 +187,7 @@ def run_single(args: argparse.Namespace) -> dict[str, Any]:
         specs.append(("troupe llama.cpp bf16 (stop patterns)", base.replace(**llama, **{"generation.dtype": "bfloat16"})))
         specs.append(("troupe llama.cpp bf16 base (stop patterns)", base.replace(**llama, **{"model.dtype": "bfloat16"})))
         if not args.no_async:
+            specs.append(("troupe async llama.cpp f32 (stop patterns)", async_cfg.replace(**llama)))
             specs.append(("troupe async llama.cpp bf16 (stop patterns)", async_cfg.replace(**llama, **{"generation.dtype": "bfloat16"})))
             specs.append(("troupe async llama.cpp bf16 base (stop patterns)", async_cfg.replace(**llama, **{"model.dtype": "bfloat16"})))
     keep = re.compile(args.arms) if args.arms else None  # the first arm always runs: TRL reads its sampler and tasks
@@ -261,7 +262,13 @@ def run_single(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_multi(args: argparse.Namespace) -> dict[str, Any]:
-    arms = [TroupeArm(spec, troupe_config(spec, args), args) for spec in ("prompt", "lora", "full")]
+    specs = []
+    for spec in ("prompt", "lora", "full"):  # each specialization beside its llama.cpp F32 twin (built next to it)
+        specs.append((spec, troupe_config(spec, args)))
+        if not args.no_llamacpp:
+            specs.append((f"{spec} llama.cpp f32", troupe_config(spec, args, **{"generation.backend": "llamacpp"})))
+    keep = re.compile(args.arms) if args.arms else None
+    arms = [TroupeArm(name, config, args) for name, config in specs if keep is None or keep.search(name)]
     for step in range(1, args.warmup + args.steps + 1):
         times = [arm.step() for arm in arms]
         print(f"step {step}: " + " | ".join(f"{a.name} {t:.1f}s" for a, t in zip(arms, times)), flush=True)
@@ -287,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--no-async", action="store_true", help="leave out the async arms (generation.async: one_step_off, its sampler a process and a thread)")
-    parser.add_argument("--arms", default="", help="part single: only the Troupe arms whose name this regex finds (the first, "
+    parser.add_argument("--arms", default="", help="only the Troupe arms whose name this regex finds (part single: the first, "
                         "`troupe (stop patterns)`, always runs)")
     parser.add_argument("--no-llamacpp", action="store_true", help="leave out the arms generating with llama.cpp (generation.backend: llamacpp)")
     parser.add_argument("--no-bf16", action="store_true", help="leave out the arms sampling from a bfloat16 copy (generation.dtype: bfloat16)")
