@@ -129,6 +129,8 @@ class LlamaCppGenerator:
 
     cuda = False
     label = "llama.cpp"
+    max_model_len = None
+    """No limit of its own: each call's context grows to what it needs (`_room`)."""
 
     def __init__(self, config: RunConfig, policies: PolicySet, *, threads: int | None = None) -> None:
         import llama_cpp

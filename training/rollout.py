@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -32,7 +32,7 @@ from training import tool_turns
 from training.config import RunConfig
 from training.distributed import Dist
 from training.generation import Generation, GenerationStats, generate
-from training.policies import PolicySet, build_policies, load_policy_weights
+from training.policies import Policy, PolicySet, build_policies, load_policy_weights
 
 RewardFn = Callable[..., list[float]]
 
@@ -134,6 +134,37 @@ class Episode:
         }
 
 
+class Engine(Protocol):
+    """What the sampler drives instead of the HF backend (`Sampler.engine`): vLLM
+    (`training.vllm_backend.VLLMGenerator`) or llama.cpp (`training.llamacpp_backend.LlamaCppGenerator`)."""
+
+    @property
+    def label(self) -> str:
+        """Its name in `Turn.policy` ("... (vLLM)") and the run's log."""
+
+    @property
+    def cuda(self) -> bool:
+        """Whether it generates on a GPU."""
+
+    @property
+    def evaluates(self) -> bool:
+        """Whether held-out evaluation generates here too (its numbers in the trainer's dtype)."""
+
+    @property
+    def max_model_len(self) -> int | None:
+        """The most tokens (prompt and completion) it holds per sequence, where it sets a limit of its own."""
+
+    def generate(self, policy: Policy, prompts: list[list[int]], *, n: int, max_new_tokens: int, temperature: float,
+                 top_p: float = 1.0, seed: int | None = None, stats: GenerationStats | None = None,
+                 stop: re.Pattern[str] | None = None, stop_check_every: int = 4) -> list[list[Generation]]: ...
+
+    def weights_changed(self, policy: Policy | None = None) -> None: ...
+
+    def sleep(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class Sampler:
     """What a rollout needs besides the tasks: the world, the policies and the knobs."""
@@ -145,9 +176,8 @@ class Sampler:
     rewards: Sequence[tuple[str, RewardFn, float]] = ()
     """(name, TRL-style reward function, weight): each candidate's local reward gains their weighted sum."""
     stats: GenerationStats = field(default_factory=GenerationStats)
-    engine: Any = None
-    """The engine that generates instead of the HF backend: a `training.vllm_backend.VLLMGenerator`
-    (vLLM) or a `training.llamacpp_backend.LlamaCppGenerator` (llama.cpp), else None."""
+    engine: Engine | None = None
+    """The engine that generates instead of the HF backend (vLLM or llama.cpp), else None."""
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=4))
     dist: Dist = field(default_factory=Dist)
     """This process's place in a data-parallel launch (`training.distributed`); one process by default."""
@@ -218,8 +248,8 @@ class Sampler:
         `model_max_length` (from the model's config), or vLLM's `max_model_len` where set lower."""
         limit = getattr(self.policies.for_agent(agent).tokenizer, "model_max_length", None)
         limits = [int(limit)] if isinstance(limit, int) and 0 < limit < 10**9 else []  # 1e30: "unbounded"
-        if self.engine is not None and self.engine.label == "vLLM" and self.config.generation.vllm_max_model_len:
-            limits.append(self.config.generation.vllm_max_model_len)
+        if self.engine is not None and self.engine.max_model_len:
+            limits.append(self.engine.max_model_len)
         return min(limits, default=10**9)
 
     def stop_pattern(self, role: str, *, tool_calls: bool = False) -> re.Pattern[str] | None:

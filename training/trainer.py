@@ -180,7 +180,7 @@ def setup(config: RunConfig, *, out_dir: str | Path, sink: EventSink, plan: Plan
                 sink.log(f"generation.dtype: {plan.sampler_dtype}: the rollouts come from a {plan.sampler_dtype} copy of the trained "
                          "weights, refreshed before each step's rollouts; the update corrects its numbers with truncated importance "
                          "sampling (mismatch/logp_diff); held-out evaluation runs on the trainer's weights")
-            if plan.backend == "vllm" and not sampler.engine.cuda:
+            if plan.backend == "vllm" and sampler.engine is not None and not sampler.engine.cuda:
                 sink.log("generation.async with vLLM on CPU: the engine, driven from the sampler thread, shares the cores with the update "
                          "and was measured slower per step than a synchronous vLLM run (docs/benchmarks.md, \"vLLM and generation.async\"); "
                          "on CPU the HF backend's sampler process is the fast async path", level="warning")

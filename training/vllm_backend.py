@@ -139,6 +139,8 @@ class VLLMGenerator:
                 f"the vLLM backend needs vllm, which cannot be imported ({exc}); "
                 "use generation.backend: hf or auto, or run on the GPU image"
             ) from exc
+        self.max_model_len: int | None = config.generation.vllm_max_model_len or None
+        """`generation.vllm_max_model_len` (None: the model's own)."""
         sources = {config.agent_model(config.agent(name)) for name in policies.agent_policy}
         if len(sources) != 1:
             raise ValueError(f"one vLLM engine serves one base model; this run uses {sorted(sources)}")
