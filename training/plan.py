@@ -25,7 +25,7 @@ import logging
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from training.config import LLAMACPP_MAX_SEQUENCES, RunConfig
+from training.config import RunConfig
 from training.events import EventSink
 
 log = logging.getLogger(__name__)
@@ -102,44 +102,13 @@ def llamacpp_unavailable_reason(*, cuda: bool) -> str | None:
     return None
 
 
-def llamacpp_declines(config: RunConfig) -> str | None:
-    """Why `generation.backend: auto` does not pick llama.cpp for this CPU run, or None when it does:
-    what an explicit `llamacpp` is refused for (a launch, FSDP, a placement, a 4-bit base, a larger
-    `grpo.k`), and what would change the run's numbers beyond llama.cpp's own kernels (a bfloat16
-    sampling copy asked for, importance sampling turned off)."""
-    r, gen = config.resources, config.generation
-    if r.launcher != "one process" or r.parallel == "fsdp" or r.placement or r.gpus > 1:
-        return "llama.cpp serves one process that trains (this run is launched, sharded or placed)"
-    if config.model.quantization != "none":
-        return "llama.cpp has no weights to read from a 4-bit base"
-    if config.grpo.k > LLAMACPP_MAX_SEQUENCES:
-        return f"grpo.k {config.grpo.k} is above the {LLAMACPP_MAX_SEQUENCES} candidates llama.cpp decodes together"
-    if gen.dtype != "model":
-        return f"generation.dtype {gen.dtype} asks for the HF backend's sampling copy"
-    if not config.grpo.importance_sampling:
-        return "grpo.importance_sampling is off, and llama.cpp's numbers need its correction"
-    return None
-
-
 def resolve_backend(config: RunConfig, *, cuda: bool | None = None) -> tuple[str, str]:
     """(`hf`, `vllm` or `llamacpp`, why) for this run from `generation.backend`: `hf` always the HF
-    backend; `auto` on a GPU vLLM when it can serve the run, on the CPU llama.cpp when it can
-    (`llamacpp_declines`), else vLLM's CPU build where installed, else HF; `vllm` or `llamacpp`
-    that engine, or HF with a warning when it cannot (what the config can know is refused when it
-    is validated)."""
+    backend; `auto` vLLM when it can serve the run, else HF; `vllm` or `llamacpp` that engine, or HF
+    with a warning when it cannot (what the config can know is refused when it is validated)."""
     requested = config.generation.backend
     if requested == "hf":
         return "hf", "generation.backend: hf"
-    if requested == "auto":
-        import torch
-
-        cuda = torch.cuda.is_available() if cuda is None else cuda
-        if not cuda:
-            declined = llamacpp_unavailable_reason(cuda=False) or llamacpp_declines(config)
-            if declined is None:
-                return "llamacpp", "generation.backend auto: llama.cpp on the CPU"
-            if vllm_unavailable_reason(config) is not None:
-                return "hf", f"generation.backend auto: {declined}"
     if requested == "llamacpp":
         import torch
 

@@ -32,7 +32,7 @@ import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -165,15 +165,7 @@ def setup(config: RunConfig, *, out_dir: str | Path, sink: EventSink, plan: Plan
     if plan.backend == "vllm":
         sampler.engine = VLLMGenerator(config, policies)
     elif plan.backend == "llamacpp":
-        sampler.engine = llamacpp = LlamaCppGenerator(config, policies)
-        if config.generation.backend == "auto":  # picked, not asked for: a model llama.cpp cannot take trains on HF
-            try:
-                llamacpp.prepare()
-            except Exception as exc:  # noqa: BLE001 - the converter's and llama.cpp's errors vary by model
-                llamacpp.close()
-                sampler.engine = None
-                plan = replace(plan, backend="hf", backend_why=f"generation.backend auto: llama.cpp could not take the model ({exc})")
-                sink.log(f"{plan.backend_why}: the HF backend generates", level="warning")
+        sampler.engine = LlamaCppGenerator(config, policies)
     rollouts = start_async_rollouts(sampler, train_tasks, plan=plan, total_steps=config.optim.steps, collect=collect)
     try:
         if rollouts is not None:

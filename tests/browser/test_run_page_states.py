@@ -13,7 +13,6 @@ import pytest
 from tests.browser.conftest import Member, TinyWorld
 from tests.browser.test_run_live import launch, log_in, wait_for_status
 from tests.processes import Processes
-from training.plan import llamacpp_unavailable_reason
 from webapp.models import Evaluation, LogLine, Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -53,8 +52,7 @@ def test_an_open_page_follows_the_run_from_queued_to_succeeded(web: Processes, a
         page.wait_for_selector("#run-actions #run-more a:has-text('Try in playground')", state="attached", timeout=60_000)
         page.wait_for_function("() => !document.getElementById('held-out-note').dataset.empty", timeout=60_000)
         # the run's plan reached the open page when the engine reported it (no reload): the Execution line
-        generates = "HF generate" if llamacpp_unavailable_reason(cuda=False) else "llama.cpp (importance-corrected)"  # the CPU default
-        page.wait_for_selector(f"dd.plan:has-text('one process on cpu; {generates}; synchronous rollouts; queue gpu')",
+        page.wait_for_selector("dd.plan:has-text('one process on cpu; HF generate; synchronous rollouts; queue gpu')",
                                state="attached", timeout=60_000)
     except Exception:
         page.screenshot(path=str(shots / "run-states-failure.png"), full_page=True)

@@ -22,9 +22,7 @@ def toy_config(specialization: str = "lora", **overrides) -> RunConfig:
         "grpo": {"k": 4},
         "optim": {"steps": 2, "tasks_per_step": 2, "lr": 1e-2},
         "lora": {"r": 4, "alpha": 8},
-        # The HF backend, the trainer's own numbers: the loop's tests compare exact values. The CPU
-        # default (`auto`: llama.cpp) has its own tests in test_llamacpp_backend.py.
-        "generation": {"max_new_tokens": 8, "backend": "hf"},
+        "generation": {"max_new_tokens": 8},
         "eval": {"every": 0, "size": 4},
         "checkpoint": {"every": 0},
     }

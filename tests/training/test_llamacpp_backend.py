@@ -109,12 +109,9 @@ def temperatures(monkeypatch):
     return seen
 
 
-def test_a_cpu_run_trains_through_llamacpp_by_default_importance_corrected(make_config, tmp_path, monkeypatch):
+def test_a_run_trains_through_llamacpp_importance_corrected(make_config, tmp_path, monkeypatch):
     sink, seen = Recorder(), temperatures(monkeypatch)
-    config = make_config("full", **{"optim.steps": 2, "data.reward_fn": DENSE_REWARD, "generation.backend": "auto", "eval.every": 2})
-    from training.config import GenerationConfig
-
-    assert GenerationConfig().backend == "auto", "the default"
+    config = make_config("full", **{"optim.steps": 2, "data.reward_fn": DENSE_REWARD, "generation.backend": "llamacpp", "eval.every": 2})
     result = train(config, out_dir=tmp_path, sink=sink)
 
     assert result.status == "succeeded" and result.step == 2
@@ -180,35 +177,3 @@ def test_the_weights_files_go_to_dev_shm_only_where_they_fit():
     free = os.statvfs("/dev/shm").f_bavail * os.statvfs("/dev/shm").f_frsize
     assert _shm_dir(free * 2) is None, "more than /dev/shm holds (a container's 64 MB): the temporary folder"
     assert _shm_dir(1) == "/dev/shm"
-
-
-def test_auto_picks_llamacpp_on_the_cpu_where_it_serves_the_run_as_it_is(make_config):
-    auto = {"generation.backend": "auto"}
-    assert resolve_backend(make_config("lora", **auto), cuda=False) == ("llamacpp", "generation.backend auto: llama.cpp on the CPU")
-    assert resolve_backend(make_config("lora", **auto), cuda=True)[0] != "llamacpp"
-    for overrides, why in [
-        ({"resources.parallel": "data", "resources.gpus": 2}, "one process that trains"),
-        ({"model.quantization": "4bit"}, "4-bit base"),
-        ({"grpo.k": 65}, "grpo.k 65"),
-        ({"generation.dtype": "bfloat16"}, "sampling copy"),
-        ({"grpo.importance_sampling": False}, "importance_sampling is off"),
-    ]:
-        backend, reason = resolve_backend(make_config("lora", **auto, **overrides), cuda=False)
-        assert backend == "hf" and why in reason, (overrides, reason)
-
-
-def test_auto_trains_on_hf_when_llamacpp_cannot_take_the_model(make_config, tmp_path, monkeypatch):
-    from training.llamacpp_backend import LlamaCppGenerator
-
-    def refuse(self, policy):
-        raise ValueError("this model's architecture is not one llama.cpp knows")
-
-    monkeypatch.setattr(LlamaCppGenerator, "_load", refuse)
-    sink = Recorder()
-    result = train(make_config("lora", **{"generation.backend": "auto"}), out_dir=tmp_path, sink=sink)
-
-    assert result.status == "succeeded"
-    (plan,) = [line for line in sink.lines if line.startswith("plan: ")]
-    assert "HF generate" in plan and "llama.cpp" not in plan
-    assert any("llama.cpp could not take the model (this model's architecture is not one llama.cpp knows)" in line
-               for line in sink.lines)

@@ -48,21 +48,16 @@ def test_it_keeps_hf_when_hf_is_requested(monkeypatch):
     assert plan.resolve_backend(config(**{"generation.backend": "hf"}))[0] == "hf"
 
 
-def test_auto_picks_hf_without_vllm(monkeypatch, caplog):
+def test_auto_picks_hf_without_vllm_or_cuda(monkeypatch, caplog):
     monkeypatch.setattr(plan, "vllm_unavailable_reason", lambda cfg: "vLLM is not installed")
-    monkeypatch.setattr(plan, "llamacpp_unavailable_reason", lambda cuda: "llama-cpp-python is not installed")
     with caplog.at_level(logging.WARNING, logger="training.plan"):
-        assert plan.resolve_backend(config(**{"generation.backend": "auto"}), cuda=True)[0] == "hf"
-        backend, why = plan.resolve_backend(config(**{"generation.backend": "auto"}), cuda=False)
-    assert backend == "hf" and why == "generation.backend auto: llama-cpp-python is not installed"
+        assert plan.resolve_backend(config(**{"generation.backend": "auto"}))[0] == "hf"
     assert not caplog.records  # auto falling back is expected, not a warning
 
 
 def test_auto_picks_vllm_when_it_can_serve_the_run(monkeypatch):
     monkeypatch.setattr(plan, "vllm_unavailable_reason", lambda cfg: None)
-    assert plan.resolve_backend(config(**{"generation.backend": "auto"}), cuda=True)[0] == "vllm"
-    monkeypatch.setattr(plan, "llamacpp_unavailable_reason", lambda cuda: "llama-cpp-python is not installed")
-    assert plan.resolve_backend(config(**{"generation.backend": "auto"}), cuda=False)[0] == "vllm", "vLLM's CPU build"
+    assert plan.resolve_backend(config(**{"generation.backend": "auto"}))[0] == "vllm"
 
 
 def test_requested_vllm_falls_back_to_hf_with_a_warning(monkeypatch, caplog):
