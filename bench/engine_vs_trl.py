@@ -86,6 +86,7 @@ def troupe_config(name: str, args: argparse.Namespace, **overrides: Any) -> RunC
         "topology.env_args": {"level": args.level},
         "generation.max_new_tokens": args.max_new_tokens,
         "generation.temperature": 1.0,
+        "generation.backend": "hf",  # the HF arms, whatever `auto` picks on this host; the llama.cpp arms say so
         "grpo.k": args.k,
         "grpo.loss_type": "dapo",
         "grpo.beta": 0.0,

@@ -298,6 +298,8 @@ def train(config: Any, args: argparse.Namespace, rec: Recorder, *, label: str, s
     Path(args.work_dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.work_dir, prefix=f"{label.replace('/', '-')}-") as out:
         with setup(config, out_dir=out, sink=NullSink()) as parts:
+            rec.payload.setdefault("plans", {})[label] = parts.plan.describe()  # which backend generated, as resolved here
+            print(f"{label} plan: {parts.plan.describe()}", flush=True)
             loop(parts, Hooks(before_step=before_step, after_step=after_step, evaluate=held_out))
             yield parts
 
