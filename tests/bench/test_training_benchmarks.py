@@ -25,7 +25,7 @@ def test_it_compares_troupe_with_trl_and_the_specializations(tmp_path):
     out = tmp_path / "speed.json"
     # a few arms of each kind (--arms): the others are the same loop with other config values, tested on their own
     run("engine_vs_trl.py", *TINY, "--steps", "1", "--warmup", "0", "--max-new-tokens", "6", "--work-dir", str(tmp_path), "--out", str(out),
-        "--arms", r"^troupe async \(|bf16 copy \(|llama\.cpp bf16 base|async llama\.cpp bf16 \(")
+        "--arms", r"^troupe async \(|bf16 copy \(|llama\.cpp bf16 base|async llama\.cpp bf16 \(|^(prompt|lora|full)$|^lora llama\.cpp f32$")
     data = json.loads(out.read_text())
     assert set(data["single"]["arms"]) == {"trl", "troupe (stop patterns)", "troupe async (stop patterns)", "troupe bf16 copy (stop patterns)",
                                            "troupe async bf16 copy (stop patterns)", "troupe llama.cpp bf16 base (stop patterns)",
@@ -33,7 +33,7 @@ def test_it_compares_troupe_with_trl_and_the_specializations(tmp_path):
     assert data["single"]["arms"]["trl"]["ratio_to_trl"] == 1.0
     assert all(len(arm["load_1min"]) == 3 and arm["ratio_min"] <= arm["ratio_max"] for arm in data["single"]["arms"].values())
     assert data["single"]["machine_start"]["libraries"]["trl"]
-    assert set(data["multi"]["arms"]) == {"prompt", "lora", "full"}
+    assert set(data["multi"]["arms"]) == {"prompt", "lora", "full", "lora llama.cpp f32"}
 
 
 @pytest.mark.slow
