@@ -456,8 +456,9 @@ def _serve(conn: Connection, threads: int, closing: Any, beat: Any) -> None:
         while (request := conn.recv()) is not None:
             step, state = request
             sampler.generator.set_state(state)
-            if sampler.engine is not None:  # the run pushed its weights into the shared copies before asking
-                sampler.engine.weights_changed()
+            if sampler.engine is not None:  # the run pushed its trained weights into the shared copies before asking
+                for policy in sampler.policies.trainable():
+                    sampler.engine.weights_changed(policy)
             try:
                 conn.send(("ok", collect(sampler, tasks, step), sampler.generator.get_state()))
             except SamplerClosed as exc:
