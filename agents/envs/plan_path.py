@@ -1,5 +1,13 @@
-"""`plan_path`: find a path through a grid with walls; a tool agent writes a search program, a
-planner states the moves.
+"""`plan_path`: find a path through a grid with walls; a tool agent writes a search program (or
+calls a search function), a planner states the moves.
+
+The tool role works in one of two ways (`env_args.tool`):
+- `program` (the default): it writes a Python program, run in the sandbox, whose printed moves
+  the planner reads;
+- `call`: it calls the environment's path finder, `path(r1, c1, r2, c2)`, with the coordinates it
+  reads from the grid; the finder answers the shortest moves between those cells (or says why
+  not), and the planner reads that. The search is the function's; finding where S and G are is
+  the tool agent's work, and a call costs a dozen tokens where a program costs two hundred.
 
 Every proposal is a full move sequence from S, executed until it reaches G, leaves the grid
 or walks into a wall. Rewards (local, for the agent that acted):
@@ -39,6 +47,9 @@ MOVES: dict[str, Cell] = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
 _WORDS = {"UP": "U", "DOWN": "D", "LEFT": "L", "RIGHT": "R", "NORTH": "U", "SOUTH": "D", "WEST": "L", "EAST": "R"}
 _MAX_MOVES = 200
 WALL_PENALTY = 0.5
+TOOL_KINDS = ("program", "call")
+CALL = re.compile(r"path\s*\(\s*\(?\s*(-?\d+)\s*,\s*(-?\d+)\s*\)?\s*,\s*\(?\s*(-?\d+)\s*,\s*(-?\d+)\s*\)?\s*\)")
+"""A path-finder call: `path(r1, c1, r2, c2)`, or `path((r1, c1), (r2, c2))`."""
 
 
 def parse_grid(text: str) -> tuple[str, ...]:
@@ -149,15 +160,29 @@ class PlanPath:
         ),
     }
 
+    call_instructions = (
+        "You call a path finder for a grid. path(r1, c1, r2, c2) returns the shortest moves from the "
+        "cell in row r1, column c1 to the cell in row r2, column c2 (rows count from 0 at the top, "
+        "columns from 0 at the left). Reply with one line: path(<row of S>, <column of S>, <row of G>, <column of G>)"
+    )
+    """The tool role's instructions when it calls the path finder (`tool: call`)."""
+
     stop_patterns: dict[str, str] = {"plan": r"[Mm]oves?[ \t]*[:=][ \t]*\S[^\n]*\n", "tool": STOP_AFTER_CODE_BLOCK}
     """End the action once the moves line or the code block is complete (see `agents.envs`)."""
 
     def __init__(self, size: int | None = None, wall_density: float = 0.25, timeout_s: float = TOOL_TIMEOUT_S,
-                 self_correct: bool = False) -> None:
+                 self_correct: bool = False, tool: str = "program") -> None:
         """`size`: grid side for generated tasks (None: 5 to 7 at random); `wall_density`: share of wall cells.
         `self_correct`: an agent acting alone is not stopped after its first action: it sees its last
         attempt and tries again, until it repeats its moves, reaches G or the topology's `max_turns`
-        ends the episode (one agent given the turns a team gets)."""
+        ends the episode (one agent given the turns a team gets). `tool`: `program` (the tool role
+        writes a search program) or `call` (it calls the path finder with S's and G's coordinates)."""
+        if tool not in TOOL_KINDS:
+            raise ValueError(f"plan_path: tool must be one of {', '.join(TOOL_KINDS)}, not {tool!r}")
+        self.tool = tool
+        if tool == "call":
+            self.default_instructions = {**self.default_instructions, "tool": self.call_instructions}
+            self.stop_patterns = {**self.stop_patterns, "tool": r"path[ \t]*\([^()\n]*\)"}
         if not isinstance(self_correct, bool):
             raise ValueError(f"plan_path: self_correct must be true or false, not {self_correct!r}")
         self.self_correct = self_correct
@@ -212,7 +237,15 @@ class PlanPath:
     def observe(self, state: State, role: str) -> str:
         grid: tuple[str, ...] = state.data["grid"]
         parts = []
-        if role == "tool":
+        if role == "tool" and self.tool == "call":
+            parts.append("Grid (S start, G goal, # wall, . free), each row after its number:\n"
+                         + "\n".join(f"{r}: {' '.join(row)}" for r, row in enumerate(grid)))
+            if state.data.get("tool_output") is not None:
+                parts.append(f"Your previous call returned: {state.data['tool_output']}")
+            if state.data.get("plan") is not None:
+                parts.append(f"The planner said: Moves: {' '.join(state.data['plan'])}")
+            parts.append("Call the path finder from S to G: path(<row of S>, <column of S>, <row of G>, <column of G>)")
+        elif role == "tool":
             parts.append("Grid (S start, G goal, # wall, . free; row 0 is the top):\n" + "\n".join(grid))
             parts.append(f"As Python: grid = {list(grid)!r}")
             if state.data.get("tool_code") is not None:
@@ -223,7 +256,8 @@ class PlanPath:
         else:
             parts.append("Grid (S start, G goal, # wall, . free):\n" + "\n".join(" ".join(row) for row in grid))
             if state.data.get("tool_output") is not None:
-                parts.append(f"The tool's program printed: {state.data['tool_output']}")
+                said = "The path finder returned" if self.tool == "call" else "The tool's program printed"
+                parts.append(f"{said}: {state.data['tool_output']}")
             if state.data.get("plan") is not None:
                 parts.append(f"Your previous moves: {' '.join(state.data['plan'])}")
             parts.append("Reply with: Moves: <U/D/L/R separated by spaces>")
@@ -246,7 +280,10 @@ class PlanPath:
         roles: tuple[str, ...] = state.data["roles"]
         tool_output: str | None = None
         updates: dict[str, Any]
-        if role == "tool":
+        if role == "tool" and self.tool == "call":
+            tool_output, moves = self._call(state, action)
+            updates = {"tool_code": None, "tool_output": tool_output, "tool_moves": moves}
+        elif role == "tool":
             code = extract_code(action)
             moves: list[str] | None = None
             if code is None:
@@ -273,6 +310,24 @@ class PlanPath:
         info = {"moves": moves, "reached": reached, **parts}
         return StepResult(next_state, local_reward=local, team_reward=1.0 if team_ok else 0.0, tool_output=tool_output, info=info)
 
+    @staticmethod
+    def _call(state: State, action: str) -> tuple[str, list[str] | None]:
+        """Run the tool's path-finder call: (what the finder answered, the moves it returned)."""
+        found = CALL.search(action)
+        if found is None:
+            return "error: no path(r1, c1, r2, c2) call", None
+        grid: tuple[str, ...] = state.data["grid"]
+        r1, c1, r2, c2 = (int(x) for x in found.groups())
+        for r, c in ((r1, c1), (r2, c2)):
+            if not (0 <= r < len(grid) and 0 <= c < len(grid[0])):
+                return f"error: ({r}, {c}) is outside the grid ({len(grid)} rows, {len(grid[0])} columns)", None
+            if grid[r][c] == "#":
+                return f"error: ({r}, {c}) is a wall", None
+        moves = path_between(grid, (r1, c1), (r2, c2))
+        if moves is None:
+            return f"no path from ({r1}, {c1}) to ({r2}, {c2})", None
+        return (" ".join(moves) or "(already there: no moves)"), (moves or None)
+
 
 BFS_PROGRAM = """from collections import deque
 grid = {grid!r}
@@ -292,8 +347,17 @@ print(" ".join(path[[p for p in cells if cells[p] == "G"][0]]))"""
 
 def shortest_moves(grid: tuple[str, ...]) -> list[str]:
     """One shortest move sequence from S to G (what `BFS_PROGRAM` prints)."""
-    start, goal = find(grid, "S"), find(grid, "G")
+    moves = path_between(grid, find(grid, "S"), find(grid, "G"))
+    assert moves is not None, "plan_path: a task's grid always has a path from S to G"
+    return moves
+
+
+def path_between(grid: tuple[str, ...], start: Cell, goal: Cell) -> list[str] | None:
+    """One shortest move sequence from `start` to `goal` (the path finder's answer); None when
+    `goal` cannot be reached."""
     dist = distances(grid, goal)
+    if start not in dist:
+        return None
     moves, at = [], start
     while at != goal:
         m, nxt = next((m, (at[0] + dr, at[1] + dc)) for m, (dr, dc) in MOVES.items() if dist.get((at[0] + dr, at[1] + dc)) == dist[at] - 1)
@@ -304,13 +368,17 @@ def shortest_moves(grid: tuple[str, ...]) -> list[str]:
 
 def demos(env: PlanPath, n: int, *, seed: int) -> list[dict[str, Any]]:
     """Supervised demonstrations for a warm start (issue 40, Part 2's pilot): per grid, the tool
-    writing `BFS_PROGRAM` for it; the planner copying the moves that program printed (its turn in
+    writing `BFS_PROGRAM` for it (with `tool: call`, calling the path finder from S to G); the planner copying the moves that program printed (its turn in
     the team); and the planner alone (no tool) stating a shortest path. TRL's conversational
     format, one line per agent turn, `agent` naming the role (`training.conversations`)."""
     out: list[dict[str, Any]] = []
     for i, row in enumerate(env.generate(n, seed=seed)):
         team = env.reset(row, task_id=f"demo-{i}", roles=("tool", "plan"))
-        program = "```python\n" + BFS_PROGRAM.format(grid=list(team.data["grid"])) + "\n```"
+        if env.tool == "call":
+            (r1, c1), (r2, c2) = team.data["start"], team.data["goal"]
+            program = f"path({r1}, {c1}, {r2}, {c2})"
+        else:
+            program = "```python\n" + BFS_PROGRAM.format(grid=list(team.data["grid"])) + "\n```"
         after = env.step(team, agent="tool", role="tool", action=program).state
         moves = " ".join(shortest_moves(team.data["grid"]))
         alone = env.reset(row, task_id=f"demo-{i}-alone", roles=("plan",))
@@ -324,13 +392,13 @@ def demos(env: PlanPath, n: int, *, seed: int) -> list[dict[str, Any]]:
     return out
 
 
-if __name__ == "__main__":  # python -m agents.envs.plan_path demos OUT.jsonl [N grids] [size]
+if __name__ == "__main__":  # python -m agents.envs.plan_path demos OUT.jsonl [N grids] [size] [program|call]
     import json
     import sys
 
     if len(sys.argv) < 3 or sys.argv[1] != "demos":
-        sys.exit("usage: python -m agents.envs.plan_path demos OUT.jsonl [N grids, 256] [size, 3]")
-    maze = PlanPath(size=int(sys.argv[4]) if len(sys.argv) > 4 else 3)
+        sys.exit("usage: python -m agents.envs.plan_path demos OUT.jsonl [N grids, 256] [size, 3] [tool: program|call]")
+    maze = PlanPath(size=int(sys.argv[4]) if len(sys.argv) > 4 else 3, tool=sys.argv[5] if len(sys.argv) > 5 else "program")
     with open(sys.argv[2], "w", encoding="utf-8") as f:
         for conversation in demos(maze, int(sys.argv[3]) if len(sys.argv) > 3 else 256, seed=7):
             f.write(json.dumps(conversation) + "\n")

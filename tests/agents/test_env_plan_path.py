@@ -139,3 +139,70 @@ def test_its_demonstrations_solve_every_grid_through_the_environment() -> None:
         assert alone["messages"][1]["content"] == env.observe(lone, "plan")
         solo = env.step(lone, agent="planner", role="plan", action=alone["messages"][2]["content"])
         assert solo.team_reward == 1.0 and len(solo.info["moves"]) == row["shortest"]
+
+
+@pytest.fixture
+def caller() -> PlanPath:
+    return PlanPath(tool="call")
+
+
+def test_its_tool_can_call_the_path_finder_with_the_cells_it_read(caller: PlanPath) -> None:
+    """`tool: call`: the tool role names S's and G's cells, the finder answers the shortest moves
+    between them, and the planner reads that answer."""
+    state = caller.reset({"grid": GRID}, task_id="t", roles=("tool", "plan"))
+    seen = caller.observe(state, "tool")
+    assert "0: S . #" in seen and "2: # . G" in seen and "path(" in caller.default_instructions["tool"]
+    assert "```python" not in caller.default_instructions["tool"] and "python" not in seen.lower()
+    for call in ("path(0, 0, 2, 2)", "I will call path((0, 0), (2, 2)) now", "path( 0,0 ,2,2 )"):
+        r = caller.step(state, agent="t", role="tool", action=call)
+        assert r.local_reward == 1.0 and r.team_reward == 0.0 and not r.state.done, call
+        assert len(parse_moves(r.tool_output or "") or []) == 4
+    r = caller.step(state, agent="t", role="tool", action="path(0, 0, 2, 2)")
+    assert f"The path finder returned: {r.tool_output}" in caller.observe(r.state, "plan")
+    done = caller.step(r.state, agent="p", role="plan", action=f"Moves: {r.tool_output}")
+    assert done.team_reward == 1.0 and done.state.done and done.state.success
+
+
+@pytest.mark.parametrize(
+    ("call", "said", "local"),
+    [
+        ("path(0, 0, 1, 1)", "", 0.5),  # the wrong goal: its moves are judged from S (2 of 4 steps)
+        ("path(0, 0, 0, 2)", "is a wall", -1.0),
+        ("path(0, 0, 3, 1)", "outside the grid", -1.0),
+        ("path(-1, 0, 2, 2)", "outside the grid", -1.0),
+        ("path(0, 0, 0, 0)", "already there", -1.0),
+        ("The path is R R D D", "no path(r1, c1, r2, c2) call", -1.0),
+        ("path(0, 0)", "no path(r1, c1, r2, c2) call", -1.0),
+    ],
+)
+def test_its_path_finder_answers_a_bad_call_with_the_reason(caller: PlanPath, call: str, said: str, local: float) -> None:
+    state = caller.reset({"grid": GRID}, task_id="t", roles=("tool", "plan"))
+    r = caller.step(state, agent="t", role="tool", action=call)
+    assert said in (r.tool_output or "") and r.local_reward == pytest.approx(local) and r.team_reward == 0.0
+    assert r.tool_output in caller.observe(r.state, "plan")
+
+
+def test_its_path_finder_says_when_the_cells_are_not_connected() -> None:
+    env = PlanPath(tool="call")
+    state = env.reset({"grid": "S.#.\n..##\n....\n.#.G"}, task_id="t", roles=("tool", "plan"))
+    r = env.step(state, agent="t", role="tool", action="path(0, 0, 0, 3)")
+    assert r.tool_output == "no path from (0, 0) to (0, 3)" and r.local_reward == -1.0
+
+
+def test_its_tool_kind_is_checked() -> None:
+    with pytest.raises(ValueError, match="plan_path: tool must be one of program, call, not 'search'"):
+        PlanPath(tool="search")
+
+
+def test_its_call_demonstrations_solve_every_grid() -> None:
+    from agents.envs.plan_path import demos
+
+    env = PlanPath(size=4, tool="call")
+    rows = demos(env, 5, seed=2)
+    for i, row in enumerate(env.generate(5, seed=2)):
+        tool, team_plan = rows[3 * i: 3 * i + 2]
+        assert tool["messages"][2]["content"].startswith("path(")
+        state = env.reset(row, task_id="t", roles=("tool", "plan"))
+        after = env.step(state, agent="tool", role="tool", action=tool["messages"][2]["content"])
+        done = env.step(after.state, agent="planner", role="plan", action=team_plan["messages"][2]["content"])
+        assert done.team_reward == 1.0
