@@ -139,7 +139,7 @@ def test_the_cli_teams_two_runs_trained_apart(swept, capsys) -> None:
 def test_the_report_is_built_from_the_stored_results(swept, tmp_path, capsys) -> None:
     import importlib.util
 
-    module = importlib.util.spec_from_file_location("referential_report", ROOT / "bench" / "referential_report.py")
+    module = importlib.util.spec_from_file_location("team_report", ROOT / "bench" / "team_report.py")
     report = importlib.util.module_from_spec(module)
     module.loader.exec_module(report)
     _, out, _, _ = swept

@@ -1,21 +1,26 @@
-"""The referential game's table, learning curves and protocols, built from the stored results of
-its experiments (docs/benchmarks.md, "Referential game"). It trains and evaluates nothing: every
-number is read from what `python -m training sweep` left in the experiments' folders.
+"""A team experiment's table, learning curves and what each role learned, built from the stored
+results of its experiments (docs/benchmarks.md: "Referential game", and `plan_path` with a
+function-calling tool). It trains and evaluates nothing: every number is read from what `python -m
+training sweep` left in the experiments' folders.
 
-    .venv/bin/python bench/referential_report.py --together runs/referential-together \\
+    .venv/bin/python bench/team_report.py --together runs/referential-together \\
         --prompt runs/referential-prompt --apart runs/referential-apart --out bench/results/referential
+    .venv/bin/python bench/team_report.py --together runs/plan-path-call --alone runs/plan-path-call-alone \\
+        --out bench/results/plan-path-call
 
 `--explore` is a further together experiment (`referential-together-explore`), its arms named
-after it. `--keep` an earlier `report.json`: its trials join the table where their experiment's
+after it; `--alone` an experiment of one agent acting alone (the planner with no tool). `--keep` an earlier `report.json`: its trials join the table where their experiment's
 folder is not among those given (results stored when that report was built). Each folder is
 optional (a missing or unfinished one leaves its rows out or partial). Read from:
 - each trial's `evaluations.jsonl` (greedy held-out success at every evaluated step, and sampled at
   the training temperature where the run set `eval.sampled`; step 0 is the untrained team) and
   `metrics.jsonl` (generated tokens per step, for the curves against tokens);
 - each trial's `ablations.json` (`role_swap`, `apart`: `training.sweep.run_ablations`);
-- each trial's `rollouts.jsonl` (the protocol: over the last `--protocol-steps` training steps, the
-  code word the speaker sent for each target, and the candidate the listener picked for each code
-  word, as sampled in training at its temperature).
+- each trial's `rollouts.jsonl`, over the last `--protocol-steps` training steps, as sampled in
+  training at its temperature: in the referential game the protocol (the code word the speaker
+  sent for each target, the candidate the listener picked for each code word); in `plan_path`
+  each role's mean local reward and what it did (the tool: calls naming S's and G's cells; the
+  planner: moves reaching G, moves copying the tool's answer).
 
 Writes `<out>/table.md` (also printed), `<out>/report.json`, `<out>/curves-steps.png` and
 `<out>/curves-tokens.png`.
@@ -33,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agents.envs.plan_path import CALL, PlanPath, parse_grid, parse_moves  # noqa: E402
 from agents.envs.referential import Referential, parse_choice, parse_code  # noqa: E402
 from training.experiment import ExperimentSpec, Trial, mean_interval  # noqa: E402
 from training.trials import SAMPLED  # noqa: E402
@@ -59,16 +65,20 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 NAMED = ("referential-together", "referential-prompt", "referential-apart", "referential-lean", "referential-lean-seeds",
-         "referential-lean-apart-seeds", "referential-lean-prompt")
+         "referential-lean-apart-seeds", "referential-lean-prompt", "plan-path-call", "plan-path-call-alone")
 """The experiments whose arms are named by what they train alone; another's carry its name too."""
 
 
 def arm_name(trial: Trial) -> str:
-    """`together (lora)`, `speaker trained, listener frozen`: what the trial's config trains."""
+    """`together (lora)`, `speaker trained, listener frozen`, `planner alone, 2 turns (lora)`: what
+    the trial's config trains."""
     config = trial.config
     agents = list(dict.fromkeys(config.topology.order()))
     trained = [a for a in agents if config.agent(a).trainable]
     spec = config.topology.specialization
+    if len(agents) == 1:
+        turns = f", {config.topology.max_turns} turns" if config.topology.env_args.get("self_correct") else ""
+        return f"{agents[0]} alone{turns} ({spec})"
     if len(trained) == len(agents):
         return f"together ({spec})"
     frozen = [a for a in agents if a not in trained]
@@ -124,9 +134,50 @@ def protocol(folder: Path, codes: tuple[str, ...], k: int, last_steps: int) -> d
     return {"steps": [max(final - last_steps + 1, 1), final], "speaker": top(speaker), "listener": top(listener)}
 
 
+def roles_at_work(folder: Path, last_steps: int) -> dict[str, Any]:
+    """`plan_path`, from the last `last_steps` training steps' rollouts: per role, its mean local
+    reward and what it did (the tool: calls parsed, calls naming S's and G's cells; the planner:
+    moves reaching G, moves that copy the tool's answer)."""
+    episodes = read_jsonl(folder / "rollouts.jsonl")
+    if not episodes:
+        return {}
+    final = max(int(e["step"]) for e in episodes)
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
+    local: dict[str, list[float]] = defaultdict(list)
+    for ep in episodes:
+        if int(ep["step"]) <= final - last_steps:
+            continue
+        answer = None
+        for turn in ep["turns"]:
+            chosen = turn["candidates"][turn["chosen"]]
+            role, c = turn["role"], counts[turn["role"]]
+            local[role].append(float(chosen["local"]))
+            c["actions"] += 1
+            if role == "tool":
+                grid = parse_grid("\n".join(line.split(": ", 1)[1].replace(" ", "") for line in turn["prompt"].splitlines()
+                                            if re.fullmatch(r"\d+: [.#SG ]+", line.strip())))
+                cells = [(r, row.index(ch)) for ch in "SG" for r, row in enumerate(grid) if ch in row]
+                call = CALL.search(chosen["text"])
+                c["parsed"] += call is not None
+                c["right"] += call is not None and [int(x) for x in call.groups()] == [*cells[0], *cells[1]]
+                answer = parse_moves(chosen.get("tool_output") or "")
+            else:
+                moves = parse_moves(chosen["text"])
+                c["reached"] += chosen["local"] == 1.0
+                c["copied"] += answer is not None and moves == answer
+    return {"steps": [max(final - last_steps + 1, 1), final],
+            "roles": {role: {"local": round(sum(v) / len(v), 3), **{k: round(n / counts[role]["actions"], 3)
+                                                                     for k, n in counts[role].items() if k != "actions"}}
+                      for role, v in sorted(local.items())}}
+
+
 def show_protocol(p: dict[str, Any]) -> str:
     if not p:
         return "-"
+    if "roles" in p:
+        parts = [f"{role}: local {r['local']:+.2f}" + "".join(f", {k} {v:.0%}" for k, v in r.items() if k != "local")
+                 for role, r in p["roles"].items()]
+        return f"{'; '.join(parts)} (steps {p['steps'][0]}-{p['steps'][1]})"
     said = ", ".join(f"{t}→{c} ({share:.0%})" for t, (c, share, _) in p["speaker"].items())
     heard = ", ".join(f"{c}→{t} ({share:.0%})" for c, (t, share, _) in p["listener"].items())
     return f"speaker {said}; listener {heard} (steps {p['steps'][0]}-{p['steps'][1]})"
@@ -151,9 +202,10 @@ def collect(folder: Path, last_steps: int) -> list[dict[str, Any]]:
     """One record per trial of the experiment in `folder`: its arm, seed, status, curve, tokens,
     last greedy success, ablations and protocol."""
     spec = ExperimentSpec.load(folder / "experiment.yaml")
-    if spec.base.topology.environment != "referential":
-        raise SystemExit(f"error: {folder} is an experiment on {spec.base.topology.environment}, not referential")
-    env = Referential(**spec.base.topology.env_args)
+    environment = spec.base.topology.environment
+    if environment not in ("referential", "plan_path"):
+        raise SystemExit(f"error: {folder} is an experiment on {environment}; this report reads referential and plan_path")
+    env = Referential(**spec.base.topology.env_args) if environment == "referential" else PlanPath(**spec.base.topology.env_args)
     out = []
     for trial in spec.trials():
         tf = folder / f"trial-{trial.index:03d}"
@@ -171,8 +223,10 @@ def collect(folder: Path, last_steps: int) -> list[dict[str, Any]]:
             "untrained": greedy[0][1] if greedy and greedy[0][0] == 0 else None,
             "untrained_sampled": sampled[0][1] if sampled and sampled[0][0] == 0 else None,
             "ablations": {k: v for k, v in read_json(tf / "ablations.json").items()},
-            "protocol": protocol(tf, env.codes, env.k, last_steps),
-            "seconds": record.get("seconds"), "chance": env.chance,
+            "protocol": (protocol(tf, env.codes, env.k, last_steps) if isinstance(env, Referential)
+                         else roles_at_work(tf, last_steps)),
+            "seconds": record.get("seconds"), "chance": env.chance if isinstance(env, Referential) else None,
+            "agents": len(dict.fromkeys(trial.config.topology.order())),
         })
     return out
 
@@ -181,8 +235,8 @@ def build(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The table's rows: untrained, each arm, and each arm's ablations, over seeds; each row greedy
     (its top-level numbers) and, where the runs evaluated so, `sampled` at the training temperature."""
     rows = []
-    # step 0 of every `lora` trial is the same warm start, evaluated with the trial's seed: one value per seed
-    lora = [t for t in trials if t["arm"].endswith("(lora)")]
+    # step 0 of every `lora` team trial is the same warm start, evaluated with the trial's seed: one value per seed
+    lora = [t for t in trials if t["arm"].endswith("(lora)") and t.get("agents", 2) > 1]
     untrained = {t["seed"]: t["untrained"] for t in reversed(lora) if t["untrained"] is not None}
     untrained_sampled = {t["seed"]: t["untrained_sampled"] for t in reversed(lora) if t.get("untrained_sampled") is not None}
     if untrained:
@@ -190,6 +244,10 @@ def build(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
                      "sampled": stat([untrained_sampled[s] for s in sorted(untrained_sampled)])})
     for arm in dict.fromkeys(t["arm"] for t in trials):
         mine = [t for t in trials if t["arm"] == arm]
+        if mine[0].get("agents", 2) == 1:  # an agent alone starts from its own untrained point
+            start = [t for t in mine if t["untrained"] is not None]
+            rows.append({"row": f"{arm}: untrained (step 0)", **stat([t["untrained"] for t in start]), "seeds": [t["seed"] for t in start],
+                         "sampled": stat([t["untrained_sampled"] for t in start if t.get("untrained_sampled") is not None])})
         done = [t for t in mine if t["final"] is not None]
         rows.append({"row": arm, **stat([t["final"] for t in done]), "seeds": [t["seed"] for t in done],
                      "sampled": stat([t["final_sampled"] for t in done if t.get("final_sampled") is not None]),
@@ -228,7 +286,8 @@ def plot(trials: list[dict[str, Any]], out: Path) -> list[Path]:
                         line = ax.plot([x for x, _ in pairs], [y for _, y in pairs], style, marker="o", label=f"seed {t['seed']}{how}",
                                        color=color)
                         color = line[0].get_color()
-            ax.axhline(trials[0]["chance"], color="grey", linestyle=":", label="chance")
+            if trials[0]["chance"] is not None:
+                ax.axhline(trials[0]["chance"], color="grey", linestyle=":", label="chance")
             ax.set_title(arm, fontsize=9)
             ax.set_xlabel(xlabel)
             ax.set_ylim(0, 1)
@@ -244,14 +303,14 @@ def plot(trials: list[dict[str, Any]], out: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name in ("together", "prompt", "apart", "explore"):
+    for name in ("together", "prompt", "apart", "explore", "alone"):
         parser.add_argument(f"--{name}", type=Path, help=f"the {name} experiment's sweep folder")
     parser.add_argument("--out", type=Path, default=Path("bench/results/referential"))
     parser.add_argument("--keep", type=Path, help="an earlier report.json whose trials join the table where their experiment's "
                         "folder is not given (its stored results, read when that report was built)")
     parser.add_argument("--protocol-steps", type=int, default=10, help="training steps the protocol is read from (the last ones)")
     args = parser.parse_args(argv)
-    folders = [f for f in (args.together, args.prompt, args.apart, args.explore) if f is not None]
+    folders = [f for f in (args.together, args.prompt, args.apart, args.explore, args.alone) if f is not None]
     missing = [str(f) for f in folders if not (f / "experiment.yaml").is_file()]
     if not folders or missing:
         print(f"error: no experiment folder (experiment.yaml) at {', '.join(missing) or 'any of --together/--prompt/--apart'}", file=sys.stderr)
@@ -266,15 +325,17 @@ def main(argv: list[str] | None = None) -> int:
         trials = [t for t in kept if t["experiment"] not in read] + trials
     rows = build(trials)
     args.out.mkdir(parents=True, exist_ok=True)
-    chance = trials[0]["chance"]
+    chance = trials[0]["chance"]  # None in plan_path: the untrained team is its baseline
     lines = ["| arm | greedy team success, mean ± 95% t-interval (min, max) | seeds | per seed | sampled (T=1), mean | per seed |",
              "|---|---|---|---|---|---|"]
     for r in rows:
         sampled = r.get("sampled", {})
         lines.append(f"| {r['row']} | {show(r)} | {r.get('n', 0)} | {' '.join(f'{v:.3f}' for v in r.get('values', []))} "
                      f"| {show(sampled)} | {' '.join(f'{v:.3f}' for v in sampled.get('values', []))} |")
-    lines.append(f"\nchance {chance:.3f}; target: together ≥ 0.8 (or ≥ chance + 0.5), apart and swapped ≤ chance + 0.1")
-    lines.append("\n| trial | arm | seed | status | minutes | protocol |\n|---|---|---|---|---|---|")
+    if chance is not None:
+        lines.append(f"\nchance {chance:.3f}; target: together ≥ 0.8 (or ≥ chance + 0.5), apart and swapped ≤ chance + 0.1")
+    what = "protocol" if chance is not None else "each role at work"
+    lines.append(f"\n| trial | arm | seed | status | minutes | {what} |\n|---|---|---|---|---|---|")
     for t in trials:
         minutes = f"{t['seconds'] / 60:.0f}" if t["seconds"] else "-"
         lines.append(f"| {t['experiment']}/{t['trial']} | {t['arm']} | {t['seed']} | {t['status']} | {minutes} | {show_protocol(t['protocol'])} |")
