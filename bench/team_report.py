@@ -65,7 +65,7 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 NAMED = ("referential-together", "referential-prompt", "referential-apart", "referential-lean", "referential-lean-seeds",
-         "referential-lean-apart-seeds", "referential-lean-prompt", "plan-path-call", "plan-path-call-alone")
+         "referential-lean-apart-seeds", "referential-lean-prompt", "plan-path-call", "plan-path-call-seeds", "plan-path-call-alone")
 """The experiments whose arms are named by what they train alone; another's carry its name too."""
 
 
