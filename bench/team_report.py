@@ -290,7 +290,10 @@ def plot(trials: list[dict[str, Any]], out: Path) -> list[Path]:
                 ax.axhline(trials[0]["chance"], color="grey", linestyle=":", label="chance")
             ax.set_title(arm, fontsize=9)
             ax.set_xlabel(xlabel)
-            ax.set_ylim(0, 1)
+            if trials[0]["chance"] is not None:
+                ax.set_ylim(0, 1)
+            else:  # plan_path: no chance level; scaled to the arms' own numbers, shared by the panels
+                ax.set_ylim(0, max([0.2, *(1.25 * y for t in trials for _, y in t["curve"] + t.get("sampled_curve", []))]))
             ax.legend(fontsize=7)
         axes[0][0].set_ylabel("held-out success (dashed: sampled)")
         fig.tight_layout()
