@@ -202,17 +202,25 @@ class Processes:
     # -- teardown -----------------------------------------------------------------------------------
 
     def stop(self) -> None:
-        for proc in [self.web, *self.workers.values(), self.redis]:
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
+        # Daphne and the workers shut down side by side (each takes a second or two), then their Redis.
+        self._terminate([self.web, *self.workers.values()])
+        self._terminate([self.redis])
         for f in self._logs:
             f.close()
         shutil.rmtree(self.sock_dir, ignore_errors=True)
+
+    @staticmethod
+    def _terminate(procs: list[subprocess.Popen[bytes] | None]) -> None:
+        """SIGTERM each process still running, then wait for each (20 s, then SIGKILL)."""
+        running = [p for p in procs if p is not None and p.poll() is None]
+        for proc in running:
+            proc.terminate()
+        for proc in running:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
 
     def logs(self) -> str:
         out = []
@@ -223,12 +231,17 @@ class Processes:
 
 class LiveViewer(threading.Thread):
     """A run page's websocket, reduced to what matters here: it keeps the last metrics step it
-    received and, when the socket closes abnormally, reconnects with `?step=<that step>` (as
-    static/js/run-live.js does), so it catches up from the database."""
+    received and, when the socket closes abnormally, reconnects with `?step=<that step>`; while
+    connected it pings (`{"t": "ping"}`) every `ping_every` seconds, and the server re-joins the
+    run's group and sends what the database has after that step (as static/js/run-live.js does,
+    every 25 s); it answers the server's protocol pings, as a browser does."""
 
-    def __init__(self, *, port: int, run_id: int, session_cookie: str):
+    def __init__(self, *, port: int, run_id: int, session_cookie: str, ping_every: float = 25.0):
         super().__init__(daemon=True)
         self.port, self.run_id, self.cookie = port, run_id, session_cookie
+        self.ping_every = ping_every
+        self._open = False  # the handshake is done: frames may be sent
+        self._pinged = 0.0
         self.steps: set[int] = set()
         self.last: int | None = None
         self.connects = 0
@@ -254,10 +267,12 @@ class LiveViewer(threading.Thread):
                 f"Origin: http://127.0.0.1:{self.port}\r\nCookie: sessionid={self.cookie}\r\n\r\n"
             ).encode())
             self._buf = b""
+            self._open = False
             head = self._until(s, b"\r\n\r\n")
             if head is None or b" 101 " not in head.split(b"\r\n", 1)[0]:
                 return
             self.connects += 1
+            self._open, self._pinged = True, time.monotonic()  # the page's first ping comes one interval after the open
             while not self.halt.is_set():
                 message = self._frame(s)
                 if message is None:
@@ -266,9 +281,14 @@ class LiveViewer(threading.Thread):
                     self._handle(json.loads(message))
 
     def _fill(self, s: socket.socket) -> bool:
-        """Read more bytes into the buffer; False on EOF or halt."""
+        """Read more bytes into the buffer (pinging when one is due); False on EOF or halt."""
         while not self.halt.is_set():
-            ready, _, _ = select.select([s], [], [], 0.5)
+            due = self._pinged + self.ping_every - time.monotonic()
+            if self._open and due <= 0:
+                self._send(s, 0x1, b'{"t":"ping"}')
+                self._pinged = time.monotonic()
+                due = self.ping_every
+            ready, _, _ = select.select([s], [], [], max(0.05, min(0.5, due)))
             if ready:
                 chunk = s.recv(65536)
                 if not chunk:
@@ -306,7 +326,16 @@ class LiveViewer(threading.Thread):
         payload = self._exactly(s, length)
         if payload is None or opcode == 8:
             return None
+        if opcode == 0x9:  # the server's protocol ping: a browser answers it by itself
+            self._send(s, 0xA, payload)
         return payload.decode() if opcode == 1 else ""
+
+    @staticmethod
+    def _send(s: socket.socket, opcode: int, payload: bytes) -> None:
+        """One final frame from the client: masked, as RFC 6455 requires (payloads under 126 bytes)."""
+        assert len(payload) < 126, len(payload)
+        mask = os.urandom(4)
+        s.sendall(bytes([0x80 | opcode, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
 
     def _handle(self, message: dict[str, Any]) -> None:
         if message.get("t") == "metrics":

@@ -41,6 +41,27 @@ def bundled_lora(bundled_models, tmp_path_factory):
     mp.undo()
 
 
+@pytest.fixture(scope="module")
+def transformers_greedy(bundled_lora):
+    """For each prompt of PROMPTS: (its token ids, the greedy continuation of the adapter merged into
+    the base in transformers, whether the base alone continues differently). Each GGUF type's file
+    is compared with these; they do not depend on the type, so they are computed once."""
+    from peft import PeftModel
+
+    from training.models import load_model
+
+    _, checkpoint = bundled_lora
+    base, tokenizer = load_model("bundled:smollm2-135m-instruct", dtype="float32", device="cpu")
+    ids = {prompt: tokenizer(prompt, add_special_tokens=False)["input_ids"] for prompt in PROMPTS}
+    untrained = {prompt: _greedy_transformers(base.eval(), ids[prompt]) for prompt in PROMPTS}  # before the merge changes `base`
+    merged = PeftModel.from_pretrained(base, str(checkpoint / "tool")).merge_and_unload().eval()
+    greedy = {}
+    for prompt in PROMPTS:
+        expected = _greedy_transformers(merged, ids[prompt])
+        greedy[prompt] = ids[prompt], expected, untrained[prompt] != expected
+    return greedy
+
+
 def _greedy_transformers(model, ids: list[int]) -> list[int]:
     with torch.no_grad():
         out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
@@ -60,11 +81,8 @@ def _greedy_llama_cpp(llm, ids: list[int]) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("gguf_type", GGUF_TYPES)
-def test_llama_cpp_generates_what_the_merged_model_generates(bundled_lora, tmp_path, gguf_type):
+def test_llama_cpp_generates_what_the_merged_model_generates(bundled_lora, transformers_greedy, tmp_path, gguf_type):
     llama_cpp = pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (requirements-llamacpp.txt) to load the GGUF file")
-    from peft import PeftModel
-
-    from training.models import load_model
 
     config, checkpoint = bundled_lora
     export = export_gguf(config, agent="tool", adapter=checkpoint / "tool", out=tmp_path / "gguf", gguf_type=gguf_type,
@@ -76,16 +94,16 @@ def test_llama_cpp_generates_what_the_merged_model_generates(bundled_lora, tmp_p
     modelfile = (export.folder / "Modelfile").read_text()
     assert f"\nFROM ./tool-{gguf_type}.gguf\n" in modelfile and 'PARAMETER stop "<|im_end|>"' in modelfile
 
-    base, tokenizer = load_model("bundled:smollm2-135m-instruct", dtype="float32", device="cpu")
-    merged = PeftModel.from_pretrained(base, str(checkpoint / "tool")).merge_and_unload().eval()
-    llm = llama_cpp.Llama(model_path=str(export.file), n_ctx=256, n_threads=2, seed=0, logits_all=True, verbose=False)
-    untrained, _ = load_model("bundled:smollm2-135m-instruct", dtype="float32", device="cpu")
+    # One thread, for one token and for a batch: each of llama.cpp's threads computes whole rows, so
+    # the numbers are the same with more, but its threads spin at every operation's barrier, and on
+    # a busy machine (the suite's other worker) two of them can wait on each other for seconds a token.
+    llm = llama_cpp.Llama(model_path=str(export.file), n_ctx=256, n_threads=1, n_threads_batch=1, seed=0, logits_all=True,
+                          verbose=False)
     differs_from_base, agree, positions = False, 0, 0
     for prompt in PROMPTS:
-        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        ids, expected, differs = transformers_greedy[prompt]
         assert llm.tokenize(prompt.encode(), add_bos=False, special=False) == ids, prompt  # the vocabulary came across
-        expected = _greedy_transformers(merged, ids)
-        differs_from_base |= _greedy_transformers(untrained.eval(), ids) != expected
+        differs_from_base |= differs
         if gguf_type == "f16":
             assert _greedy_llama_cpp(llm, ids) == expected, prompt
         # Teacher-forced: llama.cpp's most likely next token at each position of transformers' greedy text.

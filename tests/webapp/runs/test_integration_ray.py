@@ -41,10 +41,14 @@ def gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def cluster(gate: Path) -> Iterator[Any]:
     """A head node and a second node, one CPU each: a 2-rank run needs both. Ray gives a node 30 s
-    to register, which a loaded machine can miss: a node that timed out is started again."""
+    to register, which a loaded machine can miss: a node that timed out is started again. Its GCS
+    checks the nodes every second (Ray's default: 3 s), so a killed node is known dead after 5
+    failed checks in about 5 s, not 15 (a live node still needs 5 checks in a row to go unanswered
+    for 10 s each to be taken for dead)."""
     for attempt in range(3):
         try:
-            c = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+            c = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={
+                "num_cpus": 1, "include_dashboard": False, "_system_config": {"health_check_period_ms": 1000}})
             break
         except Exception as exc:  # noqa: BLE001 (Ray raises a bare Exception for the timeout)
             if "timed out during startup" not in str(exc) or attempt == 2:
