@@ -279,13 +279,13 @@ class PlanPath:
         check_turn(self.name, self.roles, state, role)
         roles: tuple[str, ...] = state.data["roles"]
         tool_output: str | None = None
+        moves: list[str] | None = None
         updates: dict[str, Any]
         if role == "tool" and self.tool == "call":
             tool_output, moves = self._call(state, action)
             updates = {"tool_code": None, "tool_output": tool_output, "tool_moves": moves}
         elif role == "tool":
             code = extract_code(action)
-            moves: list[str] | None = None
             if code is None:
                 tool_output = "error: no ```python code block"
             else:
