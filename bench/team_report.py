@@ -102,18 +102,25 @@ def tokens_by_step(folder: Path) -> dict[int, float]:
     return out
 
 
+def last_episodes(folder: Path, last_steps: int) -> tuple[list[dict[str, Any]], list[int]]:
+    """The episodes of the last `last_steps` training steps in the trial's `rollouts.jsonl`, and
+    those steps' [first, last]; no episodes when it has none."""
+    episodes = read_jsonl(folder / "rollouts.jsonl")
+    if not episodes:
+        return [], []
+    final = max(int(e["step"]) for e in episodes)
+    return [e for e in episodes if int(e["step"]) > final - last_steps], [max(final - last_steps + 1, 1), final]
+
+
 def protocol(folder: Path, codes: tuple[str, ...], k: int, last_steps: int) -> dict[str, Any]:
     """From the last `last_steps` training steps' rollouts: per target, the speaker's code words
     (the most frequent first, with its share); per code word, the candidates the listener picked."""
-    episodes = read_jsonl(folder / "rollouts.jsonl")
+    episodes, steps = last_episodes(folder, last_steps)
     if not episodes:
         return {}
-    final = max(int(e["step"]) for e in episodes)
     speaker: dict[str, Counter[str]] = defaultdict(Counter)
     listener: dict[str, Counter[str]] = defaultdict(Counter)
     for ep in episodes:
-        if int(ep["step"]) <= final - last_steps:
-            continue
         target = str(ep.get("question", "")).removeprefix("target: ")
         code = None
         for turn in ep["turns"]:
@@ -131,22 +138,19 @@ def protocol(folder: Path, codes: tuple[str, ...], k: int, last_steps: int) -> d
         return {key: [c.most_common(1)[0][0], round(c.most_common(1)[0][1] / sum(c.values()), 2), sum(c.values())]
                 for key, c in sorted(counts.items())}
 
-    return {"steps": [max(final - last_steps + 1, 1), final], "speaker": top(speaker), "listener": top(listener)}
+    return {"steps": steps, "speaker": top(speaker), "listener": top(listener)}
 
 
 def roles_at_work(folder: Path, last_steps: int) -> dict[str, Any]:
     """`plan_path`, from the last `last_steps` training steps' rollouts: per role, its mean local
     reward and what it did (the tool: calls parsed, calls naming S's and G's cells; the planner:
     moves reaching G, moves that copy the tool's answer)."""
-    episodes = read_jsonl(folder / "rollouts.jsonl")
+    episodes, steps = last_episodes(folder, last_steps)
     if not episodes:
         return {}
-    final = max(int(e["step"]) for e in episodes)
     counts: dict[str, Counter[str]] = defaultdict(Counter)
     local: dict[str, list[float]] = defaultdict(list)
     for ep in episodes:
-        if int(ep["step"]) <= final - last_steps:
-            continue
         answer = None
         for turn in ep["turns"]:
             chosen = turn["candidates"][turn["chosen"]]
@@ -165,7 +169,7 @@ def roles_at_work(folder: Path, last_steps: int) -> dict[str, Any]:
                 moves = parse_moves(chosen["text"])
                 c["reached"] += chosen["local"] == 1.0
                 c["copied"] += answer is not None and moves == answer
-    return {"steps": [max(final - last_steps + 1, 1), final],
+    return {"steps": steps,
             "roles": {role: {"local": round(sum(v) / len(v), 3), **{k: round(n / counts[role]["actions"], 3)
                                                                      for k, n in counts[role].items() if k != "actions"}}
                       for role, v in sorted(local.items())}}
