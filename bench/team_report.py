@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agents.envs.plan_path import CALL, PlanPath, parse_grid, parse_moves  # noqa: E402
 from agents.envs.referential import Referential, parse_choice, parse_code  # noqa: E402
 from training.experiment import ExperimentSpec, Trial, mean_interval  # noqa: E402
+from training.sweep import read_json  # noqa: E402
 from training.trials import SAMPLED  # noqa: E402
 
 
@@ -56,16 +57,8 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 NAMED = ("referential-together", "referential-prompt", "referential-apart", "referential-lean", "referential-lean-seeds",
-         "referential-lean-apart-seeds", "referential-lean-prompt", "plan-path-call", "plan-path-call-seeds", "plan-path-call-alone")
+         "referential-lean-apart-seeds", "referential-lean-prompt", "plan-path-call", "plan-path-call-seed1", "plan-path-call-seed2", "plan-path-call-alone")
 """The experiments whose arms are named by what they train alone; another's carry its name too."""
 
 
@@ -311,13 +304,14 @@ def plot(trials: list[dict[str, Any]], out: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for name in ("together", "prompt", "apart", "explore", "alone"):
-        parser.add_argument(f"--{name}", type=Path, help=f"the {name} experiment's sweep folder")
+        parser.add_argument(f"--{name}", type=Path, action="append", default=[],
+                            help=f"the {name} experiment's sweep folder (repeat for several, e.g. one a seed)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/referential"))
     parser.add_argument("--keep", type=Path, help="an earlier report.json whose trials join the table where their experiment's "
                         "folder is not given (its stored results, read when that report was built)")
     parser.add_argument("--protocol-steps", type=int, default=10, help="training steps the protocol is read from (the last ones)")
     args = parser.parse_args(argv)
-    folders = [f for f in (args.together, args.prompt, args.apart, args.explore, args.alone) if f is not None]
+    folders = [*args.together, *args.prompt, *args.apart, *args.explore, *args.alone]
     missing = [str(f) for f in folders if not (f / "experiment.yaml").is_file()]
     if not folders or missing:
         print(f"error: no experiment folder (experiment.yaml) at {', '.join(missing) or 'any of --together/--prompt/--apart'}", file=sys.stderr)

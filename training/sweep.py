@@ -198,7 +198,7 @@ def run_ablations(spec: ExperimentSpec, out: Path, *, evaluate: Callable[..., li
         if trial.index not in done:
             continue
         folder = out / f"trial-{trial.index:03d}"
-        saved = _read_json(folder / ABLATIONS_FILE)
+        saved = read_json(folder / ABLATIONS_FILE)
         for key in spec.ablations:
             if key not in saved:
                 ablation = Ablation.parse(key, paired=True)
@@ -217,7 +217,7 @@ def run_ablations(spec: ExperimentSpec, out: Path, *, evaluate: Callable[..., li
                             continue
                         if partner is None:
                             raise AblationError(f"no succeeded trial of seed {trial.seed} trained the agents this one froze")
-                    mirror = _read_json(partner / ABLATIONS_FILE).get(key, {}) if partner is not None else {}
+                    mirror = read_json(partner / ABLATIONS_FILE).get(key, {}) if partner is not None else {}
                     if partner is not None and mirror.get("partner") == folder.name and "metrics" in mirror:  # the same team, from its other half
                         saved[key] = {**mirror, "partner": partner.name, "seconds": 0.0}
                         (folder / ABLATIONS_FILE).write_text(json.dumps(saved, indent=1), encoding="utf-8")
@@ -237,7 +237,8 @@ def run_ablations(spec: ExperimentSpec, out: Path, *, evaluate: Callable[..., li
     return {key: summarize(spec.arms(), found) for key, found in results.items()}
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object stored at `path`; {} where there is none, it is unreadable or not an object."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
