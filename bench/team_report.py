@@ -58,7 +58,8 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 NAMED = ("referential-together", "referential-prompt", "referential-apart", "referential-lean", "referential-lean-seeds",
-         "referential-lean-apart-seeds", "referential-lean-prompt", "plan-path-call", "plan-path-call-seed1", "plan-path-call-seed2", "plan-path-call-alone")
+         "referential-lean-apart-seeds", "referential-lean-prompt", "plan-path-call", "plan-path-call-seed1", "plan-path-call-seed2", "plan-path-call-alone",
+         "plan-path-call-alone-seed1", "plan-path-call-alone-seed2")
 """The experiments whose arms are named by what they train alone; another's carry its name too."""
 
 
