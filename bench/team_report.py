@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agents.envs.plan_path import CALL, PlanPath, parse_grid, parse_moves  # noqa: E402
+from agents.envs.plan_path import CALL, PlanPath, find, parse_moves, seen_grid  # noqa: E402
 from agents.envs.referential import Referential, parse_choice, parse_code  # noqa: E402
 from training.experiment import ExperimentSpec, Trial, mean_interval  # noqa: E402
 from training.sweep import read_json  # noqa: E402
@@ -152,12 +152,10 @@ def roles_at_work(folder: Path, last_steps: int) -> dict[str, Any]:
             local[role].append(float(chosen["local"]))
             c["actions"] += 1
             if role == "tool":
-                grid = parse_grid("\n".join(line.split(": ", 1)[1].replace(" ", "") for line in turn["prompt"].splitlines()
-                                            if re.fullmatch(r"\d+: [.#SG ]+", line.strip())))
-                cells = [(r, row.index(ch)) for ch in "SG" for r, row in enumerate(grid) if ch in row]
+                grid = seen_grid(turn["prompt"])
                 call = CALL.search(chosen["text"])
                 c["parsed"] += call is not None
-                c["right"] += call is not None and [int(x) for x in call.groups()] == [*cells[0], *cells[1]]
+                c["right"] += call is not None and [int(x) for x in call.groups()] == [*find(grid, "S"), *find(grid, "G")]
                 answer = parse_moves(chosen.get("tool_output") or "")
             else:
                 moves = parse_moves(chosen["text"])

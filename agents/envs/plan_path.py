@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections import deque
+from collections import defaultdict, deque
 from typing import Any
 
 from agents.base import Message, RowField, State, StepResult, required_of
@@ -63,6 +63,19 @@ def parse_grid(text: str) -> tuple[str, ...]:
     if cells.count("S") != 1 or cells.count("G") != 1:
         raise ValueError("plan_path: the grid needs exactly one S and one G")
     return rows
+
+
+def seen_grid(observation: str) -> tuple[str, ...]:
+    """The grid a `tool: call` observation shows, in either layout (rows after their numbers, or
+    each cell after its (row, column)), as rows of cells: what a report checks the tool's call
+    against. ValueError where it shows no grid."""
+    labeled = re.findall(r"\((\d+), (\d+)\) ([.#SG])", observation)
+    if labeled:
+        rows: dict[int, dict[int, str]] = defaultdict(dict)
+        for r, c, x in labeled:
+            rows[int(r)][int(c)] = x
+        return parse_grid("\n".join("".join(row[c] for c in sorted(row)) for _, row in sorted(rows.items())))
+    return parse_grid("\n".join(re.findall(r"^\d+: ([.#SG ]+)$", observation, flags=re.MULTILINE)))
 
 
 def find(grid: tuple[str, ...], ch: str) -> Cell:
@@ -171,15 +184,22 @@ class PlanPath:
     """End the action once the moves line or the code block is complete (see `agents.envs`)."""
 
     def __init__(self, size: int | None = None, wall_density: float = 0.25, timeout_s: float = TOOL_TIMEOUT_S,
-                 self_correct: bool = False, tool: str = "program") -> None:
+                 self_correct: bool = False, tool: str = "program", coordinates: bool = False) -> None:
         """`size`: grid side for generated tasks (None: 5 to 7 at random); `wall_density`: share of wall cells.
         `self_correct`: an agent acting alone is not stopped after its first action: it sees its last
         attempt and tries again, until it repeats its moves, reaches G or the topology's `max_turns`
         ends the episode (one agent given the turns a team gets). `tool`: `program` (the tool role
-        writes a search program) or `call` (it calls the path finder with S's and G's coordinates)."""
+        writes a search program) or `call` (it calls the path finder with S's and G's coordinates).
+        `coordinates` (with `tool: call`): the tool's grid writes each cell after its (row, column),
+        so the call's numbers are read beside S and G rather than counted along a row."""
         if tool not in TOOL_KINDS:
             raise ValueError(f"plan_path: tool must be one of {', '.join(TOOL_KINDS)}, not {tool!r}")
         self.tool = tool
+        if not isinstance(coordinates, bool):
+            raise ValueError(f"plan_path: coordinates must be true or false, not {coordinates!r}")
+        if coordinates and tool != "call":
+            raise ValueError("plan_path: coordinates labels the cells the tool reads for its call: it needs tool: call")
+        self.coordinates = coordinates
         if tool == "call":
             self.default_instructions = {**self.default_instructions, "tool": self.call_instructions}
             self.stop_patterns = {**self.stop_patterns, "tool": r"path[ \t]*\([^()\n]*\)"}
@@ -238,8 +258,12 @@ class PlanPath:
         grid: tuple[str, ...] = state.data["grid"]
         parts = []
         if role == "tool" and self.tool == "call":
-            parts.append("Grid (S start, G goal, # wall, . free), each row after its number:\n"
-                         + "\n".join(f"{r}: {' '.join(row)}" for r, row in enumerate(grid)))
+            if self.coordinates:
+                parts.append("Grid (S start, G goal, # wall, . free), each cell after its (row, column):\n"
+                             + "\n".join("  ".join(f"({r}, {c}) {x}" for c, x in enumerate(row)) for r, row in enumerate(grid)))
+            else:
+                parts.append("Grid (S start, G goal, # wall, . free), each row after its number:\n"
+                             + "\n".join(f"{r}: {' '.join(row)}" for r, row in enumerate(grid)))
             if state.data.get("tool_output") is not None:
                 parts.append(f"Your previous call returned: {state.data['tool_output']}")
             if state.data.get("plan") is not None:
@@ -392,13 +416,14 @@ def demos(env: PlanPath, n: int, *, seed: int) -> list[dict[str, Any]]:
     return out
 
 
-if __name__ == "__main__":  # python -m agents.envs.plan_path demos OUT.jsonl [N grids] [size] [program|call]
+if __name__ == "__main__":  # python -m agents.envs.plan_path demos OUT.jsonl [N grids] [size] [program|call] [coordinates]
     import json
     import sys
 
-    if len(sys.argv) < 3 or sys.argv[1] != "demos":
-        sys.exit("usage: python -m agents.envs.plan_path demos OUT.jsonl [N grids, 256] [size, 3] [tool: program|call]")
-    maze = PlanPath(size=int(sys.argv[4]) if len(sys.argv) > 4 else 3, tool=sys.argv[5] if len(sys.argv) > 5 else "program")
+    if len(sys.argv) < 3 or sys.argv[1] != "demos" or sys.argv[6:] not in ([], ["coordinates"]):
+        sys.exit("usage: python -m agents.envs.plan_path demos OUT.jsonl [N grids, 256] [size, 3] [tool: program|call] [coordinates]")
+    maze = PlanPath(size=int(sys.argv[4]) if len(sys.argv) > 4 else 3, tool=sys.argv[5] if len(sys.argv) > 5 else "program",
+                    coordinates=sys.argv[6:] == ["coordinates"])
     with open(sys.argv[2], "w", encoding="utf-8") as f:
         for conversation in demos(maze, int(sys.argv[3]) if len(sys.argv) > 3 else 256, seed=7):
             f.write(json.dumps(conversation) + "\n")

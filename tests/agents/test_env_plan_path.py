@@ -192,16 +192,40 @@ def test_its_path_finder_says_when_the_cells_are_not_connected() -> None:
 def test_its_tool_kind_is_checked() -> None:
     with pytest.raises(ValueError, match="plan_path: tool must be one of program, call, not 'search'"):
         PlanPath(tool="search")
+    with pytest.raises(ValueError, match="plan_path: coordinates must be true or false, not 'yes'"):
+        PlanPath(tool="call", coordinates="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="it needs tool: call"):
+        PlanPath(coordinates=True)
 
 
-def test_its_call_demonstrations_solve_every_grid() -> None:
+def test_its_tool_can_read_each_cells_coordinates_beside_it() -> None:
+    """`coordinates: true`: the tool's grid labels every cell with its (row, column), the same grid
+    read back from either layout, and the call reads the numbers beside S and G."""
+    from agents.envs.plan_path import seen_grid
+
+    labeled, plain = PlanPath(tool="call", coordinates=True), PlanPath(tool="call")
+    state = labeled.reset({"grid": GRID}, task_id="t", roles=("tool", "plan"))
+    seen = labeled.observe(state, "tool")
+    assert "(0, 0) S  (0, 1) .  (0, 2) #" in seen and "(2, 2) G" in seen and "0: S" not in seen
+    assert seen_grid(seen) == seen_grid(plain.observe(plain.reset({"grid": GRID}, task_id="t", roles=("tool", "plan")), "tool"))
+    assert seen_grid(seen) == tuple(GRID.splitlines())
+    r = labeled.step(state, agent="t", role="tool", action="path(0, 0, 2, 2)")
+    assert r.local_reward == 1.0 and "(0, 0) S" in labeled.observe(r.state, "tool")
+    assert "(0, 0)" not in labeled.observe(r.state, "plan")  # the planner's view is the plain grid
+    with pytest.raises(ValueError):
+        seen_grid("Reply with: Moves: <U/D/L/R separated by spaces>")
+
+
+@pytest.mark.parametrize("coordinates", [False, True])
+def test_its_call_demonstrations_solve_every_grid(coordinates: bool) -> None:
     from agents.envs.plan_path import demos
 
-    env = PlanPath(size=4, tool="call")
+    env = PlanPath(size=4, tool="call", coordinates=coordinates)
     rows = demos(env, 5, seed=2)
     for i, row in enumerate(env.generate(5, seed=2)):
         tool, team_plan = rows[3 * i: 3 * i + 2]
         assert tool["messages"][2]["content"].startswith("path(")
+        assert ("(0, 0) " in tool["messages"][1]["content"]) == coordinates  # the tool learns the grid it will see
         state = env.reset(row, task_id="t", roles=("tool", "plan"))
         after = env.step(state, agent="tool", role="tool", action=tool["messages"][2]["content"])
         done = env.step(after.state, agent="planner", role="plan", action=team_plan["messages"][2]["content"])

@@ -7,6 +7,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from agents.envs.plan_path import PlanPath
 from training.experiment import ExperimentSpec
 
@@ -52,8 +54,9 @@ def experiment(folder: Path, name: str) -> ExperimentSpec:
     return spec
 
 
-def test_the_plan_path_report_reads_each_arm_and_what_each_role_did(tmp_path, capsys) -> None:
-    env = PlanPath(tool="call")
+@pytest.mark.parametrize("coordinates", [False, True], ids=["rows-numbered", "cells-labeled"])
+def test_the_plan_path_report_reads_each_arm_and_what_each_role_did(tmp_path, capsys, coordinates: bool) -> None:
+    env = PlanPath(tool="call", coordinates=coordinates)
     team, alone = tmp_path / "team", tmp_path / "alone"
     together = experiment(team, "plan-path-call")
     # seed 0 of the team trained together: at step 2 the tool names S and G right in one episode
