@@ -27,6 +27,14 @@ COMMANDS = (
 )
 
 
+def _seed_list(text: str) -> list[int]:
+    """`--seeds 0,2`: the seeds as integers (argparse names the option in its error)."""
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seeds are integers separated by commas, like 0,2, not {text!r}") from None
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m training", description="Troupe's multi-agent GRPO engine")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -56,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sweep", help="run an experiment's trials in turn and compare its arms")
     p.add_argument("config", help="YAML experiment: base, axes, seeds (see training.experiment)")
     p.add_argument("--out", help="output folder (default runs/<experiment name>); trials already finished there are kept")
+    p.add_argument("--seeds", type=_seed_list, metavar="0,1",
+                   help="train only these seeds' trials and evaluate their ablations (the others are left for a later sweep)")
     p = sub.add_parser("ablate", help="evaluate a finished team run with its roles swapped, untrained, or one agent alone")
     p.add_argument("run_dir", help="the run's output folder (its config.yaml and newest checkpoint), or a checkpoint folder")
     p.add_argument("--kind", required=True, choices=("role_swap", "untrained", "alone", "apart"), help="which ablation")
@@ -71,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "sweep":
         from training.sweep import sweep_main
 
-        return sweep_main(args.config, out=args.out)
+        return sweep_main(args.config, out=args.out, seeds=args.seeds)
     if args.command == "ablate":
         return _ablate(args)
 

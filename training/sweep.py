@@ -8,6 +8,9 @@ others over, so an interrupted sweep picks up where it stopped. `results.csv` ho
 The same command run again while a sweep runs shares the trials with it: each trial is claimed by
 one process (`claim`), so N shells train N trials at once; each prints the trials that had
 finished when it passed them, and ablations that pair trials wait for the last to finish.
+`--seeds 0` trains only the trials of those seeds (and evaluates their ablations), so a seed's
+trials and ablations are all done before the next seed's start: two shells on a seed finish it in
+half the time, where the experiment's own order (arm by arm) would leave every seed half done.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ TrainFn = Callable[..., TrainResult]
 TRIAL_FILE = "trial.json"
 
 
-def sweep_main(path: str, *, out: str | None = None) -> int:
+def sweep_main(path: str, *, out: str | None = None, seeds: list[int] | None = None) -> int:
     try:
         spec = ExperimentSpec.load(path)
     except FileNotFoundError:
@@ -66,6 +69,11 @@ def sweep_main(path: str, *, out: str | None = None) -> int:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
     folder = Path(out or f"runs/{spec.name.replace(' ', '-')}")
+    if seeds is not None and (spec.search is not None or set(seeds) - set(spec.seeds)):
+        print(f"experiment error: --seeds {','.join(map(str, seeds))}: "
+              + ("a search asks its points one by one, so it runs whole" if spec.search is not None
+                 else f"the experiment's seeds are {', '.join(map(str, spec.seeds))}"), file=sys.stderr)
+        return 2
     try:
         if spec.search is not None:
             folder.mkdir(parents=True, exist_ok=True)
@@ -77,8 +85,8 @@ def sweep_main(path: str, *, out: str | None = None) -> int:
                 print(format_search(spec, run_search(spec, folder)))
             print(f"results: {folder / 'results.csv'}")
             return 0
-        summaries = run_sweep(spec, folder)
-        ablated = run_ablations(spec, folder) if spec.ablations else {}
+        summaries = run_sweep(spec, folder, seeds=seeds)
+        ablated = run_ablations(spec, folder, seeds=seeds) if spec.ablations else {}
     except KeyboardInterrupt:
         print("\ninterrupted: run the same command again to finish the remaining trials", file=sys.stderr)
         return 130
@@ -99,8 +107,10 @@ def _start(spec: ExperimentSpec, out: Path, *, train: TrainFn | None, stream: Te
         train = engine_train
     return stream or sys.stdout, train
 
-def run_sweep(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None, stream: TextIO | None = None) -> list[ArmSummary]:
-    """Run every trial not yet finished under `out`, in order; the arms' summaries.
+def run_sweep(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None, stream: TextIO | None = None,
+              seeds: list[int] | None = None) -> list[ArmSummary]:
+    """Run every trial not yet finished under `out`, in order (only those of `seeds` where given);
+    the arms' summaries.
 
     The summaries and `results.csv` are read back from the folder at the end, so they hold every
     trial finished there, whichever sweep of the folder trained it (one that another sweep was
@@ -110,6 +120,8 @@ def run_sweep(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None, 
     trials = spec.trials()
     for trial in trials:
         folder = out / f"trial-{trial.index:03d}"
+        if seeds is not None and trial.seed not in seeds:
+            continue
         if _read_record(folder) is not None:
             print(f"[{trial.index + 1}/{len(trials)}] {trial.config.name}: done before, kept", file=stream, flush=True)
             continue
@@ -128,7 +140,8 @@ def run_sweep(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None, 
     unfinished = [i for i, r in recorded.items() if r is None]
     if unfinished:
         names = ", ".join(f"trial-{i:03d}" for i in unfinished)
-        print(f"not finished, so left out of the table: {names} (another sweep of {out} trains them)", file=stream, flush=True)
+        why = "another sweep of {out} trains them" if seeds is None else f"another sweep of {out} trains them, or their seeds were not asked for"
+        print(f"not finished, so left out of the table: {names} ({why.format(out=out)})", file=stream, flush=True)
     _write_csv(spec, [t for t, _ in finished], [r for _, r in finished], out / "results.csv")
     return summarize(spec.arms(), [(t.arm, t.seed, r["metrics"]) for t, r in finished if r["status"] == "succeeded"])
 
@@ -178,8 +191,9 @@ ABLATIONS_FILE = "ablations.json"
 
 
 def run_ablations(spec: ExperimentSpec, out: Path, *, evaluate: Callable[..., list[dict[str, Any]]] | None = None,
-                  stream: TextIO | None = None) -> dict[str, list[ArmSummary]]:
-    """Evaluate the spec's `ablations` on every succeeded trial under `out` that allows them, once
+                  stream: TextIO | None = None, seeds: list[int] | None = None) -> dict[str, list[ArmSummary]]:
+    """Evaluate the spec's `ablations` on every succeeded trial under `out` (of `seeds`, where
+    given) that allows them, once
     each: a trial's `ablations.json` maps each ablation's key to its held-out metrics (or to the
     reason it does not apply: `{"skipped": ...}`), and a second run keeps what it holds. `apart`
     pairs a trial with the succeeded trial of the same seed that trained exactly the agents this
@@ -195,7 +209,7 @@ def run_ablations(spec: ExperimentSpec, out: Path, *, evaluate: Callable[..., li
     results: dict[str, list[tuple[tuple[tuple[str, Any], ...], int, dict[str, float]]]] = {k: [] for k in spec.ablations}
     env = None
     for trial in trials:
-        if trial.index not in done:
+        if trial.index not in done or (seeds is not None and trial.seed not in seeds):
             continue
         folder = out / f"trial-{trial.index:03d}"
         saved = read_json(folder / ABLATIONS_FILE)
@@ -212,8 +226,9 @@ def run_ablations(spec: ExperimentSpec, out: Path, *, evaluate: Callable[..., li
                     if ablation.kind == "apart":
                         partner = next((out / f"trial-{t.index:03d}" for t in trials if t.index in done and t.seed == trial.seed
                                         and t.index != trial.index and is_partner(trial.config, t.config)), None)
-                        if partner is None and waiting:  # its partner may yet succeed, in another sweep of this folder
-                            print(f"trial {trial.index}: {ablation.label} waits for trials {waiting} to finish", file=stream, flush=True)
+                        same_seed = [i for i in waiting if trials[i].seed == trial.seed]
+                        if partner is None and same_seed:  # its partner may yet succeed, in another sweep of this folder
+                            print(f"trial {trial.index}: {ablation.label} waits for trials {same_seed} to finish", file=stream, flush=True)
                             continue
                         if partner is None:
                             raise AblationError(f"no succeeded trial of seed {trial.seed} trained the agents this one froze")

@@ -163,3 +163,39 @@ def test_the_report_is_built_from_the_stored_results(swept, tmp_path, capsys) ->
     kept = (tmp_path / "kept" / "table.md").read_text()
     assert f"| 2 | {stored:.3f} {stored:.3f} |" in kept and kept.count("| trained apart, then teamed |") == 1
     assert report.main(["--apart", str(out), "--keep", str(tmp_path / "table.md"), "--out", str(tmp_path / "kept")]) == 2
+
+
+def test_a_sweep_of_some_seeds_trains_and_ablates_only_theirs(tmp_path) -> None:
+    """`sweep --seeds 1`: seed 1's trials and their ablations, none of seed 0's; its `apart` pairs
+    the two seed-1 trials without waiting for seed 0's, which no sweep has started."""
+    from training.events import TrainResult
+
+    s = spec(seeds=[0, 1])
+    trained: list[int] = []
+
+    def train(config, *, out_dir, sink):
+        trained.append(config.seed)
+        (Path(out_dir) / "checkpoints" / "step-000002").mkdir(parents=True)
+        (Path(out_dir) / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
+        return TrainResult(status="succeeded", step=2, evaluations=[{"step": 2, "temperature": 0.0, "team": {"success": 0.5}}])
+
+    evaluated: list = []
+
+    def evaluate(config, checkpoint, ablation, partner=None):
+        evaluated.append((config.seed, ablation.kind, partner.name if partner else None))
+        return [{"step": 2, "temperature": 0.0, "team": {"success": 0.25}}]
+
+    said = io.StringIO()
+    summaries = run_sweep(s, tmp_path, train=train, stream=said, seeds=[1])
+    assert trained == [1, 1] and [len(a.trials) for a in summaries] == [1, 1]
+    assert "trial-000, trial-002" in said.getvalue() and "their seeds were not asked for" in said.getvalue()
+    run_ablations(s, tmp_path, evaluate=evaluate, stream=said, seeds=[1])
+    assert "waits" not in said.getvalue()
+    assert sorted(evaluated) == [(1, "apart", "trial-003"), (1, "role_swap", None), (1, "role_swap", None)]
+    assert json.loads((tmp_path / "trial-003" / "ablations.json").read_text())["apart"]["partner"] == "trial-001"
+    assert not (tmp_path / "trial-000").exists() and not (tmp_path / "trial-002").exists()
+
+    evaluated.clear()
+    run_sweep(s, tmp_path, train=train, stream=io.StringIO())  # then the rest: seed 0's, seed 1's kept
+    run_ablations(s, tmp_path, evaluate=evaluate, stream=io.StringIO())
+    assert trained == [1, 1, 0, 0] and sorted(evaluated) == [(0, "apart", "trial-002"), (0, "role_swap", None), (0, "role_swap", None)]

@@ -162,6 +162,17 @@ def test_the_cli_refuses_a_bad_experiment_with_every_problem(tmp_path, capsys):
     assert not (tmp_path / "out").exists()  # nothing ran
 
 
+def test_the_cli_refuses_seeds_the_experiment_does_not_have(tmp_path, capsys):
+    spec = {"name": "tiny", "base": str(ROOT / "configs" / "tiny-lora.yaml"), "axes": {"optim.lr": [1.0e-3]}, "seeds": [0, 1]}
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["sweep", str(tmp_path / "exp.yaml"), "--out", str(tmp_path / "out"), "--seeds", "1,5"]) == 2
+    assert "--seeds 1,5: the experiment's seeds are 0, 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["sweep", str(tmp_path / "exp.yaml"), "--seeds", "one"])
+    assert "seeds are integers separated by commas, like 0,2, not 'one'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # nothing ran
+
+
 def test_a_second_search_of_one_folder_is_refused(tmp_path, capsys):
     """A search asks each point from the finished ones: a second process on its folder is refused
     with the pid of the one that runs, and trains nothing."""
