@@ -8,7 +8,6 @@ processes, tried as root and as an ordinary user, are in test_sandbox_attacks.py
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from pathlib import Path
 
@@ -38,10 +37,9 @@ def test_it_has_every_layer_as_root():
 
 
 def test_it_caps_unbounded_stderr_too():
-    start = time.monotonic()
     r = run_python("import sys\nwhile True:\n    sys.stderr.write('e' * 4096)", max_output_bytes=8192, timeout_s=5)
     assert r.output_truncated and r.error == "output limit" and len(r.stderr) == 8192
-    assert time.monotonic() - start < 2.0
+    assert not r.timed_out  # stopped at the cap, not at the timeout
 
 
 def test_it_kills_a_loop_that_ignores_signals():

@@ -48,11 +48,8 @@ def test_the_default_data_dir_is_under_the_repo(monkeypatch: pytest.MonkeyPatch)
 # -- tiny-random -----------------------------------------------------------------------------------
 
 
-def test_tiny_random_loads_fast() -> None:
-    load_model("tiny-random:llama")  # first call pays for lazy imports inside transformers
-    started = time.perf_counter()
+def test_tiny_random_is_tiny() -> None:
     model, tok = load_model("tiny-random:llama")
-    assert time.perf_counter() - started < 0.5
     assert model.config.num_hidden_layers == 2 and model.config.hidden_size == 64
     assert sum(p.numel() for p in model.parameters()) < 200_000
     assert model.dtype == torch.float32
@@ -196,10 +193,14 @@ def test_an_unreachable_hub_fails_fast_with_a_way_out(tmp_path: Path, monkeypatc
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    started = time.perf_counter()
+    import huggingface_hub
+
+    downloads: list[dict] = []  # fast: one bounded metadata call, never a download (which retries)
+    real_download = huggingface_hub.snapshot_download
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: downloads.append(k) or real_download(*a, **k))
     with pytest.raises(ModelLoadError) as info:
         load_model("hf:troupe-tests/not-cached")
-    assert time.perf_counter() - started < 5
+    assert downloads == [{"local_files_only": True}]
     message = str(info.value)
     assert "could not be reached" in message and "local:" in message and "hf:troupe-tests/not-cached" in message
 
@@ -278,8 +279,6 @@ def test_the_bundled_model_converts_once_and_answers(bundled_data_dir: Path, mon
 
     monkeypatch.setattr(models, "_convert_bundled", no_second_conversion)
     stamp = (folder / "model.safetensors").stat().st_mtime_ns
-    started = time.perf_counter()
     again, _ = load_model("bundled:smollm2-135m-instruct")
-    assert time.perf_counter() - started < 10
     assert (folder / "model.safetensors").stat().st_mtime_ns == stamp
     assert same_weights(model, again)

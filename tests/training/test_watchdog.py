@@ -104,10 +104,9 @@ def test_a_stopped_rank_is_killed_with_its_group_and_named(tmp_path):
 
 def test_a_stop_that_the_ranks_ignore_ends_the_launch_after_the_grace(tmp_path):
     proc, ready = fake_launch(tmp_path, "run on")
-    start = time.monotonic()
     with pytest.raises(DistributedRunError, match=r"stop requested, and the launch had not ended 1 s later \(TROUPE_STOP_GRACE_SECONDS\)"):
         watch(proc, tmp_path, StopAfter(ready), grace=1.0)
-    assert (tmp_path / "STOP").exists() and time.monotonic() - start < 60
+    assert (tmp_path / "STOP").exists()
     assert proc.returncode is not None and ends(int(Path(str(ready) + ".pid").read_text()))
 
 
