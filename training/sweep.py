@@ -140,8 +140,8 @@ def run_sweep(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None, 
     unfinished = [i for i, r in recorded.items() if r is None]
     if unfinished:
         names = ", ".join(f"trial-{i:03d}" for i in unfinished)
-        why = "another sweep of {out} trains them" if seeds is None else f"another sweep of {out} trains them, or their seeds were not asked for"
-        print(f"not finished, so left out of the table: {names} ({why.format(out=out)})", file=stream, flush=True)
+        why = f"another sweep of {out} trains them" + (", or their seeds were not asked for" if seeds is not None else "")
+        print(f"not finished, so left out of the table: {names} ({why})", file=stream, flush=True)
     _write_csv(spec, [t for t, _ in finished], [r for _, r in finished], out / "results.csv")
     return summarize(spec.arms(), [(t.arm, t.seed, r["metrics"]) for t, r in finished if r["status"] == "succeeded"])
 
