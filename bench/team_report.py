@@ -8,9 +8,12 @@ training sweep` left in the experiments' folders.
     .venv/bin/python bench/team_report.py --together runs/plan-path-call --alone runs/plan-path-call-alone \\
         --out bench/results/plan-path-call
 
-`--explore` is a further together experiment (`referential-together-explore`), its arms named
-after it; `--alone` an experiment of one agent acting alone (the planner with no tool). `--keep` an earlier `report.json`: its trials join the table where their experiment's
-folder is not among those given (results stored when that report was built). Each folder is
+`--explore` is a further together experiment (`referential-together-explore`); `--alone` an
+experiment of one agent acting alone (the planner with no tool); each flag repeats (one folder a
+seed). An arm is named by what it trains; trials of the same name from any experiments are seeds of
+one arm when their configs match apart from seed and name, and otherwise each is named with the
+fields where they differ. `--keep` an earlier `report.json`: its trials join the table where their
+experiment's folder is not among those given (results stored when that report was built). Each folder is
 optional (a missing or unfinished one leaves its rows out or partial). Read from:
 - each trial's `evaluations.jsonl` (greedy held-out success at every evaluated step, and sampled at
   the training temperature where the run set `eval.sampled`; step 0 is the untrained team) and
@@ -40,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agents.envs.plan_path import CALL, PlanPath, find, parse_moves, seen_grid  # noqa: E402
 from agents.envs.referential import Referential, parse_choice, parse_code  # noqa: E402
+from training.config import flat  # noqa: E402
 from training.experiment import ExperimentSpec, Trial, mean_interval  # noqa: E402
 from training.sweep import read_json  # noqa: E402
 from training.trials import SAMPLED  # noqa: E402
@@ -57,10 +61,33 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-NAMED = ("referential-together", "referential-prompt", "referential-apart", "referential-lean", "referential-lean-seeds",
-         "referential-lean-apart-seeds", "referential-lean-prompt", "plan-path-call", "plan-path-call-seed1", "plan-path-call-seed2", "plan-path-call-alone",
-         "plan-path-call-alone-seed1", "plan-path-call-alone-seed2")
-"""The experiments whose arms are named by what they train alone; another's carry its name too."""
+UNNAMED = ("seed", "name")
+"""Config fields that never tell two arms apart: trials that differ only in them are seeds of one arm."""
+
+
+def name_arms(trials: list[dict[str, Any]]) -> None:
+    """Give each trial read here (those with a `config`) its arm's name: what it trains
+    (`arm_name`), and where trials of one such name differ in anything but their seed and name
+    (another experiment's learning rate, its environment), the fields that differ
+    (`together (lora), optim.lr=0.0001`). Trials kept from an earlier report keep theirs; the
+    configs are dropped once named."""
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for t in trials:
+        if "config" in t:
+            groups[t["arm"]].append(t)
+    for arm, mine in groups.items():
+        shapes = {json.dumps(t["config"], sort_keys=True, default=str) for t in mine}
+        if len(shapes) > 1:
+            keys = sorted({k for t in mine for k in t["config"]})
+            differ = [k for k in keys if len({json.dumps(t["config"].get(k), default=str) for t in mine}) > 1]
+            for t in mine:
+                t["arm"] = f"{arm}, " + ", ".join(f"{k}={_value(t['config'].get(k))}" for k in differ)
+    for t in trials:
+        t.pop("config", None)
+
+
+def _value(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v, default=str)
 
 
 def arm_name(trial: Trial) -> str:
@@ -211,7 +238,8 @@ def collect(folder: Path, last_steps: int) -> list[dict[str, Any]]:
         done = record.get("status") == "succeeded"
         out.append({
             "experiment": spec.name, "trial": tf.name, "seed": trial.seed,
-            "arm": arm_name(trial) if spec.name in NAMED else f"{arm_name(trial)}, {spec.name}",
+            "arm": arm_name(trial),
+            "config": {k: v for k, v in flat(trial.config.to_dict()).items() if k not in UNNAMED},
             "status": record.get("status", "running" if greedy else "not started"),
             "curve": greedy, "tokens": [[s, tokens.get(s)] for s, _ in greedy], "sampled_curve": sampled,
             "final": greedy[-1][1] if done and greedy else None,
@@ -323,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {args.keep} is not a report.json with trials", file=sys.stderr)
             return 2
         trials = [t for t in kept if t["experiment"] not in read] + trials
+    name_arms(trials)
     rows = build(trials)
     args.out.mkdir(parents=True, exist_ok=True)
     chance = trials[0]["chance"]  # None in plan_path: the untrained team is its baseline

@@ -537,13 +537,15 @@ def config_warnings(config: RunConfig) -> list[str]:
     return out
 
 
+def flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A config's plain tree as `{"optim.lr": 1e-4, ...}` (lists stay values)."""
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items() for k, v in flat(sub, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): tree}
+
+
 def resume_differences(saved: RunConfig, current: RunConfig) -> list[str]:
     """`field: saved -> current` for every `RESUME_EXACT` field that differs."""
-    def flat(tree: Any, prefix: str = "") -> dict[str, Any]:
-        if isinstance(tree, dict):
-            return {k: v for key, sub in tree.items() for k, v in flat(sub, f"{prefix}{key}.").items()}
-        return {prefix.rstrip("."): tree}
-
     a, b = flat(saved.to_dict()), flat(current.to_dict())
     keys = sorted(k for k in a.keys() | b.keys() if any(k == f or k.startswith(f + ".") for f in RESUME_EXACT))
     return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from agents.envs.plan_path import PlanPath
+from training.config import RunConfig
 from training.experiment import ExperimentSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,3 +87,32 @@ def test_the_plan_path_report_reads_each_arm_and_what_each_role_did(tmp_path, ca
     assert roles["plan"]["copied"] == 1.0 and roles["plan"]["reached"] == 0.5
     assert "tool: local +0.38, parsed 100%, right 50% (steps 2-2)" in table
     assert (tmp_path / "out" / "curves-steps.png").stat().st_size > 1000
+
+
+def test_trials_are_one_arm_across_experiments_unless_their_configs_differ(tmp_path) -> None:
+    """Seed-split experiments (`plan-path-call` seeds 0 and 1, `plan-path-call-seed2`) make one arm a
+    name; an experiment whose trials change a field is its own arm, named by that field."""
+    folders = []
+    for name, seeds, lr in (("plan-path-call", [0, 1], None), ("plan-path-call-seed2", [2], None), ("plan-path-call-seed2", [3], 5e-4)):
+        folder = tmp_path / f"{name}-{seeds[0]}"
+        spec = ExperimentSpec.load(ROOT / "configs" / "experiments" / f"{name}.yaml")
+        base = spec.base if lr is None else RunConfig.from_yaml(spec.base.to_yaml(), [f"optim.lr={lr}"])
+        spec = ExperimentSpec.from_dict({**spec.to_dict(), "seeds": seeds}, base=base)
+        folder.mkdir()
+        (folder / "experiment.yaml").write_text(spec.to_yaml(), encoding="utf-8")
+        for trial in spec.trials():
+            write_trial(folder / f"trial-{trial.index:03d}", trial.seed, [(0, 0.25), (2, 0.5)])
+        folders.append(folder)
+
+    report = load_report()
+    args = [arg for f in folders for arg in ("--together", str(f))]
+    assert report.main([*args, "--out", str(tmp_path / "out")]) == 0
+    rows = {r["row"]: r for r in json.loads((tmp_path / "out" / "report.json").read_text())["rows"]}
+    assert rows["together (lora), optim.lr=0.0002"]["seeds"] == [0, 1, 2]  # each named by the field where they differ
+    assert rows["together (lora), optim.lr=0.0005"]["seeds"] == [3]
+    assert rows["tool trained, planner frozen (lora), optim.lr=0.0002"]["seeds"] == [0, 1, 2]
+    trials = json.loads((tmp_path / "out" / "report.json").read_text())["trials"]
+    assert all("config" not in t for t in trials)
+    assert report.main([*args[:4], "--out", str(tmp_path / "seeds")]) == 0  # the seed-split experiments alone: plain names
+    rows = {r["row"]: r for r in json.loads((tmp_path / "seeds" / "report.json").read_text())["rows"]}
+    assert rows["together (lora)"]["seeds"] == [0, 1, 2] and rows["planner trained, tool frozen (lora)"]["seeds"] == [0, 1, 2]
