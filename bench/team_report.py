@@ -66,24 +66,19 @@ UNNAMED = ("seed", "name")
 
 
 def name_arms(trials: list[dict[str, Any]]) -> None:
-    """Give each trial read here (those with a `config`) its arm's name: what it trains
-    (`arm_name`), and where trials of one such name differ in anything but their seed and name
-    (another experiment's learning rate, its environment), the fields that differ
-    (`together (lora), optim.lr=0.0001`). Trials kept from an earlier report keep theirs; the
-    configs are dropped once named."""
+    """Name each trial's arm: what it trains (`trains`, `arm_name`), and where trials that train
+    the same differ in anything but their seed and name (another experiment's learning rate, its
+    environment), the fields that differ (`together (lora), optim.lr=0.0001`). A trial kept from a
+    report that stored no config keeps the arm it was given."""
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for t in trials:
-        if "config" in t:
-            groups[t["arm"]].append(t)
-    for arm, mine in groups.items():
-        shapes = {json.dumps(t["config"], sort_keys=True, default=str) for t in mine}
-        if len(shapes) > 1:
-            keys = sorted({k for t in mine for k in t["config"]})
-            differ = [k for k in keys if len({json.dumps(t["config"].get(k), default=str) for t in mine}) > 1]
-            for t in mine:
-                t["arm"] = f"{arm}, " + ", ".join(f"{k}={_value(t['config'].get(k))}" for k in differ)
-    for t in trials:
-        t.pop("config", None)
+        if "config" in t and "trains" in t:
+            groups[t["trains"]].append(t)
+    for trains, mine in groups.items():
+        keys = sorted({k for t in mine for k in t["config"]})
+        differ = [k for k in keys if len({json.dumps(t["config"].get(k), sort_keys=True, default=str) for t in mine}) > 1]
+        for t in mine:
+            t["arm"] = ", ".join([trains, *(f"{k}={_value(t['config'].get(k))}" for k in differ)])
 
 
 def _value(v: Any) -> str:
@@ -238,7 +233,7 @@ def collect(folder: Path, last_steps: int) -> list[dict[str, Any]]:
         done = record.get("status") == "succeeded"
         out.append({
             "experiment": spec.name, "trial": tf.name, "seed": trial.seed,
-            "arm": arm_name(trial),
+            "arm": arm_name(trial), "trains": arm_name(trial),
             "config": {k: v for k, v in flat(trial.config.to_dict()).items() if k not in UNNAMED},
             "status": record.get("status", "running" if greedy else "not started"),
             "curve": greedy, "tokens": [[s, tokens.get(s)] for s, _ in greedy], "sampled_curve": sampled,

@@ -97,7 +97,7 @@ def test_trials_are_one_arm_across_experiments_unless_their_configs_differ(tmp_p
         folder = tmp_path / f"{name}-{seeds[0]}"
         spec = ExperimentSpec.load(ROOT / "configs" / "experiments" / f"{name}.yaml")
         base = spec.base if lr is None else RunConfig.from_yaml(spec.base.to_yaml(), [f"optim.lr={lr}"])
-        spec = ExperimentSpec.from_dict({**spec.to_dict(), "seeds": seeds}, base=base)
+        spec = ExperimentSpec.from_dict({**spec.to_dict(), "seeds": seeds, "name": spec.name if lr is None else "plan-path-call-lr"}, base=base)
         folder.mkdir()
         (folder / "experiment.yaml").write_text(spec.to_yaml(), encoding="utf-8")
         for trial in spec.trials():
@@ -111,8 +111,10 @@ def test_trials_are_one_arm_across_experiments_unless_their_configs_differ(tmp_p
     assert rows["together (lora), optim.lr=0.0002"]["seeds"] == [0, 1, 2]  # each named by the field where they differ
     assert rows["together (lora), optim.lr=0.0005"]["seeds"] == [3]
     assert rows["tool trained, planner frozen (lora), optim.lr=0.0002"]["seeds"] == [0, 1, 2]
-    trials = json.loads((tmp_path / "out" / "report.json").read_text())["trials"]
-    assert all("config" not in t for t in trials)
+    kept = tmp_path / "out" / "report.json"  # kept trials carry their configs: named again beside new ones
+    assert report.main(["--together", str(folders[2]), "--keep", str(kept), "--out", str(tmp_path / "again")]) == 0
+    again = {r["row"]: r for r in json.loads((tmp_path / "again" / "report.json").read_text())["rows"]}
+    assert again["together (lora), optim.lr=0.0002"]["seeds"] == [0, 1, 2] and again["together (lora), optim.lr=0.0005"]["seeds"] == [3]
     assert report.main([*args[:4], "--out", str(tmp_path / "seeds")]) == 0  # the seed-split experiments alone: plain names
     rows = {r["row"]: r for r in json.loads((tmp_path / "seeds" / "report.json").read_text())["rows"]}
     assert rows["together (lora)"]["seeds"] == [0, 1, 2] and rows["planner trained, tool frozen (lora)"]["seeds"] == [0, 1, 2]
