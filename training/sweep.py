@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from training.config import RunConfig
 from training.events import EventSink, JsonlSink, MultiSink, ProgressSink, TrainResult
@@ -43,6 +43,9 @@ from training.experiment import (
     with_fields,
 )
 from training.search import PruningSink, TrialRecord, best_record, search_ask, search_should_prune
+
+if TYPE_CHECKING:
+    from training.trainer import Hooks
 
 TrainFn = Callable[..., TrainResult]
 TRIAL_FILE = "trial.json"
@@ -295,7 +298,7 @@ def run_search(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None,
         t0 = time.perf_counter()
         error = ""
         try:
-            result = train_fn(config, out_dir=folder, sink=sink)
+            result = train_fn(config, out_dir=folder, sink=sink, hooks=shared_start(out))
             metrics = trial_metrics(result.evaluations)
             state = "complete" if result.status == "succeeded" else ("pruned" if sink.pruned_at is not None else "failed")
         except Exception as exc:  # noqa: BLE001 (a failed trial is told to the study as failed)
@@ -318,6 +321,15 @@ def run_search(spec: ExperimentSpec, out: Path, *, train: TrainFn | None = None,
         for r in records:
             writer.writerow([r.number, *[r.params.get(p.field, "") for p in search.params], r.state, "" if r.value is None else r.value])
     return records
+
+
+def shared_start(out: Path) -> Hooks:
+    """The hooks of a trial of the sweep in `out`: its step 0 evaluated once for all the trials
+    that start from the same weights (`training.shared_start`)."""
+    from training.shared_start import SharedStart  # the engine: imported by a sweep that trains
+    from training.trainer import Hooks
+
+    return Hooks(evaluate=SharedStart(out))
 
 
 def _ask_pruner(decide: Callable[..., bool], intermediate: dict[int, float]) -> bool:
@@ -345,12 +357,15 @@ def format_search(spec: ExperimentSpec, records: list[TrialRecord]) -> str:
 
 
 def run_trial(trial: Trial, folder: Path, *, train: TrainFn, sink: EventSink | None = None) -> dict[str, Any]:
-    """Train one trial in `folder` (a partial earlier attempt there is removed) and record it."""
+    """Train one trial in `folder` (a partial earlier attempt there is removed) and record it. Its
+    step 0 is evaluated once for all the sweep's trials that start from the same weights
+    (`training.shared_start`)."""
     if folder.exists():
         shutil.rmtree(folder)
     t0 = time.perf_counter()
     try:
-        result = train(trial.config, out_dir=folder, sink=sink or MultiSink(JsonlSink(folder), ProgressSink()))
+        result = train(trial.config, out_dir=folder, sink=sink or MultiSink(JsonlSink(folder), ProgressSink()),
+                       hooks=shared_start(folder.parent))
         status, error, metrics = result.status, "", trial_metrics(result.evaluations)
     except Exception as exc:  # noqa: BLE001 (one failed trial is recorded and does not end the sweep)
         status, error, metrics = "failed", f"{type(exc).__name__}: {exc}", {}

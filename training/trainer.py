@@ -212,11 +212,7 @@ def loop(parts: Parts, hooks: Hooks) -> TrainResult:
             rollouts.settle()
         with generating(sampler):  # under a placement the other ranks answer rank 0's generations
             if dist.main:
-                if hooks.evaluate is not None:
-                    result.evaluations.extend(hooks.evaluate(parts, at, final))
-                else:
-                    result.evaluations.extend(evaluate(
-                        sampler, parts.eval_tasks, step=at, sink=sink, on_progress=lambda share, done, n: progress.evaluating(at, done, n, share)))
+                result.evaluations.extend(hooks.evaluate(parts, at, final) if hooks.evaluate is not None else held_out(parts, at))
         dist.barrier()
 
     def run_checkpoint(at: int) -> str:
@@ -270,6 +266,13 @@ def loop(parts: Parts, hooks: Hooks) -> TrainResult:
         last_ckpt = run_checkpoint(step)
     result.step, result.checkpoint = step, last_ckpt
     return result
+
+
+def held_out(parts: Parts, at: int) -> list[dict[str, Any]]:
+    """The run's own held-out evaluation at step `at`, reported to its sink (what `Hooks.evaluate`
+    replaces, and may call)."""
+    return evaluate(parts.sampler, parts.eval_tasks, step=at, sink=parts.sink,
+                    on_progress=lambda share, done, n: parts.progress.evaluating(at, done, n, share))
 
 
 # == one training step =============================================================================

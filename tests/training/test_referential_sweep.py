@@ -69,6 +69,19 @@ def test_each_trial_trains_only_its_trainable_agent(swept) -> None:
     assert [len(s.trials) for s in summaries] == [1, 1]
 
 
+def test_the_second_trial_records_the_first_ones_step_zero(swept) -> None:
+    """The two trials start from the same weights (each trains a different agent of one untrained
+    team): the sweep evaluates that start once, the second trial records it as its own step 0."""
+    _, out, _, _ = swept
+    (stored,) = (out / "starts").glob("*.json")
+    evaluations = [[json.loads(line) for line in (out / t / "evaluations.jsonl").read_text().splitlines()] for t in ("trial-000", "trial-001")]
+    first, second = ([e for e in evals if e["step"] == 0] for evals in evaluations)
+    assert len(first) == 2 and second == first == json.loads(stored.read_text())["evaluations"]  # greedy and sampled
+    assert [e["step"] for e in evaluations[1]] == [0, 0, 2, 2]  # and the trial's own after training
+    logs = [json.loads(line).get("message", "") for line in (out / "trial-001" / "events.jsonl").read_text().splitlines()]
+    assert any("made by trial-000" in m for m in logs)
+
+
 def test_apart_teams_the_two_trials_and_role_swap_is_stored_per_trial(swept) -> None:
     s, out, summaries, ablated = swept
     first = json.loads((out / "trial-000" / "ablations.json").read_text())
@@ -173,7 +186,7 @@ def test_a_sweep_of_some_seeds_trains_and_ablates_only_theirs(tmp_path) -> None:
     s = spec(seeds=[0, 1])
     trained: list[int] = []
 
-    def train(config, *, out_dir, sink):
+    def train(config, *, out_dir, sink, hooks=None):
         trained.append(config.seed)
         (Path(out_dir) / "checkpoints" / "step-000002").mkdir(parents=True)
         (Path(out_dir) / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")

@@ -21,7 +21,7 @@ def base(make_config):
 def toy_train(quality, calls):
     """A stand-in trainer: held-out team success climbs to quality(config) over the steps; it
     evaluates every step and stops when the sink asks, as `training.trainer.train` does."""
-    def train(config, *, out_dir, sink):
+    def train(config, *, out_dir, sink, hooks=None):
         q = quality(config)
         total = config.optim.steps
         sink.run_started(total_steps=total, start_step=0)

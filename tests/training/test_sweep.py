@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def fake_train(calls):
-    def train(config, *, out_dir, sink):
+    def train(config, *, out_dir, sink, hooks=None):
         calls.append((config.optim.lr, config.seed))
         if config.optim.lr == 3e-3 and config.seed == 1:
             raise RuntimeError("boom")
@@ -66,7 +66,7 @@ def test_two_sweeps_of_one_folder_share_its_trials(make_config, tmp_path):
     started: list = []
     both_in = threading.Barrier(2)
 
-    def train(config, *, out_dir, sink):
+    def train(config, *, out_dir, sink, hooks=None):
         started.append(config.seed)
         if len(started) <= 2:
             both_in.wait(timeout=60)  # the first two trials are trained at the same time, one by each sweep
@@ -122,7 +122,7 @@ def test_the_table_holds_a_trial_another_sweep_finished_after_this_one_passed_it
     holder = hold_claim(tmp_path / "trial-000.claim")
     calls: list = []
 
-    def train(config, *, out_dir, sink):
+    def train(config, *, out_dir, sink, hooks=None):
         other = tmp_path / "trial-000"
         other.mkdir()
         (other / "trial.json").write_text(json.dumps({"index": 0, "arm": [["optim.lr", 1e-3]], "seed": 0, "status": "succeeded",
