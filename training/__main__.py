@@ -117,13 +117,13 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "eval":
         from training.evaluation import evaluate_checkpoint
+        from training.events import summary
 
         if args.sampled:
             config = config.replace(**{"eval.sampled": True})
         results = evaluate_checkpoint(config, args.checkpoint, sink=ProgressSink())
         for r in results:
-            r.pop("examples", None)
-            print(json.dumps(r))
+            print(json.dumps(summary(r)))
         return 0
 
     from training.runner import train
@@ -182,6 +182,7 @@ def _ablate(args: argparse.Namespace) -> int:
     from agents.envs import load_environment
     from agents.plugins import PluginError, register_named_in
     from training.ablation import Ablation, AblationError, ablations_for, evaluate_ablation, run_folder
+    from training.events import summary
 
     try:
         config, checkpoint = run_folder(args.run_dir, checkpoint=args.checkpoint)
@@ -215,8 +216,7 @@ def _ablate(args: argparse.Namespace) -> int:
             agents = " ".join(f"{a} {v['success']:.3f}" for a, v in r["agents"].items())
             how = "greedy" if not r.get("temperature") else f"sampled at {r['temperature']:g}"
             print(f"{ablation.label} (step {r['step']}, {r['n']} tasks, {how}): team {r['team']['success']:.3f}  {agents}")
-            r.pop("examples", None)
-            print(json.dumps(r))
+            print(json.dumps(summary(r)))
     return 0
 
 

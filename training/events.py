@@ -78,6 +78,12 @@ class TrainResult:
     """Why a run ended as it did when that is not plain, e.g. cancelled before any rank started."""
 
 
+def summary(evaluation: dict[str, Any]) -> dict[str, Any]:
+    """An evaluation's result (`training.evaluation.evaluate`) without its episodes: what a listing,
+    a live message or a printed line carries."""
+    return {k: v for k, v in evaluation.items() if k not in ("episodes", "examples")}  # `examples`: the 3 kept before
+
+
 class EventSink(Protocol):
     def run_started(self, *, total_steps: int, start_step: int) -> None: ...
 

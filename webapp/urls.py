@@ -101,6 +101,7 @@ urlpatterns = [
     page("runs/preview/", runs.run_preview, name="run_preview"),
     page("runs/<int:pk>/", runs.run_detail, name="run_detail"),
     page("runs/<int:pk>/rollouts/", runs.run_rollouts, name="run_rollouts"),
+    page("runs/<int:pk>/evaluations/<int:evaluation>/", runs.run_evaluation, name="run_evaluation"),
     page("runs/<int:pk>/cancel/", runs.run_cancel, name="run_cancel"),
     page("runs/<int:pk>/resume/", runs.run_resume, name="run_resume"),
     page("runs/<int:pk>/warm-start/", runs.run_warm_start, name="run_warm_start"),

@@ -18,7 +18,7 @@ from django.conf import settings
 
 from tests.browser.conftest import Member, TinyWorld
 from tests.processes import Processes
-from tests.webapp.history_helpers import add_evaluations, add_metrics, add_rollouts, make_run
+from tests.webapp.history_helpers import add_evaluation_episodes, add_evaluations, add_metrics, add_rollouts, make_run
 from webapp.models import Membership, Run, Team
 from webapp.runs import services as run_services
 
@@ -38,6 +38,7 @@ def runs(tiny_world: TinyWorld, alice: Member) -> dict[str, Run]:
         point.save(update_fields=["values"])
     add_evaluations(done, [(0, 0.1, {"tool": 0.1, "reasoner": 0.05}), (30, 0.4, {"tool": 0.4, "reasoner": 0.2})])
     add_rollouts(done, 30)  # 60 episodes: more than one page, so "Load older episodes" shows
+    add_evaluation_episodes(done.evaluations.get(step=30), 40)  # the last evaluation's tasks: two pages
     other = make_run(tiny_world.team, like, name="finished lr 1e-3", owner=alice.user)
     add_metrics(other, 30, slope=0.02)
     running = make_run(tiny_world.team, like, name="halfway", owner=alice.user, status=Run.Status.RUNNING, step=12, total_steps=30)
@@ -118,6 +119,15 @@ def test_it_works_page_by_page_under_the_policy(web: Processes, alice: Member, t
     ids = page.evaluate("() => Array.from(document.querySelectorAll('#episodes article.episode')).map(a => +a.dataset.id)")
     assert len(set(ids)) == 40 and ids == sorted(ids, reverse=True)  # the next 20 older ones, none twice
     shot(page, shots, "run")
+
+    # The last evaluation's held-out episodes: linked from the held-out table, filtered in place (htmx, the URL kept).
+    page.click("#eval-table a.eval-episodes >> nth=-1")
+    page.wait_for_selector("#evaluation-count:has-text('episodes 1-32 of 40')")
+    assert page.locator("#episodes article.episode").count() == 32
+    page.select_option("#evaluation-filter select[name=success]", "no")
+    page.wait_for_selector("#evaluation-count:has-text('of 26 matching')")
+    assert page.locator("#episodes article.episode.ok").count() == 0 and "success=no" in page.url
+    shot(page, shots, "evaluation-episodes")
 
     page.goto(web.url + f"/runs/compare/?ids={done.pk}&ids={runs['other'].pk}")
     page.wait_for_selector("#compare-chart-card canvas")

@@ -110,6 +110,7 @@ def test_the_untrained_team_acts_with_the_base_weights_and_is_evaluated_at_step_
         assert torch.allclose(logits(untrained, "tool"), base) and torch.allclose(logits(untrained, "reasoner"), base)
     (result,) = evaluate_ablation(config, checkpoint, Ablation("untrained"))
     assert result["step"] == 0 and result["n"] == 2 and result["temperature"] == 0.0
+    assert [ep["turns"][0]["agent"] for ep in result["episodes"]] == ["tool", "tool"]  # every task it played
     assert result["ablation"] == {"kind": "untrained", "agent": None, "key": "untrained", "label": "untrained team"}
     assert set(result["agents"]) == {"tool", "reasoner"}
 
@@ -119,7 +120,7 @@ def test_an_agent_alone_plays_by_itself_with_its_trained_weights(lora):
     (result,) = evaluate_ablation(config, checkpoint, Ablation("alone", "reasoner"))
     assert result["step"] == 2 and result["ablation"]["label"] == "reasoner alone"
     assert set(result["agents"]) == {"reasoner"}
-    assert all(t["agent"] == "reasoner" for ep in result["examples"] for t in ep["turns"])
+    assert all(t["agent"] == "reasoner" for ep in result["episodes"] for t in ep["turns"])
 
 
 def test_an_agent_alone_is_refused_where_the_environment_does_not_allow_it(lora, tmp_path):

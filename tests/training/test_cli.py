@@ -62,6 +62,7 @@ def test_it_evaluates_a_checkpoint(one_step_run, in_repo, capsys):
     assert main(["eval", "configs/tiny-lora.yaml", "--checkpoint", str(one_step_run / "checkpoints" / "step-000001")]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["step"] == 1 and result["n"] == 8 and set(result["agents"]) == {"tool", "reasoner"}
+    assert "episodes" not in result  # printed: the numbers
 
 
 def test_it_refuses_to_mix_two_runs_in_one_output_folder(tmp_path, in_repo, capsys):

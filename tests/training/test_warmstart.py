@@ -130,7 +130,7 @@ def test_evaluating_a_warm_started_config_without_a_checkpoint_evaluates_the_war
     config = make_config("lora", **{"eval.size": 4, "generation.temperature": 1.0})
     _trained_run(config, tmp_path / "src")
     def texts(results):
-        return [[c["text"] for t in ep["turns"] for c in t["candidates"]] for ep in results[0]["examples"]]
+        return [[c["text"] for t in ep["turns"] for c in t["candidates"]] for ep in results[0]["episodes"]]
 
     warm = texts(evaluate_checkpoint(config.replace(**{"model.init_from.run": str(tmp_path / "src")}), None))
     source = texts(evaluate_checkpoint(config, tmp_path / "src" / "checkpoints" / "step-000003"))
@@ -152,7 +152,7 @@ def test_the_untrained_ablation_and_the_playground_s_untrained_lane_start_from_t
 
     def ablation_texts(cfg):
         results = evaluate_ablation(cfg, None, Ablation("untrained"))
-        return [[c["text"] for t in ep["turns"] for c in t["candidates"]] for ep in results[0]["examples"]]
+        return [[c["text"] for t in ep["turns"] for c in t["candidates"]] for ep in results[0]["episodes"]]
 
     assert ablation_texts(warm_config) != ablation_texts(config)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from webapp.models import Checkpoint, Evaluation, MetricPoint, Rollout, Run, Team
+from webapp.models import Checkpoint, Evaluation, EvaluationEpisode, MetricPoint, Rollout, Run, Team
 
 
 def make_run(team: Team, template: Run, **fields: Any) -> Run:
@@ -39,6 +39,17 @@ def add_evaluations(run: Run, points: list[tuple[int, float, dict[str, float]]])
         Evaluation.objects.create(run=run, step=step, temperature=0.0, team_success=team,
                                   agents={a: {"success": v, "reward": v - 0.5} for a, v in agents.items()},
                                   data={"step": step, "n": 8, "team": {"success": team}})
+
+
+def add_evaluation_episodes(evaluation: Evaluation, n: int) -> None:
+    """`n` held-out episodes of `evaluation`, each task solved when its index is a multiple of 3."""
+    EvaluationEpisode.objects.bulk_create([
+        EvaluationEpisode(evaluation=evaluation, episode=i, agent_names=["tool", "reasoner"], success=i % 3 == 0, team_reward=float(i % 3 == 0),
+                          data={"task_id": f"eval-{i}", "success": i % 3 == 0, "question": f"Compute {i} * 3.", "turns": [
+                              {"index": 0, "agent": "tool", "role": "tool", "prompt": f"Compute {i} * 3.", "chosen": 0,
+                               "candidates": [{"text": f"print({i} * 3)", "local": 0.0, "tool_output": str(i * 3)}]}]})
+        for i in range(n)
+    ])
 
 
 def add_rollouts(run: Run, steps: int, per_step: int = 2) -> None:

@@ -21,6 +21,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from ninja import Field, Router, Schema, Status
 
+from training.events import summary
 from webapp.api.app import Id, In, Page, Paging, Query, answers, body_doc, page_of, read_body
 from webapp.api.http import ApiError, absolute, invalid_fields
 from webapp.catalog import environments
@@ -137,7 +138,7 @@ def evaluations_of(run: Run) -> dict[str, Any]:
                       "n": (e.data or {}).get("n")} for e in run.evaluations.order_by("step", "temperature")],
         "jobs": [{"id": j.pk, "status": j.status, "checkpoint_step": j.params.get("checkpoint_step"), "dataset": j.params.get("dataset_name"),
                   "ablation": j.params.get("ablation"), "created": j.created, "error": j.error,
-                  "results": [{k: v for k, v in r.items() if k != "examples"} for r in (j.result or {}).get("evaluations", [])]}
+                  "results": [summary(r) for r in (j.result or {}).get("evaluations", [])]}
                  for j in run_jobs(run=run, kind=Job.Kind.EVALUATE)],
     }
 

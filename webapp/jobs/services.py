@@ -36,6 +36,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from training.config import ConfigError, RunConfig
+from training.events import summary
 from training.playground import lane as playground_lane
 from training.playground import untrained_label
 from webapp.artifacts import files as artifacts
@@ -222,6 +223,10 @@ def evaluation_request(*, run: Run, user: User | None, dataset: Dataset, checkpo
 EvaluateFn = Callable[..., list[dict[str, Any]]]
 
 
+JOB_EXAMPLES = 3
+"""Episodes an evaluation job keeps of each evaluation it made."""
+
+
 def evaluation_execute(*, job_id: int, evaluate: EvaluateFn | None = None, worker: str = "") -> Job | None:
     job = _claim(job_id, Job.Kind.EVALUATE, worker)
     if job is None:
@@ -237,7 +242,8 @@ def evaluation_execute(*, job_id: int, evaluate: EvaluateFn | None = None, worke
                                                        **({"partner": partner} if partner is not None else {}))
         else:
             results = (evaluate or _evaluate_checkpoint)(config, _checkpoint_path(job))
-        return {"result": {"evaluations": storable(results)}}
+        # the numbers and a few episodes (which weights played, as the job page shows): the job's row stays small
+        return {"result": {"evaluations": storable([{**summary(r), "examples": r.get("episodes", [])[:JOB_EXAMPLES]} for r in results])}}
 
     return _run_job(job, work)
 

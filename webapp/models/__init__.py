@@ -23,7 +23,7 @@ from webapp.models.experiments import Experiment
 from webapp.models.history import Tag
 from webapp.models.jobs import Job
 from webapp.models.ops import Worker
-from webapp.models.runs import Checkpoint, Evaluation, LogLine, MetricPoint, Rollout, Run, gpu_queue, queue_clock
+from webapp.models.runs import Checkpoint, Evaluation, EvaluationEpisode, LogLine, MetricPoint, Rollout, Run, gpu_queue, queue_clock
 from webapp.models.tasks import Grader, Task
 from webapp.models.teams import ApiToken, AuditEvent, Invitation, Membership, Team
 
@@ -38,6 +38,7 @@ __all__ = [
     "Checkpoint",
     "Dataset",
     "Evaluation",
+    "EvaluationEpisode",
     "Experiment",
     "Grader",
     "Invitation",

@@ -220,14 +220,23 @@ class MetricPoint(models.Model):
         return f"run {self.run_id} step {self.step}"
 
 
-class Rollout(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rollouts")
-    step = models.PositiveIntegerField()
-    episode = models.PositiveIntegerField(help_text="Index of the episode within its step.")
+class PlayedEpisode(models.Model):
+    """What a played episode stores, in training (`Rollout`) or held-out (`EvaluationEpisode`); the
+    episode viewer (runs/_episodes.html) shows either."""
+
     agent_names = models.JSONField(default=list)
     success = models.BooleanField(default=False)
     team_reward = models.FloatField(default=0.0)
     data = models.JSONField(default=dict, help_text="The episode: turns with every candidate and its reward.")
+
+    class Meta:
+        abstract = True
+
+
+class Rollout(PlayedEpisode):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rollouts")
+    step = models.PositiveIntegerField()
+    episode = models.PositiveIntegerField(help_text="Index of the episode within its step.")
 
     class Meta:
         ordering = ["step", "episode"]
@@ -281,6 +290,25 @@ class Evaluation(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.run_id} step {self.step} T={self.temperature:g}"
+
+
+class EvaluationEpisode(PlayedEpisode):
+    """One held-out task as the agents played it in an evaluation (the run page's held-out table
+    links each evaluation's episodes): rows apart from the evaluation, so its numbers stay small."""
+
+    evaluation = models.ForeignKey(Evaluation, on_delete=models.CASCADE, related_name="episodes")
+    episode = models.PositiveIntegerField(help_text="Index of the task within the evaluation.")
+
+    class Meta:
+        ordering = ["evaluation", "episode"]
+
+    def __str__(self) -> str:
+        return f"evaluation {self.evaluation_id} episode {self.episode}"
+
+    @property
+    def step(self) -> int:
+        """The evaluation's step (what the episode viewer shows of a rollout)."""
+        return self.evaluation.step
 
 
 class LogLine(models.Model):

@@ -2,7 +2,7 @@
 
 The group message is `{"type": "run.event", "event": <sink event>, "payload": <small dict>}` on
 group `run-<id>`: `metrics` carries the step's numbers (a few KB), `rollouts` only `{step,
-episodes, success, last_id}`, `log` only the level, `evaluation` the result without its examples.
+episodes, success, last_id}`, `log` only the level, `evaluation` the result without its episodes.
 A payload over `MAX_PAYLOAD_BYTES` is replaced by a stub, and the consumer reads the rows instead.
 A dropped message (Redis down, channel over capacity, expiry) costs nothing permanent: the viewer
 side (`webapp.runs.streaming`) reads anything after its cursor from the database.

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db.models import TextField
 from django.db.models.functions import Cast
 
-from webapp.models import Rollout, Run
+from webapp.models import Evaluation, EvaluationEpisode, Rollout, Run
+from webapp.runs.sink import agents_of
 
 EPISODES_PAGE = 20
 """Episodes sent on connect and per "load older" request."""
@@ -71,18 +72,55 @@ def rollouts_page(*, run: Run, filters: RolloutFilter | None = None, before: int
             "filtered": filters != RolloutFilter(), "newest": page[0].pk if page else None}
 
 
+EVALUATION_PAGE = 32
+"""Held-out episodes per page of an evaluation."""
+
+
+def evaluation_page(*, evaluation: Evaluation, filters: RolloutFilter | None = None, page: int = 1) -> dict[str, Any]:
+    """One held-out evaluation's episodes as the rollout viewer shows them, `EVALUATION_PAGE` a page
+    in task order, filtered by agent and success (its step is the evaluation's). An evaluation
+    recorded before its episodes were kept shows the 3 it kept (`examples`); `kept` counts them."""
+    filters = replace(filters or RolloutFilter(), step=None)
+    rows = evaluation.episodes.select_related("evaluation")
+    kept = rows.count()
+    if not kept:  # recorded before every episode was kept
+        examples = [ep for ep in (evaluation.data or {}).get("examples") or [] if isinstance(ep, dict)]
+        old = [EvaluationEpisode(id=i + 1, evaluation=evaluation, episode=i, success=bool(ep.get("success")), data=ep,
+                                 team_reward=float(ep.get("team_reward") or 0.0), agent_names=agents_of(ep)) for i, ep in enumerate(examples)]
+        return _evaluation_page(evaluation, old, filters, page, kept=len(old))
+    agents = list(dict.fromkeys(a for names in rows.values_list("agent_names", flat=True) for a in names or []))
+    return _evaluation_page(evaluation, filters.apply(rows).order_by("episode"), filters, page, kept=kept, agents=agents)
+
+
+def _evaluation_page(evaluation: Evaluation, rows: Any, filters: RolloutFilter, page: int, *, kept: int,
+                     agents: list[str] | None = None) -> dict[str, Any]:
+    if isinstance(rows, list):  # the few kept in the evaluation's own data: filtered here
+        agents = list(dict.fromkeys(a for r in rows for a in r.agent_names))
+        rows = [r for r in rows if (not filters.agent or filters.agent in r.agent_names) and filters.success in (None, r.success)]
+    matched = len(rows) if isinstance(rows, list) else rows.count()
+    pages = max(1, -(-matched // EVALUATION_PAGE))
+    page = min(max(1, page), pages)
+    shown = list(rows[(page - 1) * EVALUATION_PAGE : page * EVALUATION_PAGE])
+    first = (page - 1) * EVALUATION_PAGE
+    return {"evaluation": evaluation, "episodes": [episode_view(r) for r in shown], "more": False, "agents": agents or [],
+            "filtered": filters != RolloutFilter(), "filters": filters, "matched": matched, "kept": kept,
+            "tasks": (evaluation.data or {}).get("n", kept), "page": page, "pages": pages,
+            "first": first + 1 if shown else 0, "last": first + len(shown)}
+
+
 @dataclass
 class EpisodeView:
-    """One Rollout row as the template shows it: turns with each candidate's index and `chosen`."""
+    """One Rollout row (or a held-out episode's) as the template shows it: turns with each
+    candidate's index and `chosen`."""
 
-    row: Rollout
+    row: Rollout | EvaluationEpisode
     question: str
     task_id: str
     turns: list[dict[str, Any]]
     agents: str
 
 
-def episode_view(r: Rollout) -> EpisodeView:
+def episode_view(r: Rollout | EvaluationEpisode) -> EpisodeView:
     data = r.data or {}
     turns = []
     for t in data.get("turns", []):

@@ -17,9 +17,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from training.events import StepMetrics
+from training.events import StepMetrics, summary
 from webapp.core.values import storable
-from webapp.models import Checkpoint, Evaluation, LogLine, MetricPoint, Rollout, Run
+from webapp.models import Checkpoint, Evaluation, EvaluationEpisode, LogLine, MetricPoint, Rollout, Run
 from webapp.runs.publish import publish
 
 WORKER_SHUTTING_DOWN = threading.Event()
@@ -57,7 +57,7 @@ class DatabaseSink:
             Rollout(
                 run_id=self.run_id, step=step, episode=i, success=bool(ep.get("success")),
                 team_reward=float(ep.get("team_reward") or 0.0),
-                agent_names=list(dict.fromkeys(t.get("agent", "") for t in ep.get("turns", []))), data=storable(ep),
+                agent_names=agents_of(ep), data=storable(ep),
             )
             for i, ep in enumerate(episodes)
         ]
@@ -92,13 +92,23 @@ class DatabaseSink:
                  + (f"; deleted step {', '.join(map(str, gone))} (checkpoint.keep)" if gone else ""))
 
     def evaluation(self, result: dict[str, Any]) -> None:
+        """The evaluation's numbers on one row, each episode it played on its own (`EvaluationEpisode`:
+        the run page links them), written together."""
         row = Evaluation(
             run_id=self.run_id, step=int(result.get("step", 0)), temperature=float(result.get("temperature", 0.0)),
             team_success=float(result.get("team", {}).get("success", 0.0)), agents=storable(result.get("agents", {})),
-            data=storable(result),
+            data=storable(summary(result)),
         )
-        payload = {k: v for k, v in row.data.items() if k != "examples"}
-        self._write("evaluation", payload, row.save)
+        episodes = [ep for ep in result.get("episodes") or [] if isinstance(ep, dict)]
+
+        def write() -> None:
+            row.save()
+            EvaluationEpisode.objects.bulk_create(
+                EvaluationEpisode(evaluation=row, episode=i, success=bool(ep.get("success")), team_reward=float(ep.get("team_reward") or 0.0),
+                                  agent_names=agents_of(ep), data=storable(ep))
+                for i, ep in enumerate(episodes))
+
+        self._write("evaluation", row.data, write)
         self.log(evaluation_line(result))
 
     def status(self, phase: str, detail: str, *, progress: float | None = None, eta: float | None = None) -> None:
@@ -163,6 +173,11 @@ class DatabaseSink:
     def published(self, event: str, payload: dict[str, Any]) -> None:
         """Called after each write commits: notify the run's live viewers (never raises)."""
         publish(run_id=self.run_id, event=event, payload=payload)
+
+
+def agents_of(episode: dict[str, Any]) -> list[str]:
+    """The agents that acted in an episode, in turn order, each once."""
+    return list(dict.fromkeys(t.get("agent", "") for t in episode.get("turns", [])))
 
 
 def step_line(m: StepMetrics) -> str:

@@ -23,7 +23,7 @@ from webapp.core.values import id_or_none
 from webapp.jobs import ablations
 from webapp.jobs import selectors as job_selectors
 from webapp.jobs.forms import EvaluationForm
-from webapp.models import Run
+from webapp.models import Evaluation, Run
 from webapp.runs import estimates, lineage, queue, rollouts, selectors, services, warmstart
 from webapp.runs.forms import RunForm, WarmStartForm
 from webapp.teams.access import TeamRequest, team_object_or_404
@@ -185,6 +185,17 @@ def run_rollouts(request: TeamRequest, pk: int) -> HttpResponse:
     page = rollouts.rollouts_page(run=run, filters=rollouts.RolloutFilter.from_query(request.GET),
                                    before=id_or_none(request.GET.get("before")), after=id_or_none(request.GET.get("after")))
     return render(request, "runs/_episodes.html", page)
+
+
+@require_GET
+def run_evaluation(request: TeamRequest, pk: int, evaluation: int) -> HttpResponse:
+    """One held-out evaluation's episodes (each task as the agents played it), filtered by agent
+    and success, a page at a time."""
+    run = team_object_or_404(request, Run, pk)
+    row = get_object_or_404(Evaluation, pk=evaluation, run=run)
+    page = id_or_none(request.GET.get("page")) or 1
+    context = rollouts.evaluation_page(evaluation=row, filters=rollouts.RolloutFilter.from_query(request.GET), page=page)
+    return render(request, "runs/evaluation.html", {"run": run, **context})
 
 
 @require_POST

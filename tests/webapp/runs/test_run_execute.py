@@ -30,7 +30,7 @@ def fake_train(config, *, out_dir, sink):
                                  agents={"tool": {"loss": 0.1}, "reasoner": {"loss": 0.2}}, time=time.time()))
         sink.rollouts(step, [EPISODE, {**EPISODE, "success": False, "team_reward": 0.0}])
     sink.evaluation({"step": 2, "split": "eval", "temperature": 0.0, "n": 8, "team": {"success": 0.375},
-                     "agents": {"tool": {"success": 0.5, "reward": 0.4}}, "examples": []})
+                     "agents": {"tool": {"success": 0.5, "reward": 0.4}}, "episodes": [EPISODE, {**EPISODE, "success": False}]})
     sink.checkpoint(2, str(out_dir / "checkpoints" / "step-000002"))
     return FakeResult(status="succeeded", step=2, final_metrics={"reward/total": 0.5},
                       checkpoint=str(out_dir / "checkpoints" / "step-000002"))
@@ -47,7 +47,7 @@ def test_it_records_a_successful_run(alice_world, data_dir):
     assert run.rollouts.count() == 4
     first = run.rollouts.get(step=1, episode=0)
     assert first.success and first.team_reward == 1.0 and first.agent_names == ["tool", "reasoner"]
-    assert run.evaluations.get().team_success == 0.375
+    assert run.evaluations.get().team_success == 0.375 and [e.success for e in run.evaluations.get().episodes.all()] == [True, False]
     assert run.checkpoints.get().step == 2
     assert run.log_lines.first().message == "2 training tasks"
 

@@ -66,3 +66,40 @@ def test_it_shows_active_and_recent_runs_on_the_dashboard(alice, alice_world):
     assert list(response.context["active"]) == [alice_world.run]
     assert [r.name for r in response.context["recent"]] == ["done one"]
     assert b"0.75" in response.content
+
+
+def test_each_evaluation_links_its_held_out_episodes_filtered_and_paged(alice, alice_world):
+    """The worker's sink keeps every episode an evaluation played on its own rows (the evaluation's
+    own row stays small); the run page's held-out table links them; the page filters by outcome
+    and agent and shows them a page at a time."""
+    from webapp.runs.rollouts import EVALUATION_PAGE
+    from webapp.runs.sink import DatabaseSink
+
+    run = alice_world.run
+    n = EVALUATION_PAGE + 4
+
+    def episode(i: int) -> dict:
+        agents = ["tool", "reasoner"] if i % 2 else ["reasoner"]
+        return {"task_id": f"eval-{i}", "success": i % 4 == 0, "team_reward": float(i % 4 == 0), "turns": [
+            {"index": j, "agent": a, "role": a, "prompt": f"task {i}", "chosen": 0,
+             "candidates": [{"text": f"answer of task {i} by {a}", "local": 0.0}]} for j, a in enumerate(agents)]}
+
+    DatabaseSink(run).evaluation({"step": 4, "temperature": 0.0, "n": n, "team": {"success": 0.25},
+                                     "agents": {"tool": {"success": 0.5, "reward": 0.1}}, "episodes": [episode(i) for i in range(n)]})
+    evaluation = Evaluation.objects.get(run=run, step=4)
+    assert evaluation.episodes.count() == n and "episodes" not in evaluation.data and evaluation.data["n"] == n
+    url = reverse("run_evaluation", args=[run.pk, evaluation.pk])
+    assert url in alice.client.get(reverse("run_detail", args=[run.pk])).content.decode()
+
+    first = alice.client.get(url)
+    html = first.content.decode()
+    assert first.status_code == 200 and html.count('class="episode ') == EVALUATION_PAGE and "page 1 of 2" in html
+    assert "answer of task 0 by reasoner" in html and f"answer of task {EVALUATION_PAGE} by" not in html
+    second = alice.client.get(url, {"page": 2}).content.decode()
+    assert second.count('class="episode ') == 4 and f"answer of task {n - 1} by tool" in second
+    solved = alice.client.get(url, {"success": "yes"}).content.decode()
+    assert solved.count('class="episode ') == n // 4 and "answer of task 1 by" not in solved
+    tool = alice.client.get(url, {"agent": "tool", "success": "no"}).content.decode()
+    assert tool.count('class="episode ') == n // 2 and "answer of task 2 by" not in tool  # odd tasks: the tool acted, none solved
+    assert alice.client.get(url, {"page": "x"}).status_code == 200 and alice.client.get(url, {"page": "99"}).status_code == 200
+    assert alice.client.get(reverse("run_evaluation", args=[run.pk, evaluation.pk + 1])).status_code == 404
