@@ -23,7 +23,9 @@ optional (a missing or unfinished one leaves its rows out or partial). Read from
   training at its temperature: in the referential game the protocol (the code word the speaker
   sent for each target, the candidate the listener picked for each code word); in `plan_path`
   each role's mean local reward and what it did (the tool: calls naming S's and G's cells; the
-  planner: moves reaching G, moves copying the tool's answer).
+  planner: moves reaching G, moves copying the tool's answer);
+- in `plan_path`, the same of each role on the held-out grids played greedily, at the first and the
+  last evaluation, where the evaluations kept their episodes (`evaluations.jsonl`).
 
 Writes `<out>/table.md` (also printed), `<out>/report.json`, `<out>/curves-steps.png` and
 `<out>/curves-tokens.png`.
@@ -162,8 +164,22 @@ def roles_at_work(folder: Path, last_steps: int) -> dict[str, Any]:
     reward and what it did (the tool: calls parsed, calls naming S's and G's cells; the planner:
     moves reaching G, moves that copy the tool's answer)."""
     episodes, steps = last_episodes(folder, last_steps)
-    if not episodes:
+    return {"steps": steps, "roles": roles_in(episodes)} if episodes else {}
+
+
+def roles_held_out(folder: Path) -> dict[str, Any]:
+    """`plan_path`, on the held-out tasks played greedily: what each role did at the first and the
+    last evaluation (`roles_in`), where the run's evaluations kept their episodes."""
+    greedy = [e for e in read_jsonl(folder / "evaluations.jsonl") if e.get("temperature") == 0.0 and e.get("episodes")]
+    if not greedy:
         return {}
+    first, last = min(greedy, key=lambda e: e["step"]), max(greedy, key=lambda e: e["step"])
+    return {"steps": [first["step"], last["step"]], "first": roles_in(first["episodes"]), "last": roles_in(last["episodes"])}
+
+
+def roles_in(episodes: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per role over `episodes` (each turn's chosen candidate): its mean local reward and the share of
+    its actions that did each thing `roles_at_work` counts."""
     counts: dict[str, Counter[str]] = defaultdict(Counter)
     local: dict[str, list[float]] = defaultdict(list)
     for ep in episodes:
@@ -183,19 +199,27 @@ def roles_at_work(folder: Path, last_steps: int) -> dict[str, Any]:
                 moves = parse_moves(chosen["text"])
                 c["reached"] += chosen["local"] == 1.0
                 c["copied"] += answer is not None and moves == answer
-    return {"steps": steps,
-            "roles": {role: {"local": round(sum(v) / len(v), 3), **{k: round(n / counts[role]["actions"], 3)
-                                                                     for k, n in counts[role].items() if k != "actions"}}
-                      for role, v in sorted(local.items())}}
+    return {role: {"local": round(sum(v) / len(v), 3), **{k: round(n / counts[role]["actions"], 3)
+                                                           for k, n in counts[role].items() if k != "actions"}}
+            for role, v in sorted(local.items())}
+
+
+def show_roles(roles: dict[str, dict[str, float]]) -> str:
+    return "; ".join(f"{role}: local {r['local']:+.2f}" + "".join(f", {k} {v:.0%}" for k, v in r.items() if k != "local")
+                     for role, r in roles.items())
+
+
+def show_held_out(h: dict[str, Any]) -> str:
+    if not h:
+        return "-"
+    return f"step {h['steps'][0]}: {show_roles(h['first'])}; step {h['steps'][1]}: {show_roles(h['last'])}"
 
 
 def show_protocol(p: dict[str, Any]) -> str:
     if not p:
         return "-"
     if "roles" in p:
-        parts = [f"{role}: local {r['local']:+.2f}" + "".join(f", {k} {v:.0%}" for k, v in r.items() if k != "local")
-                 for role, r in p["roles"].items()]
-        return f"{'; '.join(parts)} (steps {p['steps'][0]}-{p['steps'][1]})"
+        return f"{show_roles(p['roles'])} (steps {p['steps'][0]}-{p['steps'][1]})"
     said = ", ".join(f"{t}→{c} ({share:.0%})" for t, (c, share, _) in p["speaker"].items())
     heard = ", ".join(f"{c}→{t} ({share:.0%})" for c, (t, share, _) in p["listener"].items())
     return f"speaker {said}; listener {heard} (steps {p['steps'][0]}-{p['steps'][1]})"
@@ -244,6 +268,7 @@ def collect(folder: Path, last_steps: int) -> list[dict[str, Any]]:
             "ablations": {k: v for k, v in read_json(tf / "ablations.json").items()},
             "protocol": (protocol(tf, env.codes, env.k, last_steps) if isinstance(env, Referential)
                          else roles_at_work(tf, last_steps)),
+            "held_out_roles": {} if isinstance(env, Referential) else roles_held_out(tf),
             "seconds": record.get("seconds"), "chance": env.chance if isinstance(env, Referential) else None,
             "agents": len(dict.fromkeys(trial.config.topology.order())),
         })
@@ -359,10 +384,13 @@ def main(argv: list[str] | None = None) -> int:
     if chance is not None:
         lines.append(f"\nchance {chance:.3f}; target: together ≥ 0.8 (or ≥ chance + 0.5), apart and swapped ≤ chance + 0.1")
     what = "protocol" if chance is not None else "each role at work"
-    lines.append(f"\n| trial | arm | seed | status | minutes | {what} |\n|---|---|---|---|---|---|")
+    held = any(t.get("held_out_roles") for t in trials)  # the runs' evaluations kept their episodes
+    lines.append(f"\n| trial | arm | seed | status | minutes | {what} |" + (" held out, greedy |" if held else "")
+                 + "\n|---|---|---|---|---|---|" + ("---|" if held else ""))
     for t in trials:
         minutes = f"{t['seconds'] / 60:.0f}" if t["seconds"] else "-"
-        lines.append(f"| {t['experiment']}/{t['trial']} | {t['arm']} | {t['seed']} | {t['status']} | {minutes} | {show_protocol(t['protocol'])} |")
+        lines.append(f"| {t['experiment']}/{t['trial']} | {t['arm']} | {t['seed']} | {t['status']} | {minutes} | {show_protocol(t['protocol'])} |"
+                     + (f" {show_held_out(t.get('held_out_roles', {}))} |" if held else ""))
     table = "\n".join(lines)
     (args.out / "table.md").write_text(table + "\n", encoding="utf-8")
     (args.out / "report.json").write_text(json.dumps({"rows": rows, "trials": trials}, indent=1, default=str), encoding="utf-8")

@@ -37,10 +37,13 @@ def episode(env: PlanPath, step: int, call: str, moves: str) -> dict:
     return {"step": step, "turns": turns}
 
 
-def write_trial(folder: Path, seed: int, curve: list[tuple[int, float]], episodes: list[dict] = ()) -> None:
+def write_trial(folder: Path, seed: int, curve: list[tuple[int, float]], episodes: list[dict] = (),
+                held_out: dict[int, list[dict]] | None = None) -> None:
+    """A trial's files; `held_out`: the episodes each greedy evaluation kept, by step."""
     folder.mkdir(parents=True)
     (folder / "trial.json").write_text(json.dumps({"status": "succeeded", "seed": seed, "seconds": 60}))
-    rows = [{"step": s, "temperature": t, "team": {"success": v if t == 0.0 else v / 2}} for s, v in curve for t in (0.0, 1.0)]
+    rows = [{"step": s, "temperature": t, "team": {"success": v if t == 0.0 else v / 2},
+             **({"episodes": held_out[s]} if held_out and t == 0.0 else {})} for s, v in curve for t in (0.0, 1.0)]
     (folder / "evaluations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (folder / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "values": {"generated_tokens": 100}}) + "\n"
                                                   for s in range(1, curve[-1][0] + 1)))
@@ -66,7 +69,7 @@ def test_the_plan_path_report_reads_each_arm_and_what_each_role_did(tmp_path, ca
               episode(env, 2, "path(0, 1, 2, 2)", "Moves: D D R")]
     for trial in together.trials():
         write_trial(team / f"trial-{trial.index:03d}", trial.seed, [(0, 0.25), (2, 0.5 + trial.index / 100)],
-                    played if trial.index == 0 else [])
+                    played if trial.index == 0 else [], held_out={0: played[:1], 2: played[1:]} if trial.index == 0 else None)
     (team / "trial-000" / "ablations.json").write_text(json.dumps({"role_swap": {"metrics": {"team.success": 0.0}}}))
     lone = experiment(alone, "plan-path-call-alone")
     for trial in lone.trials():
@@ -86,6 +89,9 @@ def test_the_plan_path_report_reads_each_arm_and_what_each_role_did(tmp_path, ca
     assert roles["tool"] == {"local": 0.375, "parsed": 1.0, "right": 0.5}  # the wrong call's moves hit a wall from S
     assert roles["plan"]["copied"] == 1.0 and roles["plan"]["reached"] == 0.5
     assert "tool: local +0.38, parsed 100%, right 50% (steps 2-2)" in table
+    # held out (the evaluations kept their episodes): the tool wrong at step 0, right in one of two at step 2
+    assert "| step 0: plan: local +0.50, reached 0%, copied 100%; tool: local +0.50, parsed 100%, right 0%; step 2: plan:" in table
+    assert data["trials"][0]["held_out_roles"]["last"]["tool"]["right"] == 0.5 and data["trials"][1]["held_out_roles"] == {}
     assert (tmp_path / "out" / "curves-steps.png").stat().st_size > 1000
 
 
