@@ -62,6 +62,6 @@ test-quick: $(STAMP)
 	bash scripts/test.sh --quick
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check agents training webapp tests
+	$(VENV)/bin/ruff check agents training webapp tests bench scripts
 	$(VENV)/bin/mypy agents training
 	$(VENV)/bin/lint-imports

@@ -70,7 +70,7 @@ def main() -> int:
             instructions = env.default_instructions[agent]
             prompts = {key: prompt_ids(tok, instructions, observe(key)) for key in (trained, other)}
 
-            def table() -> dict[str, dict[str, float]]:
+            def table(model=model, tok=tok, prompts=prompts, answers=answers) -> dict[str, dict[str, float]]:  # this agent's, bound
                 with torch.no_grad():
                     return {key: {a: answer_logprob(model, tok, p, a).item() for a in answers} for key, p in prompts.items()}
 
