@@ -280,7 +280,7 @@ def build(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
     (its top-level numbers) and, where the runs evaluated so, `sampled` at the training temperature."""
     rows = []
     # step 0 of every `lora` team trial is the same warm start, evaluated with the trial's seed: one value per seed
-    lora = [t for t in trials if t["arm"].endswith("(lora)") and t.get("agents", 2) > 1]
+    lora = [t for t in trials if t.get("trains", t["arm"]).endswith("(lora)") and t.get("agents", 2) > 1]
     untrained = {t["seed"]: t["untrained"] for t in reversed(lora) if t["untrained"] is not None}
     untrained_sampled = {t["seed"]: t["untrained_sampled"] for t in reversed(lora) if t.get("untrained_sampled") is not None}
     if untrained:
