@@ -34,6 +34,7 @@ Writes `<out>/table.md` (also printed), `<out>/report.json`, `<out>/curves-steps
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import re
 import sys
@@ -81,6 +82,16 @@ def name_arms(trials: list[dict[str, Any]]) -> None:
         differ = [k for k in keys if len({json.dumps(t["config"].get(k), sort_keys=True, default=str) for t in mine}) > 1]
         for t in mine:
             t["arm"] = ", ".join([trains, *(f"{k}={_value(t['config'].get(k))}" for k in differ)])
+
+
+def settings(trial: Trial, env: Any) -> dict[str, Any]:
+    """The trial's config as dotted fields, less `UNNAMED`, with each environment argument it leaves
+    out at the environment's default (`self_correct` unset is `self_correct: false`)."""
+    fields = {k: v for k, v in flat(trial.config.to_dict()).items() if k not in UNNAMED}
+    for name, param in inspect.signature(type(env).__init__).parameters.items():
+        if param.default is not inspect.Parameter.empty:
+            fields.setdefault(f"topology.env_args.{name}", param.default)
+    return fields
 
 
 def _value(v: Any) -> str:
@@ -258,7 +269,7 @@ def collect(folder: Path, last_steps: int) -> list[dict[str, Any]]:
         out.append({
             "experiment": spec.name, "trial": tf.name, "seed": trial.seed,
             "arm": arm_name(trial), "trains": arm_name(trial),
-            "config": {k: v for k, v in flat(trial.config.to_dict()).items() if k not in UNNAMED},
+            "config": settings(trial, env),
             "status": record.get("status", "running" if greedy else "not started"),
             "curve": greedy, "tokens": [[s, tokens.get(s)] for s, _ in greedy], "sampled_curve": sampled,
             "final": greedy[-1][1] if done and greedy else None,

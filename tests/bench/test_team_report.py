@@ -102,7 +102,8 @@ def test_trials_are_one_arm_across_experiments_unless_their_configs_differ(tmp_p
     for name, seeds, lr in (("plan-path-call", [0, 1], None), ("plan-path-call-seed2", [2], None), ("plan-path-call-seed2", [3], 5e-4)):
         folder = tmp_path / f"{name}-{seeds[0]}"
         spec = ExperimentSpec.load(ROOT / "configs" / "experiments" / f"{name}.yaml")
-        base = spec.base if lr is None else RunConfig.from_yaml(spec.base.to_yaml(), [f"optim.lr={lr}"])
+        # seed 2's experiment names an environment argument at its default: the same arm as seeds 0 and 1
+        base = RunConfig.from_yaml(spec.base.to_yaml(), [f"optim.lr={lr}"] if lr else ["topology.env_args.coordinates=false"])
         spec = ExperimentSpec.from_dict({**spec.to_dict(), "seeds": seeds, "name": spec.name if lr is None else "plan-path-call-lr"}, base=base)
         folder.mkdir()
         (folder / "experiment.yaml").write_text(spec.to_yaml(), encoding="utf-8")
