@@ -27,6 +27,7 @@ from webapp.models import (
     Checkpoint,
     Dataset,
     Evaluation,
+    EvaluationEpisode,
     Experiment,
     Grader,
     Invitation,
@@ -392,6 +393,13 @@ class EvaluationAdmin(RecordAdmin):
     list_display = ["run", "step", "temperature", "team_success", "created"]
     list_filter = ["temperature", "run__team"]
     search_fields = ["run__name"]
+
+
+@admin.register(EvaluationEpisode)
+class EvaluationEpisodeAdmin(RecordAdmin):
+    list_display = ["evaluation", "episode", "success", "team_reward", "agent_names"]
+    list_filter = ["success", "evaluation__run__team"]
+    search_fields = ["evaluation__run__name"]
 
 
 @admin.register(LogLine)
