@@ -17,7 +17,7 @@ from django.db.models import TextField
 from django.db.models.functions import Cast
 
 from webapp.models import Evaluation, EvaluationEpisode, Rollout, Run
-from webapp.runs.sink import agents_of
+from webapp.runs.sink import played
 
 EPISODES_PAGE = 20
 """Episodes sent on connect and per "load older" request."""
@@ -85,8 +85,7 @@ def evaluation_page(*, evaluation: Evaluation, filters: RolloutFilter | None = N
     kept = rows.count()
     if not kept:  # recorded before every episode was kept
         examples = [ep for ep in (evaluation.data or {}).get("examples") or [] if isinstance(ep, dict)]
-        old = [EvaluationEpisode(id=i + 1, evaluation=evaluation, episode=i, success=bool(ep.get("success")), data=ep,
-                                 team_reward=float(ep.get("team_reward") or 0.0), agent_names=agents_of(ep)) for i, ep in enumerate(examples)]
+        old = [EvaluationEpisode(id=i + 1, evaluation=evaluation, episode=i, **played(ep)) for i, ep in enumerate(examples)]
         return _evaluation_page(evaluation, old, filters, page, kept=len(old))
     agents = list(dict.fromkeys(a for names in rows.values_list("agent_names", flat=True) for a in names or []))
     return _evaluation_page(evaluation, filters.apply(rows).order_by("episode"), filters, page, kept=kept, agents=agents)

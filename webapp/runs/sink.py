@@ -55,9 +55,7 @@ class DatabaseSink:
     def rollouts(self, step: int, episodes: list[dict[str, Any]]) -> None:
         rows = [
             Rollout(
-                run_id=self.run_id, step=step, episode=i, success=bool(ep.get("success")),
-                team_reward=float(ep.get("team_reward") or 0.0),
-                agent_names=agents_of(ep), data=storable(ep),
+                run_id=self.run_id, step=step, episode=i, **played(ep),
             )
             for i, ep in enumerate(episodes)
         ]
@@ -104,8 +102,7 @@ class DatabaseSink:
         def write() -> None:
             row.save()
             EvaluationEpisode.objects.bulk_create(
-                EvaluationEpisode(evaluation=row, episode=i, success=bool(ep.get("success")), team_reward=float(ep.get("team_reward") or 0.0),
-                                  agent_names=agents_of(ep), data=storable(ep))
+                EvaluationEpisode(evaluation=row, episode=i, **played(ep))
                 for i, ep in enumerate(episodes))
 
         self._write("evaluation", row.data, write)
@@ -175,9 +172,11 @@ class DatabaseSink:
         publish(run_id=self.run_id, event=event, payload=payload)
 
 
-def agents_of(episode: dict[str, Any]) -> list[str]:
-    """The agents that acted in an episode, in turn order, each once."""
-    return list(dict.fromkeys(t.get("agent", "") for t in episode.get("turns", [])))
+def played(episode: dict[str, Any]) -> dict[str, Any]:
+    """What a `PlayedEpisode` row (a rollout, a held-out episode) keeps of an episode the engine
+    reported: its outcome, team reward, the agents that acted (in turn order, each once), the episode."""
+    return {"success": bool(episode.get("success")), "team_reward": float(episode.get("team_reward") or 0.0),
+            "agent_names": list(dict.fromkeys(t.get("agent", "") for t in episode.get("turns", []))), "data": storable(episode)}
 
 
 def step_line(m: StepMetrics) -> str:
