@@ -26,6 +26,7 @@ from __future__ import annotations
 import random
 import re
 from collections import defaultdict, deque
+from collections.abc import Collection
 from typing import Any
 
 from agents.base import Message, RowField, State, StepResult, required_of
@@ -390,13 +391,21 @@ def path_between(grid: tuple[str, ...], start: Cell, goal: Cell) -> list[str] | 
     return moves
 
 
-def demos(env: PlanPath, n: int, *, seed: int) -> list[dict[str, Any]]:
+def demos(env: PlanPath, n: int, *, seed: int, avoid: Collection[str] = ()) -> list[dict[str, Any]]:
     """Supervised demonstrations for a warm start (issue 40, Part 2's pilot): per grid, the tool
     writing `BFS_PROGRAM` for it (with `tool: call`, calling the path finder from S to G); the planner copying the moves that program printed (its turn in
     the team); and the planner alone (no tool) stating a shortest path. TRL's conversational
-    format, one line per agent turn, `agent` naming the role (`training.conversations`)."""
+    format, one line per agent turn, `agent` naming the role (`training.conversations`). `avoid`:
+    grid texts to leave out (a run's held-out grids), replaced by the next grids of the same seed."""
     out: list[dict[str, Any]] = []
-    for i, row in enumerate(env.generate(n, seed=seed)):
+    avoid = set(avoid)
+    rows: list[dict[str, Any]] = []
+    rng = random.Random(seed)
+    while len(rows) < n:  # env.generate(n, seed=seed) when nothing is avoided
+        row = env._grid(rng)
+        if row["grid"] not in avoid:
+            rows.append(row)
+    for i, row in enumerate(rows):
         team = env.reset(row, task_id=f"demo-{i}", roles=("tool", "plan"))
         if env.tool == "call":
             (r1, c1), (r2, c2) = team.data["start"], team.data["goal"]
@@ -416,14 +425,29 @@ def demos(env: PlanPath, n: int, *, seed: int) -> list[dict[str, Any]]:
     return out
 
 
-if __name__ == "__main__":  # python -m agents.envs.plan_path demos OUT.jsonl [N grids] [size] [program|call] [coordinates]
+if __name__ == "__main__":
+    import argparse
     import json
-    import sys
 
-    if len(sys.argv) < 3 or sys.argv[1] != "demos" or sys.argv[6:] not in ([], ["coordinates"]):
-        sys.exit("usage: python -m agents.envs.plan_path demos OUT.jsonl [N grids, 256] [size, 3] [tool: program|call] [coordinates]")
-    maze = PlanPath(size=int(sys.argv[4]) if len(sys.argv) > 4 else 3, tool=sys.argv[5] if len(sys.argv) > 5 else "program",
-                    coordinates=sys.argv[6:] == ["coordinates"])
-    with open(sys.argv[2], "w", encoding="utf-8") as f:
-        for conversation in demos(maze, int(sys.argv[3]) if len(sys.argv) > 3 else 256, seed=7):
+    cli = argparse.ArgumentParser(prog="python -m agents.envs.plan_path",
+                                  description="Write warm-start demonstrations (see `demos`) as JSONL.")
+    cli.add_argument("command", choices=["demos"])
+    cli.add_argument("out", help="the JSONL file to write")
+    cli.add_argument("n", nargs="?", type=int, default=256, help="grids (three conversations each; default 256)")
+    cli.add_argument("size", nargs="?", type=int, default=3, help="grid side (default 3)")
+    cli.add_argument("tool", nargs="?", choices=TOOL_KINDS, default="program", help="the tool role's action (default program)")
+    cli.add_argument("coordinates", nargs="?", choices=["coordinates"], help="label the tool's cells (with call)")
+    cli.add_argument("--avoid", metavar="SEED:N",
+                     help="leave out the N grids generated with SEED (a run's held-out grids: its eval_seed + 7919123, eval_size)")
+    args = cli.parse_args()
+    maze = PlanPath(size=args.size, tool=args.tool, coordinates=args.coordinates is not None)
+    avoided: set[str] = set()
+    if args.avoid:
+        try:
+            avoid_seed, avoid_n = (int(x) for x in args.avoid.split(":"))
+        except ValueError:
+            cli.error(f"--avoid takes SEED:N (two integers), not {args.avoid!r}")
+        avoided = {r["grid"] for r in maze.generate(avoid_n, seed=avoid_seed)}
+    with open(args.out, "w", encoding="utf-8") as f:
+        for conversation in demos(maze, args.n, seed=7, avoid=avoided):
             f.write(json.dumps(conversation) + "\n")

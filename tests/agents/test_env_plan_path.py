@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.envs.plan_path import PlanPath, distances, find, parse_grid, parse_moves
+from agents.envs.plan_path import PlanPath, distances, find, parse_grid, parse_moves, seen_grid
 
 GRID = "S.#\n..#\n#.G"  # shortest path: D R D R (or R D D R)
 BFS = """```python
@@ -201,7 +201,6 @@ def test_its_tool_kind_is_checked() -> None:
 def test_its_tool_can_read_each_cells_coordinates_beside_it() -> None:
     """`coordinates: true`: the tool's grid labels every cell with its (row, column), the same grid
     read back from either layout, and the call reads the numbers beside S and G."""
-    from agents.envs.plan_path import seen_grid
 
     labeled, plain = PlanPath(tool="call", coordinates=True), PlanPath(tool="call")
     state = labeled.reset({"grid": GRID}, task_id="t", roles=("tool", "plan"))
@@ -230,3 +229,16 @@ def test_its_call_demonstrations_solve_every_grid(coordinates: bool) -> None:
         after = env.step(state, agent="tool", role="tool", action=tool["messages"][2]["content"])
         done = env.step(after.state, agent="planner", role="plan", action=team_plan["messages"][2]["content"])
         assert done.team_reward == 1.0
+
+
+def test_its_demonstrations_leave_out_the_grids_they_are_told_to_avoid() -> None:
+    from agents.envs.plan_path import demos
+
+    env = PlanPath(size=3, tool="call")
+    grids = [r["grid"] for r in env.generate(12, seed=7)]
+    avoided = {grids[1], grids[4]}
+    rows = demos(env, 10, seed=7, avoid=avoided)
+    shown = [seen_grid(r["messages"][1]["content"]) for r in rows[0::3]]  # the grid each tool call was shown
+    assert len(rows) == 30 and not avoided & {"\n".join(g) for g in shown}
+    assert ["\n".join(g) for g in shown] == [g for g in grids if g not in avoided][:10]  # the same seed's next grids
+    assert demos(env, 10, seed=7) == demos(env, 10, seed=7, avoid=())
