@@ -32,6 +32,7 @@ from webapp.models import (
     Grader,
     Invitation,
     Job,
+    JobEpisode,
     LogLine,
     Membership,
     MetricPoint,
@@ -432,6 +433,13 @@ class JobAdmin(RecordAdmin):
         """A merged export's folder, or when it was deleted (the job row stays)."""
         deleted = (obj.result or {}).get("deleted") if isinstance(obj.result, dict) else None
         return f"deleted {deleted[:16].replace('T', ' ')}" if deleted else obj.output or "—"
+
+
+@admin.register(JobEpisode)
+class JobEpisodeAdmin(RecordAdmin):
+    list_display = ["job", "evaluation", "episode", "success", "team_reward", "agent_names"]
+    list_filter = ["success", "job__team"]
+    search_fields = ["job__run__name"]
 
 
 @admin.register(ApiToken)

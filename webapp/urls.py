@@ -102,6 +102,7 @@ urlpatterns = [
     page("runs/<int:pk>/", runs.run_detail, name="run_detail"),
     page("runs/<int:pk>/rollouts/", runs.run_rollouts, name="run_rollouts"),
     page("runs/<int:pk>/evaluations/<int:evaluation>/", runs.run_evaluation, name="run_evaluation"),
+    page("runs/<int:pk>/jobs/<int:job>/episodes/", runs.run_job_episodes, name="run_job_episodes"),
     page("runs/<int:pk>/cancel/", runs.run_cancel, name="run_cancel"),
     page("runs/<int:pk>/resume/", runs.run_resume, name="run_resume"),
     page("runs/<int:pk>/warm-start/", runs.run_warm_start, name="run_warm_start"),

@@ -45,7 +45,7 @@ from webapp.catalog import selectors as catalog_selectors
 from webapp.core import paths, trust
 from webapp.core.enqueue import enqueue, job_task
 from webapp.core.values import storable
-from webapp.models import Checkpoint, Dataset, Job, Run, Team, Topology, Worker
+from webapp.models import Checkpoint, Dataset, Job, JobEpisode, Run, Team, Topology, Worker
 from webapp.teams.audit import Verb, audit_record
 
 log = logging.getLogger(__name__)
@@ -242,7 +242,13 @@ def evaluation_execute(*, job_id: int, evaluate: EvaluateFn | None = None, worke
                                                        **({"partner": partner} if partner is not None else {}))
         else:
             results = (evaluate or _evaluate_checkpoint)(config, _checkpoint_path(job))
-        # the numbers and a few episodes (which weights played, as the job page shows): the job's row stays small
+        # every episode on its own row (the run page links them); the numbers and a few episodes
+        # (which weights played) on the job's row, which stays small
+        with transaction.atomic():
+            JobEpisode.objects.filter(job=job).delete()  # a job done again keeps its last evaluation's
+            JobEpisode.objects.bulk_create(JobEpisode.played(ep, job=job, evaluation=k, episode=i)
+                                           for k, r in enumerate(results)
+                                           for i, ep in enumerate(r.get("episodes") or []) if isinstance(ep, dict))
         return {"result": {"evaluations": storable([{**summary(r), "examples": r.get("episodes", [])[:JOB_EXAMPLES]} for r in results])}}
 
     return _run_job(job, work)

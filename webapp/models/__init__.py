@@ -21,7 +21,7 @@ from webapp.models.catalog import (
 )
 from webapp.models.experiments import Experiment
 from webapp.models.history import Tag
-from webapp.models.jobs import Job
+from webapp.models.jobs import Job, JobEpisode
 from webapp.models.ops import Worker
 from webapp.models.runs import Checkpoint, Evaluation, EvaluationEpisode, LogLine, MetricPoint, Rollout, Run, gpu_queue, queue_clock
 from webapp.models.tasks import Grader, Task
@@ -43,6 +43,7 @@ __all__ = [
     "Grader",
     "Invitation",
     "Job",
+    "JobEpisode",
     "LogLine",
     "Membership",
     "MetricPoint",

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from webapp.core.enqueue import JOB_KINDS
 from webapp.models.catalog import Dataset, Topology
-from webapp.models.runs import Checkpoint, Run
+from webapp.models.runs import Checkpoint, PlayedEpisode, Run
 from webapp.models.teams import Team
 
 
@@ -60,3 +60,23 @@ class Job(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status in self.ACTIVE
+
+
+class JobEpisode(PlayedEpisode):
+    """One held-out task as an evaluation job (a checkpoint on a dataset, an ablation) played it:
+    the run page's evaluation jobs link them, as its held-out table links its own evaluations'."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="episodes")
+    evaluation = models.PositiveSmallIntegerField(default=0, help_text="Which of the job's evaluations (its result's list) played it.")
+    episode = models.PositiveIntegerField(help_text="Index of the task within the evaluation.")
+
+    class Meta:
+        ordering = ["job", "evaluation", "episode"]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} episode {self.episode}"
+
+    @property
+    def step(self) -> int | None:
+        """The checkpoint's step (None: the base models), which the episode viewer shows."""
+        return self.job.params.get("checkpoint_step")

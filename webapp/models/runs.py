@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from functools import cached_property
-from typing import Any
+from typing import Any, Self
 
 from django.conf import settings
 from django.db import models
@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from training.config import RunConfig
 from training.plan import queue_for
+from webapp.core.values import storable
 from webapp.models.catalog import Dataset, Topology
 from webapp.models.teams import Team
 
@@ -231,6 +232,14 @@ class PlayedEpisode(models.Model):
 
     class Meta:
         abstract = True
+
+    @classmethod
+    def played(cls, episode: dict[str, Any], /, **fields: Any) -> Self:
+        """A row for an episode the engine reported (unsaved), keeping its outcome, team reward, the
+        agents that acted (in turn order, each once) and the episode; `fields`: where it belongs."""
+        return cls(success=bool(episode.get("success")), team_reward=float(episode.get("team_reward") or 0.0),
+                   agent_names=list(dict.fromkeys(t.get("agent", "") for t in episode.get("turns", []))),
+                   data=storable(episode), **fields)
 
 
 class Rollout(PlayedEpisode):

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db.models import TextField
 from django.db.models.functions import Cast
 
-from webapp.models import Evaluation, EvaluationEpisode, Rollout, Run
-from webapp.runs.sink import played
+from webapp.models import Evaluation, EvaluationEpisode, Job, JobEpisode, Rollout, Run
+from webapp.models.runs import PlayedEpisode
 
 EPISODES_PAGE = 20
 """Episodes sent on connect and per "load older" request."""
@@ -80,30 +80,50 @@ def evaluation_page(*, evaluation: Evaluation, filters: RolloutFilter | None = N
     """One held-out evaluation's episodes as the rollout viewer shows them, `EVALUATION_PAGE` a page
     in task order, filtered by agent and success (its step is the evaluation's). An evaluation
     recorded before its episodes were kept shows the 3 it kept (`examples`); `kept` counts them."""
+    numbers = {"temperature": evaluation.temperature, "team_success": evaluation.team_success,
+               "agents": evaluation.agents or {}, "n": (evaluation.data or {}).get("n")}
+    examples = (evaluation.data or {}).get("examples") or []
+    return _evaluation_page(evaluation.episodes.select_related("evaluation"), numbers, filters, page,
+                            older=lambda i, ep: EvaluationEpisode.played(ep, id=i + 1, evaluation=evaluation, episode=i),
+                            examples=examples)
+
+
+def job_evaluation_page(*, job: Job, filters: RolloutFilter | None = None, page: int = 1) -> dict[str, Any]:
+    """An evaluation job's (a checkpoint on a dataset, an ablation) first evaluation, as
+    `evaluation_page` shows a run's own: every episode, or the 3 a job finished before they were
+    kept stored in its result (`examples`)."""
+    results = (job.result or {}).get("evaluations") or []
+    first = results[0] if results and isinstance(results[0], dict) else {}
+    numbers = {"temperature": first.get("temperature", 0.0), "team_success": (first.get("team") or {}).get("success"),
+               "agents": first.get("agents") or {}, "n": first.get("n")}
+    return _evaluation_page(job.episodes.filter(evaluation=0).select_related("job"), numbers, filters, page,
+                            older=lambda i, ep: JobEpisode.played(ep, id=i + 1, job=job, episode=i),
+                            examples=first.get("examples") or [])
+
+
+def _evaluation_page(rows: Any, numbers: dict[str, Any], filters: RolloutFilter | None, page: int, *,
+                     older: Callable[[int, dict[str, Any]], PlayedEpisode], examples: list[Any]) -> dict[str, Any]:
+    """A page of held-out episodes (`rows`) with the evaluation's `numbers`; where none were kept,
+    the few `examples` stored with the numbers, made rows by `older`, filtered here."""
     filters = replace(filters or RolloutFilter(), step=None)
-    rows = evaluation.episodes.select_related("evaluation")
     kept = rows.count()
-    if not kept:  # recorded before every episode was kept
-        examples = [ep for ep in (evaluation.data or {}).get("examples") or [] if isinstance(ep, dict)]
-        old = [EvaluationEpisode(id=i + 1, evaluation=evaluation, episode=i, **played(ep)) for i, ep in enumerate(examples)]
-        return _evaluation_page(evaluation, old, filters, page, kept=len(old))
-    agents = list(dict.fromkeys(a for names in rows.values_list("agent_names", flat=True) for a in names or []))
-    return _evaluation_page(evaluation, filters.apply(rows).order_by("episode"), filters, page, kept=kept, agents=agents)
-
-
-def _evaluation_page(evaluation: Evaluation, rows: Any, filters: RolloutFilter, page: int, *, kept: int,
-                     agents: list[str] | None = None) -> dict[str, Any]:
-    if isinstance(rows, list):  # the few kept in the evaluation's own data: filtered here
+    if kept:
+        agents = list(dict.fromkeys(a for names in rows.values_list("agent_names", flat=True) for a in names or []))
+        rows = filters.apply(rows).order_by("episode")
+        matched = rows.count()
+    else:  # recorded before every episode was kept
+        rows = [older(i, ep) for i, ep in enumerate(e for e in examples if isinstance(e, dict))]
+        kept = len(rows)
         agents = list(dict.fromkeys(a for r in rows for a in r.agent_names))
         rows = [r for r in rows if (not filters.agent or filters.agent in r.agent_names) and filters.success in (None, r.success)]
-    matched = len(rows) if isinstance(rows, list) else rows.count()
+        matched = len(rows)
     pages = max(1, -(-matched // EVALUATION_PAGE))
     page = min(max(1, page), pages)
     shown = list(rows[(page - 1) * EVALUATION_PAGE : page * EVALUATION_PAGE])
     first = (page - 1) * EVALUATION_PAGE
-    return {"evaluation": evaluation, "episodes": [episode_view(r) for r in shown], "more": False, "agents": agents or [],
+    return {"numbers": numbers, "episodes": [episode_view(r) for r in shown], "more": False, "agents": agents,
             "filtered": filters != RolloutFilter(), "filters": filters, "matched": matched, "kept": kept,
-            "tasks": (evaluation.data or {}).get("n", kept), "page": page, "pages": pages,
+            "tasks": numbers.get("n") or kept, "page": page, "pages": pages,
             "first": first + 1 if shown else 0, "last": first + len(shown)}
 
 
@@ -112,14 +132,14 @@ class EpisodeView:
     """One Rollout row (or a held-out episode's) as the template shows it: turns with each
     candidate's index and `chosen`."""
 
-    row: Rollout | EvaluationEpisode
+    row: PlayedEpisode
     question: str
     task_id: str
     turns: list[dict[str, Any]]
     agents: str
 
 
-def episode_view(r: Rollout | EvaluationEpisode) -> EpisodeView:
+def episode_view(r: PlayedEpisode) -> EpisodeView:
     data = r.data or {}
     turns = []
     for t in data.get("turns", []):

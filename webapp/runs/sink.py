@@ -54,9 +54,7 @@ class DatabaseSink:
 
     def rollouts(self, step: int, episodes: list[dict[str, Any]]) -> None:
         rows = [
-            Rollout(
-                run_id=self.run_id, step=step, episode=i, **played(ep),
-            )
+            Rollout.played(ep, run_id=self.run_id, step=step, episode=i)
             for i, ep in enumerate(episodes)
         ]
         summary = {"step": step, "episodes": len(rows), "success": sum(r.success for r in rows)}
@@ -102,7 +100,7 @@ class DatabaseSink:
         def write() -> None:
             row.save()
             EvaluationEpisode.objects.bulk_create(
-                EvaluationEpisode(evaluation=row, episode=i, **played(ep))
+                EvaluationEpisode.played(ep, evaluation=row, episode=i)
                 for i, ep in enumerate(episodes))
 
         self._write("evaluation", row.data, write)
@@ -170,13 +168,6 @@ class DatabaseSink:
     def published(self, event: str, payload: dict[str, Any]) -> None:
         """Called after each write commits: notify the run's live viewers (never raises)."""
         publish(run_id=self.run_id, event=event, payload=payload)
-
-
-def played(episode: dict[str, Any]) -> dict[str, Any]:
-    """What a `PlayedEpisode` row (a rollout, a held-out episode) keeps of an episode the engine
-    reported: its outcome, team reward, the agents that acted (in turn order, each once), the episode."""
-    return {"success": bool(episode.get("success")), "team_reward": float(episode.get("team_reward") or 0.0),
-            "agent_names": list(dict.fromkeys(t.get("agent", "") for t in episode.get("turns", []))), "data": storable(episode)}
 
 
 def step_line(m: StepMetrics) -> str:

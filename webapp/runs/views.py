@@ -14,6 +14,7 @@ from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
@@ -23,7 +24,7 @@ from webapp.core.values import id_or_none
 from webapp.jobs import ablations
 from webapp.jobs import selectors as job_selectors
 from webapp.jobs.forms import EvaluationForm
-from webapp.models import Evaluation, Run
+from webapp.models import Evaluation, Job, Run
 from webapp.runs import estimates, lineage, queue, rollouts, selectors, services, warmstart
 from webapp.runs.forms import RunForm, WarmStartForm
 from webapp.teams.access import TeamRequest, team_object_or_404
@@ -195,7 +196,26 @@ def run_evaluation(request: TeamRequest, pk: int, evaluation: int) -> HttpRespon
     row = get_object_or_404(Evaluation, pk=evaluation, run=run)
     page = id_or_none(request.GET.get("page")) or 1
     context = rollouts.evaluation_page(evaluation=row, filters=rollouts.RolloutFilter.from_query(request.GET), page=page)
-    return render(request, "runs/evaluation.html", {"run": run, **context})
+    return render(request, "runs/evaluation.html", {
+        "run": run, "heading": f"Held-out evaluation at step {row.step}", "subject": "This evaluation",
+        "filter_url": reverse("run_evaluation", args=[run.pk, row.pk]), **context})
+
+
+@require_GET
+def run_job_episodes(request: TeamRequest, pk: int, job: int) -> HttpResponse:
+    """An evaluation job's episodes (a checkpoint on a dataset, or an ablation of the run), as a
+    held-out evaluation's show theirs."""
+    run = team_object_or_404(request, Run, pk)
+    row = get_object_or_404(Job, pk=job, run=run, kind=Job.Kind.EVALUATE)
+    page = id_or_none(request.GET.get("page")) or 1
+    context = rollouts.job_evaluation_page(job=row, filters=rollouts.RolloutFilter.from_query(request.GET), page=page)
+    step = row.params.get("checkpoint_step")
+    weights = f"step {step}" if step is not None else "the base models"
+    label = f" · {row.params['ablation_label']}" if row.params.get("ablation_label") else ""
+    return render(request, "runs/evaluation.html", {
+        "run": run, "heading": f"Evaluation job #{row.pk}: {weights} on {row.params.get('dataset_name') or 'its dataset'}{label}",
+        "subject": "This job", "pending": row.get_status_display().lower() if row.is_active else "",
+        "filter_url": reverse("run_job_episodes", args=[run.pk, row.pk]), **context})
 
 
 @require_POST

@@ -50,6 +50,9 @@ def test_the_role_swap_button_runs_a_job_whose_result_lands_beside_the_evaluatio
     (result,) = done.result["evaluations"]
     assert result["ablation"]["label"] == "role swap" and result["step"] == 3 and result["n"] == 2
     assert {t["policy"] for ep in result["examples"] for t in ep["turns"] if t["agent"] == "tool"} == {"adapter reasoner on tiny-random:llama"}
+    episodes = alice.client.get(reverse("run_job_episodes", args=[run.pk, job.pk])).content.decode()
+    assert done.episodes.count() == 2 and episodes.count('class="episode ') == 2 and "role swap" in episodes
+    assert "by adapter reasoner on tiny-random:llama" in episodes  # each task as the swapped team played it
     html = alice.client.get(reverse("run_evaluate", args=[run.pk]), headers={"HX-Request": "true"}).content.decode()
     assert 'class="ablation-label">role swap</strong>' in html and "Succeeded" in html
 

@@ -92,3 +92,49 @@ def test_it_evaluates_the_base_models_and_records_failures(alice, run, level2, j
 def test_it_hides_another_teams_run(bob, run, level2):
     assert bob.client.post(reverse("run_evaluate", args=[run.pk]), {"dataset": level2.pk}).status_code == 404
     assert bob.client.get(reverse("run_evaluate", args=[run.pk]), headers=HX).status_code == 404
+
+
+def test_a_finished_evaluation_job_keeps_every_episode_and_the_run_page_links_them(alice, bob, run, level2, jobs_sent):
+    """Every episode an evaluation job played is kept on its own rows (its result keeps the numbers
+    and 3 examples); the run page's job table links them, filtered by outcome and agent, paged;
+    a queued job's page says it has none yet; a job of another run, or another team, is not found."""
+    from webapp.runs.rollouts import EVALUATION_PAGE
+
+    n = EVALUATION_PAGE + 3
+
+    def episode(i: int) -> dict:
+        agents = ["tool", "reasoner"] if i % 2 else ["reasoner"]
+        return {"task_id": f"eval-{i}", "success": i % 3 == 0, "team_reward": float(i % 3 == 0), "turns": [
+            {"index": j, "agent": a, "role": a, "prompt": f"task {i}", "chosen": 0,
+             "candidates": [{"text": f"answer of task {i} by {a}", "local": 0.0}]} for j, a in enumerate(agents)]}
+
+    job = jobs.evaluation_request(run=run, user=alice.user, dataset=level2, checkpoint=run.checkpoints.get())
+    url = reverse("run_job_episodes", args=[run.pk, job.pk])
+    queued = alice.client.get(url).content.decode()
+    assert "No episodes yet: the job is queued" in queued and url not in alice.client.get(run.get_absolute_url()).content.decode()
+    done = jobs.evaluation_execute(job_id=job.pk, evaluate=lambda config, checkpoint: [
+        {"step": 3, "temperature": 0.0, "n": n, "team": {"success": 12 / n}, "agents": {"tool": {"success": 0.5}},
+         "episodes": [episode(i) for i in range(n)]}])
+    assert done.status == "succeeded" and done.episodes.count() == n
+    (result,) = done.result["evaluations"]
+    assert "episodes" not in result and len(result["examples"]) == jobs.JOB_EXAMPLES  # the job's row stays small
+    assert url in alice.client.get(run.get_absolute_url()).content.decode()
+
+    html = alice.client.get(url).content.decode()
+    assert f"Evaluation job #{job.pk}: step 3 on math L2" in html and "page 1 of 2" in html
+    assert html.count('class="episode ') == EVALUATION_PAGE and f"answer of task {EVALUATION_PAGE} by" not in html
+    assert alice.client.get(url, {"page": 2}).content.decode().count('class="episode ') == 3
+    solved = alice.client.get(url, {"success": "yes"}).content.decode()
+    assert solved.count('class="episode ') == 12 and "answer of task 1 by" not in solved
+    tool = alice.client.get(url, {"agent": "tool", "success": "no"}).content.decode()
+    assert tool.count('class="episode ') == len([i for i in range(n) if i % 2 and i % 3]) and "answer of task 3 by" not in tool
+
+    # a job finished before every episode was kept: the 3 examples its result stored
+    Job.objects.filter(pk=job.pk).update(result={"evaluations": [{**result, "examples": [episode(0), episode(1)]}]})
+    done.episodes.all().delete()
+    older = alice.client.get(url).content.decode()
+    assert older.count('class="episode ') == 2 and f"2 of its {n} are shown" in older
+
+    other = Run.objects.create(team=alice.team, name="other", status="succeeded", config_yaml=run.config_yaml)
+    assert alice.client.get(reverse("run_job_episodes", args=[other.pk, job.pk])).status_code == 404
+    assert bob.client.get(url).status_code == 404
