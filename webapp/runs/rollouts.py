@@ -121,7 +121,7 @@ def _evaluation_page(rows: Any, numbers: dict[str, Any], filters: RolloutFilter 
     page = min(max(1, page), pages)
     shown = list(rows[(page - 1) * EVALUATION_PAGE : page * EVALUATION_PAGE])
     first = (page - 1) * EVALUATION_PAGE
-    return {"numbers": numbers, "episodes": [episode_view(r) for r in shown], "more": False, "agents": agents,
+    return {"numbers": numbers, "episodes": [episode_view(r) for r in shown], "more": False, "agents": agents, "held_out": True,
             "filtered": filters != RolloutFilter(), "filters": filters, "matched": matched, "kept": kept,
             "tasks": numbers.get("n") or kept, "page": page, "pages": pages,
             "first": first + 1 if shown else 0, "last": first + len(shown)}

@@ -95,6 +95,7 @@ def test_each_evaluation_links_its_held_out_episodes_filtered_and_paged(alice, a
     html = first.content.decode()
     assert first.status_code == 200 and html.count('class="episode ') == EVALUATION_PAGE and "page 1 of 2" in html
     assert "answer of task 0 by reasoner" in html and f"answer of task {EVALUATION_PAGE} by" not in html
+    assert ">advantage</th>" not in html  # a training column: held-out episodes are not updated on
     second = alice.client.get(url, {"page": 2}).content.decode()
     assert second.count('class="episode ') == 4 and f"answer of task {n - 1} by tool" in second
     solved = alice.client.get(url, {"success": "yes"}).content.decode()
