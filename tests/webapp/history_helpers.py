@@ -89,3 +89,13 @@ def with_out_dir(run: Run, data_dir: Path) -> Run:
     Run.objects.filter(pk=run.pk).update(out_dir=str(out))
     run.refresh_from_db()
     return run
+
+
+def held_out_episode(i: int, *, solved_every: int) -> dict[str, Any]:
+    """Task `i` of a held-out evaluation as the engine reports it: the reasoner acts on every task,
+    the tool too on odd ones; solved when `i` is a multiple of `solved_every`; each answer says
+    whose it is ("answer of task 3 by tool")."""
+    agents = ["tool", "reasoner"] if i % 2 else ["reasoner"]
+    return {"task_id": f"eval-{i}", "success": i % solved_every == 0, "team_reward": float(i % solved_every == 0), "turns": [
+        {"index": j, "agent": a, "role": a, "prompt": f"task {i}", "chosen": 0,
+         "candidates": [{"text": f"answer of task {i} by {a}", "local": 0.0}]} for j, a in enumerate(agents)]}

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from django.urls import reverse
 
-from tests.webapp.history_helpers import add_evaluations, save_checkpoint, with_out_dir
+from tests.webapp.history_helpers import add_evaluations, held_out_episode, save_checkpoint, with_out_dir
 from webapp.jobs import services as jobs
 from webapp.models import Dataset, Job, Run
 
@@ -102,19 +102,13 @@ def test_a_finished_evaluation_job_keeps_every_episode_and_the_run_page_links_th
 
     n = EVALUATION_PAGE + 3
 
-    def episode(i: int) -> dict:
-        agents = ["tool", "reasoner"] if i % 2 else ["reasoner"]
-        return {"task_id": f"eval-{i}", "success": i % 3 == 0, "team_reward": float(i % 3 == 0), "turns": [
-            {"index": j, "agent": a, "role": a, "prompt": f"task {i}", "chosen": 0,
-             "candidates": [{"text": f"answer of task {i} by {a}", "local": 0.0}]} for j, a in enumerate(agents)]}
-
     job = jobs.evaluation_request(run=run, user=alice.user, dataset=level2, checkpoint=run.checkpoints.get())
     url = reverse("run_job_episodes", args=[run.pk, job.pk])
     queued = alice.client.get(url).content.decode()
     assert "No episodes yet: the job is queued" in queued and url not in alice.client.get(run.get_absolute_url()).content.decode()
     done = jobs.evaluation_execute(job_id=job.pk, evaluate=lambda config, checkpoint: [
         {"step": 3, "temperature": 0.0, "n": n, "team": {"success": 12 / n}, "agents": {"tool": {"success": 0.5}},
-         "episodes": [episode(i) for i in range(n)]}])
+         "episodes": [held_out_episode(i, solved_every=3) for i in range(n)]}])
     assert done.status == "succeeded" and done.episodes.count() == n
     (result,) = done.result["evaluations"]
     assert "episodes" not in result and len(result["examples"]) == jobs.JOB_EXAMPLES  # the job's row stays small
@@ -130,7 +124,7 @@ def test_a_finished_evaluation_job_keeps_every_episode_and_the_run_page_links_th
     assert tool.count('class="episode ') == len([i for i in range(n) if i % 2 and i % 3]) and "answer of task 3 by" not in tool
 
     # a job finished before every episode was kept: the 3 examples its result stored
-    Job.objects.filter(pk=job.pk).update(result={"evaluations": [{**result, "examples": [episode(0), episode(1)]}]})
+    Job.objects.filter(pk=job.pk).update(result={"evaluations": [{**result, "examples": [held_out_episode(0, solved_every=3), held_out_episode(1, solved_every=3)]}]})
     done.episodes.all().delete()
     older = alice.client.get(url).content.decode()
     assert older.count('class="episode ') == 2 and f"2 of its {n} are shown" in older

@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.urls import reverse
 from django.utils import timezone
 
+from tests.webapp.history_helpers import held_out_episode
 from webapp.models import Evaluation, MetricPoint, Run
 
 
@@ -78,14 +79,8 @@ def test_each_evaluation_links_its_held_out_episodes_filtered_and_paged(alice, a
     run = alice_world.run
     n = EVALUATION_PAGE + 4
 
-    def episode(i: int) -> dict:
-        agents = ["tool", "reasoner"] if i % 2 else ["reasoner"]
-        return {"task_id": f"eval-{i}", "success": i % 4 == 0, "team_reward": float(i % 4 == 0), "turns": [
-            {"index": j, "agent": a, "role": a, "prompt": f"task {i}", "chosen": 0,
-             "candidates": [{"text": f"answer of task {i} by {a}", "local": 0.0}]} for j, a in enumerate(agents)]}
-
     DatabaseSink(run).evaluation({"step": 4, "temperature": 0.0, "n": n, "team": {"success": 0.25},
-                                     "agents": {"tool": {"success": 0.5, "reward": 0.1}}, "episodes": [episode(i) for i in range(n)]})
+                                     "agents": {"tool": {"success": 0.5, "reward": 0.1}}, "episodes": [held_out_episode(i, solved_every=4) for i in range(n)]})
     evaluation = Evaluation.objects.get(run=run, step=4)
     assert evaluation.episodes.count() == n and "episodes" not in evaluation.data and evaluation.data["n"] == n
     url = reverse("run_evaluation", args=[run.pk, evaluation.pk])
