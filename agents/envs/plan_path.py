@@ -67,10 +67,11 @@ def parse_grid(text: str) -> tuple[str, ...]:
 
 
 def seen_grid(observation: str) -> tuple[str, ...]:
-    """The grid a `tool: call` observation shows, in either layout (rows after their numbers, or
-    each cell after its (row, column)), as rows of cells: what a report checks the tool's call
+    """The grid a `tool: call` observation shows, in any layout (rows after their numbers, each
+    cell after its (row, column), or before it with `readout`), as rows of cells: what a report checks the tool's call
     against. ValueError where it shows no grid."""
     labeled = re.findall(r"\((\d+), (\d+)\) ([.#SG])", observation)
+    labeled = labeled or [(r, c, x) for x, r, c in re.findall(r"([.#SG]) \((\d+), (\d+)\)", observation)]
     if labeled:
         rows: dict[int, dict[int, str]] = defaultdict(dict)
         for r, c, x in labeled:
@@ -181,18 +182,30 @@ class PlanPath:
     )
     """The tool role's instructions when it calls the path finder (`tool: call`)."""
 
+    readout_instructions = (
+        "You call a path finder for a grid. Each cell of the grid is followed by its (row, column). "
+        "path(r1, c1, r2, c2) returns the shortest moves from the cell in row r1, column c1 to the cell in "
+        "row r2, column c2. Reply with one line: first where S and G are, then the call: "
+        "S (<row>, <column>), G (<row>, <column>): path(<row of S>, <column of S>, <row of G>, <column of G>)"
+    )
+    """The tool role's instructions with `readout: true`."""
+
     stop_patterns: dict[str, str] = {"plan": r"[Mm]oves?[ \t]*[:=][ \t]*\S[^\n]*\n", "tool": STOP_AFTER_CODE_BLOCK}
     """End the action once the moves line or the code block is complete (see `agents.envs`)."""
 
     def __init__(self, size: int | None = None, wall_density: float = 0.25, timeout_s: float = TOOL_TIMEOUT_S,
-                 self_correct: bool = False, tool: str = "program", coordinates: bool = False) -> None:
+                 self_correct: bool = False, tool: str = "program", coordinates: bool = False,
+                 readout: bool = False) -> None:
         """`size`: grid side for generated tasks (None: 5 to 7 at random); `wall_density`: share of wall cells.
         `self_correct`: an agent acting alone is not stopped after its first action: it sees its last
         attempt and tries again, until it repeats its moves, reaches G or the topology's `max_turns`
         ends the episode (one agent given the turns a team gets). `tool`: `program` (the tool role
         writes a search program) or `call` (it calls the path finder with S's and G's coordinates).
         `coordinates` (with `tool: call`): the tool's grid writes each cell after its (row, column),
-        so the call's numbers are read beside S and G rather than counted along a row."""
+        so the call's numbers are read beside S and G rather than counted along a row. `readout`
+        (with `tool: call`): each cell is followed by its (row, column) and the tool first says where
+        S and G are, then calls (`S (2, 0), G (1, 3): path(2, 0, 1, 3)`): writing `S (` it meets the one
+        place in its prompt that continues the same way, and the call repeats the numbers it just wrote."""
         if tool not in TOOL_KINDS:
             raise ValueError(f"plan_path: tool must be one of {', '.join(TOOL_KINDS)}, not {tool!r}")
         self.tool = tool
@@ -201,8 +214,14 @@ class PlanPath:
         if coordinates and tool != "call":
             raise ValueError("plan_path: coordinates labels the cells the tool reads for its call: it needs tool: call")
         self.coordinates = coordinates
+        if not isinstance(readout, bool):
+            raise ValueError(f"plan_path: readout must be true or false, not {readout!r}")
+        if readout and (tool != "call" or coordinates):
+            raise ValueError("plan_path: readout is a layout of its own for the tool's call: it needs tool: call and not coordinates")
+        self.readout = readout
         if tool == "call":
-            self.default_instructions = {**self.default_instructions, "tool": self.call_instructions}
+            self.default_instructions = {**self.default_instructions,
+                                         "tool": self.readout_instructions if readout else self.call_instructions}
             self.stop_patterns = {**self.stop_patterns, "tool": r"path[ \t]*\([^()\n]*\)"}
         if not isinstance(self_correct, bool):
             raise ValueError(f"plan_path: self_correct must be true or false, not {self_correct!r}")
@@ -262,6 +281,9 @@ class PlanPath:
             if self.coordinates:
                 parts.append("Grid (S start, G goal, # wall, . free), each cell after its (row, column):\n"
                              + "\n".join("  ".join(f"({r}, {c}) {x}" for c, x in enumerate(row)) for r, row in enumerate(grid)))
+            elif self.readout:
+                parts.append("Grid (S start, G goal, # wall, . free), each cell followed by its (row, column):\n"
+                             + "\n".join("  ".join(f"{x} ({r}, {c})" for c, x in enumerate(row)) for r, row in enumerate(grid)))
             else:
                 parts.append("Grid (S start, G goal, # wall, . free), each row after its number:\n"
                              + "\n".join(f"{r}: {' '.join(row)}" for r, row in enumerate(grid)))
@@ -269,7 +291,10 @@ class PlanPath:
                 parts.append(f"Your previous call returned: {state.data['tool_output']}")
             if state.data.get("plan") is not None:
                 parts.append(f"The planner said: Moves: {' '.join(state.data['plan'])}")
-            parts.append("Call the path finder from S to G: path(<row of S>, <column of S>, <row of G>, <column of G>)")
+            parts.append("Say where S and G are, then call the path finder from S to G: "
+                         "S (<row>, <column>), G (<row>, <column>): path(<row of S>, <column of S>, <row of G>, <column of G>)"
+                         if self.readout else
+                         "Call the path finder from S to G: path(<row of S>, <column of S>, <row of G>, <column of G>)")
         elif role == "tool":
             parts.append("Grid (S start, G goal, # wall, . free; row 0 is the top):\n" + "\n".join(grid))
             parts.append(f"As Python: grid = {list(grid)!r}")
@@ -410,6 +435,8 @@ def demos(env: PlanPath, n: int, *, seed: int, avoid: Collection[str] = ()) -> l
         if env.tool == "call":
             (r1, c1), (r2, c2) = team.data["start"], team.data["goal"]
             program = f"path({r1}, {c1}, {r2}, {c2})"
+            if env.readout:
+                program = f"S ({r1}, {c1}), G ({r2}, {c2}): {program}"
         else:
             program = "```python\n" + BFS_PROGRAM.format(grid=list(team.data["grid"])) + "\n```"
         after = env.step(team, agent="tool", role="tool", action=program).state
@@ -436,11 +463,12 @@ if __name__ == "__main__":
     cli.add_argument("n", nargs="?", type=int, default=256, help="grids (three conversations each; default 256)")
     cli.add_argument("size", nargs="?", type=int, default=3, help="grid side (default 3)")
     cli.add_argument("tool", nargs="?", choices=TOOL_KINDS, default="program", help="the tool role's action (default program)")
-    cli.add_argument("coordinates", nargs="?", choices=["coordinates"], help="label the tool's cells (with call)")
+    cli.add_argument("layout", nargs="?", choices=["coordinates", "readout"],
+                     help="label the tool's cells (with call): before each cell, or after it with the tool reading S and G out")
     cli.add_argument("--avoid", metavar="SEED:N",
                      help="leave out the N grids generated with SEED (a run's held-out grids: its eval_seed + 7919123, eval_size)")
     args = cli.parse_args()
-    maze = PlanPath(size=args.size, tool=args.tool, coordinates=args.coordinates is not None)
+    maze = PlanPath(size=args.size, tool=args.tool, coordinates=args.layout == "coordinates", readout=args.layout == "readout")
     avoided: set[str] = set()
     if args.avoid:
         try:

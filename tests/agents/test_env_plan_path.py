@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from agents.envs.plan_path import PlanPath, distances, find, parse_grid, parse_moves, seen_grid
@@ -215,16 +217,19 @@ def test_its_tool_can_read_each_cells_coordinates_beside_it() -> None:
         seen_grid("Reply with: Moves: <U/D/L/R separated by spaces>")
 
 
-@pytest.mark.parametrize("coordinates", [False, True])
-def test_its_call_demonstrations_solve_every_grid(coordinates: bool) -> None:
+@pytest.mark.parametrize("layout", ["rows", "coordinates", "readout"])
+def test_its_call_demonstrations_solve_every_grid(layout: str) -> None:
     from agents.envs.plan_path import demos
 
-    env = PlanPath(size=4, tool="call", coordinates=coordinates)
+    env = PlanPath(size=4, tool="call", coordinates=layout == "coordinates", readout=layout == "readout")
     rows = demos(env, 5, seed=2)
     for i, row in enumerate(env.generate(5, seed=2)):
         tool, team_plan = rows[3 * i: 3 * i + 2]
-        assert tool["messages"][2]["content"].startswith("path(")
-        assert ("(0, 0) " in tool["messages"][1]["content"]) == coordinates  # the tool learns the grid it will see
+        assert tool["messages"][2]["content"].startswith("S (" if layout == "readout" else "path(")
+        seen = tool["messages"][1]["content"]  # the tool learns the grid it will see
+        assert bool(re.search(r"\(0, 0\) [.#SG]", seen)) == (layout == "coordinates")
+        assert bool(re.search(r"[.#SG] \(0, 0\)", seen)) == (layout == "readout")
+        assert seen_grid(tool["messages"][1]["content"]) == tuple(row["grid"].splitlines())
         state = env.reset(row, task_id="t", roles=("tool", "plan"))
         after = env.step(state, agent="tool", role="tool", action=tool["messages"][2]["content"])
         done = env.step(after.state, agent="planner", role="plan", action=team_plan["messages"][2]["content"])
@@ -242,3 +247,20 @@ def test_its_demonstrations_leave_out_the_grids_they_are_told_to_avoid() -> None
     assert len(rows) == 30 and not avoided & {"\n".join(g) for g in shown}
     assert ["\n".join(g) for g in shown] == [g for g in grids if g not in avoided][:10]  # the same seed's next grids
     assert demos(env, 10, seed=7) == demos(env, 10, seed=7, avoid=())
+
+
+def test_its_readout_layout_puts_each_label_after_its_cell_and_the_call_after_the_readout() -> None:
+    """`readout: true`: S's and G's labels follow them, the tool says where they are and then calls;
+    only the call counts (a readout that disagrees with it changes nothing)."""
+    env = PlanPath(tool="call", readout=True)
+    state = env.reset({"grid": GRID}, task_id="t", roles=("tool", "plan"))
+    seen = env.observe(state, "tool")
+    (sr, sc), (gr, gc) = state.data["start"], state.data["goal"]
+    assert f"S ({sr}, {sc})" in seen and f"G ({gr}, {gc})" in seen and "each cell followed by its (row, column)" in seen
+    assert "S (<row>, <column>), G (<row>, <column>): path(" in env.default_instructions["tool"]
+    right = env.step(state, agent="tool", role="tool", action=f"S (9, 9), G (9, 9): path({sr}, {sc}, {gr}, {gc})")
+    assert right.info["reached"] and right.state.data["tool_moves"]
+    assert env.observe(state, "plan") == PlanPath(tool="call").observe(state, "plan")  # the planner's view is the same
+    for bad in ({"readout": True, "tool": "program"}, {"readout": True, "tool": "call", "coordinates": True}, {"readout": "yes", "tool": "call"}):
+        with pytest.raises(ValueError, match="readout"):
+            PlanPath(**bad)
