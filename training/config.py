@@ -419,8 +419,8 @@ class OptimConfig:
     micro_batch_size: int = 8
     """Sequences per forward/backward pass (gradient accumulation over the rest)."""
     micro_batch_tokens: int = 2048
-    """Padded prompt+completion tokens per forward/backward pass: long sequences get smaller
-    micro-batches, which bounds the activation memory of the update."""
+    """Padded prompt+completion tokens per forward/backward pass (GRPO's and SFT's): long sequences
+    get smaller micro-batches, which bounds the activation memory of the update."""
 
 
 @dataclass(frozen=True)

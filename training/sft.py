@@ -252,6 +252,23 @@ def collate(examples: Sequence[Example], pad: int) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": attn, "loss_mask": mask}
 
 
+def micro_batches(examples: Sequence[Example], size: int, budget: int) -> list[list[Example]]:
+    """The batch in order, cut into micro-batches of at most `size` rows and `budget` padded tokens
+    (rows x the longest row), as the GRPO update's (`optim.micro_batch_tokens` bounds the memory of
+    the logits, rows x length x vocabulary); a row longer than the budget has one to itself."""
+    out: list[list[Example]] = []
+    width = 0
+    for e in examples:
+        n = len(e.input_ids)
+        if out and len(out[-1]) < size and (len(out[-1]) + 1) * max(width, n) <= budget:
+            out[-1].append(e)
+            width = max(width, n)
+        else:
+            out.append([e])
+            width = n
+    return out
+
+
 def token_nll(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per predicted token: its negative log-likelihood, whether it was the model's top-1 guess, and
     whether it counts (the assistant mask shifted onto the position that predicts it); each (B, T-1)."""
@@ -284,13 +301,11 @@ def update_policy(policy: Policy, batch: list[Example], cfg: RunConfig, step: in
     device = next(policy.model.parameters()).device
     pad = policy.tokenizer.pad_token_id or 0
     n_tokens = sum(sum(e.loss_mask[1:]) for e in batch)  # the first token is never predicted
-    size = cfg.optim.micro_batch_size
     sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     with policy.active() as model:
         model.train()
         policy.optimizer.zero_grad(set_to_none=True)
-        for start in range(0, len(batch), size):
-            micro = batch[start : start + size]
+        for micro in micro_batches(batch, cfg.optim.micro_batch_size, cfg.optim.micro_batch_tokens):
             b = {k: v.to(device) for k, v in collate(micro, pad).items()}
             nll, hit, counted = token_nll(model, b)  # (B, T-1) each
             sft_loss(nll, counted, n_tokens).backward()

@@ -170,3 +170,37 @@ def test_the_cli_runs_an_sft_config(make_config, tmp_path, capsys):
     assert "succeeded: 1 steps" in out.out and "held-out team success: step 0" in out.out
     line = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
     assert {"loss", "token_accuracy"} <= line["agents"]["writer"].keys()
+
+
+def test_its_micro_batches_bound_rows_and_padded_tokens_and_the_step_is_the_same(make_config, tmp_path, monkeypatch):
+    """`optim.micro_batch_tokens` bounds an SFT micro-batch as it bounds a GRPO one (rows x the
+    longest row; a row longer than the budget alone), and the accumulated step is the one-pass step."""
+    from training import sft
+    from training.policies import build_policies
+    from training.sft import Example, examples_for, micro_batches, update_policy
+
+    passes = []
+    forward = sft.token_nll
+    monkeypatch.setattr(sft, "token_nll", lambda model, b: passes.append(b["input_ids"].shape) or forward(model, b))
+
+    rows = [Example("a", tuple(range(n)), (1,) * n, i) for i, n in enumerate([10, 30, 20, 40, 5])]
+    assert [[e.line for e in m] for m in micro_batches(rows, size=3, budget=60)] == [[0, 1], [2], [3], [4]]
+    assert [[e.line for e in m] for m in micro_batches(rows, size=2, budget=1000)] == [[0, 1], [2, 3], [4]]
+    assert [len(m) for m in micro_batches(rows, size=8, budget=25)] == [1, 1, 1, 1, 1]
+
+    config = sft_config(make_config, tmp_path)
+    conversations = by_agent(read_conversations(config.sft.path), config)
+    after = {}
+    for budget in (64, 100_000):  # one row a pass, all rows in one pass
+        torch.manual_seed(0)
+        policies = build_policies(config.replace(**{"optim.micro_batch_tokens": budget}), device=torch.device("cpu"))
+        policy = policies.policies["writer"]
+        batch = examples_for(config, conversations, policy) * 3
+        passes.clear()
+        stats = update_policy(policy, batch, config.replace(**{"optim.micro_batch_tokens": budget}), step=1)
+        assert len(passes) == (len(batch) if budget == 64 else 1) and all(rows * width <= budget or rows == 1 for rows, width in passes)
+        after[budget] = (stats["writer"]["loss"], {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad})
+    (loss_small, small), (loss_one, one) = after[64], after[100_000]
+    assert loss_small == pytest.approx(loss_one, rel=1e-5) and small.keys() == one.keys()
+    for name in small:
+        torch.testing.assert_close(small[name], one[name], rtol=1e-4, atol=1e-6, msg=name)
