@@ -215,6 +215,7 @@ def run_job_episodes(request: TeamRequest, pk: int, job: int) -> HttpResponse:
     return render(request, "runs/evaluation.html", {
         "run": run, "heading": f"Evaluation job #{row.pk}: {weights} on {row.params.get('dataset_name') or 'its dataset'}{label}",
         "subject": "This job", "pending": row.get_status_display().lower() if row.is_active else "",
+        "failed": row.error or "no reason recorded" if row.status == Job.Status.FAILED else "",
         "filter_url": reverse("run_job_episodes", args=[run.pk, row.pk]), **context})
 
 

@@ -129,6 +129,9 @@ def test_a_finished_evaluation_job_keeps_every_episode_and_the_run_page_links_th
     older = alice.client.get(url).content.decode()
     assert older.count('class="episode ') == 2 and f"2 of its {n} are shown" in older
 
+    Job.objects.filter(pk=job.pk).update(status="failed", error="RuntimeError: CUDA out of memory", result={})
+    failed = alice.client.get(url).content.decode()
+    assert "The job failed (RuntimeError: CUDA out of memory)" in failed and "No episodes: the job failed." in failed
     other = Run.objects.create(team=alice.team, name="other", status="succeeded", config_yaml=run.config_yaml)
     assert alice.client.get(reverse("run_job_episodes", args=[other.pk, job.pk])).status_code == 404
     assert bob.client.get(url).status_code == 404
