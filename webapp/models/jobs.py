@@ -77,6 +77,7 @@ class JobEpisode(PlayedEpisode):
         return f"job {self.job_id} episode {self.episode}"
 
     @property
-    def step(self) -> int | None:
-        """The checkpoint's step (None: the base models), which the episode viewer shows."""
-        return self.job.params.get("checkpoint_step")
+    def step(self) -> int:
+        """The checkpoint's step (0: the base models, or the warm start a run begins from), which
+        the episode viewer shows."""
+        return int(self.job.params.get("checkpoint_step") or 0)
