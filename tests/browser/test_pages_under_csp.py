@@ -18,8 +18,8 @@ from django.conf import settings
 
 from tests.browser.conftest import Member, TinyWorld
 from tests.processes import Processes
-from tests.webapp.history_helpers import add_evaluation_episodes, add_evaluations, add_metrics, add_rollouts, make_run
-from webapp.models import Membership, Run, Team
+from tests.webapp.history_helpers import add_evaluation_episodes, add_evaluations, add_metrics, add_rollouts, held_out_episode, make_run
+from webapp.models import Job, JobEpisode, Membership, Run, Team
 from webapp.runs import services as run_services
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -39,6 +39,10 @@ def runs(tiny_world: TinyWorld, alice: Member) -> dict[str, Run]:
     add_evaluations(done, [(0, 0.1, {"tool": 0.1, "reasoner": 0.05}), (30, 0.4, {"tool": 0.4, "reasoner": 0.2})])
     add_rollouts(done, 30)  # 60 episodes: more than one page, so "Load older episodes" shows
     add_evaluation_episodes(done.evaluations.get(step=30), 40)  # the last evaluation's tasks: two pages
+    swap = Job.objects.create(team=tiny_world.team, owner=alice.user, kind="evaluate", run=done, status="succeeded",
+                              params={"ablation": "role_swap", "ablation_label": "role swap", "checkpoint_step": 30},
+                              result={"evaluations": [{"step": 30, "n": 6, "temperature": 0.0, "team": {"success": 0.5}, "agents": {}}]})
+    JobEpisode.objects.bulk_create(JobEpisode.played(held_out_episode(i, solved_every=2), job=swap, episode=i) for i in range(6))
     other = make_run(tiny_world.team, like, name="finished lr 1e-3", owner=alice.user)
     add_metrics(other, 30, slope=0.02)
     running = make_run(tiny_world.team, like, name="halfway", owner=alice.user, status=Run.Status.RUNNING, step=12, total_steps=30)
@@ -128,6 +132,15 @@ def test_it_works_page_by_page_under_the_policy(web: Processes, alice: Member, t
     page.wait_for_selector("#evaluation-count:has-text('of 26 matching')")
     assert page.locator("#episodes article.episode.ok").count() == 0 and "success=no" in page.url
     shot(page, shots, "evaluation-episodes")
+
+    # An ablation job's episodes: linked from the run page's job table, filtered in place.
+    page.goto(web.url + f"/runs/{done.pk}/")
+    page.click("#eval-jobs a.job-episodes")
+    page.wait_for_selector("#evaluation-count:has-text('episodes 1-6 of 6')")
+    assert "step 30 on the run's held-out tasks · role swap" in page.locator("h1").inner_text()
+    page.select_option("#evaluation-filter select[name=success]", "yes")
+    page.wait_for_selector("#evaluation-count:has-text('of 3 matching')")
+    shot(page, shots, "job-episodes")
 
     page.goto(web.url + f"/runs/compare/?ids={done.pk}&ids={runs['other'].pk}")
     page.wait_for_selector("#compare-chart-card canvas")

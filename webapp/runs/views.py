@@ -212,8 +212,9 @@ def run_job_episodes(request: TeamRequest, pk: int, job: int) -> HttpResponse:
     step = row.params.get("checkpoint_step")
     weights = f"step {step}" if step is not None else "the base models"
     label = f" · {row.params['ablation_label']}" if row.params.get("ablation_label") else ""
+    tasks = row.params.get("dataset_name") or "the run's held-out tasks"  # an ablation plays the run's own
     return render(request, "runs/evaluation.html", {
-        "run": run, "heading": f"Evaluation job #{row.pk}: {weights} on {row.params.get('dataset_name') or 'its dataset'}{label}",
+        "run": run, "heading": f"Evaluation job #{row.pk}: {weights} on {tasks}{label}",
         "subject": "This job", "pending": row.get_status_display().lower() if row.is_active else "",
         "failed": row.error or "no reason recorded" if row.status == Job.Status.FAILED else "",
         "filter_url": reverse("run_job_episodes", args=[run.pk, row.pk]), **context})
